@@ -1,0 +1,35 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   run the main job (creates .venv if missing)
+#   make test   run the test suite (creates .venv if missing)
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench venv clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first: the CPU wheel, so no CUDA build is ever downloaded.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/python -m fleetrl.demo
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+bench: venv
+	$(BIN)/python benchmarks/collector_throughput.py
+	$(BIN)/python benchmarks/ray_throughput.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,105 @@
+"""SyncDataCollector throughput against the raw loop and torchrl's Collector.
+
+CartPole-v1, a 64x64 MLP categorical policy (action + log-prob), for 1, 16,
+64 and 256 envs, in one process, one torch thread. Every contestant is built
+and warmed once; then each round times one batch of each, back to back, so
+that the ratios compare the same moment of a noisy machine. Figures are
+medians over rounds. Writes ``benchmarks/results/collector_throughput.json``.
+
+    python benchmarks/collector_throughput.py [--envs 1 16 64 256] [--steps 200] [--rounds 7]
+
+Targets (issue 2): fleetrl >= 0.85x raw at 64 envs and >= 2.5x torchrl's
+Collector there; >= 2x torchrl's Collector at 1 env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import warnings
+
+import torch
+
+from common import (
+    IterTimer,
+    RawLoop,
+    categorical_policy,
+    gym_env,
+    machine,
+    mlp,
+    print_table,
+    write_json,
+)
+from fleetrl import SyncDataCollector
+
+warnings.filterwarnings("ignore")
+
+
+def torchrl_collector(policy, num_envs: int, fpb: int):
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymWrapper
+
+    env = GymWrapper(gym_env(num_envs), categorical_action_encoding=True)
+    return Collector(env, policy, frames_per_batch=fpb, total_frames=-1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument("--steps", type=int, default=200, help="vector steps per batch")
+    parser.add_argument("--rounds", type=int, default=7, help="median over this many rounds")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = mlp()
+    policy = categorical_policy(net)
+
+    rows, results = [], []
+    for n in args.envs:
+        steps = args.steps
+        fpb = n * steps
+        raw = RawLoop(net, n, steps)
+        fleet = IterTimer(SyncDataCollector(gym_env(n), policy, frames_per_batch=fpb), fpb)
+        trl = IterTimer(torchrl_collector(policy, n, fpb), fpb)
+        runs: dict[str, list[float]] = {"raw": [], "fleetrl": [], "torchrl": []}
+        for _ in range(args.rounds):
+            runs["raw"].append(raw.run(steps))
+            runs["fleetrl"].append(fleet.run())
+            runs["torchrl"].append(trl.run())
+        for c in (raw, fleet, trl):
+            c.shutdown()
+        med = {k: statistics.median(v) for k, v in runs.items()}
+        vs_raw = statistics.median(f / r for f, r in zip(runs["fleetrl"], runs["raw"]))
+        vs_trl = statistics.median(f / t for f, t in zip(runs["fleetrl"], runs["torchrl"]))
+        results.append(
+            {
+                "num_envs": n,
+                **{f"{k}_fps": v for k, v in med.items()},
+                "fleetrl_vs_raw": vs_raw,
+                "fleetrl_vs_torchrl": vs_trl,
+                "runs": runs,
+            }
+        )
+        rows.append(
+            [
+                n,
+                f"{med['raw']:,.0f}",
+                f"{med['fleetrl']:,.0f}",
+                f"{med['torchrl']:,.0f}",
+                f"{vs_raw:.2f}x",
+                f"{vs_trl:.2f}x",
+            ]
+        )
+        print(f"envs={n}: done", flush=True)
+    print()
+    print_table(
+        ["envs", "raw fps", "fleetrl fps", "torchrl fps", "fleetrl/raw", "fleetrl/torchrl"], rows
+    )
+    path = write_json(
+        "collector_throughput", {"machine": machine(), "args": vars(args), "results": results}
+    )
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

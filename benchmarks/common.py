@@ -1,0 +1,135 @@
+"""Shared pieces of the benchmarks: the policy, the env, the raw loop, the table.
+
+The raw loop is the limit every collector is measured against: a plain Python
+loop that steps the same gymnasium vector env with the same torch policy and
+writes into preallocated tensors, with no TensorDict and no bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.modules import ProbabilisticActor
+
+from fleetrl.envs import make_gym_vector_env
+
+ENV_ID = "CartPole-v1"
+
+
+def mlp(obs_dim: int = 4, num_actions: int = 2, hidden: int = 64) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(obs_dim, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, num_actions),
+    )
+
+
+def categorical_policy(net: nn.Module | None = None) -> ProbabilisticActor:
+    """The 64x64 MLP categorical policy every contestant runs: action + log-prob."""
+    net = net or mlp()
+    return ProbabilisticActor(
+        TensorDictModule(net, in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+
+
+def gym_env(num_envs: int):
+    """The env every contestant steps: gymnasium SyncVectorEnv, same-step autoreset."""
+    return make_gym_vector_env(ENV_ID, num_envs)
+
+
+class RawLoop:
+    """The limit: env + policy + preallocated tensors, nothing else.
+
+    ``run(steps)`` returns frames/s of ``steps`` vector steps. Built once and
+    reused, like a collector, so rounds can alternate contestants.
+    """
+
+    def __init__(self, net: nn.Module, num_envs: int, steps: int, seed: int = 0):
+        self.net, self.num_envs = net, num_envs
+        self.env = gym_env(num_envs)
+        self.obs_np, _ = self.env.reset(seed=seed)
+        self.obs_buf = torch.empty(steps, num_envs, 4)
+        self.next_obs_buf = torch.empty(steps, num_envs, 4)
+        self.act_buf = torch.empty(steps, num_envs, dtype=torch.int64)
+        self.logp_buf = torch.empty(steps, num_envs)
+        self.rew_buf = torch.empty(steps, num_envs)
+        self.done_buf = torch.empty(steps, num_envs, dtype=torch.bool)
+        self.run(min(steps, 20))
+
+    def run(self, steps: int) -> float:
+        net, env, obs_np = self.net, self.env, self.obs_np
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for t in range(steps):
+                obs = torch.from_numpy(obs_np)
+                dist = torch.distributions.Categorical(logits=net(obs))
+                action = dist.sample()
+                self.logp_buf[t] = dist.log_prob(action)
+                self.obs_buf[t] = obs
+                self.act_buf[t] = action
+                obs_np, rew, term, trunc, _ = env.step(action.numpy())
+                self.next_obs_buf[t] = torch.from_numpy(obs_np)
+                self.rew_buf[t] = torch.from_numpy(rew)
+                self.done_buf[t] = torch.from_numpy(term | trunc)
+        self.obs_np = obs_np
+        return steps * self.num_envs / (time.perf_counter() - start)
+
+    def shutdown(self) -> None:
+        self.env.close()
+
+
+class IterTimer:
+    """Times one batch of an iterable collector per call, after one warm-up batch."""
+
+    def __init__(self, collector: object, frames_per_batch: int):
+        self.collector, self.frames_per_batch = collector, frames_per_batch
+        self.it = iter(collector)
+        next(self.it)
+
+    def run(self) -> float:
+        start = time.perf_counter()
+        next(self.it)
+        return self.frames_per_batch / (time.perf_counter() - start)
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
+
+
+def machine() -> dict:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "numpy": np.__version__,
+    }
+
+
+def write_json(name: str, payload: dict) -> Path:
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = " | ".join(f"{{:>{w}}}" for w in widths)
+    print(fmt.format(*header))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(fmt.format(*row))

@@ -1,0 +1,32 @@
+"""fleetrl: TensorDict-centric distributed RL collection and training on Ray."""
+
+from fleetrl.collectors import DataCollectorBase, EpisodeStats, SyncDataCollector, episode_stats
+from fleetrl.envs import BatchedEnv, make_env
+from fleetrl.errors import (
+    CollectorClosedError,
+    ConfigError,
+    EnvError,
+    FleetError,
+    PolicyError,
+    WorkerError,
+)
+from fleetrl.policies import RandomPolicy, as_policy
+
+__all__ = [
+    "BatchedEnv",
+    "CollectorClosedError",
+    "ConfigError",
+    "DataCollectorBase",
+    "EnvError",
+    "EpisodeStats",
+    "FleetError",
+    "PolicyError",
+    "RandomPolicy",
+    "SyncDataCollector",
+    "WorkerError",
+    "as_policy",
+    "episode_stats",
+    "make_env",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,6 @@
+"""Collectors: one process (:class:`SyncDataCollector`) or Ray actors (:class:`RayCollector`)."""
+
+from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats
+from fleetrl.collectors.sync import SyncDataCollector
+
+__all__ = ["DataCollectorBase", "EpisodeStats", "SyncDataCollector", "episode_stats"]

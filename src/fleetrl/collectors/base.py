@@ -1,0 +1,171 @@
+"""What every fleetrl collector shares: lifecycle, frame budget, iteration.
+
+:class:`SyncDataCollector` (one process) and :class:`RayCollector` (remote
+actors) both derive from :class:`DataCollectorBase`. A collector is an
+iterable of TensorDict batches with a frame budget (``total_frames``; -1 is
+endless). Iteration resumes where the last loop stopped: ``break`` out of a
+``for`` loop and a second loop continues with the next batch; once the budget
+is spent, further loops yield nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.envs.utils import ExplorationType
+
+from fleetrl.errors import CollectorClosedError, Problems
+
+__all__ = ["CollectorState", "DataCollectorBase", "EpisodeStats", "episode_stats"]
+
+CLOSED_MSG = "{name} was shut down; build a new collector to collect again"
+
+EXPLORATION_NAMES = {e.value: e for e in ExplorationType}
+
+
+class CollectorState(enum.Enum):
+    """Lifecycle of a collector."""
+
+    READY = "ready"
+    CLOSED = "closed"
+
+
+def as_exploration_type(value: Any, problems: Problems) -> ExplorationType:
+    """Accept an ``ExplorationType`` or its name (``"random"``, ``"deterministic"``, ...)."""
+    if isinstance(value, ExplorationType):
+        return value
+    if isinstance(value, str) and value.lower() in EXPLORATION_NAMES:
+        return EXPLORATION_NAMES[value.lower()]
+    problems.add(
+        "exploration_type",
+        value,
+        f"must be an ExplorationType or one of {sorted(EXPLORATION_NAMES)}",
+    )
+    return ExplorationType.RANDOM
+
+
+def as_device(value: Any, arg: str, problems: Problems) -> torch.device | None:
+    if value is None:
+        return None
+    try:
+        return torch.device(value)
+    except (RuntimeError, TypeError):
+        problems.add(arg, value, "must be a torch device such as 'cpu' or 'cuda:0', or None")
+        return None
+
+
+class DataCollectorBase(abc.ABC):
+    """Lifecycle, frame budget and iteration shared by every collector."""
+
+    frames_per_batch: int
+    total_frames: int
+
+    def __init__(self) -> None:
+        self.state = CollectorState.READY
+        self._frames = 0  # frames delivered to the caller so far
+
+    @property
+    def frames(self) -> int:
+        """Frames delivered so far (what the iterator yielded, exactly)."""
+        return self._frames
+
+    @property
+    def remaining_frames(self) -> int | None:
+        """Frames left in the budget, or None when collection is endless."""
+        if self.total_frames == -1:
+            return None
+        return self.total_frames - self._frames
+
+    def _check_open(self) -> None:
+        if self.state is CollectorState.CLOSED:
+            raise CollectorClosedError(CLOSED_MSG.format(name=type(self).__name__))
+
+    @abc.abstractmethod
+    def _next_batch(self) -> TensorDictBase | None:
+        """Collect and return the next batch, or None when the budget is spent."""
+
+    def next(self) -> TensorDictBase:
+        """Return the next batch; raises ``StopIteration`` once the budget is spent."""
+        self._check_open()
+        batch = self._next_batch()
+        if batch is None:
+            raise StopIteration
+        return batch
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        self._check_open()
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            yield batch
+
+    @abc.abstractmethod
+    def _shutdown(self) -> None:
+        """Release resources; called once."""
+
+    def shutdown(self) -> None:
+        """Release envs, actors and processes. Safe to call more than once."""
+        if self.state is CollectorState.CLOSED:
+            return
+        self.state = CollectorState.CLOSED
+        self._shutdown()
+
+    def __enter__(self) -> DataCollectorBase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            if getattr(self, "state", CollectorState.CLOSED) is CollectorState.READY:
+                self.shutdown()
+        except Exception:
+            pass
+
+
+@dataclass
+class EpisodeStats:
+    """Returns and lengths of the episodes that ended in a batch."""
+
+    returns: torch.Tensor
+    lengths: torch.Tensor
+
+    @property
+    def count(self) -> int:
+        return int(self.returns.numel())
+
+    def mean_return(self) -> float:
+        return float(self.returns.float().mean()) if self.count else float("nan")
+
+
+def episode_stats(batch: TensorDictBase) -> EpisodeStats:
+    """Returns and lengths of the episodes that ended inside ``batch``.
+
+    The collector writes the running return and length of the current episode
+    at every step (``("next", "episode_return")``, ``("next", "episode_length")``);
+    at the step that ends an episode these are the episode's totals. Episodes
+    that started in an earlier batch count whole.
+
+    Examples:
+        >>> from fleetrl import SyncDataCollector
+        >>> c = SyncDataCollector("CartPole-v1", None, frames_per_batch=400, num_envs=4)
+        >>> stats = episode_stats(c.next())
+        >>> bool((stats.lengths > 0).all())
+        True
+        >>> c.shutdown()
+    """
+    done = batch.get(("next", "done"))
+    mask = done.squeeze(-1) if done.shape[-1:] == (1,) else done
+    if ("collector", "mask") in batch.keys(include_nested=True):
+        mask = mask & batch.get(("collector", "mask"))
+    returns = batch.get(("next", "episode_return"))[mask].reshape(-1)
+    lengths = batch.get(("next", "episode_length"))[mask].reshape(-1)
+    return EpisodeStats(returns=returns, lengths=lengths)

@@ -1,0 +1,632 @@
+"""SyncDataCollector: one process steps a batch of envs and writes TensorDict batches.
+
+The hot loop (:meth:`SyncDataCollector._rollout`) follows three rules:
+
+- every buffer of a batch is allocated once, before the first step, and
+  written by index through a numpy view (a numpy slice assignment costs about
+  0.6 us against about 2 us for the same torch indexing);
+- the policy runs on the whole env batch under ``torch.inference_mode()``,
+  reading a step TensorDict whose observation tensors share memory with
+  numpy arrays that are refreshed in place;
+- every choice (random or learned policy, one-hot actions, recurrent state,
+  forced truncation) is made before the loop; the only per-step branch is a
+  numpy ``done.any()`` for episode bookkeeping.
+
+Batches use torchrl's keys and layout, so torchrl loss modules and value
+estimators run on them unchanged: batch dims ``[*env_batch, time]``,
+``observation``, ``action``, policy outputs, ``("next", "observation")``,
+``("next", "reward")``, ``("next", "done")``, ``("next", "terminated")``,
+``("next", "truncated")``, ``("collector", "traj_ids")``; plus
+``("collector", "policy_version")``, ``("collector", "worker_id")`` and the
+running ``("next", "episode_return")`` / ``("next", "episode_length")`` that
+:func:`fleetrl.episode_stats` reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from fleetrl._perf import skip_absent_pandas_probe
+from fleetrl.collectors.base import DataCollectorBase, as_device, as_exploration_type
+from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, make_env
+from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
+from fleetrl.policies import RandomPolicy, as_policy, module_device
+
+__all__ = ["SyncDataCollector"]
+
+logger = logging.getLogger(__name__)
+
+NO_ACTION_MSG = (
+    "policy={policy!r} did not write 'action' (it wrote {keys}); a policy must write the key "
+    "'action', e.g. TensorDictModule(net, in_keys=['observation'], out_keys=['action'])"
+)
+ACTION_SHAPE_MSG = (
+    "policy={policy!r} wrote an 'action' of shape {got} and dtype {dtype}; the env needs {want}"
+)
+DIVISIBLE_MSG = (
+    "must be a multiple of the number of envs ({n}) so that every env steps the same number of "
+    "times; use {lo} or {hi}"
+)
+GYM_DEVICE_MSG = "gymnasium envs run on the CPU; leave env_device=None or 'cpu'"
+
+
+class SyncDataCollector(DataCollectorBase):
+    """Collects TensorDict batches from a batch of envs in the calling process.
+
+    Args:
+        create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
+            torchrl ``EnvBase``, or a callable returning one of these.
+        policy: a ``TensorDictModule`` (or any TensorDict -> TensorDict callable),
+            a plain ``nn.Module`` (wrapped to read ``observation`` and write
+            ``action``), or ``None`` for uniform random actions.
+
+    Keyword Args:
+        frames_per_batch: frames (env steps summed over envs) per batch; a
+            multiple of the number of envs.
+        total_frames: frame budget, -1 for endless. The last batch holds exactly
+            the remaining frames (it is shorter in time), so the collector
+            delivers exactly ``total_frames`` in ``ceil(total_frames /
+            frames_per_batch)`` batches; must be a multiple of the number of envs.
+        num_envs: copies of a gymnasium id or factory stepped as one batch.
+        create_env_kwargs: keyword arguments for ``create_env_fn``.
+        max_frames_per_traj: truncate (and reset) an episode after this many
+            steps; ``None`` or -1 for no limit.
+        init_random_frames: frames collected with uniform random actions before
+            the policy is used, rounded up to whole batches. Random batches hold
+            only ``action`` from the policy's outputs.
+        reset_at_each_iter: reset every env at the start of each batch.
+        split_trajs: split each batch into trajectories with torchrl's
+            ``split_trajectories`` (padded, with ``("collector", "mask")``).
+        postproc: a callable (e.g. a torchrl ``Transform``) applied to each batch.
+        exploration_type: ``ExplorationType`` (or its name) set around the policy.
+        device: default for the three devices below.
+        env_device: device of a torchrl env (gymnasium envs run on the CPU).
+        policy_device: device the policy runs on; a policy on another device
+            is copied there (the original is left untouched).
+        storing_device: device of the batches returned.
+        worker_id: written to ``("collector", "worker_id")``.
+        traj_id_start: first trajectory id (a RayCollector gives each worker
+            its own range so trajectory ids are unique across workers).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> policy = TensorDictModule(lambda obs: (obs[..., :1] > 0).long().squeeze(-1),
+        ...                           in_keys=["observation"], out_keys=["action"])
+        >>> collector = SyncDataCollector("CartPole-v1", policy, frames_per_batch=64,
+        ...                               total_frames=128, num_envs=4)
+        >>> [batch.batch_size for batch in collector]
+        [torch.Size([4, 16]), torch.Size([4, 16])]
+        >>> collector.frames
+        128
+        >>> collector.shutdown()
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        num_envs: int | None = None,
+        create_env_kwargs: dict[str, Any] | None = None,
+        max_frames_per_traj: int | None = None,
+        init_random_frames: int | None = None,
+        reset_at_each_iter: bool = False,
+        split_trajs: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        exploration_type: ExplorationType | str = ExplorationType.RANDOM,
+        device: Any = None,
+        env_device: Any = None,
+        policy_device: Any = None,
+        storing_device: Any = None,
+        worker_id: int = 0,
+        traj_id_start: int = 0,
+    ):
+        super().__init__()
+        p = Problems()
+        p.positive_int("frames_per_batch", frames_per_batch)
+        p.positive_int("total_frames", total_frames, allow_minus_one=True)
+        if num_envs is not None:
+            p.positive_int("num_envs", num_envs)
+        if max_frames_per_traj is not None and max_frames_per_traj != -1:
+            p.positive_int("max_frames_per_traj", max_frames_per_traj, allow_minus_one=True)
+        if init_random_frames is not None and init_random_frames != -1:
+            p.check(
+                isinstance(init_random_frames, int) and init_random_frames >= 0,
+                "init_random_frames",
+                init_random_frames,
+                "must be an int >= 0, -1 or None",
+            )
+        self.exploration_type = as_exploration_type(exploration_type, p)
+        device = as_device(device, "device", p)
+        self.env_device = as_device(env_device, "env_device", p) or device
+        self.policy_device = as_device(policy_device, "policy_device", p) or device
+        self.storing_device = as_device(storing_device, "storing_device", p) or device
+        p.check(
+            postproc is None or callable(postproc),
+            "postproc",
+            postproc,
+            "must be a callable or None",
+        )
+        try:
+            user_policy = as_policy(policy)
+        except PolicyError as err:
+            p.items.append(str(err))
+            user_policy = None
+        p.raise_if_any()
+
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.max_frames_per_traj = (
+            max_frames_per_traj if max_frames_per_traj not in (None, -1) else None
+        )
+        self.init_random_frames = init_random_frames if init_random_frames not in (None, -1) else 0
+        self.reset_at_each_iter = reset_at_each_iter
+        self.split_trajs = split_trajs
+        self.postproc = postproc
+        self.worker_id = worker_id
+        self.policy_version = 0
+        self._next_traj_id = traj_id_start
+
+        skip_absent_pandas_probe()
+        self.env: BatchedEnv = make_env(create_env_fn, num_envs, create_env_kwargs)
+        try:
+            self._check_env_sizes()
+            self._setup_policy(user_policy)
+            self._probe_policy()
+        except Exception:
+            self.env.close()
+            raise
+
+    # ------------------------------------------------------------------ setup
+    def _check_env_sizes(self) -> None:
+        n = self.env.num_envs
+        p = Problems()
+        if self.frames_per_batch % n:
+            p.add(
+                "frames_per_batch",
+                self.frames_per_batch,
+                DIVISIBLE_MSG.format(
+                    n=n, lo=_lo(self.frames_per_batch, n), hi=_lo(self.frames_per_batch, n) + n
+                ),
+            )
+        if self.total_frames != -1 and self.total_frames % n:
+            p.add(
+                "total_frames",
+                self.total_frames,
+                DIVISIBLE_MSG.format(
+                    n=n, lo=_lo(self.total_frames, n), hi=_lo(self.total_frames, n) + n
+                ),
+            )
+        if isinstance(self.env, GymVectorEnv) and self.env_device not in (
+            None,
+            torch.device("cpu"),
+        ):
+            p.add("env_device", str(self.env_device), GYM_DEVICE_MSG)
+        p.raise_if_any()
+        if self.env_device is not None and not isinstance(self.env, GymVectorEnv):
+            self.env.env = self.env.env.to(self.env_device)
+
+    def _setup_policy(self, user_policy: Any) -> None:
+        self._user_policy = user_policy
+        self._random_policy = RandomPolicy(self.env.random_action)
+        if user_policy is None:
+            self.policy = self._random_policy
+            return
+        current = module_device(user_policy)
+        if self.policy_device is not None and current is not None and current != self.policy_device:
+            # Move a copy: the caller's module stays where it is.
+            self.policy = copy.deepcopy(user_policy).to(self.policy_device)
+        else:
+            self.policy = user_policy
+            if self.policy_device is None:
+                self.policy_device = current
+
+    def _new_step_td(self, obs: dict[NestedKey, np.ndarray]) -> None:
+        """Build the TensorDict the policy reads at every step.
+
+        Observation tensors share memory with ``self._step_np``: refreshing the
+        numpy arrays in place refreshes what the policy sees, at no allocation.
+        """
+        n = self.env.num_envs
+        td = TensorDict(batch_size=[n])
+        self._step_np: dict[NestedKey, np.ndarray] = {}
+        for key, (shape, dtype) in self.env.observation_spec.items():
+            arr = np.empty((n, *shape), dtype=dtype)
+            arr[:] = obs[key]
+            self._step_np[key] = arr
+            td.set(key, torch.from_numpy(arr))
+        self._step_td = td
+
+    def _probe_policy(self) -> None:
+        """Run the policy once (RNG untouched) to learn its output keys and check its action."""
+        obs = self.env.reset()
+        self._new_step_td(obs)
+        self._obs = obs
+        in_keys = set(_leaf_keys(self._step_td))
+        self._use_is_init = "is_init" in _policy_in_keys(self.policy)
+        self._add_recurrent_primers()
+        if self._use_is_init:
+            self._step_td.set("is_init", torch.ones(self.env.num_envs, 1, dtype=torch.bool))
+        with (
+            torch.random.fork_rng(devices=[]),
+            torch.inference_mode(),
+            set_exploration_type(self.exploration_type),
+        ):
+            out = self.policy(self._policy_input().clone())
+        if not isinstance(out, TensorDictBase):
+            raise PolicyError(
+                f"policy={self.policy!r} returned {type(out).__name__}; it must return a TensorDict"
+            )
+        out_keys = [k for k in _leaf_keys(out) if k not in in_keys]
+        if "action" not in out_keys:
+            raise PolicyError(NO_ACTION_MSG.format(policy=self.policy, keys=out_keys))
+        self._action_to_env = self._check_action(out.get("action"))
+        # ("next", k) outputs whose k the policy reads are carried to the next step (recurrent state)
+        state_keys = [k for k in _leaf_keys(self._step_td) if k not in self.env.observation_spec]
+        self._carried = [
+            (inner, k)
+            for k in out_keys
+            if (inner := _strip_next(k)) is not None and inner in state_keys
+        ]
+        self._state_keys = state_keys  # is_init and recurrent states: recorded as inputs
+        self._out_specs = {k: (tuple(out.get(k).shape[1:]), out.get(k).dtype) for k in out_keys}
+        self._out_keys = out_keys
+        self._reset_episodes(obs)
+
+    def _add_recurrent_primers(self) -> None:
+        """Zero-initialise recurrent states the policy declares (torchrl's LSTM/GRU modules)."""
+        if not isinstance(self.policy, nn.Module):
+            return
+        from torchrl.modules.utils import get_primers_from_module
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "No primers found" is the common case
+            primers = get_primers_from_module(self.policy)
+        if primers is None:
+            return
+        n = self.env.num_envs
+        for primer in getattr(primers, "transforms", [primers]):  # one primer or a Compose
+            for key in primer.primers.keys(True, True):
+                spec = primer.primers[key]
+                self._step_td.set(key, torch.zeros(n, *spec.shape, dtype=spec.dtype))
+
+    def _check_action(self, action: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """Check the policy's action against the env and return its converter (None: as is)."""
+        env, n = self.env, self.env.num_envs
+        shape, dtype = tuple(action.shape), action.dtype
+        on_cpu = action.device.type == "cpu"
+        if isinstance(env, GymVectorEnv) and env.num_actions is not None:
+            if shape == (n,) and not dtype.is_floating_point:
+                return None if on_cpu else _to_cpu
+            if shape == (n, env.num_actions):
+                return _argmax if on_cpu else _argmax_cpu
+            want = f"integer actions of shape ({n},) or one-hot actions of shape ({n}, {env.num_actions})"
+        else:
+            want_shape = (n, *env.action_shape)
+            if shape == want_shape:  # torchrl envs take actions as their spec says
+                return None if on_cpu else _to_cpu
+            want = f"actions of shape {want_shape} (num_envs, *action_shape)"
+        raise PolicyError(
+            ACTION_SHAPE_MSG.format(policy=self.policy, got=shape, dtype=dtype, want=want)
+        )
+
+    def _policy_input(self) -> TensorDictBase:
+        if self.policy_device is not None and self.policy_device.type != "cpu":
+            return self._step_td.to(self.policy_device, non_blocking=True)
+        return self._step_td
+
+    # ----------------------------------------------------------- public API
+    @property
+    def num_envs(self) -> int:
+        return self.env.num_envs
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seed the envs (env i gets ``seed + i``), the random-action sampler and torch.
+
+        Resets every env, so the episodes in progress end here (their frames
+        already delivered stay valid). Returns the next free seed,
+        ``seed + num_envs``. ``static_seed`` is accepted for torchrl parity.
+        """
+        self._check_open()
+        torch.manual_seed(seed)
+        self.env.seed_actions(seed)
+        obs = self.env.reset(seed=seed)
+        self._reset_episodes(obs)
+        return seed + self.env.num_envs
+
+    def update_policy_weights_(
+        self, weights: TensorDictBase | None = None, *, version: int | None = None
+    ) -> None:
+        """Load new policy weights and advance the policy version.
+
+        Args:
+            weights: a TensorDict keyed like the policy's parameters
+                (``TensorDict.from_module(policy)``). ``None`` copies from the
+                module the collector was given when it acts on a copy (another
+                device), and otherwise only advances the version.
+            version: the version these weights are (default: current + 1).
+        """
+        self._check_open()
+        if weights is not None:
+            weights.to_module(self.policy)
+        elif self.policy is not self._user_policy and isinstance(self._user_policy, nn.Module):
+            TensorDict.from_module(self._user_policy).to_module(self.policy)
+        self.policy_version = self.policy_version + 1 if version is None else int(version)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Frame count, trajectory counter, policy version and policy weights."""
+        state: dict[str, Any] = {
+            "frames": self._frames,
+            "next_traj_id": self._next_traj_id,
+            "policy_version": self.policy_version,
+        }
+        if isinstance(self.policy, nn.Module) and self.policy is not self._random_policy:
+            state["policy_state_dict"] = self.policy.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._frames = int(state["frames"])
+        self._next_traj_id = int(state["next_traj_id"])
+        self.policy_version = int(state["policy_version"])
+        if "policy_state_dict" in state:
+            self.policy.load_state_dict(state["policy_state_dict"])
+
+    def collect(self, frames: int, *, random: bool = False) -> TensorDictBase:
+        """Collect exactly ``frames`` frames (a multiple of ``num_envs``) outside the budget.
+
+        This is what a remote worker runs per task; the frame budget of the
+        iterator is not touched.
+        """
+        self._check_open()
+        n = self.env.num_envs
+        if frames <= 0 or frames % n:
+            raise ConfigError(
+                [
+                    bad_value(
+                        "frames",
+                        frames,
+                        DIVISIBLE_MSG.format(n=n, lo=_lo(frames, n), hi=_lo(frames, n) + n),
+                    )
+                ]
+            )
+        batch = self._rollout(frames // n, random=random)
+        if self.split_trajs:
+            from torchrl.collectors.utils import split_trajectories
+
+            batch = split_trajectories(batch)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        return batch
+
+    def _next_batch(self) -> TensorDictBase | None:
+        remaining = self.remaining_frames
+        frames = (
+            self.frames_per_batch if remaining is None else min(self.frames_per_batch, remaining)
+        )
+        if frames <= 0:
+            return None
+        batch = self.collect(frames, random=self._frames < self.init_random_frames)
+        self._frames += frames
+        return batch
+
+    def _shutdown(self) -> None:
+        self.env.close()
+
+    # ------------------------------------------------------------- hot loop
+    def _reset_episodes(self, obs: dict[NestedKey, np.ndarray]) -> None:
+        """Start fresh episodes in every env (after a full reset)."""
+        n = self.env.num_envs
+        for key, arr in self._step_np.items():
+            arr[:] = obs[key]
+        self._obs = obs
+        self._traj_ids = np.arange(self._next_traj_id, self._next_traj_id + n, dtype=np.int64)
+        self._next_traj_id += n
+        self._ep_return = np.zeros(n, dtype=np.float64)
+        self._ep_length = np.zeros(n, dtype=np.int64)
+        for key, _ in self._carried:
+            self._step_td.get(key).zero_()
+        if self._use_is_init:
+            self._step_td.get("is_init").fill_(True)
+
+    def _episode_bookkeeping(self, views: dict[NestedKey, np.ndarray]) -> None:
+        """Fill done, running episode return and length, and trajectory ids for a batch.
+
+        Done once per batch with numpy cumulative sums instead of five writes
+        per step in the hot loop. Episodes carried over from the previous batch
+        continue their return, length and trajectory id.
+        """
+        term = views[("next", "terminated")][..., 0]
+        done = views[("next", "done")][..., 0]
+        np.logical_or(term, views[("next", "truncated")][..., 0], out=done)
+        n, steps = done.shape
+        reward = views[("next", "reward")][..., 0].astype(np.float64)
+        tpos = np.arange(steps)
+        # index of the last episode end strictly before t (-1: none in this batch)
+        ends = np.where(done, tpos, -1)
+        prev_end = np.empty_like(ends)
+        prev_end[:, 0] = -1
+        np.maximum.accumulate(ends[:, :-1], axis=1, out=prev_end[:, 1:])
+        started_here = prev_end >= 0
+        rows = np.arange(n)[:, None]
+        csum = np.cumsum(reward, axis=1)
+        base = np.where(
+            started_here, csum[rows, np.maximum(prev_end, 0)], -self._ep_return[:, None]
+        )
+        running = csum - base
+        views[("next", "episode_return")][..., 0] = running
+        views[("next", "episode_length")][..., 0] = np.where(
+            started_here, tpos - prev_end, tpos + 1 + self._ep_length[:, None]
+        )
+        # trajectory ids: segment k >= 1 of row i gets next_id + (segments in rows < i) + k - 1
+        segment = np.cumsum(done, axis=1) - done
+        ends_per_row = done.sum(axis=1)
+        offset = np.concatenate([[0], np.cumsum(ends_per_row)[:-1]]) + self._next_traj_id
+        views[("collector", "traj_ids")][:] = np.where(
+            segment == 0, self._traj_ids[:, None], offset[:, None] + segment - 1
+        )
+        # carry the episodes in progress into the next batch
+        last_done = done[:, -1]
+        self._ep_return = np.where(last_done, 0.0, running[:, -1])
+        self._ep_length = np.where(last_done, 0, views[("next", "episode_length")][:, -1, 0])
+        self._traj_ids = np.where(ends_per_row > 0, offset + ends_per_row - 1, self._traj_ids)
+        self._next_traj_id += int(ends_per_row.sum())
+
+    def _alloc(
+        self, steps: int, out_keys: list[NestedKey]
+    ) -> tuple[TensorDict, dict[NestedKey, np.ndarray]]:
+        """One batch of buffers on the CPU, [N, steps, ...], with numpy views to write them."""
+        n = self.env.num_envs
+        tensors: dict[NestedKey, torch.Tensor] = {}
+        for key, (shape, dtype) in self.env.observation_spec.items():
+            t = torch.from_numpy(np.empty((n, steps, *shape), dtype=dtype))
+            tensors[key] = t
+            tensors[_next(key)] = torch.from_numpy(np.empty((n, steps, *shape), dtype=dtype))
+        for key in self._state_keys:
+            ref = self._step_td.get(key)
+            tensors[key] = torch.empty(n, steps, *ref.shape[1:], dtype=ref.dtype)
+        for key in out_keys:
+            shape, dtype = self._out_specs[key]
+            tensors[key] = torch.empty(n, steps, *shape, dtype=dtype)
+        tensors[("next", "reward")] = torch.empty(n, steps, 1, dtype=torch.float32)
+        for key in ("done", "terminated", "truncated"):
+            tensors[("next", key)] = torch.empty(n, steps, 1, dtype=torch.bool)
+        tensors[("next", "episode_return")] = torch.empty(n, steps, 1, dtype=torch.float32)
+        tensors[("next", "episode_length")] = torch.empty(n, steps, 1, dtype=torch.int64)
+        tensors[("collector", "traj_ids")] = torch.empty(n, steps, dtype=torch.int64)
+        views = {k: v.numpy() for k, v in tensors.items()}
+        td = TensorDict(batch_size=[n, steps])
+        for k, v in tensors.items():
+            td.set(k, v)
+        return td, views
+
+    def _rollout(self, steps: int, *, random: bool) -> TensorDictBase:
+        env, n = self.env, self.env.num_envs
+        if self.reset_at_each_iter:
+            self._reset_episodes(env.reset())
+        # Everything below is decided once per batch, not per step.
+        policy = self._random_policy if random else self.policy
+        out_keys = ["action"] if random else self._out_keys
+        to_env = None if random else self._action_to_env
+        carried = [] if random else self._carried
+        td, views = self._alloc(steps, out_keys)
+        obs_views = [(k, views[k], views[_next(k)]) for k in env.observation_spec]
+        state_views = [(k, views[k]) for k in self._state_keys]
+        out_views = [(k, views[k]) for k in out_keys]
+        out_to_cpu = (
+            self.policy_device is not None and self.policy_device.type != "cpu" and not random
+        )
+        v_reward = views[("next", "reward")][..., 0]
+        v_term, v_trunc = (
+            views[("next", "terminated")][..., 0],
+            views[("next", "truncated")][..., 0],
+        )
+        max_len = self.max_frames_per_traj
+        steps_in_ep = self._ep_length.copy() if max_len is not None else None
+        step_np, step_td = self._step_np, self._step_td
+        is_init = step_td.get("is_init").numpy() if self._use_is_init else None
+        track_starts = bool(carried) or is_init is not None
+        obs = self._obs
+
+        with torch.inference_mode(), set_exploration_type(self.exploration_type):
+            for t in range(steps):
+                out = policy(self._policy_input())
+                action = out.get("action")
+                for key, view in state_views:
+                    view[:, t] = step_td.get(key).numpy()
+                for key, view in out_views:
+                    value = out.get(key)
+                    view[:, t] = (value.cpu() if out_to_cpu else value).numpy()
+                for key, view, _ in obs_views:
+                    view[:, t] = obs[key]
+                res = env.step(action if to_env is None else to_env(action))
+                for key, _, next_view in obs_views:
+                    next_view[:, t] = res.next_obs[key]
+                truncated = res.truncated
+                obs = res.obs
+                if max_len is not None:
+                    steps_in_ep += 1
+                    forced = (steps_in_ep >= max_len) & ~(res.terminated | truncated)
+                    if forced.any():
+                        truncated = truncated | forced
+                        obs = env.reset_envs(forced)
+                    steps_in_ep[res.terminated | truncated] = 0
+                v_reward[:, t] = res.reward
+                v_term[:, t] = res.terminated
+                v_trunc[:, t] = truncated
+                for key, arr in step_np.items():
+                    arr[:] = obs[key]
+                if track_starts:
+                    done = res.terminated | truncated
+                    for key, next_key in carried:
+                        step_td.set(key, out.get(next_key))
+                        if done.any():
+                            step_td.get(key)[torch.from_numpy(done)] = 0
+                    if is_init is not None:
+                        is_init[:, 0] = done
+        self._obs = obs
+        if carried:  # carried states were produced under inference mode; keep plain tensors
+            for key, _ in carried:
+                step_td.set(key, step_td.get(key).clone())
+
+        self._episode_bookkeeping(views)
+        td.set(
+            ("collector", "policy_version"),
+            torch.full((n, steps), self.policy_version, dtype=torch.int64),
+        )
+        td.set(
+            ("collector", "worker_id"), torch.full((n, steps), self.worker_id, dtype=torch.int64)
+        )
+        if env.batch_shape != torch.Size([n]):
+            td = td.reshape(*env.batch_shape, steps)
+        td.names = [None] * (td.batch_dims - 1) + ["time"]
+        if self.storing_device is not None and self.storing_device.type != "cpu":
+            td = td.to(self.storing_device)
+        return td
+
+
+def _lo(value: int, n: int) -> int:
+    return max(n, value // n * n)
+
+
+def _next(key: NestedKey) -> tuple[str, ...]:
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+def _strip_next(key: NestedKey) -> NestedKey | None:
+    """``("next", k)`` -> ``k``; anything else -> None."""
+    if not (isinstance(key, tuple) and len(key) > 1 and key[0] == "next"):
+        return None
+    return key[1] if len(key) == 2 else key[1:]
+
+
+def _leaf_keys(td: TensorDictBase) -> list[NestedKey]:
+    return list(td.keys(include_nested=True, leaves_only=True))
+
+
+def _policy_in_keys(policy: Any) -> list[NestedKey]:
+    return list(getattr(policy, "in_keys", []) or [])
+
+
+def _to_cpu(action: torch.Tensor) -> torch.Tensor:
+    return action.cpu()
+
+
+def _argmax(action: torch.Tensor) -> torch.Tensor:
+    return action.argmax(-1)
+
+
+def _argmax_cpu(action: torch.Tensor) -> torch.Tensor:
+    return action.argmax(-1).cpu()

@@ -1,0 +1,367 @@
+"""One batched-env interface over what users pass as an environment.
+
+:func:`make_env` accepts a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``,
+a torchrl ``EnvBase``, or a callable returning any of these, and returns a
+:class:`BatchedEnv`: N environments stepped as one batch, speaking numpy.
+
+Two backends:
+
+- :class:`GymVectorEnv`, the fast path: a gymnasium vector env with
+  ``AutoresetMode.SAME_STEP``. A finished env is reset inside the same
+  ``step`` call and gymnasium hands back its final observation in
+  ``infos["final_obs"]``; we return that as the transition's next observation
+  and the reset observation as what the policy sees next. No transition ever
+  spans two episodes.
+- :class:`TorchRLEnv`: any torchrl ``EnvBase`` (``GymEnv``, ``TransformedEnv``,
+  batched envs), stepped with ``step_and_maybe_reset`` so torchrl's own partial
+  reset logic applies.
+
+Both return the same :class:`StepResult`, so the collector has one hot loop.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from tensordict import TensorDict
+
+from fleetrl.errors import EnvError
+
+__all__ = ["BatchedEnv", "GymVectorEnv", "StepResult", "TorchRLEnv", "make_env"]
+
+NestedKey = str | tuple[str, ...]
+
+ENV_TYPE_MSG = (
+    "create_env_fn={value!r} is invalid: pass a gymnasium id (e.g. 'CartPole-v1'), a gymnasium "
+    "Env or VectorEnv, a torchrl EnvBase, or a callable returning one of these"
+)
+UNKNOWN_ID_MSG = (
+    "create_env_fn={value!r} is not a registered gymnasium id ({err}); "
+    "check the spelling or import the package that registers it"
+)
+NEXT_STEP_MSG = (
+    "create_env_fn: the gymnasium VectorEnv {value!r} uses autoreset_mode=NEXT_STEP, which makes a "
+    "bogus transition across every episode end; build it with "
+    "vector_kwargs={{'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP}} (or DISABLED), "
+    "or pass the env id and num_envs instead"
+)
+NUM_ENVS_MSG = (
+    "num_envs={value!r} is invalid for an already built {kind}: it is only used to vectorize a "
+    "gymnasium id or factory; leave num_envs=None (or equal to the env's {n} sub-envs)"
+)
+SPACE_MSG = (
+    "create_env_fn: {which} space {space!r} is not supported on the gymnasium fast path "
+    "(Box, Discrete, MultiDiscrete, MultiBinary are); wrap the env in torchrl's GymWrapper "
+    "to use torchrl's spec conversion"
+)
+
+
+@dataclass
+class StepResult:
+    """One batched step. Arrays have a leading dim of ``num_envs``.
+
+    ``next_obs`` is the observation the transition led to (the final one when
+    the episode ended); ``obs`` is what the policy sees at the next step (the
+    reset observation where an episode ended, else the same as ``next_obs``).
+    """
+
+    next_obs: dict[NestedKey, np.ndarray]
+    obs: dict[NestedKey, np.ndarray]
+    reward: np.ndarray  # float, [N]
+    terminated: np.ndarray  # bool, [N]
+    truncated: np.ndarray  # bool, [N]
+
+
+class BatchedEnv(abc.ABC):
+    """N environments stepped as one batch; numpy in, numpy out."""
+
+    num_envs: int
+    #: env batch dims as the user sees them ([N] for vector envs, [] for a torchrl env with no batch)
+    batch_shape: torch.Size
+    #: observation key -> (per-env shape, numpy dtype)
+    observation_spec: dict[NestedKey, tuple[tuple[int, ...], np.dtype]]
+    #: per-env action shape and dtype the env accepts
+    action_shape: tuple[int, ...]
+    action_dtype: np.dtype
+    #: number of discrete actions, or None for continuous actions
+    num_actions: int | None
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
+        """Reset every env; with a seed, env i is seeded with ``seed + i``."""
+
+    @abc.abstractmethod
+    def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
+        """Reset the envs where ``mask`` is True; return observations for all envs."""
+
+    @abc.abstractmethod
+    def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
+        """Step every env with a batch of actions."""
+
+    @abc.abstractmethod
+    def random_action(self) -> torch.Tensor:
+        """A uniformly random batch of actions, shaped as the policy would write them."""
+
+    @abc.abstractmethod
+    def seed_actions(self, seed: int) -> None:
+        """Seed the random-action sampler."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the envs."""
+
+
+def _space_spec(space: gym.Space, which: str) -> tuple[tuple[int, ...], np.dtype, int | None]:
+    if isinstance(space, gym.spaces.Discrete):
+        return (), np.dtype(np.int64), int(space.n)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return tuple(space.shape), np.dtype(space.dtype), None
+    raise EnvError(SPACE_MSG.format(which=which, space=space))
+
+
+class GymVectorEnv(BatchedEnv):
+    """A gymnasium vector env with same-step autoreset (the fast path).
+
+    Cost per step: the env's own step plus one masked copy of the final
+    observations when an episode ended; nothing is allocated otherwise.
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if mode == AutoresetMode.NEXT_STEP:
+            raise EnvError(NEXT_STEP_MSG.format(value=env))
+        self.env = env
+        self._manual_reset = mode == AutoresetMode.DISABLED
+        self.num_envs = int(env.num_envs)
+        self.batch_shape = torch.Size([self.num_envs])
+        obs_shape, obs_dtype, _ = _space_spec(env.single_observation_space, "observation")
+        self.observation_spec = {"observation": (obs_shape, obs_dtype)}
+        self.action_shape, self.action_dtype, self.num_actions = _space_spec(
+            env.single_action_space, "action"
+        )
+
+    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
+        obs, _ = self.env.reset(seed=seed)
+        return {"observation": obs}
+
+    def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
+        obs, _ = self.env.reset(options={"reset_mask": mask})
+        return {"observation": obs}
+
+    def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
+        if isinstance(action, torch.Tensor):
+            action = action.numpy()
+        obs, reward, terminated, truncated, infos = self.env.step(action)
+        next_obs = obs
+        if self._manual_reset:
+            done = terminated | truncated
+            if done.any():
+                obs = self.reset_envs(done)["observation"]
+        elif "_final_obs" in infos:
+            # gymnasium hands the final observations as an object array; copy only
+            # the finished rows into a fresh array (obs holds the reset ones).
+            next_obs = obs.copy()
+            ended = np.flatnonzero(infos["_final_obs"])
+            next_obs[ended] = np.stack(infos["final_obs"][ended])
+        return StepResult(
+            {"observation": next_obs}, {"observation": obs}, reward, terminated, truncated
+        )
+
+    def random_action(self) -> torch.Tensor:
+        return torch.as_tensor(self.env.action_space.sample())
+
+    def seed_actions(self, seed: int) -> None:
+        self.env.action_space.seed(seed)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _flat_keys(td: TensorDict) -> list[NestedKey]:
+    return list(td.keys(include_nested=True, leaves_only=True))
+
+
+class TorchRLEnv(BatchedEnv):
+    """Any torchrl ``EnvBase``, stepped with ``step_and_maybe_reset``.
+
+    Slower than the gymnasium path (torchrl builds TensorDicts per step) but
+    runs everything torchrl runs: transforms, batched and parallel envs.
+    """
+
+    def __init__(self, env: Any):
+        self.env = env
+        self.batch_shape = torch.Size(env.batch_size)
+        self.num_envs = max(1, self.batch_shape.numel())
+        self._obs_keys = [k for k in env.full_observation_spec.keys(True, True)]
+        self.observation_spec = {}
+        for key in self._obs_keys:
+            spec = env.full_observation_spec[key]
+            shape = tuple(spec.shape[len(self.batch_shape) :])
+            self.observation_spec[key] = (shape, _np_dtype(spec.dtype))
+        action_spec = env.full_action_spec[env.action_key]
+        self.action_shape = tuple(action_spec.shape[len(self.batch_shape) :])
+        self.action_dtype = _np_dtype(action_spec.dtype)
+        n = getattr(action_spec, "n", None)  # Categorical and OneHot specs carry n
+        self.num_actions = int(n) if n is not None else None
+        self._action_key = env.action_key
+        self._td: TensorDict | None = None
+        self._rng: torch.Generator | None = None
+
+    def _obs(self, td: TensorDict) -> dict[NestedKey, np.ndarray]:
+        return {
+            k: td.get(k).reshape(self.num_envs, *self.observation_spec[k][0]).cpu().numpy()
+            for k in self._obs_keys
+        }
+
+    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
+        if seed is not None:
+            self.env.set_seed(seed)
+        self._td = self.env.reset()
+        return self._obs(self._td)
+
+    def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
+        assert self._td is not None
+        reset = torch.as_tensor(mask, device=self.env.device).reshape((*self.batch_shape, 1))
+        td = self._td.clone()
+        td.set("_reset", reset)
+        out = self.env.reset(td)
+        # rows not reset keep their observation
+        self._td = out
+        return self._obs(out)
+
+    def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
+        assert self._td is not None
+        action = torch.as_tensor(action, device=self.env.device)
+        td = self._td
+        td.set(self._action_key, action.reshape(tuple(self.batch_shape) + tuple(action.shape[1:])))
+        out, self._td = self.env.step_and_maybe_reset(td)
+        nxt = out.get("next")
+        n = self.num_envs
+        done_like = nxt.get("terminated", None)
+        if done_like is None:
+            done_like = nxt.get("done")
+        truncated = nxt.get("truncated", None)
+        if truncated is None:
+            truncated = torch.zeros_like(done_like)
+        return StepResult(
+            next_obs=self._obs(nxt),
+            obs=self._obs(self._td),
+            reward=nxt.get("reward").reshape(n).cpu().numpy(),
+            terminated=done_like.reshape(n).cpu().numpy(),
+            truncated=truncated.reshape(n).cpu().numpy(),
+        )
+
+    def random_action(self) -> torch.Tensor:
+        a = self.env.full_action_spec[self._action_key].rand()
+        return a.reshape((self.num_envs, *a.shape[len(self.batch_shape) :])).cpu()
+
+    def seed_actions(self, seed: int) -> None:
+        torch.manual_seed(seed)  # torchrl specs sample from torch's global generator
+
+    def close(self) -> None:
+        if not self.env.is_closed:
+            self.env.close()
+
+
+def _np_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
+def _is_torchrl_env(obj: Any) -> bool:
+    try:
+        from torchrl.envs import EnvBase
+    except ImportError:  # pragma: no cover - torchrl is a dependency
+        return False
+    return isinstance(obj, EnvBase)
+
+
+def make_gym_vector_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
+    """Build a gymnasium sync vector env with same-step autoreset."""
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as err:
+        raise EnvError(UNKNOWN_ID_MSG.format(value=env_id, err=err)) from None
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        **kwargs,
+    )
+
+
+def make_env(
+    create_env_fn: Any,
+    num_envs: int | None = None,
+    create_env_kwargs: dict[str, Any] | None = None,
+) -> BatchedEnv:
+    """Turn what a user passes as an env into a :class:`BatchedEnv`.
+
+    Args:
+        create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
+            torchrl ``EnvBase``, or a callable returning one of these.
+        num_envs: how many copies to vectorize in-process. Used for gymnasium ids
+            and factories (default 1); an already built vector or torchrl env
+            keeps its own batch.
+        create_env_kwargs: keyword arguments for ``create_env_fn`` (or for
+            ``gymnasium.make`` when it is an id).
+
+    Examples:
+        >>> env = make_env("CartPole-v1", num_envs=4)
+        >>> env.num_envs, env.num_actions
+        (4, 2)
+        >>> env.close()
+    """
+    kwargs = dict(create_env_kwargs or {})
+    if isinstance(create_env_fn, str):
+        return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))
+    if isinstance(create_env_fn, gym.vector.VectorEnv):
+        _check_prebuilt_num_envs(num_envs, create_env_fn.num_envs, "gymnasium VectorEnv")
+        return GymVectorEnv(create_env_fn)
+    if isinstance(create_env_fn, gym.Env):
+        if num_envs not in (None, 1):
+            raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind="gymnasium Env", n=1))
+        env = create_env_fn
+        return GymVectorEnv(
+            gym.vector.SyncVectorEnv([lambda: env], autoreset_mode=AutoresetMode.SAME_STEP)
+        )
+    if _is_torchrl_env(create_env_fn):
+        _check_prebuilt_num_envs(num_envs, max(1, create_env_fn.batch_size.numel()), "torchrl env")
+        return TorchRLEnv(create_env_fn)
+    if callable(create_env_fn):
+        return _make_from_factory(create_env_fn, num_envs, kwargs)
+    raise EnvError(ENV_TYPE_MSG.format(value=create_env_fn))
+
+
+def _check_prebuilt_num_envs(num_envs: int | None, n: int, kind: str) -> None:
+    if num_envs is not None and num_envs != n:
+        raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind=kind, n=n))
+
+
+def _make_from_factory(
+    factory: Callable[..., Any], num_envs: int | None, kwargs: dict[str, Any]
+) -> BatchedEnv:
+    first = factory(**kwargs)
+    if isinstance(first, gym.Env) and not isinstance(first, gym.vector.VectorEnv):
+        n = num_envs or 1
+        envs = [first] + [factory(**kwargs) for _ in range(n - 1)]
+        fns = [(lambda e=e: e) for e in envs]
+        return GymVectorEnv(gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP))
+    if num_envs not in (None, 1) and (
+        isinstance(first, gym.vector.VectorEnv) or _is_torchrl_env(first)
+    ):
+        # A factory of batched envs cannot be vectorized again in-process.
+        n = first.num_envs if isinstance(first, gym.vector.VectorEnv) else first.batch_size.numel()
+        if num_envs != n:
+            first.close()
+            raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind=type(first).__name__, n=n))
+    if isinstance(first, (gym.vector.VectorEnv, str)) or _is_torchrl_env(first):
+        return make_env(first, None)
+    raise EnvError(ENV_TYPE_MSG.format(value=factory) + f" (the callable returned {first!r})")

@@ -1,0 +1,84 @@
+"""Turn what a user passes as a policy into an acting module.
+
+A policy is anything that maps a TensorDict to a TensorDict (a
+``TensorDictModule`` or ``TensorDictSequential`` usually). A plain
+``nn.Module`` is wrapped to read ``"observation"`` and write ``"action"``;
+``None`` acts uniformly at random from the env's action space.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from torch import nn
+
+from fleetrl.errors import PolicyError
+
+__all__ = ["RandomPolicy", "as_policy", "policy_weights"]
+
+POLICY_TYPE_MSG = (
+    "policy={value!r} is invalid: pass a TensorDictModule (or any callable mapping a TensorDict "
+    "to a TensorDict), a plain nn.Module (wrapped to read 'observation' and write 'action'), "
+    "or None for a uniform random policy"
+)
+
+
+class RandomPolicy(TensorDictModuleBase):
+    """Writes a uniformly random ``"action"`` drawn from the env's action space.
+
+    Args:
+        sample: a callable returning a batch of random actions (the env's
+            ``random_action``); sampling happens on the CPU.
+    """
+
+    in_keys: list = []
+    out_keys: list = ["action"]
+
+    def __init__(self, sample: Any):
+        super().__init__()
+        self.sample = sample
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict.set("action", self.sample().to(tensordict.device or "cpu"))
+
+
+def as_policy(policy: Any) -> Any:
+    """Return an acting module for ``policy`` (``None`` stays ``None``: the
+    collector builds a :class:`RandomPolicy` once it has an env).
+
+    Examples:
+        >>> from torch import nn
+        >>> module = as_policy(nn.Linear(4, 2))
+        >>> module.in_keys, module.out_keys
+        (['observation'], ['action'])
+    """
+    if policy is None or isinstance(policy, TensorDictModuleBase):
+        return policy
+    if isinstance(policy, nn.Module):
+        return TensorDictModule(policy, in_keys=["observation"], out_keys=["action"])
+    if callable(policy):
+        return policy
+    raise PolicyError(POLICY_TYPE_MSG.format(value=policy))
+
+
+def policy_weights(policy: Any) -> TensorDictBase | None:
+    """The policy's parameters and buffers as a TensorDict (None when it has none)."""
+    from tensordict import TensorDict
+
+    if not isinstance(policy, nn.Module):
+        return None
+    weights = TensorDict.from_module(policy)
+    if weights.is_empty():
+        return None
+    return weights
+
+
+def module_device(policy: Any) -> torch.device | None:
+    """The device of the policy's first parameter, or None."""
+    if isinstance(policy, nn.Module):
+        for p in policy.parameters():
+            return p.device
+    return None

@@ -1,0 +1,36 @@
+"""Policies used across tests."""
+
+from __future__ import annotations
+
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.modules import ProbabilisticActor
+
+
+def mlp(obs_dim: int = 4, out: int = 2, hidden: int = 32) -> nn.Module:
+    return nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, out))
+
+
+def categorical_actor(obs_dim: int = 4, num_actions: int = 2) -> ProbabilisticActor:
+    return ProbabilisticActor(
+        TensorDictModule(mlp(obs_dim, num_actions), in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+
+
+class ConstantAction(nn.Module):
+    """Always action ``value``; carries one parameter so weight updates are visible."""
+
+    def __init__(self, value: int = 1):
+        super().__init__()
+        self.value = nn.Parameter(torch.tensor(float(value)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value.round().long().expand(obs.shape[0]).clone()
+
+
+def constant_policy(value: int = 1) -> TensorDictModule:
+    return TensorDictModule(ConstantAction(value), in_keys=["observation"], out_keys=["action"])
