@@ -1,6 +1,12 @@
 """fleetrl: TensorDict-centric distributed RL collection and training on Ray."""
 
-from fleetrl.collectors import DataCollectorBase, EpisodeStats, SyncDataCollector, episode_stats
+from fleetrl.collectors import (
+    DataCollectorBase,
+    EpisodeStats,
+    RayCollector,
+    SyncDataCollector,
+    episode_stats,
+)
 from fleetrl.envs import BatchedEnv, make_env
 from fleetrl.errors import (
     CollectorClosedError,
@@ -22,6 +28,7 @@ __all__ = [
     "FleetError",
     "PolicyError",
     "RandomPolicy",
+    "RayCollector",
     "SyncDataCollector",
     "WorkerError",
     "as_policy",

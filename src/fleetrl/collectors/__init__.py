@@ -1,6 +1,13 @@
 """Collectors: one process (:class:`SyncDataCollector`) or Ray actors (:class:`RayCollector`)."""
 
 from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats
+from fleetrl.collectors.ray import RayCollector
 from fleetrl.collectors.sync import SyncDataCollector
 
-__all__ = ["DataCollectorBase", "EpisodeStats", "SyncDataCollector", "episode_stats"]
+__all__ = [
+    "DataCollectorBase",
+    "EpisodeStats",
+    "RayCollector",
+    "SyncDataCollector",
+    "episode_stats",
+]

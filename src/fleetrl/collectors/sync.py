@@ -384,11 +384,20 @@ class SyncDataCollector(DataCollectorBase):
         if "policy_state_dict" in state:
             self.policy.load_state_dict(state["policy_state_dict"])
 
-    def collect(self, frames: int, *, random: bool = False) -> TensorDictBase:
-        """Collect exactly ``frames`` frames (a multiple of ``num_envs``) outside the budget.
+    def collect(
+        self,
+        frames: int,
+        *,
+        random: bool = False,
+        min_frames: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> TensorDictBase:
+        """Collect ``frames`` frames (a multiple of ``num_envs``) outside the iterator's budget.
 
-        This is what a remote worker runs per task; the frame budget of the
-        iterator is not touched.
+        This is what a remote worker runs per task. With ``should_stop``, the
+        rollout stops early, once it holds at least ``min_frames`` frames, at the
+        first step where ``should_stop()`` is true (straggler preemption); the
+        batch is then shorter in time. The check costs one call per step.
         """
         self._check_open()
         n = self.env.num_envs
@@ -402,7 +411,10 @@ class SyncDataCollector(DataCollectorBase):
                     )
                 ]
             )
-        batch = self._rollout(frames // n, random=random)
+        min_steps = frames // n if min_frames is None else max(1, -(-min_frames // n))
+        batch = self._rollout(
+            frames // n, random=random, min_steps=min_steps, should_stop=should_stop
+        )
         if self.split_trajs:
             from torchrl.collectors.utils import split_trajectories
 
@@ -512,7 +524,14 @@ class SyncDataCollector(DataCollectorBase):
             td.set(k, v)
         return td, views
 
-    def _rollout(self, steps: int, *, random: bool) -> TensorDictBase:
+    def _rollout(
+        self,
+        steps: int,
+        *,
+        random: bool,
+        min_steps: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> TensorDictBase:
         env, n = self.env, self.env.num_envs
         if self.reset_at_each_iter:
             self._reset_episodes(env.reset())
@@ -540,8 +559,13 @@ class SyncDataCollector(DataCollectorBase):
         track_starts = bool(carried) or is_init is not None
         obs = self._obs
 
+        stop_from = steps if should_stop is None or min_steps is None else min_steps
+        done_steps = steps
         with torch.inference_mode(), set_exploration_type(self.exploration_type):
             for t in range(steps):
+                if t >= stop_from and should_stop():
+                    done_steps = t
+                    break
                 out = policy(self._policy_input())
                 action = out.get("action")
                 for key, view in state_views:
@@ -581,6 +605,10 @@ class SyncDataCollector(DataCollectorBase):
             for key, _ in carried:
                 step_td.set(key, step_td.get(key).clone())
 
+        if done_steps < steps:  # preempted: keep the steps collected
+            td = td[:, :done_steps]
+            views = {k: v[:, :done_steps] for k, v in views.items()}
+            steps = done_steps
         self._episode_bookkeeping(views)
         td.set(
             ("collector", "policy_version"),

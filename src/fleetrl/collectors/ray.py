@@ -1,0 +1,920 @@
+"""RayCollector: remote collector actors on Ray behind one iterable of TensorDict batches.
+
+Two modes, chosen with ``sync``:
+
+- ``sync=True``: each round, every worker collects its share of
+  ``frames_per_batch`` (``frames_per_batch / num_collectors`` frames each); the
+  batches are stacked along a leading collector dim, ``[num_collectors,
+  *env_batch, time]``. A ``("collector", "mask")`` marks the steps collected:
+  shares can end unequal when stragglers are preempted (``fraction_workers``,
+  ``fraction_samples``), and padded steps are False. Frames are counted from
+  the mask, i.e. from what was delivered.
+- ``sync=False``: first ready, first served. Each task is one worker's batch of
+  ``frames_per_batch`` frames.
+
+Frame accounting is exact: a task is issued only for frames the budget still
+holds, the last task asks for exactly the remainder, and a task lost with its
+worker is issued again. So the iterator yields exactly ``ceil(total_frames /
+frames_per_batch)`` batches (sync mode with preemption: rounds go on until the
+frames delivered reach ``total_frames``, so there can be more), and every frame
+delivered is counted once.
+
+Pipelining (``prefetch``): with ``prefetch=1`` (the default) a worker starts
+its next batch as soon as it has handed one over, while the learner works on
+it; such a batch was collected with the weights published before that
+learner step, so its policy lag is 1 version when weights are published after
+every batch. ``prefetch=0`` is strictly on-policy (lag 0), at the cost of
+idle workers during learning. ``prefetch=p`` keeps up to p tasks in flight per
+worker.
+
+Weights: :meth:`update_policy_weights_` publishes a version with one
+``ray.put``; each worker receives it with its next task, only if it lacks it.
+``max_weight_update_interval=k`` also makes a worker check for a newer
+version at the start of a task at least every k tasks, so a task queued
+before a publish still starts with the newest weights.
+
+Fault tolerance: a worker whose actor dies (killed, crashed, node lost) is
+replaced by a new actor with the same worker id; it receives the current
+weights with its first task and the tasks lost with the old actor are issued
+to it again. An exception raised inside a worker (e.g. by the env) is not a
+death: it surfaces as :class:`~fleetrl.errors.WorkerError` with the worker id
+and the remote traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+from ray.exceptions import RayActorError, RayTaskError
+from tensordict import TensorDictBase, pad
+from torchrl.envs.utils import ExplorationType
+
+from fleetrl.collectors.base import DataCollectorBase, as_exploration_type
+from fleetrl.collectors.sync import SyncDataCollector
+from fleetrl.collectors.weights import WeightStore
+from fleetrl.collectors.worker import CollectorWorker, Compression, TaskResult, unpack_batch
+from fleetrl.errors import ConfigError, Problems, WorkerError
+from fleetrl.policies import as_policy, policy_weights
+
+__all__ = ["RayCollector"]
+
+logger = logging.getLogger(__name__)
+
+COLLECTOR_CLASS_MSG = (
+    "must be fleetrl.SyncDataCollector (or a subclass) or a torchrl collector class "
+    "(torchrl.collectors.Collector, MultiSyncCollector, MultiAsyncCollector)"
+)
+RESOURCES_MSG = (
+    "the {count} collectors ask for {asked:g} {name} in all but the Ray cluster has {have:g}; "
+    "lower the request per collector (e.g. remote_configs={{'num_cpus': 0.5}}), use fewer "
+    "collectors, or add nodes"
+)
+NODE_RESOURCES_MSG = (
+    "collector {index} asks for {asked:g} {name} but no Ray node has more than {have:g}; "
+    "lower remote_configs[{index}]['{key}']"
+)
+SYNC_SHARE_MSG = (
+    "sync=True splits each batch evenly: frames_per_batch / num_collectors = {share} frames per "
+    "collector must be a multiple of each collector's {n} envs; use frames_per_batch={lo} or {hi}"
+)
+SYNC_ENVS_MSG = (
+    "sync=True stacks the collectors' batches, so every collector needs the same number of envs; "
+    "got {counts}"
+)
+TOTAL_ENVS_MSG = (
+    "total_frames={total} is not a multiple of the collectors' {n} envs; use {lo} or {hi}"
+)
+
+
+def _default_remote_config() -> dict[str, Any]:
+    return {"num_cpus": 1}
+
+
+@dataclass
+class _Task:
+    worker: int
+    frames: int
+    random: bool
+    round_id: int = -1
+    min_frames: int | None = None
+
+
+@dataclass
+class _Slot:
+    """One worker: its actor, its creation arguments, what it has in flight."""
+
+    worker_id: int
+    env_fn: Any
+    kwargs: dict[str, Any]
+    remote_config: dict[str, Any]
+    handle: Any = None
+    incarnation: int = 0
+    version: int = 0  # newest weights version sent to it
+    num_envs: int | None = None
+    node_id: str | None = None
+    inflight: list[Any] = field(default_factory=list)
+    frames: int = 0
+    restarts: int = 0
+    seed: int | None = None
+
+
+@dataclass
+class _Round:
+    round_id: int
+    refs: dict[int, Any]  # worker id -> ref of its task for this round
+    shares: dict[int, int]
+    preempt_sent: bool = False
+
+
+class RayCollector(DataCollectorBase):
+    """Distributed collection on Ray: remote collector actors behind one iterable.
+
+    Accepts torchrl's ``RayCollector`` arguments with the same meaning (switch by
+    changing the import), plus ``prefetch``, ``fraction_samples``,
+    ``fraction_workers`` and ``compress``.
+
+    Args:
+        create_env_fn: an env (or factory) for every collector, or a list with
+            one per collector. Anything :class:`SyncDataCollector` accepts.
+        policy: a ``TensorDictModule``, a plain ``nn.Module``, or ``None``
+            (random). Its weights are what :meth:`update_policy_weights_` publishes.
+
+    Keyword Args:
+        frames_per_batch: frames per yielded batch (sync: summed over collectors).
+        total_frames: frame budget; -1 is endless.
+        num_collectors: number of remote collectors (default: the length of
+            ``create_env_fn`` when it is a list, else 1).
+        collector_class: :class:`SyncDataCollector` (default) or a torchrl
+            collector class.
+        collector_kwargs: extra keyword arguments for each collector (a dict,
+            or a list with one per collector).
+        num_workers_per_collector: copies of the env per collector (for
+            fleetrl's collector: ``num_envs`` stepped as one batch; for torchrl
+            classes: a list of env factories, as torchrl does).
+        sync: stack all collectors' batches (True) or serve them first-ready (False).
+        ray_init_config: ``ray.init`` arguments when Ray is not running yet
+            (``{"address": ...}`` attaches to a cluster). The dashboard is off by default.
+        remote_configs: Ray actor options per collector (dict or list), default
+            ``{"num_cpus": 1}``.
+        update_after_each_batch: publish the local policy's weights before
+            collecting past each yielded batch.
+        max_weight_update_interval: a worker checks for newer weights at least
+            every this many tasks (-1: only the push with each task).
+        prefetch: tasks each worker may run ahead of the consumer (0:
+            strictly on-policy; 1: default, policy lag of at most one version).
+        fraction_samples: sync mode; a preempted straggler stops once it holds
+            at least this fraction of its share.
+        fraction_workers: sync mode; once this fraction of the collectors have
+            finished a round, the others are preempted.
+        compress: ``None``, ``"lz4"`` or ``"zstd"``: lossless compression of
+            batches sent by workers; bytes saved are in :meth:`stats`.
+        device, storing_device, env_device, policy_device: as in
+            :class:`SyncDataCollector`; a single value or a list per collector.
+        max_frames_per_traj, init_random_frames, reset_at_each_iter,
+            split_trajs, postproc, exploration_type: as in
+            :class:`SyncDataCollector`. ``split_trajs`` and ``postproc`` run in
+            this process on each yielded batch; ``init_random_frames`` counts
+            frames over all collectors.
+
+    Examples:
+        >>> collector = RayCollector("CartPole-v1", None, frames_per_batch=400,
+        ...                          total_frames=1200, num_collectors=2,
+        ...                          num_workers_per_collector=4, sync=True)  # doctest: +SKIP
+        >>> [b.batch_size for b in collector]  # doctest: +SKIP
+        [torch.Size([2, 4, 50]), torch.Size([2, 4, 50]), torch.Size([2, 4, 50])]
+        >>> collector.shutdown()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        device: Any = None,
+        storing_device: Any = None,
+        env_device: Any = None,
+        policy_device: Any = None,
+        max_frames_per_traj: int | None = -1,
+        init_random_frames: int | None = -1,
+        reset_at_each_iter: bool = False,
+        postproc: Any = None,
+        split_trajs: bool = False,
+        exploration_type: ExplorationType | str = ExplorationType.RANDOM,
+        collector_class: Any = SyncDataCollector,
+        collector_kwargs: dict[str, Any] | list[dict[str, Any]] | None = None,
+        num_workers_per_collector: int = 1,
+        sync: bool = False,
+        ray_init_config: dict[str, Any] | None = None,
+        remote_configs: dict[str, Any] | list[dict[str, Any]] | None = None,
+        num_collectors: int | None = None,
+        update_after_each_batch: bool = False,
+        max_weight_update_interval: int = -1,
+        prefetch: int = 1,
+        fraction_samples: float = 1.0,
+        fraction_workers: float = 1.0,
+        compress: str | None = None,
+    ):
+        super().__init__()
+        self._slots: list[_Slot] = []
+        self._started_ray = False
+        self._weights: WeightStore | None = None
+        p = Problems()
+        p.positive_int("frames_per_batch", frames_per_batch)
+        p.positive_int("total_frames", total_frames, allow_minus_one=True)
+        env_fns, kwargs_list, remotes, count = self._per_collector_args(
+            p, create_env_fn, collector_kwargs, remote_configs, num_collectors
+        )
+        p.positive_int("num_workers_per_collector", num_workers_per_collector)
+        self.native = isinstance(collector_class, type) and issubclass(
+            collector_class, SyncDataCollector
+        )
+        if not self.native and not _is_torchrl_collector_class(collector_class):
+            p.add("collector_class", collector_class, COLLECTOR_CLASS_MSG)
+        if sync and count and isinstance(frames_per_batch, int) and frames_per_batch % count:
+            p.add(
+                "frames_per_batch",
+                frames_per_batch,
+                f"sync=True splits each batch across the {count} collectors: must be a multiple of "
+                f"num_collectors ({count}); use {max(count, frames_per_batch // count * count)} "
+                f"or {(frames_per_batch // count + 1) * count}",
+            )
+        for name, value in (
+            ("fraction_samples", fraction_samples),
+            ("fraction_workers", fraction_workers),
+        ):
+            p.check(
+                isinstance(value, (int, float)) and 0 < value <= 1, name, value, "must be in (0, 1]"
+            )
+        if not sync and (fraction_samples != 1.0 or fraction_workers != 1.0):
+            p.add(
+                "fraction_workers" if fraction_workers != 1.0 else "fraction_samples",
+                fraction_workers if fraction_workers != 1.0 else fraction_samples,
+                "straggler preemption only applies to sync=True; leave it at 1.0 for sync=False",
+            )
+        p.check(
+            compress is None or compress in Compression.NAMES,
+            "compress",
+            compress,
+            f"must be None or one of {list(Compression.NAMES)}",
+        )
+        p.check(
+            isinstance(prefetch, int) and prefetch >= 0, "prefetch", prefetch, "must be an int >= 0"
+        )
+        p.check(
+            isinstance(max_weight_update_interval, int)
+            and (max_weight_update_interval == -1 or max_weight_update_interval > 0),
+            "max_weight_update_interval",
+            max_weight_update_interval,
+            "must be -1 (off) or an int > 0",
+        )
+        if init_random_frames not in (None, -1):
+            p.check(
+                isinstance(init_random_frames, int) and init_random_frames >= 0,
+                "init_random_frames",
+                init_random_frames,
+                "must be an int >= 0, -1 or None",
+            )
+        exploration = as_exploration_type(exploration_type, p)
+        p.check(
+            postproc is None or callable(postproc),
+            "postproc",
+            postproc,
+            "must be a callable or None",
+        )
+        try:
+            self.policy = as_policy(policy)
+        except ConfigError as err:  # pragma: no cover - as_policy raises PolicyError
+            p.items.extend(err.problems)
+        except ValueError as err:
+            p.items.append(str(err))
+        devices = {}
+        for name, value in (
+            ("device", device),
+            ("storing_device", storing_device),
+            ("env_device", env_device),
+            ("policy_device", policy_device),
+        ):
+            devices[name] = self._per_collector(p, name, value, count)
+        p.raise_if_any()
+
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.sync = sync
+        self.collector_class = collector_class
+        self.num_workers_per_collector = num_workers_per_collector
+        self.update_after_each_batch = update_after_each_batch
+        self.max_weight_update_interval = max_weight_update_interval
+        self.prefetch = prefetch
+        self.fraction_samples = float(fraction_samples)
+        self.fraction_workers = float(fraction_workers)
+        self.compress = compress
+        self.split_trajs = split_trajs
+        self.postproc = postproc
+        self.init_random_frames = 0 if init_random_frames in (None, -1) else init_random_frames
+        self._common = {
+            "max_frames_per_traj": max_frames_per_traj,
+            "reset_at_each_iter": reset_at_each_iter,
+            "exploration_type": exploration,
+        }
+        self._devices = devices
+
+        self._init_ray(ray_init_config)
+        self._check_resources(remotes)
+        self._weights = WeightStore(with_board=max_weight_update_interval > 0)
+        self._policy_ref = ray.put(self.policy)
+        # bookkeeping
+        self._pending: dict[Any, _Task] = {}
+        self._rounds: deque[_Round] = deque()
+        self._round_counter = 0
+        self._issued = 0  # frames in tasks issued and not yet delivered
+        self._yielded = False
+        self._stats = {
+            "batches": 0,
+            "lags": [],
+            "bytes_raw": 0,
+            "bytes_sent": 0,
+            "preempted_tasks": 0,
+            "collect_s": 0.0,
+        }
+        try:
+            self._add_slots(env_fns, kwargs_list, remotes, first_index=0)
+        except BaseException:
+            self._shutdown()
+            raise
+
+    # --------------------------------------------------------------- checks
+    @staticmethod
+    def _per_collector_args(
+        p: Problems,
+        create_env_fn: Any,
+        collector_kwargs: Any,
+        remote_configs: Any,
+        num_collectors: Any,
+    ) -> tuple[list[Any], list[dict[str, Any]], list[dict[str, Any]], int]:
+        count = num_collectors
+        if count is None:
+            count = len(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else 1
+        if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
+            p.add(
+                "num_collectors",
+                num_collectors,
+                "must be an int > 0 (or None: one per env factory)",
+            )
+            return [], [], [], 0
+
+        def expand(name: str, value: Any, default: Any) -> list[Any]:
+            if isinstance(value, (list, tuple)):
+                if len(value) != count:
+                    p.add(
+                        name,
+                        f"<list of {len(value)}>",
+                        f"a list must have one entry per collector (num_collectors={count}), or pass "
+                        "a single value shared by all",
+                    )
+                    return [default] * count
+                return list(value)
+            return [value if value is not None else default for _ in range(count)]
+
+        env_fns = expand("create_env_fn", create_env_fn, None)
+        kwargs_list = [dict(k or {}) for k in expand("collector_kwargs", collector_kwargs, None)]
+        remotes = [
+            dict(r) if r is not None else _default_remote_config()
+            for r in expand("remote_configs", remote_configs, None)
+        ]
+        for i, kw in enumerate(kwargs_list):
+            if not isinstance(kw, dict):
+                p.add(f"collector_kwargs[{i}]", kw, "must be a dict")
+        return env_fns, kwargs_list, remotes, count
+
+    @staticmethod
+    def _per_collector(p: Problems, name: str, value: Any, count: int) -> list[Any]:
+        if isinstance(value, (list, tuple)):
+            if len(value) != count:
+                p.add(name, value, f"a list must have one device per collector ({count})")
+                return [None] * count
+            return list(value)
+        return [value] * count
+
+    def _init_ray(self, ray_init_config: dict[str, Any] | None) -> None:
+        config = dict(ray_init_config or {})
+        if ray.is_initialized():
+            if config:
+                logger.warning(
+                    "Ray is already initialized; ray_init_config=%r is not applied", config
+                )
+            return
+        if "address" not in config:
+            config.setdefault("include_dashboard", False)
+        ray.init(**config)
+        self._started_ray = True
+
+    def _check_resources(self, remotes: list[dict[str, Any]]) -> None:
+        """Refuse requests the cluster can never satisfy, before any actor starts."""
+        total = ray.cluster_resources()
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        asked: dict[str, float] = {}
+        p = Problems()
+        for index, config in enumerate(remotes):
+            wants = {"CPU": config.get("num_cpus", 1), "GPU": config.get("num_gpus", 0) or 0}
+            wants.update(config.get("resources") or {})
+            if config.get("memory"):
+                wants["memory"] = config["memory"]
+            for name, amount in wants.items():
+                if not amount:
+                    continue
+                asked[name] = asked.get(name, 0) + amount
+                best = max((n.get(name, 0) for n in nodes), default=0)
+                if amount > best:
+                    key = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, name)
+                    p.add(
+                        f"remote_configs[{index}]",
+                        config,
+                        NODE_RESOURCES_MSG.format(
+                            index=index, asked=amount, name=name, have=best, key=key
+                        ),
+                    )
+        for name, amount in asked.items():
+            have = total.get(name, 0)
+            if amount > have:
+                p.add(
+                    "remote_configs",
+                    remotes[0] if len(remotes) == 1 else "<per collector>",
+                    RESOURCES_MSG.format(count=len(remotes), asked=amount, name=name, have=have),
+                )
+        p.raise_if_any()
+
+    # -------------------------------------------------------------- workers
+    def _worker_kwargs(self, slot: _Slot) -> dict[str, Any]:
+        i = slot.worker_id % max(1, len(self._devices["device"]))
+        kwargs = {"create_env_fn": slot.env_fn, **self._common}
+        for name, values in self._devices.items():
+            if values[i] is not None:
+                kwargs[name] = values[i]
+        if self.native:
+            if self.num_workers_per_collector > 1:
+                kwargs["num_envs"] = self.num_workers_per_collector
+        else:
+            kwargs["split_trajs"] = False
+            if self.init_random_frames:
+                kwargs["init_random_frames"] = -1
+            if self.num_workers_per_collector > 1:
+                kwargs["create_env_fn"] = [slot.env_fn] * self.num_workers_per_collector
+            if kwargs.get("max_frames_per_traj") is None:
+                kwargs["max_frames_per_traj"] = -1
+        kwargs.update(slot.kwargs)
+        return kwargs
+
+    def _task_frames(self) -> int:
+        return self.frames_per_batch // len(self._slots) if self.sync else self.frames_per_batch
+
+    def _start_actor(self, slot: _Slot) -> Any:
+        options = {**slot.remote_config, "max_restarts": 0, "max_task_retries": 0}
+        actor_cls = _remote_worker_class().options(**options)
+        kwargs = self._worker_kwargs(slot)
+        kwargs["policy"] = None  # travels separately, as one object in Ray's store
+        return actor_cls.remote(
+            slot.worker_id,
+            slot.incarnation,
+            self.collector_class,
+            kwargs,
+            self._policy_ref,
+            self._task_frames() if self.sync else self.frames_per_batch,
+            self.compress,
+            self._weights.board if self._weights else None,
+            self.max_weight_update_interval,
+        )
+
+    def _wait_ready(self, slots: list[_Slot]) -> None:
+        refs = [s.handle.info.remote() for s in slots]
+        for slot, ref in zip(slots, refs):
+            try:
+                info = ray.get(ref)
+            except (RayActorError, RayTaskError) as err:
+                raise WorkerError(slot.worker_id, _remote_cause(err)) from None
+            slot.num_envs, slot.node_id = info["num_envs"], info["node_id"]
+
+    def _add_slots(
+        self,
+        env_fns: list[Any],
+        kwargs_list: list[dict[str, Any]],
+        remotes: list[dict[str, Any]],
+        first_index: int,
+    ) -> list[_Slot]:
+        slots = [
+            _Slot(worker_id=first_index + i, env_fn=fn, kwargs=kw, remote_config=rc)
+            for i, (fn, kw, rc) in enumerate(zip(env_fns, kwargs_list, remotes))
+        ]
+        self._slots.extend(slots)
+        for slot in slots:
+            slot.handle = self._start_actor(slot)
+        self._wait_ready(slots)
+        self._check_env_counts()
+        return slots
+
+    def _check_env_counts(self) -> None:
+        counts = [s.num_envs for s in self._slots]
+        if not self.native or None in counts:
+            return
+        p = Problems()
+        if self.sync:
+            if len(set(counts)) > 1:
+                p.add("collector_kwargs", "<per collector>", SYNC_ENVS_MSG.format(counts=counts))
+            n, m = counts[0], len(self._slots)
+            share = self.frames_per_batch // m
+            if share % n:
+                lo = max(m * n, self.frames_per_batch // (m * n) * (m * n))
+                p.add(
+                    "frames_per_batch",
+                    self.frames_per_batch,
+                    SYNC_SHARE_MSG.format(share=share, n=n, lo=lo, hi=lo + m * n),
+                )
+        else:
+            for s in self._slots:
+                if self.frames_per_batch % s.num_envs:
+                    p.add(
+                        "frames_per_batch",
+                        self.frames_per_batch,
+                        f"must be a multiple of collector {s.worker_id}'s {s.num_envs} envs",
+                    )
+        n = math.lcm(*counts)
+        if self.total_frames != -1 and self.total_frames % n:
+            lo = max(n, self.total_frames // n * n)
+            p.add(
+                "total_frames",
+                self.total_frames,
+                TOTAL_ENVS_MSG.format(total=self.total_frames, n=n, lo=lo, hi=lo + n),
+            )
+        p.raise_if_any()
+
+    def _replace(self, slot: _Slot) -> None:
+        """Replace a dead worker: new actor, same id; its lost tasks are issued again."""
+        lost = [(ref, self._pending.pop(ref)) for ref in slot.inflight if ref in self._pending]
+        slot.inflight.clear()
+        try:
+            ray.kill(slot.handle)
+        except Exception:  # already gone
+            pass
+        slot.incarnation += 1
+        slot.restarts += 1
+        slot.version = 0
+        logger.warning(
+            "collector worker %d died; starting incarnation %d", slot.worker_id, slot.incarnation
+        )
+        slot.handle = self._start_actor(slot)
+        self._wait_ready([slot])
+        if slot.seed is not None:
+            ray.get(slot.handle.set_seed.remote(slot.seed + 1_000_003 * slot.incarnation))
+        for old_ref, task in lost:
+            new_ref = self._submit(task)
+            for rnd in self._rounds:
+                if rnd.refs.get(slot.worker_id) is old_ref:
+                    rnd.refs[slot.worker_id] = new_ref
+                    if rnd.preempt_sent:
+                        slot.handle.preempt.remote(rnd.round_id)
+
+    def _submit(self, task: _Task) -> Any:
+        slot = self._slots[task.worker]
+        version, weights_ref = self._weights.for_worker(slot.version)
+        ref = slot.handle.collect.remote(
+            task.frames,
+            version,
+            weights_ref,
+            random=task.random,
+            round_id=task.round_id,
+            min_frames=task.min_frames,
+        )
+        slot.version = version
+        slot.inflight.append(ref)
+        self._pending[ref] = task
+        return ref
+
+    def _budget(self) -> int | None:
+        if self.total_frames == -1:
+            return None
+        return self.total_frames - self._frames - self._issued
+
+    def _random_next(self) -> bool:
+        return self._frames + self._issued < self.init_random_frames
+
+    def _get(self, ref: Any) -> TaskResult | None:
+        """The result of a task, or None when its worker died (it is then replaced)."""
+        task = self._pending[ref]
+        slot = self._slots[task.worker]
+        try:
+            result = ray.get(ref)
+        except RayTaskError as err:
+            raise WorkerError(task.worker, _remote_cause(err)) from None
+        except RayActorError:
+            self._replace(slot)
+            return None
+        del self._pending[ref]
+        slot.inflight.remove(ref)
+        self._issued -= task.frames
+        return result
+
+    def _receive(self, result: TaskResult, worker: int) -> TensorDictBase:
+        batch = unpack_batch(result.batch) if self.compress else result.batch
+        slot = self._slots[worker]
+        slot.frames += result.frames
+        st = self._stats
+        st["lags"].append(self._weights.version - result.policy_version)
+        st["bytes_raw"] += result.bytes_raw
+        st["bytes_sent"] += result.bytes_sent
+        st["preempted_tasks"] += int(result.preempted)
+        st["collect_s"] += result.collect_s
+        return batch
+
+    # ------------------------------------------------------------ iteration
+    def _next_batch(self) -> TensorDictBase | None:
+        if self.update_after_each_batch and self._yielded:
+            self.update_policy_weights_()
+        batch = self._next_sync() if self.sync else self._next_async()
+        if batch is None:
+            return None
+        self._yielded = True
+        self._stats["batches"] += 1
+        if self.split_trajs:
+            from torchrl.collectors.utils import split_trajectories
+
+            batch = split_trajectories(batch)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        return batch
+
+    def _top_up_async(self, limit: int) -> None:
+        for slot in self._slots:
+            while len(slot.inflight) < limit:
+                budget = self._budget()
+                if budget is not None and budget <= 0:
+                    return
+                frames = (
+                    self.frames_per_batch if budget is None else min(self.frames_per_batch, budget)
+                )
+                self._submit(_Task(slot.worker_id, frames, self._random_next()))
+                self._issued += frames
+
+    def _next_async(self) -> TensorDictBase | None:
+        self._top_up_async(max(1, self.prefetch))
+        while self._pending:
+            ready, _ = ray.wait(list(self._pending), num_returns=1)
+            worker = self._pending[ready[0]].worker
+            result = self._get(ready[0])
+            if result is None:
+                continue
+            batch = self._receive(result, worker)
+            self._frames += result.frames
+            if self.prefetch:
+                self._top_up_async(self.prefetch)
+            return batch
+        return None
+
+    def _start_round(self) -> bool:
+        budget = self._budget()
+        frames = self.frames_per_batch if budget is None else min(self.frames_per_batch, budget)
+        if frames <= 0:
+            return False
+        shares = _split_frames(frames, [s.num_envs or 1 for s in self._slots])
+        preempt = self.fraction_workers < 1.0 or self.fraction_samples < 1.0
+        rnd = _Round(round_id=self._round_counter, refs={}, shares=shares)
+        self._round_counter += 1
+        random = self._random_next()
+        for slot in self._slots:
+            share = shares[slot.worker_id]
+            if share == 0:
+                continue
+            n = slot.num_envs or 1
+            min_frames = None
+            if preempt:
+                min_frames = min(share, max(n, math.ceil(self.fraction_samples * share / n) * n))
+            rnd.refs[slot.worker_id] = self._submit(
+                _Task(slot.worker_id, share, random, round_id=rnd.round_id, min_frames=min_frames)
+            )
+        self._issued += frames
+        self._rounds.append(rnd)
+        return True
+
+    def _next_sync(self) -> TensorDictBase | None:
+        while len(self._rounds) < max(1, self.prefetch) and self._start_round():
+            pass
+        if not self._rounds:
+            return None
+        rnd = self._rounds[0]
+        results = self._gather_round(rnd)
+        self._rounds.popleft()
+        batch, frames = self._stack(rnd, results)
+        self._frames += frames
+        if self.prefetch:
+            while len(self._rounds) < self.prefetch and self._start_round():
+                pass
+        return batch
+
+    def _gather_round(self, rnd: _Round) -> dict[int, TaskResult]:
+        results: dict[int, TaskResult] = {}
+        need = len(rnd.refs)
+        if self.fraction_workers < 1.0 or self.fraction_samples < 1.0:
+            need = max(1, math.ceil(self.fraction_workers * len(rnd.refs)))
+        while len(results) < len(rnd.refs):
+            waiting = {ref: w for w, ref in rnd.refs.items() if w not in results}
+            if len(results) >= need and not rnd.preempt_sent:
+                rnd.preempt_sent = True
+                for w in waiting.values():
+                    self._slots[w].handle.preempt.remote(rnd.round_id)
+            ready, _ = ray.wait(list(waiting), num_returns=1)
+            worker = waiting[ready[0]]
+            task = self._pending[ready[0]]
+            result = self._get(ready[0])
+            if result is None:  # worker replaced, its task re-issued into rnd.refs
+                continue
+            results[worker] = result
+            if result.preempted:
+                logger.debug(
+                    "worker %d preempted with %d of %d frames", worker, result.frames, task.frames
+                )
+        return results
+
+    def _stack(self, rnd: _Round, results: dict[int, TaskResult]) -> tuple[TensorDictBase, int]:
+        batches = {w: self._receive(r, w) for w, r in results.items()}
+        steps = max(b.shape[-1] for b in batches.values())
+        frames = sum(r.frames for r in results.values())
+        template = next(iter(batches.values()))
+        padded = []
+        for slot in self._slots:
+            b = batches.get(slot.worker_id)
+            if b is None:  # no share this round (tiny last round)
+                b = torch.zeros_like(template)[..., :0]
+            t = b.shape[-1]
+            b = b.set(("collector", "mask"), torch.ones(b.shape, dtype=torch.bool))
+            if t < steps:
+                b = pad(b, [0, 0] * (b.batch_dims - 1) + [0, steps - t])
+            b.names = None
+            padded.append(b)
+        out = torch.stack(padded, 0)
+        out.names = [None] * (out.batch_dims - 1) + ["time"]
+        return out, frames
+
+    # ------------------------------------------------------------ public API
+    @property
+    def num_collectors(self) -> int:
+        return len(self._slots)
+
+    @property
+    def policy_version(self) -> int:
+        return self._weights.version if self._weights else 0
+
+    def update_policy_weights_(self, weights: TensorDictBase | None = None) -> int:
+        """Publish a new version of the weights (the local policy's when None); returns it.
+
+        One ``ray.put``; does not wait for any worker. Each worker receives the
+        new version with its next task.
+        """
+        self._check_open()
+        if weights is None:
+            weights = policy_weights(self.policy)
+        if weights is not None:
+            weights = weights.detach().cpu()
+        return self._weights.publish(weights)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed."""
+        self._check_open()
+        for slot in self._slots:
+            slot.seed = seed
+            seed = ray.get(slot.handle.set_seed.remote(seed))
+        return seed
+
+    def state_dict(self) -> dict[str, Any]:
+        self._check_open()
+        return {
+            "frames": self._frames,
+            "policy_version": self.policy_version,
+            "workers": ray.get([s.handle.state_dict.remote() for s in self._slots]),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_open()
+        self._frames = int(state["frames"])
+        self._weights.version = max(self._weights.version, int(state["policy_version"]))
+        ray.get([s.handle.load_state_dict.remote(w) for s, w in zip(self._slots, state["workers"])])
+
+    def add_collectors(
+        self,
+        num_collectors: int = 1,
+        *,
+        create_env_fn: Any = None,
+        collector_kwargs: dict[str, Any] | list[dict[str, Any]] | None = None,
+        remote_configs: dict[str, Any] | list[dict[str, Any]] | None = None,
+    ) -> list[int]:
+        """Start more workers on the live collector; returns their worker ids.
+
+        By default a new worker copies the first worker's env and arguments. In
+        sync mode, ``frames_per_batch`` must still split evenly; new workers take
+        part from the next round on.
+        """
+        self._check_open()
+        p = Problems()
+        env_fn = self._slots[0].env_fn if create_env_fn is None else create_env_fn
+        kwargs = self._slots[0].kwargs if collector_kwargs is None else collector_kwargs
+        remote = self._slots[0].remote_config if remote_configs is None else remote_configs
+        env_fns, kwargs_list, remotes, count = self._per_collector_args(
+            p, env_fn, kwargs, remote, num_collectors
+        )
+        total = len(self._slots) + count
+        if self.sync and self.frames_per_batch % total:
+            p.add(
+                "num_collectors",
+                num_collectors,
+                f"sync=True: frames_per_batch={self.frames_per_batch} must split evenly over the "
+                f"{total} collectors",
+            )
+        p.raise_if_any()
+        self._check_resources([s.remote_config for s in self._slots] + remotes)
+        slots = self._add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
+        return [s.worker_id for s in slots]
+
+    def stats(self) -> dict[str, Any]:
+        """Frames, policy lag, per-worker frames and restarts, compression and preemption counts."""
+        st = self._stats
+        lags = st["lags"]
+        raw, sent = st["bytes_raw"], st["bytes_sent"]
+        return {
+            "frames": self._frames,
+            "batches": st["batches"],
+            "policy_version": self.policy_version,
+            "policy_lag": {
+                "last": lags[-1] if lags else 0,
+                "mean": sum(lags) / len(lags) if lags else 0.0,
+                "max": max(lags) if lags else 0,
+            },
+            "frames_per_worker": {s.worker_id: s.frames for s in self._slots},
+            "restarts": {s.worker_id: s.restarts for s in self._slots},
+            "nodes": {s.worker_id: s.node_id for s in self._slots},
+            "preempted_tasks": st["preempted_tasks"],
+            "worker_collect_s": st["collect_s"],
+            "compression": {
+                "codec": self.compress,
+                "bytes_raw": raw,
+                "bytes_sent": sent,
+                "bytes_saved": raw - sent,
+                "ratio": raw / sent if sent else None,
+            },
+        }
+
+    def worker_handles(self) -> list[Any]:
+        """The live actor handles, by worker id (for inspection and fault-injection tests)."""
+        return [s.handle for s in self._slots]
+
+    def _shutdown(self) -> None:
+        for slot in self._slots:
+            if slot.handle is not None:
+                try:
+                    ray.kill(slot.handle)
+                except Exception:  # already dead
+                    pass
+        self._pending = {}
+        self._rounds = deque()
+        if self._weights is not None:
+            try:
+                self._weights.close()
+            except Exception:
+                pass
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
+
+
+_REMOTE_WORKER: Any = None
+
+
+def _remote_worker_class() -> Any:
+    """The Ray actor class, made once per process (Ray exports a class once per definition)."""
+    global _REMOTE_WORKER
+    if _REMOTE_WORKER is None:
+        _REMOTE_WORKER = ray.remote(concurrency_groups={"control": 1})(CollectorWorker)
+    return _REMOTE_WORKER
+
+
+def _split_frames(frames: int, num_envs: list[int]) -> dict[int, int]:
+    """Split ``frames`` over workers as evenly as whole env steps allow (all envs equal in sync mode)."""
+    n = num_envs[0]
+    steps = frames // n
+    base, extra = divmod(steps, len(num_envs))
+    return {i: (base + (1 if i < extra else 0)) * n for i in range(len(num_envs))}
+
+
+def _remote_cause(err: BaseException) -> str:
+    return str(err)
+
+
+def _is_torchrl_collector_class(cls: Any) -> bool:
+    try:
+        from torchrl.collectors import BaseCollector
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(cls, type) and issubclass(cls, BaseCollector)

@@ -1,0 +1,72 @@
+"""Versioned policy weights for remote collectors.
+
+The learner publishes a version with :meth:`WeightStore.publish`: one
+``ray.put`` of the weights TensorDict, whatever the number of workers. Nothing
+blocks: a worker receives the reference with its next task, and only when its
+own version is older (:meth:`WeightStore.for_worker`), so weights cross the
+wire once per worker per version, and never when they have not changed.
+
+For a bound on staleness beyond that, the store also posts each version on a
+:class:`VersionBoard`, a tiny actor that workers ask at the start of a task
+(``max_weight_update_interval``): a task queued before the learner published
+still starts with the newest weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from tensordict import TensorDictBase
+
+__all__ = ["VersionBoard", "WeightStore"]
+
+
+class VersionBoard:
+    """Holds the latest (version, [weights ref]); the ref sits in a list so Ray does not resolve it."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.ref: list[Any] = [None]
+
+    def post(self, version: int, ref: list[Any]) -> None:
+        if version > self.version:
+            self.version, self.ref = version, ref
+
+    def newer_than(self, version: int) -> tuple[int, list[Any]] | None:
+        if self.version > version and self.ref[0] is not None:
+            return self.version, self.ref
+        return None
+
+
+class WeightStore:
+    """The latest published weights, as one Ray object per version."""
+
+    def __init__(self, *, with_board: bool = False):
+        self.version = 0
+        self.ref: ray.ObjectRef | None = None
+        self.board = (
+            ray.remote(num_cpus=0)(VersionBoard).options(max_concurrency=8).remote()
+            if with_board
+            else None
+        )
+
+    def publish(self, weights: TensorDictBase | None) -> int:
+        """Store a new version (one ``ray.put``) and return its number. Does not wait for workers."""
+        self.version += 1
+        if weights is not None:
+            self.ref = ray.put(weights)
+            if self.board is not None:
+                self.board.post.remote(self.version, [self.ref])
+        return self.version
+
+    def for_worker(self, worker_version: int) -> tuple[int, ray.ObjectRef | None]:
+        """What a task for a worker at ``worker_version`` should carry: the ref only if it is newer."""
+        if self.ref is not None and worker_version < self.version:
+            return self.version, self.ref
+        return self.version, None
+
+    def close(self) -> None:
+        if self.board is not None:
+            ray.kill(self.board)
+            self.board = None

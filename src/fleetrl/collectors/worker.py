@@ -1,0 +1,255 @@
+"""CollectorWorker: the Ray actor that runs one collector and serves batches.
+
+One task = one batch: ``collect(frames, ...)`` carries the frame count, the
+weights when the worker lacks the newest version, and the sync round it
+belongs to. The actor has two concurrency groups: collection runs one task at a
+time, while ``preempt`` (group ``control``) can stop a running rollout.
+
+Batches can travel compressed (lz4 or zstd, lossless), packed as
+``{key: (dtype, shape, bytes)}``; :func:`unpack_batch` restores the TensorDict.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from fleetrl.collectors.sync import SyncDataCollector
+
+__all__ = ["CollectorWorker", "Compression", "TaskResult", "pack_batch", "unpack_batch"]
+
+#: each worker incarnation owns 2**32 trajectory ids; workers own 2**40
+TRAJ_IDS_PER_INCARNATION = 1 << 32
+TRAJ_IDS_PER_WORKER = 1 << 40
+
+
+class Compression:
+    """Lossless codecs for batches in transit: ``lz4`` (fast) and ``zstd`` (smaller)."""
+
+    NAMES = ("lz4", "zstd")
+
+    @staticmethod
+    def compress(codec: str, data: bytes) -> bytes:
+        if codec == "lz4":
+            import lz4.frame
+
+            return lz4.frame.compress(data)
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=3).compress(data)
+
+    @staticmethod
+    def decompress(codec: str, data: bytes) -> bytes:
+        if codec == "lz4":
+            import lz4.frame
+
+            return lz4.frame.decompress(data)
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompress(data)
+
+
+def pack_batch(batch: TensorDictBase, codec: str) -> tuple[dict[str, Any], int, int]:
+    """Compress every leaf of a CPU batch. Returns (packed, raw bytes, packed bytes)."""
+    leaves = {}
+    raw = packed = 0
+    for key, value in batch.items(include_nested=True, leaves_only=True):
+        arr = value.detach().cpu().contiguous().numpy()
+        blob = Compression.compress(codec, arr.tobytes())
+        leaves[key] = (arr.dtype.str, arr.shape, blob)
+        raw += arr.nbytes
+        packed += len(blob)
+    meta = {
+        "codec": codec,
+        "leaves": leaves,
+        "batch_size": tuple(batch.batch_size),
+        "names": batch.names,
+    }
+    return meta, raw, packed
+
+
+def unpack_batch(meta: dict[str, Any]) -> TensorDict:
+    td = TensorDict(batch_size=meta["batch_size"])
+    for key, (dtype, shape, blob) in meta["leaves"].items():
+        buf = bytearray(Compression.decompress(meta["codec"], blob))
+        td.set(key, torch.from_numpy(np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape)))
+    td.names = meta["names"]
+    return td
+
+
+@dataclass
+class TaskResult:
+    """What a worker returns for one task."""
+
+    batch: Any  # TensorDict, or a packed dict when compressed
+    frames: int
+    policy_version: int
+    collect_s: float
+    bytes_raw: int = 0
+    bytes_sent: int = 0
+    preempted: bool = False
+
+
+class CollectorWorker:
+    """Runs one collector (fleetrl's SyncDataCollector or a torchrl collector class).
+
+    Args:
+        worker_id: the worker's index, written to every batch.
+        incarnation: how many times this worker id was replaced (keeps trajectory ids unique).
+        collector_class: the collector to build.
+        collector_kwargs: its keyword arguments (``create_env_fn`` included).
+        policy: the acting policy (sent once through Ray's object store).
+        frames_per_batch: the usual task size (torchrl classes are built with it).
+        compress: None, ``"lz4"`` or ``"zstd"``.
+        board: a VersionBoard handle to pull newer weights from, or None.
+        max_weight_update_interval: pull from the board at least every this many tasks.
+    """
+
+    def __init__(
+        self,
+        worker_id: int,
+        incarnation: int,
+        collector_class: type,
+        collector_kwargs: dict[str, Any],
+        policy: Any,
+        frames_per_batch: int,
+        compress: str | None = None,
+        board: Any = None,
+        max_weight_update_interval: int = -1,
+    ):
+        self.worker_id = worker_id
+        self.compress = compress
+        self.board = board
+        self.interval = max_weight_update_interval
+        self.version = 0
+        self._since_pull = 0
+        self._stop_round = -1
+        kwargs = dict(collector_kwargs)
+        kwargs["policy"] = policy
+        self.native = isinstance(collector_class, type) and issubclass(
+            collector_class, SyncDataCollector
+        )
+        if self.native:
+            kwargs.setdefault("worker_id", worker_id)
+            kwargs.setdefault(
+                "traj_id_start",
+                worker_id * TRAJ_IDS_PER_WORKER + incarnation * TRAJ_IDS_PER_INCARNATION,
+            )
+            self.collector = collector_class(frames_per_batch=frames_per_batch, **kwargs)
+            self._iter = None
+        else:
+            env_fn = kwargs.pop("create_env_fn")
+            policy = kwargs.pop("policy", None)
+            self.collector = collector_class(
+                env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1, **kwargs
+            )
+            self._iter = iter(self.collector)
+
+    def info(self) -> dict[str, Any]:
+        """Where the worker runs and how many envs it steps per call."""
+        num_envs = self.collector.num_envs if self.native else None
+        return {
+            "worker_id": self.worker_id,
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "num_envs": num_envs,
+        }
+
+    @ray.method(concurrency_group="control")
+    def preempt(self, round_id: int) -> None:
+        """Ask the rollout of sync round ``round_id`` (and older) to stop once it has its minimum."""
+        self._stop_round = max(self._stop_round, round_id)
+
+    def _load_weights(self, weights: TensorDictBase, version: int) -> None:
+        if self.native:
+            self.collector.update_policy_weights_(weights, version=version)
+        else:
+            self.collector.update_policy_weights_(weights)
+        self.version = version
+
+    def _maybe_pull(self) -> None:
+        if self.board is None or self.interval <= 0:
+            return
+        self._since_pull += 1
+        if self._since_pull < self.interval:
+            return
+        self._since_pull = 0
+        newer = ray.get(self.board.newer_than.remote(self.version))
+        if newer is not None:
+            version, (ref,) = newer
+            self._load_weights(ray.get(ref), version)
+
+    def collect(
+        self,
+        frames: int,
+        version: int,
+        weights: TensorDictBase | None,
+        *,
+        random: bool = False,
+        round_id: int = -1,
+        min_frames: int | None = None,
+    ) -> TaskResult:
+        start = time.perf_counter()
+        if weights is not None and version > self.version:
+            self._load_weights(weights, version)
+        elif weights is None and version > self.version and self.native:
+            # a version was published without weights (random policy): only the tag moves
+            self.collector.update_policy_weights_(version=version)
+            self.version = version
+        self._maybe_pull()
+        preempted = False
+        if self.native:
+            should_stop = None
+            if min_frames is not None and min_frames < frames:
+                should_stop = lambda: self._stop_round >= round_id  # noqa: E731
+            batch = self.collector.collect(
+                frames, random=random, min_frames=min_frames, should_stop=should_stop
+            )
+            preempted = batch.numel() < frames
+        else:
+            batch = self._next_foreign(frames)
+        result = TaskResult(
+            batch=batch,
+            frames=batch.numel(),
+            policy_version=self.version,
+            collect_s=time.perf_counter() - start,
+            preempted=preempted,
+        )
+        if self.compress is not None:
+            result.batch, result.bytes_raw, result.bytes_sent = pack_batch(batch, self.compress)
+        return result
+
+    def _next_foreign(self, frames: int) -> TensorDictBase:
+        """A batch from a torchrl collector, tagged and cut to ``frames`` when asked for fewer."""
+        batch = next(self._iter)
+        if batch.numel() > frames:
+            per_step = batch.numel() // batch.shape[-1]
+            batch = batch[..., : frames // per_step]
+        batch.set(
+            ("collector", "worker_id"), torch.full(batch.shape, self.worker_id, dtype=torch.int64)
+        )
+        batch.set(
+            ("collector", "policy_version"),
+            torch.full(batch.shape, self.version, dtype=torch.int64),
+        )
+        return batch
+
+    def set_seed(self, seed: int) -> int:
+        return self.collector.set_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"collector": self.collector.state_dict(), "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.collector.load_state_dict(state["collector"])
+        self.version = state["version"]
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
