@@ -43,6 +43,7 @@ and the remote traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import deque
@@ -558,10 +559,8 @@ class RayCollector(DataCollectorBase):
         """Replace a dead worker: new actor, same id; its lost tasks are issued again."""
         lost = [(ref, self._pending.pop(ref)) for ref in slot.inflight if ref in self._pending]
         slot.inflight.clear()
-        try:
+        with contextlib.suppress(Exception):  # already gone
             ray.kill(slot.handle)
-        except Exception:  # already gone
-            pass
         slot.incarnation += 1
         slot.restarts += 1
         slot.version = 0
@@ -874,17 +873,13 @@ class RayCollector(DataCollectorBase):
     def _shutdown(self) -> None:
         for slot in self._slots:
             if slot.handle is not None:
-                try:
+                with contextlib.suppress(Exception):  # already dead
                     ray.kill(slot.handle)
-                except Exception:  # already dead
-                    pass
         self._pending = {}
         self._rounds = deque()
         if self._weights is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._weights.close()
-            except Exception:
-                pass
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
 
