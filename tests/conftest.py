@@ -16,9 +16,17 @@ torch.set_num_threads(1)
 def ray_session():
     """One real local Ray instance for the whole test session, with a few logical CPUs."""
     import ray
+    from ray import cloudpickle
 
+    import fakes
+    import policies
+
+    # test helpers travel to the workers by value: workers do not import tests/
+    cloudpickle.register_pickle_by_value(fakes)
+    cloudpickle.register_pickle_by_value(policies)
     if not ray.is_initialized():
         ray.init(
+            address="local",  # always a fresh local instance, never a stray cluster
             num_cpus=4,
             include_dashboard=False,
             logging_level="ERROR",

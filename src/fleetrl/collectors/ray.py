@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +57,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from tensordict import TensorDictBase, pad
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.collectors.base import DataCollectorBase, as_exploration_type
+from fleetrl.collectors.base import CollectorState, DataCollectorBase, as_exploration_type
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import CollectorWorker, Compression, TaskResult, unpack_batch
@@ -224,6 +225,7 @@ class RayCollector(DataCollectorBase):
         compress: str | None = None,
     ):
         super().__init__()
+        self.state = CollectorState.CLOSED  # READY once every actor is up
         self._slots: list[_Slot] = []
         self._started_ray = False
         self._weights: WeightStore | None = None
@@ -327,10 +329,6 @@ class RayCollector(DataCollectorBase):
         }
         self._devices = devices
 
-        self._init_ray(ray_init_config)
-        self._check_resources(remotes)
-        self._weights = WeightStore(with_board=max_weight_update_interval > 0)
-        self._policy_ref = ray.put(self.policy)
         # bookkeeping
         self._pending: dict[Any, _Task] = {}
         self._rounds: deque[_Round] = deque()
@@ -346,10 +344,15 @@ class RayCollector(DataCollectorBase):
             "collect_s": 0.0,
         }
         try:
+            self._init_ray(ray_init_config)
+            self._check_resources(remotes)
+            self._weights = WeightStore(with_board=max_weight_update_interval > 0)
+            self._policy_ref = ray.put(self.policy)
             self._add_slots(env_fns, kwargs_list, remotes, first_index=0)
         except BaseException:
-            self._shutdown()
+            self._shutdown()  # release what started; the collector never becomes READY
             raise
+        self.state = CollectorState.READY
 
     # --------------------------------------------------------------- checks
     @staticmethod
@@ -494,11 +497,17 @@ class RayCollector(DataCollectorBase):
         )
 
     def _wait_ready(self, slots: list[_Slot]) -> None:
-        refs = [s.handle.info.remote() for s in slots]
+        refs = [s.handle.setup.remote() for s in slots]
         for slot, ref in zip(slots, refs):
             try:
                 info = ray.get(ref)
-            except (RayActorError, RayTaskError) as err:
+            except RayTaskError as err:
+                if isinstance(err.cause, ConfigError):  # bad arguments, found where the env lives
+                    raise ConfigError(
+                        [f"collector {slot.worker_id}: {p}" for p in err.cause.problems]
+                    ) from None
+                raise WorkerError(slot.worker_id, _remote_cause(err)) from None
+            except RayActorError as err:
                 raise WorkerError(slot.worker_id, _remote_cause(err)) from None
             slot.num_envs, slot.node_id = info["num_envs"], info["node_id"]
 
@@ -513,22 +522,34 @@ class RayCollector(DataCollectorBase):
             _Slot(worker_id=first_index + i, env_fn=fn, kwargs=kw, remote_config=rc)
             for i, (fn, kw, rc) in enumerate(zip(env_fns, kwargs_list, remotes))
         ]
+        for slot in slots:
+            slot.num_envs = self._known_num_envs(slot)
+        self._check_env_counts(self._slots + slots)  # what the arguments tell, before any actor
         self._slots.extend(slots)
         for slot in slots:
             slot.handle = self._start_actor(slot)
         self._wait_ready(slots)
-        self._check_env_counts()
+        self._check_env_counts(self._slots)  # what the workers report
         return slots
 
-    def _check_env_counts(self) -> None:
-        counts = [s.num_envs for s in self._slots]
+    def _known_num_envs(self, slot: _Slot) -> int | None:
+        """Envs per call of a native collector, when the arguments alone tell."""
+        if not self.native:
+            return None
+        kwargs = self._worker_kwargs(slot)
+        if kwargs.get("num_envs") is not None:
+            return kwargs["num_envs"]
+        return 1 if isinstance(slot.env_fn, str) else None
+
+    def _check_env_counts(self, slots: list[_Slot]) -> None:
+        counts = [s.num_envs for s in slots]
         if not self.native or None in counts:
             return
         p = Problems()
         if self.sync:
             if len(set(counts)) > 1:
                 p.add("collector_kwargs", "<per collector>", SYNC_ENVS_MSG.format(counts=counts))
-            n, m = counts[0], len(self._slots)
+            n, m = counts[0], len(slots)
             share = self.frames_per_batch // m
             if share % n:
                 lo = max(m * n, self.frames_per_batch // (m * n) * (m * n))
@@ -538,7 +559,7 @@ class RayCollector(DataCollectorBase):
                     SYNC_SHARE_MSG.format(share=share, n=n, lo=lo, hi=lo + m * n),
                 )
         else:
-            for s in self._slots:
+            for s in slots:
                 if self.frames_per_batch % s.num_envs:
                     p.add(
                         "frames_per_batch",
@@ -633,7 +654,8 @@ class RayCollector(DataCollectorBase):
 
     # ------------------------------------------------------------ iteration
     def _next_batch(self) -> TensorDictBase | None:
-        if self.update_after_each_batch and self._yielded:
+        left = self.remaining_frames
+        if self.update_after_each_batch and self._yielded and (left is None or left > 0):
             self.update_policy_weights_()
         batch = self._next_sync() if self.sync else self._next_async()
         if batch is None:
@@ -871,6 +893,8 @@ class RayCollector(DataCollectorBase):
         return [s.handle for s in self._slots]
 
     def _shutdown(self) -> None:
+        if not ray.is_initialized():  # Ray already gone (interpreter exit): nothing to release
+            return
         for slot in self._slots:
             if slot.handle is not None:
                 with contextlib.suppress(Exception):  # already dead
@@ -903,8 +927,15 @@ def _split_frames(frames: int, num_envs: list[int]) -> dict[int, int]:
     return {i: (base + (1 if i < extra else 0)) * n for i in range(len(num_envs))}
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _remote_cause(err: BaseException) -> str:
-    return str(err)
+    """The remote error with its traceback, as plain text (Ray colours it for terminals)."""
+    text = _ANSI.sub("", str(err))
+    if not text.lstrip().startswith("Traceback"):
+        text = "Traceback (most recent call last, in the worker):\n" + text
+    return text
 
 
 def _is_torchrl_collector_class(cls: Any) -> bool:

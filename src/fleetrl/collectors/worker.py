@@ -131,11 +131,29 @@ class CollectorWorker:
         self.version = 0
         self._since_pull = 0
         self._stop_round = -1
-        kwargs = dict(collector_kwargs)
-        kwargs["policy"] = policy
+        self._args = (
+            worker_id,
+            incarnation,
+            collector_class,
+            dict(collector_kwargs),
+            policy,
+            frames_per_batch,
+        )
         self.native = isinstance(collector_class, type) and issubclass(
             collector_class, SyncDataCollector
         )
+        self.collector: Any = None
+        self._iter: Any = None
+
+    def setup(self) -> dict[str, Any]:
+        """Build the collector and say where it runs and how many envs it steps per call.
+
+        Done in a method rather than the constructor so that an error (a bad env
+        id, a policy that does not fit) reaches the driver as itself, not as an
+        opaque actor death.
+        """
+        worker_id, incarnation, collector_class, kwargs, policy, frames_per_batch = self._args
+        kwargs["policy"] = policy
         if self.native:
             kwargs.setdefault("worker_id", worker_id)
             kwargs.setdefault(
@@ -143,7 +161,6 @@ class CollectorWorker:
                 worker_id * TRAJ_IDS_PER_WORKER + incarnation * TRAJ_IDS_PER_INCARNATION,
             )
             self.collector = collector_class(frames_per_batch=frames_per_batch, **kwargs)
-            self._iter = None
         else:
             env_fn = kwargs.pop("create_env_fn")
             policy = kwargs.pop("policy", None)
@@ -151,15 +168,11 @@ class CollectorWorker:
                 env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1, **kwargs
             )
             self._iter = iter(self.collector)
-
-    def info(self) -> dict[str, Any]:
-        """Where the worker runs and how many envs it steps per call."""
-        num_envs = self.collector.num_envs if self.native else None
         return {
-            "worker_id": self.worker_id,
+            "worker_id": worker_id,
             "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
-            "num_envs": num_envs,
+            "num_envs": self.collector.num_envs if self.native else None,
         }
 
     @ray.method(concurrency_group="control")
