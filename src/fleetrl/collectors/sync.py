@@ -360,10 +360,13 @@ class SyncDataCollector(DataCollectorBase):
             version: the version these weights are (default: current + 1).
         """
         self._check_open()
-        if weights is not None:
-            weights.to_module(self.policy)
-        elif self.policy is not self._user_policy and isinstance(self._user_policy, nn.Module):
-            TensorDict.from_module(self._user_policy).to_module(self.policy)
+        source = weights
+        if source is None and self.policy is not self._user_policy and isinstance(self._user_policy, nn.Module):
+            source = TensorDict.from_module(self._user_policy)
+        if source is not None:
+            # copy into our parameters: the caller's tensors are never aliased
+            with torch.no_grad():
+                TensorDict.from_module(self.policy).update_(source.to(self.policy_device or "cpu"))
         self.policy_version = self.policy_version + 1 if version is None else int(version)
 
     def state_dict(self) -> dict[str, Any]:

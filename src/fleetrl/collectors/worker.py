@@ -22,6 +22,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from fleetrl.collectors.sync import SyncDataCollector
+from fleetrl.collectors.weights import from_wire
 
 __all__ = ["CollectorWorker", "Compression", "TaskResult", "pack_batch", "unpack_batch"]
 
@@ -180,7 +181,8 @@ class CollectorWorker:
         """Ask the rollout of sync round ``round_id`` (and older) to stop once it has its minimum."""
         self._stop_round = max(self._stop_round, round_id)
 
-    def _load_weights(self, weights: TensorDictBase, version: int) -> None:
+    def _load_weights(self, wire: Any, version: int) -> None:
+        weights = from_wire(wire)
         if self.native:
             self.collector.update_policy_weights_(weights, version=version)
         else:
@@ -203,7 +205,7 @@ class CollectorWorker:
         self,
         frames: int,
         version: int,
-        weights: TensorDictBase | None,
+        weights: Any,  # weights on the wire (weights.to_wire) or None
         *,
         random: bool = False,
         round_id: int = -1,
