@@ -57,45 +57,22 @@ from ray.exceptions import RayActorError, RayTaskError
 from tensordict import TensorDictBase, pad
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.collectors.base import CollectorState, DataCollectorBase, as_exploration_type
+from fleetrl.collectors.base import CollectorState, DataCollectorBase
+from fleetrl.collectors.ray_checks import (
+    check_arguments,
+    check_env_counts,
+    check_resources,
+    per_collector_args,
+)
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.weights import WeightStore
-from fleetrl.collectors.worker import CollectorWorker, Compression, TaskResult, unpack_batch
+from fleetrl.collectors.worker import CollectorWorker, TaskResult, unpack_batch
 from fleetrl.errors import ConfigError, Problems, WorkerError
-from fleetrl.policies import as_policy, policy_weights
+from fleetrl.policies import policy_weights
 
 __all__ = ["RayCollector"]
 
 logger = logging.getLogger(__name__)
-
-COLLECTOR_CLASS_MSG = (
-    "must be fleetrl.SyncDataCollector (or a subclass) or a torchrl collector class "
-    "(torchrl.collectors.Collector, MultiSyncCollector, MultiAsyncCollector)"
-)
-RESOURCES_MSG = (
-    "the {count} collectors ask for {asked:g} {name} in all but the Ray cluster has {have:g}; "
-    "lower the request per collector (e.g. remote_configs={{'num_cpus': 0.5}}), use fewer "
-    "collectors, or add nodes"
-)
-NODE_RESOURCES_MSG = (
-    "collector {index} asks for {asked:g} {name} but no Ray node has more than {have:g}; "
-    "lower remote_configs[{index}]['{key}']"
-)
-SYNC_SHARE_MSG = (
-    "sync=True splits each batch evenly: frames_per_batch / num_collectors = {share} frames per "
-    "collector must be a multiple of each collector's {n} envs; use frames_per_batch={lo} or {hi}"
-)
-SYNC_ENVS_MSG = (
-    "sync=True stacks the collectors' batches, so every collector needs the same number of envs; "
-    "got {counts}"
-)
-TOTAL_ENVS_MSG = (
-    "total_frames={total} is not a multiple of the collectors' {n} envs; use {lo} or {hi}"
-)
-
-
-def _default_remote_config() -> dict[str, Any]:
-    return {"num_cpus": 1}
 
 
 @dataclass
@@ -229,84 +206,36 @@ class RayCollector(DataCollectorBase):
         self._slots: list[_Slot] = []
         self._started_ray = False
         self._weights: WeightStore | None = None
-        p = Problems()
-        p.positive_int("frames_per_batch", frames_per_batch)
-        p.positive_int("total_frames", total_frames, allow_minus_one=True)
-        env_fns, kwargs_list, remotes, count = self._per_collector_args(
-            p, create_env_fn, collector_kwargs, remote_configs, num_collectors
+        args = check_arguments(
+            create_env_fn=create_env_fn,
+            policy=policy,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            collector_class=collector_class,
+            collector_kwargs=collector_kwargs,
+            num_workers_per_collector=num_workers_per_collector,
+            sync=sync,
+            remote_configs=remote_configs,
+            num_collectors=num_collectors,
+            max_weight_update_interval=max_weight_update_interval,
+            prefetch=prefetch,
+            fraction_samples=fraction_samples,
+            fraction_workers=fraction_workers,
+            compress=compress,
+            init_random_frames=init_random_frames,
+            exploration_type=exploration_type,
+            postproc=postproc,
+            devices={
+                "device": device,
+                "storing_device": storing_device,
+                "env_device": env_device,
+                "policy_device": policy_device,
+            },
         )
-        p.positive_int("num_workers_per_collector", num_workers_per_collector)
-        self.native = isinstance(collector_class, type) and issubclass(
-            collector_class, SyncDataCollector
-        )
-        if not self.native and not _is_torchrl_collector_class(collector_class):
-            p.add("collector_class", collector_class, COLLECTOR_CLASS_MSG)
-        if sync and count and isinstance(frames_per_batch, int) and frames_per_batch % count:
-            p.add(
-                "frames_per_batch",
-                frames_per_batch,
-                f"sync=True splits each batch across the {count} collectors: must be a multiple of "
-                f"num_collectors ({count}); use {max(count, frames_per_batch // count * count)} "
-                f"or {(frames_per_batch // count + 1) * count}",
-            )
-        for name, value in (
-            ("fraction_samples", fraction_samples),
-            ("fraction_workers", fraction_workers),
-        ):
-            p.check(
-                isinstance(value, (int, float)) and 0 < value <= 1, name, value, "must be in (0, 1]"
-            )
-        if not sync and (fraction_samples != 1.0 or fraction_workers != 1.0):
-            p.add(
-                "fraction_workers" if fraction_workers != 1.0 else "fraction_samples",
-                fraction_workers if fraction_workers != 1.0 else fraction_samples,
-                "straggler preemption only applies to sync=True; leave it at 1.0 for sync=False",
-            )
-        p.check(
-            compress is None or compress in Compression.NAMES,
-            "compress",
-            compress,
-            f"must be None or one of {list(Compression.NAMES)}",
-        )
-        p.check(
-            isinstance(prefetch, int) and prefetch >= 0, "prefetch", prefetch, "must be an int >= 0"
-        )
-        p.check(
-            isinstance(max_weight_update_interval, int)
-            and (max_weight_update_interval == -1 or max_weight_update_interval > 0),
-            "max_weight_update_interval",
-            max_weight_update_interval,
-            "must be -1 (off) or an int > 0",
-        )
-        if init_random_frames not in (None, -1):
-            p.check(
-                isinstance(init_random_frames, int) and init_random_frames >= 0,
-                "init_random_frames",
-                init_random_frames,
-                "must be an int >= 0, -1 or None",
-            )
-        exploration = as_exploration_type(exploration_type, p)
-        p.check(
-            postproc is None or callable(postproc),
-            "postproc",
-            postproc,
-            "must be a callable or None",
-        )
-        try:
-            self.policy = as_policy(policy)
-        except ConfigError as err:  # pragma: no cover - as_policy raises PolicyError
-            p.items.extend(err.problems)
-        except ValueError as err:
-            p.items.append(str(err))
-        devices = {}
-        for name, value in (
-            ("device", device),
-            ("storing_device", storing_device),
-            ("env_device", env_device),
-            ("policy_device", policy_device),
-        ):
-            devices[name] = self._per_collector(p, name, value, count)
-        p.raise_if_any()
+        self.policy = args.policy
+        self.native = args.native
+        env_fns, kwargs_list, remotes = args.env_fns, args.kwargs_list, args.remotes
+        devices, exploration = args.devices, args.exploration_type
 
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
@@ -321,7 +250,7 @@ class RayCollector(DataCollectorBase):
         self.compress = compress
         self.split_trajs = split_trajs
         self.postproc = postproc
-        self.init_random_frames = 0 if init_random_frames in (None, -1) else init_random_frames
+        self.init_random_frames = args.init_random_frames
         self._common = {
             "max_frames_per_traj": max_frames_per_traj,
             "reset_at_each_iter": reset_at_each_iter,
@@ -345,7 +274,7 @@ class RayCollector(DataCollectorBase):
         }
         try:
             self._init_ray(ray_init_config)
-            self._check_resources(remotes)
+            check_resources(remotes)
             self._weights = WeightStore(with_board=max_weight_update_interval > 0)
             self._policy_ref = ray.put(self.policy)
             self._add_slots(env_fns, kwargs_list, remotes, first_index=0)
@@ -355,58 +284,6 @@ class RayCollector(DataCollectorBase):
         self.state = CollectorState.READY
 
     # --------------------------------------------------------------- checks
-    @staticmethod
-    def _per_collector_args(
-        p: Problems,
-        create_env_fn: Any,
-        collector_kwargs: Any,
-        remote_configs: Any,
-        num_collectors: Any,
-    ) -> tuple[list[Any], list[dict[str, Any]], list[dict[str, Any]], int]:
-        count = num_collectors
-        if count is None:
-            count = len(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else 1
-        if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
-            p.add(
-                "num_collectors",
-                num_collectors,
-                "must be an int > 0 (or None: one per env factory)",
-            )
-            return [], [], [], 0
-
-        def expand(name: str, value: Any, default: Any) -> list[Any]:
-            if isinstance(value, (list, tuple)):
-                if len(value) != count:
-                    p.add(
-                        name,
-                        f"<list of {len(value)}>",
-                        f"a list must have one entry per collector (num_collectors={count}), or pass "
-                        "a single value shared by all",
-                    )
-                    return [default] * count
-                return list(value)
-            return [value if value is not None else default for _ in range(count)]
-
-        env_fns = expand("create_env_fn", create_env_fn, None)
-        kwargs_list = [dict(k or {}) for k in expand("collector_kwargs", collector_kwargs, None)]
-        remotes = [
-            dict(r) if r is not None else _default_remote_config()
-            for r in expand("remote_configs", remote_configs, None)
-        ]
-        for i, kw in enumerate(kwargs_list):
-            if not isinstance(kw, dict):
-                p.add(f"collector_kwargs[{i}]", kw, "must be a dict")
-        return env_fns, kwargs_list, remotes, count
-
-    @staticmethod
-    def _per_collector(p: Problems, name: str, value: Any, count: int) -> list[Any]:
-        if isinstance(value, (list, tuple)):
-            if len(value) != count:
-                p.add(name, value, f"a list must have one device per collector ({count})")
-                return [None] * count
-            return list(value)
-        return [value] * count
-
     def _init_ray(self, ray_init_config: dict[str, Any] | None) -> None:
         config = dict(ray_init_config or {})
         if ray.is_initialized():
@@ -419,41 +296,6 @@ class RayCollector(DataCollectorBase):
             config.setdefault("include_dashboard", False)
         ray.init(**config)
         self._started_ray = True
-
-    def _check_resources(self, remotes: list[dict[str, Any]]) -> None:
-        """Refuse requests the cluster can never satisfy, before any actor starts."""
-        total = ray.cluster_resources()
-        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        asked: dict[str, float] = {}
-        p = Problems()
-        for index, config in enumerate(remotes):
-            wants = {"CPU": config.get("num_cpus", 1), "GPU": config.get("num_gpus", 0) or 0}
-            wants.update(config.get("resources") or {})
-            if config.get("memory"):
-                wants["memory"] = config["memory"]
-            for name, amount in wants.items():
-                if not amount:
-                    continue
-                asked[name] = asked.get(name, 0) + amount
-                best = max((n.get(name, 0) for n in nodes), default=0)
-                if amount > best:
-                    key = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, name)
-                    p.add(
-                        f"remote_configs[{index}]",
-                        config,
-                        NODE_RESOURCES_MSG.format(
-                            index=index, asked=amount, name=name, have=best, key=key
-                        ),
-                    )
-        for name, amount in asked.items():
-            have = total.get(name, 0)
-            if amount > have:
-                p.add(
-                    "remote_configs",
-                    remotes[0] if len(remotes) == 1 else "<per collector>",
-                    RESOURCES_MSG.format(count=len(remotes), asked=amount, name=name, have=have),
-                )
-        p.raise_if_any()
 
     # -------------------------------------------------------------- workers
     def _worker_kwargs(self, slot: _Slot) -> dict[str, Any]:
@@ -542,39 +384,13 @@ class RayCollector(DataCollectorBase):
         return 1 if isinstance(slot.env_fn, str) else None
 
     def _check_env_counts(self, slots: list[_Slot]) -> None:
-        counts = [s.num_envs for s in slots]
-        if not self.native or None in counts:
-            return
-        p = Problems()
-        if self.sync:
-            if len(set(counts)) > 1:
-                p.add("collector_kwargs", "<per collector>", SYNC_ENVS_MSG.format(counts=counts))
-            n, m = counts[0], len(slots)
-            share = self.frames_per_batch // m
-            if share % n:
-                lo = max(m * n, self.frames_per_batch // (m * n) * (m * n))
-                p.add(
-                    "frames_per_batch",
-                    self.frames_per_batch,
-                    SYNC_SHARE_MSG.format(share=share, n=n, lo=lo, hi=lo + m * n),
-                )
-        else:
-            for s in slots:
-                if self.frames_per_batch % s.num_envs:
-                    p.add(
-                        "frames_per_batch",
-                        self.frames_per_batch,
-                        f"must be a multiple of collector {s.worker_id}'s {s.num_envs} envs",
-                    )
-        n = math.lcm(*counts)
-        if self.total_frames != -1 and self.total_frames % n:
-            lo = max(n, self.total_frames // n * n)
-            p.add(
-                "total_frames",
-                self.total_frames,
-                TOTAL_ENVS_MSG.format(total=self.total_frames, n=n, lo=lo, hi=lo + n),
+        if self.native:
+            check_env_counts(
+                [s.num_envs for s in slots],
+                sync=self.sync,
+                frames_per_batch=self.frames_per_batch,
+                total_frames=self.total_frames,
             )
-        p.raise_if_any()
 
     def _replace(self, slot: _Slot) -> None:
         """Replace a dead worker: new actor, same id; its lost tasks are issued again."""
@@ -844,7 +660,7 @@ class RayCollector(DataCollectorBase):
         env_fn = self._slots[0].env_fn if create_env_fn is None else create_env_fn
         kwargs = self._slots[0].kwargs if collector_kwargs is None else collector_kwargs
         remote = self._slots[0].remote_config if remote_configs is None else remote_configs
-        env_fns, kwargs_list, remotes, count = self._per_collector_args(
+        env_fns, kwargs_list, remotes, count = per_collector_args(
             p, env_fn, kwargs, remote, num_collectors
         )
         total = len(self._slots) + count
@@ -856,7 +672,7 @@ class RayCollector(DataCollectorBase):
                 f"{total} collectors",
             )
         p.raise_if_any()
-        self._check_resources([s.remote_config for s in self._slots] + remotes)
+        check_resources([s.remote_config for s in self._slots] + remotes)
         slots = self._add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
         return [s.worker_id for s in slots]
 
@@ -936,11 +752,3 @@ def _remote_cause(err: BaseException) -> str:
     if not text.lstrip().startswith("Traceback"):
         text = "Traceback (most recent call last, in the worker):\n" + text
     return text
-
-
-def _is_torchrl_collector_class(cls: Any) -> bool:
-    try:
-        from torchrl.collectors import BaseCollector
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(cls, type) and issubclass(cls, BaseCollector)

@@ -361,7 +361,11 @@ class SyncDataCollector(DataCollectorBase):
         """
         self._check_open()
         source = weights
-        if source is None and self.policy is not self._user_policy and isinstance(self._user_policy, nn.Module):
+        if (
+            source is None
+            and self.policy is not self._user_policy
+            and isinstance(self._user_policy, nn.Module)
+        ):
             source = TensorDict.from_module(self._user_policy)
         if source is not None:
             # copy into our parameters: the caller's tensors are never aliased

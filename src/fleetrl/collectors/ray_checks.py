@@ -1,0 +1,315 @@
+"""Checks of RayCollector arguments, all made before any actor starts.
+
+Every problem is gathered and raised at once (:class:`~fleetrl.errors.ConfigError`),
+naming the argument, the value and what is allowed. The checks that need the
+cluster (:func:`check_resources`) ask Ray for its totals; those that need each
+collector's env count (:func:`check_env_counts`) run on what the arguments tell,
+and again on what the workers report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from torchrl.envs.utils import ExplorationType
+
+from fleetrl.collectors.base import as_exploration_type
+from fleetrl.collectors.sync import SyncDataCollector
+from fleetrl.collectors.worker import Compression
+from fleetrl.errors import ConfigError, Problems
+from fleetrl.policies import as_policy
+
+__all__ = [
+    "RayArguments",
+    "check_arguments",
+    "check_env_counts",
+    "check_resources",
+    "is_torchrl_collector_class",
+    "per_collector_args",
+]
+
+COLLECTOR_CLASS_MSG = (
+    "must be fleetrl.SyncDataCollector (or a subclass) or a torchrl collector class "
+    "(torchrl.collectors.Collector, MultiSyncCollector, MultiAsyncCollector)"
+)
+RESOURCES_MSG = (
+    "the {count} collectors ask for {asked:g} {name} in all but the Ray cluster has {have:g}; "
+    "lower the request per collector (e.g. remote_configs={{'num_cpus': 0.5}}), use fewer "
+    "collectors, or add nodes"
+)
+NODE_RESOURCES_MSG = (
+    "collector {index} asks for {asked:g} {name} but no Ray node has more than {have:g}; "
+    "lower remote_configs[{index}]['{key}']"
+)
+SYNC_SHARE_MSG = (
+    "sync=True splits each batch evenly: frames_per_batch / num_collectors = {share} frames per "
+    "collector must be a multiple of each collector's {n} envs; use frames_per_batch={lo} or {hi}"
+)
+SYNC_ENVS_MSG = (
+    "sync=True stacks the collectors' batches, so every collector needs the same number of envs; "
+    "got {counts}"
+)
+TOTAL_ENVS_MSG = (
+    "total_frames={total} is not a multiple of the collectors' {n} envs; use {lo} or {hi}"
+)
+
+
+def default_remote_config() -> dict[str, Any]:
+    """A fresh dict every call: callers may change theirs."""
+    return {"num_cpus": 1}
+
+
+@dataclass
+class RayArguments:
+    """The arguments, checked and expanded to one entry per collector."""
+
+    policy: Any
+    native: bool
+    env_fns: list[Any]
+    kwargs_list: list[dict[str, Any]]
+    remotes: list[dict[str, Any]]
+    devices: dict[str, list[Any]]
+    exploration_type: ExplorationType
+    init_random_frames: int
+
+
+def check_arguments(
+    *,
+    create_env_fn: Any,
+    policy: Any,
+    frames_per_batch: Any,
+    total_frames: Any,
+    collector_class: Any,
+    collector_kwargs: Any,
+    num_workers_per_collector: Any,
+    sync: bool,
+    remote_configs: Any,
+    num_collectors: Any,
+    max_weight_update_interval: Any,
+    prefetch: Any,
+    fraction_samples: Any,
+    fraction_workers: Any,
+    compress: Any,
+    init_random_frames: Any,
+    exploration_type: Any,
+    postproc: Any,
+    devices: dict[str, Any],
+) -> RayArguments:
+    """Check every argument; raise one ConfigError listing all problems."""
+    acting = None
+    p = Problems()
+    p.positive_int("frames_per_batch", frames_per_batch)
+    p.positive_int("total_frames", total_frames, allow_minus_one=True)
+    env_fns, kwargs_list, remotes, count = per_collector_args(
+        p, create_env_fn, collector_kwargs, remote_configs, num_collectors
+    )
+    p.positive_int("num_workers_per_collector", num_workers_per_collector)
+    native = isinstance(collector_class, type) and issubclass(collector_class, SyncDataCollector)
+    if not native and not is_torchrl_collector_class(collector_class):
+        p.add("collector_class", collector_class, COLLECTOR_CLASS_MSG)
+    if sync and count and isinstance(frames_per_batch, int) and frames_per_batch % count:
+        p.add(
+            "frames_per_batch",
+            frames_per_batch,
+            f"sync=True splits each batch across the {count} collectors: must be a multiple of "
+            f"num_collectors ({count}); use {max(count, frames_per_batch // count * count)} "
+            f"or {(frames_per_batch // count + 1) * count}",
+        )
+    for name, value in (
+        ("fraction_samples", fraction_samples),
+        ("fraction_workers", fraction_workers),
+    ):
+        p.check(
+            isinstance(value, (int, float)) and 0 < value <= 1, name, value, "must be in (0, 1]"
+        )
+    if not sync and (fraction_samples != 1.0 or fraction_workers != 1.0):
+        p.add(
+            "fraction_workers" if fraction_workers != 1.0 else "fraction_samples",
+            fraction_workers if fraction_workers != 1.0 else fraction_samples,
+            "straggler preemption only applies to sync=True; leave it at 1.0 for sync=False",
+        )
+    p.check(
+        compress is None or compress in Compression.NAMES,
+        "compress",
+        compress,
+        f"must be None or one of {list(Compression.NAMES)}",
+    )
+    p.check(
+        isinstance(prefetch, int) and prefetch >= 0, "prefetch", prefetch, "must be an int >= 0"
+    )
+    p.check(
+        isinstance(max_weight_update_interval, int)
+        and (max_weight_update_interval == -1 or max_weight_update_interval > 0),
+        "max_weight_update_interval",
+        max_weight_update_interval,
+        "must be -1 (off) or an int > 0",
+    )
+    if init_random_frames not in (None, -1):
+        p.check(
+            isinstance(init_random_frames, int) and init_random_frames >= 0,
+            "init_random_frames",
+            init_random_frames,
+            "must be an int >= 0, -1 or None",
+        )
+    exploration = as_exploration_type(exploration_type, p)
+    p.check(
+        postproc is None or callable(postproc),
+        "postproc",
+        postproc,
+        "must be a callable or None",
+    )
+    try:
+        acting = as_policy(policy)
+    except ConfigError as err:  # pragma: no cover - as_policy raises PolicyError
+        p.items.extend(err.problems)
+    except ValueError as err:
+        p.items.append(str(err))
+    per_device = {name: per_collector(p, name, value, count) for name, value in devices.items()}
+    p.raise_if_any()
+    return RayArguments(
+        policy=acting,
+        native=native,
+        env_fns=env_fns,
+        kwargs_list=kwargs_list,
+        remotes=remotes,
+        devices=per_device,
+        exploration_type=exploration,
+        init_random_frames=0 if init_random_frames in (None, -1) else init_random_frames,
+    )
+
+
+def per_collector_args(
+    p: Problems,
+    create_env_fn: Any,
+    collector_kwargs: Any,
+    remote_configs: Any,
+    num_collectors: Any,
+) -> tuple[list[Any], list[dict[str, Any]], list[dict[str, Any]], int]:
+    count = num_collectors
+    if count is None:
+        count = len(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else 1
+    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0):
+        p.add(
+            "num_collectors",
+            num_collectors,
+            "must be an int > 0 (or None: one per env factory)",
+        )
+        return [], [], [], 0
+
+    def expand(name: str, value: Any, default: Any) -> list[Any]:
+        if isinstance(value, (list, tuple)):
+            if len(value) != count:
+                p.add(
+                    name,
+                    f"<list of {len(value)}>",
+                    f"a list must have one entry per collector (num_collectors={count}), or pass "
+                    "a single value shared by all",
+                )
+                return [default] * count
+            return list(value)
+        return [value if value is not None else default for _ in range(count)]
+
+    env_fns = expand("create_env_fn", create_env_fn, None)
+    kwargs_list = [dict(k or {}) for k in expand("collector_kwargs", collector_kwargs, None)]
+    remotes = [
+        dict(r) if r is not None else default_remote_config()
+        for r in expand("remote_configs", remote_configs, None)
+    ]
+    for i, kw in enumerate(kwargs_list):
+        if not isinstance(kw, dict):
+            p.add(f"collector_kwargs[{i}]", kw, "must be a dict")
+    return env_fns, kwargs_list, remotes, count
+
+
+def per_collector(p: Problems, name: str, value: Any, count: int) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            p.add(name, value, f"a list must have one device per collector ({count})")
+            return [None] * count
+        return list(value)
+    return [value] * count
+
+
+def check_resources(remotes: list[dict[str, Any]]) -> None:
+    """Refuse requests the cluster can never satisfy, before any actor starts."""
+    total = ray.cluster_resources()
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    asked: dict[str, float] = {}
+    p = Problems()
+    for index, config in enumerate(remotes):
+        wants = {"CPU": config.get("num_cpus", 1), "GPU": config.get("num_gpus", 0) or 0}
+        wants.update(config.get("resources") or {})
+        if config.get("memory"):
+            wants["memory"] = config["memory"]
+        for name, amount in wants.items():
+            if not amount:
+                continue
+            asked[name] = asked.get(name, 0) + amount
+            best = max((n.get(name, 0) for n in nodes), default=0)
+            if amount > best:
+                key = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, name)
+                p.add(
+                    f"remote_configs[{index}]",
+                    config,
+                    NODE_RESOURCES_MSG.format(
+                        index=index, asked=amount, name=name, have=best, key=key
+                    ),
+                )
+    for name, amount in asked.items():
+        have = total.get(name, 0)
+        if amount > have:
+            p.add(
+                "remote_configs",
+                remotes[0] if len(remotes) == 1 else "<per collector>",
+                RESOURCES_MSG.format(count=len(remotes), asked=amount, name=name, have=have),
+            )
+    p.raise_if_any()
+
+
+def check_env_counts(
+    counts: list[int | None], *, sync: bool, frames_per_batch: int, total_frames: int
+) -> None:
+    """Check batch sizes against each collector's env count (skipped while a count is unknown)."""
+    if None in counts:
+        return
+    p = Problems()
+    if sync:
+        if len(set(counts)) > 1:
+            p.add("collector_kwargs", "<per collector>", SYNC_ENVS_MSG.format(counts=counts))
+        n, m = counts[0], len(counts)
+        share = frames_per_batch // m
+        if share % n:
+            lo = max(m * n, frames_per_batch // (m * n) * (m * n))
+            p.add(
+                "frames_per_batch",
+                frames_per_batch,
+                SYNC_SHARE_MSG.format(share=share, n=n, lo=lo, hi=lo + m * n),
+            )
+    else:
+        for worker_id, n in enumerate(counts):
+            if frames_per_batch % n:
+                p.add(
+                    "frames_per_batch",
+                    frames_per_batch,
+                    f"must be a multiple of collector {worker_id}'s {n} envs",
+                )
+    n = math.lcm(*counts)
+    if total_frames != -1 and total_frames % n:
+        lo = max(n, total_frames // n * n)
+        p.add(
+            "total_frames",
+            total_frames,
+            TOTAL_ENVS_MSG.format(total=total_frames, n=n, lo=lo, hi=lo + n),
+        )
+    p.raise_if_any()
+
+
+def is_torchrl_collector_class(cls: Any) -> bool:
+    try:
+        from torchrl.collectors import BaseCollector
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(cls, type) and issubclass(cls, BaseCollector)
