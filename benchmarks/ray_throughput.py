@@ -51,7 +51,9 @@ def _raw_worker(steps: int, barrier, queue) -> None:
 def raw_limit(steps: int) -> float:
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(NUM_COLLECTORS), ctx.Queue()
-    procs = [ctx.Process(target=_raw_worker, args=(steps, barrier, queue)) for _ in range(NUM_COLLECTORS)]
+    procs = [
+        ctx.Process(target=_raw_worker, args=(steps, barrier, queue)) for _ in range(NUM_COLLECTORS)
+    ]
     for p in procs:
         p.start()
     rates = [queue.get() for _ in procs]
@@ -64,8 +66,12 @@ def fleetrl_collector(policy, fpb: int, sync: bool, total: int = -1):
     from fleetrl import RayCollector
 
     return RayCollector(
-        lambda: gym_env(NUM_ENVS), policy, frames_per_batch=fpb, total_frames=total,
-        num_collectors=NUM_COLLECTORS, sync=sync,
+        lambda: gym_env(NUM_ENVS),
+        policy,
+        frames_per_batch=fpb,
+        total_frames=total,
+        num_collectors=NUM_COLLECTORS,
+        sync=sync,
     )
 
 
@@ -82,8 +88,12 @@ def torchrl_collector(policy, fpb: int, sync: bool, total: int = -1):
         return GymWrapper(make_gym(NUM_ENVS), categorical_action_encoding=True)
 
     return TorchRLRayCollector(
-        [make_env] * NUM_COLLECTORS, policy, collector_class=Collector,
-        frames_per_batch=fpb, total_frames=total, sync=sync,
+        [make_env] * NUM_COLLECTORS,
+        policy,
+        collector_class=Collector,
+        frames_per_batch=fpb,
+        total_frames=total,
+        sync=sync,
         remote_configs={"num_cpus": 1, "num_gpus": 0, "memory": 1024**3},
     )
 
@@ -103,7 +113,11 @@ class Contestant:
         frames, t0 = 0, time.perf_counter()
         for _ in range(batches):
             b = next(self.it)
-            frames += int(b["collector", "mask"].sum()) if ("collector", "mask") in b.keys(True) else b.numel()
+            frames += (
+                int(b["collector", "mask"].sum())
+                if ("collector", "mask") in b.keys(True)
+                else b.numel()
+            )
         return frames / (time.perf_counter() - t0)
 
     def shutdown(self) -> None:
@@ -111,8 +125,15 @@ class Contestant:
 
 
 def big_policy(hidden: int = 2200):
-    net = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                        nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 2))
+    net = nn.Sequential(
+        nn.Linear(4, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, 2),
+    )
     return categorical_policy(net), sum(p.numel() for p in net.parameters())
 
 
@@ -146,7 +167,9 @@ def guarded(name: str, fn, errors: dict):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=128, help="vector steps per worker batch")
-    parser.add_argument("--batches", type=int, default=10, help="timed batches per contestant per round")
+    parser.add_argument(
+        "--batches", type=int, default=10, help="timed batches per contestant per round"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="median over this many rounds")
     args = parser.parse_args()
     import ray
@@ -159,14 +182,21 @@ def main() -> None:
 
     # Every collector stays alive (logical CPUs enough for all actors; only the one
     # being timed works), so rounds can alternate contestants on a noisy machine.
-    ray.init(num_cpus=4 * NUM_COLLECTORS, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=4 * NUM_COLLECTORS,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     policy = categorical_policy()
     contestants: dict[str, Contestant] = {}
     for lib, make in (("fleetrl", fleetrl_collector), ("torchrl", torchrl_collector)):
         for sync in (False, True):
             name = f"{lib}_{'sync' if sync else 'async'}"
             batch = fpb * NUM_COLLECTORS if sync else fpb
-            c = guarded(name, lambda m=make, b=batch, s=sync: Contestant(lambda: m(policy, b, s)), errors)
+            c = guarded(
+                name, lambda m=make, b=batch, s=sync: Contestant(lambda: m(policy, b, s)), errors
+            )
             if c is not None:
                 contestants[name] = c
                 results[f"{name}_first_batch_s"] = c.first_batch_s
@@ -178,7 +208,9 @@ def main() -> None:
             time.sleep(1.0)  # the previous contestant's prefetched tasks finish first
             n = args.batches // NUM_COLLECTORS if name.endswith("sync") else args.batches
             runs[name].append(c.run(n))
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()), flush=True)
+        print(
+            f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()), flush=True
+        )
     for c in contestants.values():
         c.shutdown()
     results["limit_fps"] = statistics.median(runs["limit"])
@@ -188,7 +220,10 @@ def main() -> None:
             results.setdefault(f"{name}_first_batch_s", None)
             results[f"{name}_fps"] = statistics.median(runs[name]) if name in runs else None
             results[f"{name}_vs_limit_paired"] = (
-                statistics.median(x / lim for x, lim in zip(runs[name], runs["limit"])) if name in runs else None)
+                statistics.median(x / lim for x, lim in zip(runs[name], runs["limit"]))
+                if name in runs
+                else None
+            )
     results["runs"] = runs
 
     small_fpb = NUM_ENVS * 2
@@ -196,8 +231,11 @@ def main() -> None:
     results["big_policy_params"] = n_params
     for lib, make in (("fleetrl", fleetrl_collector), ("torchrl", torchrl_collector)):
         for tag, pol in (("small", categorical_policy()), ("big", big)):
-            cost = guarded(f"{lib}_update_{tag}", lambda m=make, p=pol: update_cost(
-                lambda q: m(q, small_fpb, False), p), errors)
+            cost = guarded(
+                f"{lib}_update_{tag}",
+                lambda m=make, p=pol: update_cost(lambda q: m(q, small_fpb, False), p),
+                errors,
+            )
             results[f"{lib}_update_{tag}_s"] = cost
             if cost is not None:
                 print(f"{lib} update_policy_weights_ ({tag}): {cost * 1e3:.2f} ms", flush=True)
@@ -223,21 +261,38 @@ def main() -> None:
     for lib in ("fleetrl", "torchrl"):
         for mode in ("async", "sync"):
             fps = results[f"{lib}_{mode}_fps"]
-            rows.append([f"{lib} RayCollector {mode}", fmt(fps),
-                         fmt(results[f"{lib}_{mode}_vs_limit_paired"], "x"),
-                         fmt(results[f"{lib}_{mode}_first_batch_s"], "s"),
-                         fmt(ratio(f"fleetrl_{mode}_fps", f"torchrl_{mode}_fps"), "x") if lib == "torchrl" else "-"])
+            rows.append(
+                [
+                    f"{lib} RayCollector {mode}",
+                    fmt(fps),
+                    fmt(results[f"{lib}_{mode}_vs_limit_paired"], "x"),
+                    fmt(results[f"{lib}_{mode}_first_batch_s"], "s"),
+                    fmt(ratio(f"fleetrl_{mode}_fps", f"torchrl_{mode}_fps"), "x")
+                    if lib == "torchrl"
+                    else "-",
+                ]
+            )
     print_table(["contestant", "frames/s", "vs limit", "first batch", "fleetrl/torchrl"], rows)
     print()
     print_table(
         ["update_policy_weights_", "fleetrl", "torchrl"],
-        [[f"small MLP ({sum(p.numel() for p in policy.parameters()):,} params)",
-          fmt(_ms(results["fleetrl_update_small_s"]), " ms"), fmt(_ms(results["torchrl_update_small_s"]), " ms")],
-         [f"big MLP ({n_params:,} params)",
-          fmt(_ms(results["fleetrl_update_big_s"]), " ms"), fmt(_ms(results["torchrl_update_big_s"]), " ms")]],
+        [
+            [
+                f"small MLP ({sum(p.numel() for p in policy.parameters()):,} params)",
+                fmt(_ms(results["fleetrl_update_small_s"]), " ms"),
+                fmt(_ms(results["torchrl_update_small_s"]), " ms"),
+            ],
+            [
+                f"big MLP ({n_params:,} params)",
+                fmt(_ms(results["fleetrl_update_big_s"]), " ms"),
+                fmt(_ms(results["torchrl_update_big_s"]), " ms"),
+            ],
+        ],
     )
-    path = write_json("ray_throughput", {"machine": machine(), "args": vars(args), "results": results,
-                                         "errors": errors})
+    path = write_json(
+        "ray_throughput",
+        {"machine": machine(), "args": vars(args), "results": results, "errors": errors},
+    )
     print(f"\nwrote {path}")
 
 

@@ -48,13 +48,40 @@ def run_sync(frames: int, num_envs: int) -> None:
     )
 
 
+def run_ray(frames: int, num_envs: int, num_collectors: int) -> None:
+    from fleetrl.collectors import RayCollector
+
+    policy = make_policy()
+    with RayCollector(
+        "CartPole-v1",
+        policy,
+        frames_per_batch=num_envs * 128,
+        total_frames=frames,
+        num_collectors=num_collectors,
+        num_workers_per_collector=num_envs,
+    ) as collector:
+        start = time.perf_counter()
+        for _ in collector:
+            pass
+        elapsed = time.perf_counter() - start
+        stats = collector.stats()
+    print(
+        f"RayCollector: {stats['frames']:,} frames from {num_collectors} workers x {num_envs} envs "
+        f"in {elapsed:.2f}s = {stats['frames'] / elapsed:,.0f} frames/s "
+        f"(after start-up); frames per worker {stats['frames_per_worker']}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=200_000)
     parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--num-collectors", type=int, default=2, help="Ray workers (0: skip Ray)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     run_sync(args.frames, args.num_envs)
+    if args.num_collectors:
+        run_ray(args.frames, args.num_envs, args.num_collectors)
 
 
 if __name__ == "__main__":

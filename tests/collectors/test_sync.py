@@ -472,3 +472,16 @@ def test_policy_device_copy_leaves_original():
     ) as c:
         assert c.policy is policy
         assert c.next()["action"].device.type == "cpu"
+
+
+def test_create_env_kwargs_reach_the_factory():
+    with SyncDataCollector(
+        CountingEnv,
+        constant_policy(0),
+        frames_per_batch=2 * 6,
+        num_envs=2,
+        create_env_kwargs={"length": 3, "truncate": True},
+    ) as c:
+        b = c.next()
+    assert b["next", "truncated"][..., 0].sum() == 4
+    assert (episode_stats(b).lengths == 3).all()
