@@ -18,7 +18,7 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 demo: venv
-	$(BIN)/python -m fleetrl.demo
+	$(BIN)/fleetrl train configs/ppo_cartpole.yaml
 
 test: venv
 	$(BIN)/python -m pytest -q

@@ -1,0 +1,251 @@
+"""Algorithm: a torchrl loss module, its optimizer and hyperparameters, TensorDict in and out.
+
+The API follows PyTorchRL's ``Algorithm`` in TensorDict form:
+
+- :attr:`Algorithm.policy`: the acting module the collectors run;
+- :meth:`Algorithm.compute_gradients` ``(batch) -> (grads, info)``: gradients
+  as a TensorDict keyed like the trainable parameters (so they can travel to
+  another process and be averaged), and a dict of floats;
+- :meth:`Algorithm.apply_gradients` ``(grads=None)``: one optimizer step with
+  given gradients (or the ones left by ``compute_gradients``);
+- :meth:`Algorithm.get_weights` / :meth:`Algorithm.set_weights`;
+- :meth:`Algorithm.update_algorithm_parameter` ``(name, value)``: changes a
+  hyperparameter where it acts (the optimizer's lr, the loss's clip epsilon...);
+- :meth:`Algorithm.learn` ``(batch)``: the whole update on one collected batch
+  (epochs x minibatches of compute + apply), what the central trainer calls.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from fleetrl.errors import ConfigError
+
+__all__ = ["Algorithm", "flatten_valid"]
+
+UNKNOWN_PARAMETER_MSG = (
+    "update_algorithm_parameter: {name!r} is not a parameter of {algo}; known: {known}"
+)
+
+
+def flatten_valid(batch: TensorDictBase) -> TensorDictBase:
+    """All valid frames of a batch as one flat TensorDict (padded steps of a masked batch dropped)."""
+    mask_key = ("collector", "mask")
+    if mask_key in batch.keys(include_nested=True):
+        return batch[batch.get(mask_key)]
+    return batch.reshape(-1)
+
+
+def end_padded_rows(batch: TensorDictBase) -> TensorDictBase:
+    """Mark the last valid step of each padded row done (not terminated), for value estimators.
+
+    A preempted sync round is padded after its last collected step; marking that
+    step done-but-not-terminated makes GAE bootstrap from its next observation and
+    stop there, instead of running into the padding.
+    """
+    mask_key = ("collector", "mask")
+    if mask_key not in batch.keys(include_nested=True):
+        return batch
+    mask = batch.get(mask_key)
+    last_valid = mask & ~torch.cat([mask[..., 1:], torch.zeros_like(mask[..., :1])], dim=-1)
+    padded_after = last_valid & ~mask[..., -1:].expand_as(mask)
+    if padded_after.any():
+        for key in (("next", "done"), ("next", "truncated")):
+            value = batch.get(key).clone()
+            value[padded_after] = True
+            batch.set(key, value)
+    return batch
+
+
+class Algorithm(abc.ABC):
+    """Base of every algorithm: loss module + optimizer + hyperparameters.
+
+    Subclasses build their loss module and optimizer, and define :meth:`loss`
+    (and :meth:`prepare` when the batch needs work first, e.g. GAE).
+
+    Args:
+        loss_module: a torchrl loss module holding the actor (and critic).
+        actor: the acting policy (shares its parameters with the loss module).
+        optimizer: over the loss module's trainable parameters.
+        gamma: discount factor.
+        num_epochs: passes over each batch in :meth:`learn`.
+        num_mini_batch: minibatches per epoch.
+        max_grad_norm: clip the gradient norm before each step (None: off).
+    """
+
+    name: ClassVar[str] = "algorithm"
+    #: hyperparameters that update_algorithm_parameter may change, besides "lr"
+    tunable: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        loss_module: nn.Module,
+        actor: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        gamma: float,
+        num_epochs: int = 1,
+        num_mini_batch: int = 1,
+        max_grad_norm: float | None = None,
+        update_every: int = 1,
+        start_steps: int = 0,
+        test_every: int = 0,
+        num_test_episodes: int = 0,
+    ):
+        self.loss_module = loss_module
+        self.actor = actor
+        self.optimizer = optimizer
+        self._gamma = gamma
+        self.num_epochs = num_epochs
+        self.num_mini_batch = num_mini_batch
+        self.max_grad_norm = max_grad_norm
+        self.update_every = update_every
+        self.start_steps = start_steps
+        self.test_every = test_every
+        self.num_test_episodes = num_test_episodes
+        self.mini_batch_size: int | None = None  # known once a batch was split
+        self.num_updates = 0  # optimizer steps taken
+        self._trainable = [
+            (tuple(n.split(".")), p) for n, p in loss_module.named_parameters() if p.requires_grad
+        ]
+
+    # --------------------------------------------------------------- properties
+    @property
+    def policy(self) -> nn.Module:
+        """The acting module for the collectors."""
+        return self.actor
+
+    @property
+    def gamma(self) -> float:
+        return self._gamma
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    # ---------------------------------------------------------------- learning
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """Turn a collected batch into flat training data (default: the valid frames)."""
+        return flatten_valid(batch)
+
+    def minibatches(self, data: TensorDictBase) -> Iterator[TensorDictBase]:
+        """A fresh random split of ``data`` into ``num_mini_batch`` minibatches."""
+        n = data.shape[0]
+        size = n // self.num_mini_batch
+        self.mini_batch_size = size
+        perm = torch.randperm(n, device=data.device)
+        for i in range(self.num_mini_batch):
+            yield data[perm[i * size : (i + 1) * size]]
+
+    @abc.abstractmethod
+    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
+        """The scalar loss to minimise on ``data`` and what to log about it."""
+
+    def compute_gradients(self, data: TensorDictBase) -> tuple[TensorDict, dict[str, float]]:
+        """Gradients of the loss on ``data``, keyed like the trainable parameters.
+
+        Leaves the parameters' ``.grad`` empty: the gradients live in the
+        returned TensorDict only, ready to be averaged or sent elsewhere.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, info = self.loss(data)
+        loss.backward()
+        grads = TensorDict()
+        for key, param in self._trainable:
+            grads.set(
+                key,
+                param.grad.detach().clone() if param.grad is not None else torch.zeros_like(param),
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        return grads, info
+
+    def apply_gradients(self, grads: TensorDictBase | None = None) -> float | None:
+        """One optimizer step with ``grads`` (or the ``.grad`` already set). Returns the grad norm."""
+        if grads is not None:
+            for key, param in self._trainable:
+                param.grad = grads.get(key).to(param.device)
+        norm = None
+        if self.max_grad_norm is not None:
+            params = [p for _, p in self._trainable]
+            norm = float(nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.num_updates += 1
+        return norm
+
+    def learn(self, batch: TensorDictBase) -> dict[str, float]:
+        """Train on one collected batch; returns the mean of each logged value."""
+        data = self.prepare(batch)
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(self.num_epochs):
+            for minibatch in self.minibatches(data):
+                grads, info = self.compute_gradients(minibatch)
+                norm = self.apply_gradients(grads)
+                if norm is not None:
+                    info["grad_norm"] = norm
+                for k, v in info.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                steps += 1
+        return {k: v / max(1, steps) for k, v in totals.items()}
+
+    # ----------------------------------------------------------------- weights
+    def get_weights(self) -> TensorDict:
+        """The trainable parameters (a detached copy), keyed as in :meth:`compute_gradients`."""
+        weights = TensorDict()
+        for key, param in self._trainable:
+            weights.set(key, param.detach().clone())
+        return weights
+
+    def set_weights(self, weights: TensorDictBase) -> None:
+        """Copy ``weights`` (as from :meth:`get_weights`) into the parameters, in place."""
+        with torch.no_grad():
+            for key, param in self._trainable:
+                param.copy_(weights.get(key).to(param.device))
+
+    def policy_weights(self) -> TensorDict:
+        """The acting policy's parameters, as the collectors load them."""
+        return TensorDict.from_module(self.actor).detach().clone()
+
+    # ------------------------------------------------------- hyperparameters
+    def update_algorithm_parameter(self, name: str, value: float) -> None:
+        """Change a hyperparameter where it acts: ``lr`` in the optimizer, loss
+        coefficients in the loss module, anything else on the algorithm."""
+        if name == "lr":
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(value)
+            return
+        if name not in self.tunable:
+            raise ConfigError(
+                [
+                    UNKNOWN_PARAMETER_MSG.format(
+                        name=name, algo=type(self).__name__, known=["lr", *self.tunable]
+                    )
+                ]
+            )
+        self._set_parameter(name, value)
+
+    def _set_parameter(self, name: str, value: float) -> None:
+        setattr(self, name, value)
+
+    # ------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "loss_module": self.loss_module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "num_updates": self.num_updates,
+            "hyperparameters": {name: float(getattr(self, name)) for name in ("lr", *self.tunable)},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loss_module.load_state_dict(state["loss_module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = int(state["num_updates"])
+        for name, value in state["hyperparameters"].items():
+            self.update_algorithm_parameter(name, value)

@@ -1,0 +1,110 @@
+"""``fleetrl`` command line: train, eval, bench.
+
+fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
+fleetrl train --resume RUN_DIR [key=value ...]
+fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S]
+fleetrl bench {collector_throughput,ray_throughput} [args ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from fleetrl.errors import FleetError
+
+__all__ = ["main"]
+
+
+def _train(args: argparse.Namespace) -> int:
+    from fleetrl.config import load_config
+    from fleetrl.trainer import Trainer
+
+    if args.resume:
+        overrides = ([args.config] if args.config and "=" in args.config else []) + args.overrides
+        trainer = Trainer.from_run_dir(args.resume, overrides)
+    else:
+        if not args.config:
+            raise SystemExit("fleetrl train: give a config file, or --resume RUN_DIR")
+        trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
+    print(f"run directory: {trainer.run_dir}")
+    last = trainer.train()
+    print(
+        f"frames {trainer.frames:,}  updates {trainer.updates}  episodes {trainer.episodes}  "
+        f"train return {last.get('train/episode_return', float('nan')):.1f}  "
+        f"fps {last.get('time/fps', float('nan')):,.0f}"
+    )
+    if trainer.eval_history:
+        print(f"last evaluation return {trainer.eval_history[-1][1]:.1f}")
+    print(f"logs, checkpoints and learning_curve.png in {trainer.run_dir}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from fleetrl.algorithms import env_info, make_algorithm
+    from fleetrl.config import config_from_dict
+    from fleetrl.trainer import evaluate, latest_checkpoint, load_checkpoint
+
+    target = Path(args.target)
+    path = latest_checkpoint(target) if target.is_dir() else target
+    if path is None or not path.is_file():
+        raise SystemExit(f"fleetrl eval: no checkpoint at {target}")
+    state = load_checkpoint(path)
+    config = config_from_dict(state["config"])
+    algorithm = make_algorithm(config.algorithm, config.algo, env_info(config.env.id))
+    algorithm.load_state_dict(state["algorithm"])
+    returns = evaluate(
+        algorithm.policy,
+        config.env.id,
+        args.episodes,
+        seed=args.seed,
+        max_episode_steps=config.env.max_episode_steps,
+    )
+    print(
+        f"{path}: {config.algorithm} on {config.env.id}, {args.episodes} episodes, deterministic: "
+        f"mean return {returns.mean():.2f} +- {returns.std(unbiased=False):.2f}"
+    )
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    script = Path("benchmarks") / f"{args.name}.py"
+    if not script.is_file():
+        raise SystemExit(f"fleetrl bench: {script} not found (run from the repository root)")
+    return subprocess.call([sys.executable, str(script), *args.rest])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="fleetrl", description="Distributed RL collection and training on Ray."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train from a YAML config")
+    train.add_argument("config", nargs="?", help="YAML config file")
+    train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. ppo.lr=1e-3")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    train.add_argument("--run-dir", help="where to write logs and checkpoints")
+    ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint (or a checkpoint file)")
+    ev.add_argument("target", help="run directory or checkpoint file")
+    ev.add_argument("--episodes", type=int, default=20)
+    ev.add_argument("--seed", type=int, default=12345)
+    bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
+    bench.add_argument("name", choices=["collector_throughput", "ray_throughput", "time_to_solve"])
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(1)
+    try:
+        return {"train": _train, "eval": _eval, "bench": _bench}[args.command](args)
+    except FleetError as err:
+        print(f"fleetrl {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

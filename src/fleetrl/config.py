@@ -1,0 +1,370 @@
+"""Typed training configs, loaded from YAML with ``key=value`` overrides.
+
+A config file has one section per dataclass below (``env``, ``collector``,
+``trainer``, ``logging``) and one for the algorithm, named after it
+(``ppo``, ``a2c``, ...). Overrides use dotted paths:
+``fleetrl train configs/ppo_cartpole.yaml ppo.lr=1e-3 collector.num_collectors=4``.
+Values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``).
+
+A config is validated as a whole: :func:`load_config` reports every problem
+at once (unknown keys with the closest known one, wrong types, out-of-range
+values), each with the value and what is allowed.
+
+Examples:
+    >>> cfg = config_from_dict({"algorithm": "ppo", "env": {"id": "CartPole-v1"}})
+    >>> cfg.algorithm, cfg.env.id, cfg.ppo.clip_epsilon
+    ('ppo', 'CartPole-v1', 0.2)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleetrl.errors import ConfigError
+
+__all__ = [
+    "A2CConfig",
+    "CollectorConfig",
+    "Config",
+    "EnvConfig",
+    "LoggingConfig",
+    "PPOConfig",
+    "TrainerConfig",
+    "config_from_dict",
+    "config_to_dict",
+    "load_config",
+]
+
+
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"
+    """gymnasium id of the training env (the test env uses the same id)."""
+    num_envs: int = 8
+    """envs stepped as one batch in each collector."""
+    max_episode_steps: int | None = None
+    """truncate episodes after this many steps (None: the env's own limit)."""
+
+
+@dataclass
+class CollectorConfig:
+    num_collectors: int = 2
+    """remote collector workers (Ray actors)."""
+    frames_per_batch: int = 2048
+    """frames per training batch (sync: summed over collectors)."""
+    sync: bool = True
+    """stack all collectors' batches (True) or serve the first ready (False)."""
+    prefetch: int = 0
+    """batches each worker may collect ahead of the learner (0: on-policy)."""
+    num_cpus_per_collector: float = 1.0
+    """Ray CPUs reserved per collector."""
+    compress: str | None = None
+    """None, 'lz4' or 'zstd': compress batches sent by workers."""
+    address: str | None = None
+    """Ray cluster address to attach to (None: the running instance or a new local one)."""
+
+
+@dataclass
+class TrainerConfig:
+    total_frames: int = 500_000
+    """stop after this many frames."""
+    target_return: float | None = None
+    """stop once the mean return of the last ``return_window`` training episodes reaches this."""
+    return_window: int = 20
+    """training episodes averaged for ``train/episode_return`` and the target."""
+    seed: int = 0
+    """seed of torch, the envs and the collectors."""
+    weight_update_interval: int = 1
+    """publish weights to the collectors every this many updates."""
+    test_every: int = 10
+    """evaluate every this many updates (0: never)."""
+    num_test_episodes: int = 10
+    """episodes per evaluation, deterministic actions."""
+    checkpoint_every: int = 20
+    """write a checkpoint every this many updates (0: only at the end)."""
+    keep_checkpoints: int = 3
+    """checkpoints kept on disk (the newest)."""
+    lr_schedule: str = "constant"
+    """'constant' or 'linear' (decays to 0 at total_frames)."""
+    clip_schedule: str = "constant"
+    """'constant' or 'linear' decay of PPO's clip epsilon."""
+
+
+@dataclass
+class LoggingConfig:
+    run_dir: str | None = None
+    """where logs and checkpoints go (None: runs/<algorithm>_<env>_<time>)."""
+    tensorboard: bool = True
+    """write TensorBoard event files beside the CSV."""
+    progress_bar: bool = True
+    """show a progress bar on the terminal."""
+    plot: bool = True
+    """save learning_curve.png at the end."""
+
+
+@dataclass
+class PPOConfig:
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_epsilon: float = 0.2
+    """PPO ratio clipping."""
+    entropy_coef: float = 0.0
+    """entropy bonus coefficient."""
+    critic_coef: float = 0.5
+    """value loss coefficient."""
+    num_epochs: int = 4
+    """passes over each batch."""
+    num_mini_batch: int = 4
+    """minibatches per epoch."""
+    normalize_advantage: bool = True
+    """normalize advantages per minibatch."""
+    clip_value: float | None = None
+    """clip the value update to this range around the old value (None: off)."""
+    max_grad_norm: float | None = 0.5
+    """clip the gradient norm (None: off)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """hidden layers of the actor and critic MLPs."""
+
+
+@dataclass
+class A2CConfig:
+    lr: float = 7e-4
+    """RMSprop/Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1.0: n-step returns)."""
+    entropy_coef: float = 0.01
+    """entropy bonus coefficient."""
+    critic_coef: float = 0.5
+    """value loss coefficient."""
+    max_grad_norm: float | None = 0.5
+    """clip the gradient norm (None: off)."""
+    normalize_advantage: bool = False
+    """normalize advantages per batch."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """hidden layers of the actor and critic MLPs."""
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig}
+
+
+@dataclass
+class Config:
+    algorithm: str = "ppo"
+    """which algorithm trains: one of the keys of ALGORITHM_CONFIGS."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    a2c: A2CConfig = field(default_factory=A2CConfig)
+
+    @property
+    def algo(self) -> Any:
+        """The config section of the chosen algorithm."""
+        return getattr(self, self.algorithm)
+
+
+# ------------------------------------------------------------------ loading
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        (inner,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_type_ok(v, inner) for v in value)
+    if hint is Any:
+        return True
+    return isinstance(value, hint)
+
+
+def _fill(cls: type, data: dict[str, Any], prefix: str, problems: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    obj = cls()
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known: {names}"
+            problems.append(f"{path} is not a config key{hint}")
+            continue
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                problems.append(
+                    f"{path}={value!r} is invalid: must be a mapping of {hint.__name__} fields"
+                )
+                continue
+            setattr(obj, key, _fill(hint, value, f"{path}.", problems))
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and hint in (float, float | None):
+            value = float(value)
+        if not _type_ok(value, hint):
+            problems.append(f"{path}={value!r} is invalid: must be {_hint_name(hint)}")
+            continue
+        setattr(obj, key, value)
+    return obj
+
+
+def _hint_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _validate(cfg: Config, problems: list[str]) -> None:
+    def check(ok: bool, path: str, value: Any, allowed: str) -> None:
+        if not ok:
+            problems.append(f"{path}={value!r} is invalid: {allowed}")
+
+    check(
+        cfg.algorithm in ALGORITHM_CONFIGS,
+        "algorithm",
+        cfg.algorithm,
+        f"must be one of {sorted(ALGORITHM_CONFIGS)}",
+    )
+    check(cfg.env.num_envs > 0, "env.num_envs", cfg.env.num_envs, "must be > 0")
+    c, t = cfg.collector, cfg.trainer
+    check(c.num_collectors > 0, "collector.num_collectors", c.num_collectors, "must be > 0")
+    check(c.prefetch >= 0, "collector.prefetch", c.prefetch, "must be >= 0")
+    check(
+        c.compress in (None, "lz4", "zstd"),
+        "collector.compress",
+        c.compress,
+        "must be null, 'lz4' or 'zstd'",
+    )
+    per_round = max(1, c.num_collectors * cfg.env.num_envs if c.sync else cfg.env.num_envs)
+    check(
+        c.frames_per_batch > 0 and c.frames_per_batch % per_round == 0,
+        "collector.frames_per_batch",
+        c.frames_per_batch,
+        f"must be a positive multiple of {per_round} "
+        f"({'num_collectors x ' if c.sync else ''}env.num_envs), e.g. {max(per_round, c.frames_per_batch // per_round * per_round)}",
+    )
+    check(
+        t.total_frames > 0 and t.total_frames % max(1, cfg.env.num_envs) == 0,
+        "trainer.total_frames",
+        t.total_frames,
+        f"must be a positive multiple of env.num_envs ({cfg.env.num_envs})",
+    )
+    for name in (
+        "weight_update_interval",
+        "num_test_episodes",
+        "return_window",
+        "keep_checkpoints",
+    ):
+        check(getattr(t, name) > 0, f"trainer.{name}", getattr(t, name), "must be > 0")
+    for name in ("test_every", "checkpoint_every"):
+        check(getattr(t, name) >= 0, f"trainer.{name}", getattr(t, name), "must be >= 0 (0: off)")
+    for name in ("lr_schedule", "clip_schedule"):
+        check(
+            getattr(t, name) in ("constant", "linear"),
+            f"trainer.{name}",
+            getattr(t, name),
+            "must be 'constant' or 'linear'",
+        )
+    if cfg.algorithm in ALGORITHM_CONFIGS:
+        algo = cfg.algo
+        prefix = cfg.algorithm
+        check(algo.lr > 0, f"{prefix}.lr", algo.lr, "must be > 0")
+        check(0 < algo.gamma <= 1, f"{prefix}.gamma", algo.gamma, "must be in (0, 1]")
+        check(
+            0 <= algo.gae_lambda <= 1, f"{prefix}.gae_lambda", algo.gae_lambda, "must be in [0, 1]"
+        )
+        check(
+            all(h > 0 for h in algo.hidden_sizes),
+            f"{prefix}.hidden_sizes",
+            algo.hidden_sizes,
+            "must be positive ints",
+        )
+        if isinstance(algo, PPOConfig):
+            check(algo.clip_epsilon > 0, "ppo.clip_epsilon", algo.clip_epsilon, "must be > 0")
+            check(algo.num_epochs > 0, "ppo.num_epochs", algo.num_epochs, "must be > 0")
+            check(
+                algo.num_mini_batch > 0 and c.frames_per_batch % algo.num_mini_batch == 0,
+                "ppo.num_mini_batch",
+                algo.num_mini_batch,
+                f"must be > 0 and divide collector.frames_per_batch ({c.frames_per_batch})",
+            )
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"ppo.lr=1e-3"`` -> (["ppo", "lr"], 0.001)."""
+    if "=" not in text:
+        raise ConfigError([f"override {text!r} is invalid: write key=value, e.g. ppo.lr=1e-3"])
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw.strip() else None
+    if isinstance(value, str):  # YAML reads "1e-3" as a string
+        with contextlib.suppress(ValueError):
+            value = float(value) if any(ch in value for ch in ".eE") else value
+    return key.strip().split("."), value
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> Config:
+    """Build and validate a Config; raises one ConfigError listing every problem."""
+    data = _deep_copy(data or {})
+    problems: list[str] = []
+    for text in overrides or []:
+        try:
+            path, value = parse_override(text)
+        except ConfigError as err:
+            problems.extend(err.problems)
+            continue
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                problems.append(f"override {text!r} is invalid: {part} is not a section")
+                break
+        else:
+            node[path[-1]] = value
+    cfg = _fill(Config, data, "", problems)  # a field with a bad type keeps its default...
+    _validate(cfg, problems)  # ...so the range checks can run on the rest at the same time
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config file, apply ``key=value`` overrides, validate everything."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"config={str(path)!r} is invalid: no such file"])
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"config={str(path)!r} is invalid: the file must hold a mapping"])
+    return config_from_dict(data, overrides)
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    """Plain dict (YAML- and ``torch.load(weights_only=True)``-safe)."""
+    return dataclasses.asdict(cfg)
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data

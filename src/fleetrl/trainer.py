@@ -1,0 +1,406 @@
+"""Trainer: the central scheme. Collect, learn, publish weights, evaluate, log, checkpoint.
+
+One learner process runs the :class:`~fleetrl.algorithms.Algorithm`; remote
+collectors (a :class:`~fleetrl.RayCollector`) feed it. Every
+``weight_update_interval`` updates the new weights are published to the
+collectors (one ``ray.put``). Every ``test_every`` updates the policy is
+evaluated with deterministic actions on separate test envs. Metrics go to
+``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
+``time/``. Checkpoints are written atomically and hold everything needed to
+resume exactly; they load with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from tensordict import TensorDictBase
+from torchrl.envs.utils import ExplorationType
+
+from fleetrl.algorithms import env_info, make_algorithm
+from fleetrl.collectors import RayCollector, SyncDataCollector, episode_stats
+from fleetrl.config import Config, config_from_dict, config_to_dict
+from fleetrl.errors import ConfigError
+
+__all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_GLOB = "checkpoint_*.pt"
+
+
+def evaluate(
+    policy: Any,
+    env_id: str,
+    num_episodes: int,
+    *,
+    seed: int = 0,
+    max_episode_steps: int | None = None,
+) -> torch.Tensor:
+    """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode)."""
+    returns: list[float] = []
+    with SyncDataCollector(
+        env_id,
+        policy,
+        frames_per_batch=num_episodes * 100,
+        num_envs=num_episodes,
+        exploration_type=ExplorationType.DETERMINISTIC,
+        max_frames_per_traj=max_episode_steps,
+    ) as collector:
+        collector.set_seed(seed)
+        first_done: dict[int, float] = {}
+        while len(first_done) < num_episodes:
+            batch = collector.next()
+            done = batch.get(("next", "done"))[..., 0]
+            ret = batch.get(("next", "episode_return"))[..., 0]
+            for env in range(num_episodes):
+                if env in first_done:
+                    continue
+                ends = done[env].nonzero()
+                if len(ends):
+                    first_done[env] = float(ret[env, int(ends[0])])
+        returns = [first_done[i] for i in range(num_episodes)]
+    return torch.tensor(returns)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    paths = sorted(Path(run_dir, "checkpoints").glob(CHECKPOINT_GLOB))
+    return paths[-1] if paths else None
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True`` (no code runs from the file)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+class MetricLogger:
+    """CSV (always) and TensorBoard (optional) with the same metric names."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool, resume: bool):
+        self.path = run_dir / "metrics.csv"
+        self.rows: list[dict[str, float]] = []
+        if resume and self.path.exists():
+            with self.path.open() as f:
+                self.rows = [
+                    {k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)
+                ]
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.rows.append(metrics)
+        keys = sorted({k for row in self.rows for k in row})
+        with self.path.open("w", newline="") as f:  # rewritten whole: new metrics may appear later
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self.writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class Trainer:
+    """Trains ``config.algorithm`` on ``config.env`` with remote collectors.
+
+    Args:
+        config: a validated :class:`~fleetrl.config.Config`.
+        actor, critic: optional custom modules (e.g. a recurrent policy) instead of the default MLPs.
+        run_dir: where to write; default from ``config.logging.run_dir`` or ``runs/<algo>_<env>_<time>``.
+        resume: continue the run in ``run_dir`` from its latest checkpoint.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        actor: Any = None,
+        critic: Any = None,
+        run_dir: str | Path | None = None,
+        resume: bool = False,
+    ):
+        self.config = config
+        run_dir = run_dir or config.logging.run_dir
+        if run_dir is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            run_dir = Path("runs") / f"{config.algorithm}_{config.env.id}_{stamp}"
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+        torch.manual_seed(config.trainer.seed)
+        self.info = env_info(config.env.id)
+        modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
+        self.algorithm = make_algorithm(config.algorithm, config.algo, self.info, **modules)
+        self.frames = 0
+        self.updates = 0
+        self.episodes = 0
+        self.recent_returns: deque[float] = deque(maxlen=config.trainer.return_window)
+        self.eval_history: list[tuple[int, float]] = []
+        self._base_lr = config.algo.lr
+        self._base_clip = getattr(config.algo, "clip_epsilon", None)
+        if resume:
+            self._resume()
+        (self.run_dir / "config.yaml").write_text(
+            yaml.safe_dump(config_to_dict(config), sort_keys=False)
+        )
+        self.metrics = MetricLogger(self.run_dir, config.logging.tensorboard, resume)
+
+    # ------------------------------------------------------------- resume
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            raise ConfigError(
+                [
+                    f"resume={str(self.run_dir)!r} is invalid: no checkpoint in {self.run_dir / 'checkpoints'}"
+                ]
+            )
+        state = load_checkpoint(path)
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.frames, self.updates, self.episodes = (
+            state["frames"],
+            state["updates"],
+            state["episodes"],
+        )
+        self.recent_returns.extend(state["recent_returns"])
+        self.eval_history = [tuple(x) for x in state["eval_history"]]
+        torch.set_rng_state(state["torch_rng"])
+        logger.info("resumed %s at %d frames, %d updates", path, self.frames, self.updates)
+
+    def checkpoint(self) -> Path:
+        """Write a checkpoint atomically and keep the newest ``keep_checkpoints``."""
+        state = {
+            "algorithm": self.algorithm.state_dict(),
+            "frames": self.frames,
+            "updates": self.updates,
+            "episodes": self.episodes,
+            "recent_returns": list(self.recent_returns),
+            "eval_history": [list(x) for x in self.eval_history],
+            "torch_rng": torch.get_rng_state(),
+            "config": config_to_dict(self.config),
+        }
+        folder = self.run_dir / "checkpoints"
+        path = folder / f"checkpoint_{self.frames:012d}.pt"
+        tmp = folder / f".{path.name}.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, path)  # atomic on POSIX: a reader sees the old file or the new one
+        for old in sorted(folder.glob(CHECKPOINT_GLOB))[: -self.config.trainer.keep_checkpoints]:
+            old.unlink()
+        return path
+
+    # ---------------------------------------------------------- schedules
+    def _apply_schedules(self) -> None:
+        t = self.config.trainer
+        progress = min(1.0, self.frames / t.total_frames)
+        if t.lr_schedule == "linear":
+            self.algorithm.update_algorithm_parameter(
+                "lr", max(1e-8, self._base_lr * (1.0 - progress))
+            )
+        if t.clip_schedule == "linear" and self._base_clip is not None:
+            self.algorithm.update_algorithm_parameter(
+                "clip_epsilon", max(1e-3, self._base_clip * (1.0 - progress))
+            )
+
+    # --------------------------------------------------------------- loop
+    def make_collector(self) -> RayCollector:
+        c, t, e = self.config.collector, self.config.trainer, self.config.env
+        remaining = t.total_frames - self.frames
+        collector = RayCollector(
+            e.id,
+            self.algorithm.policy,
+            frames_per_batch=c.frames_per_batch,
+            total_frames=remaining,
+            num_collectors=c.num_collectors,
+            num_workers_per_collector=e.num_envs,
+            sync=c.sync,
+            prefetch=c.prefetch,
+            compress=c.compress,
+            max_frames_per_traj=e.max_episode_steps,
+            remote_configs={"num_cpus": c.num_cpus_per_collector},
+            ray_init_config={"address": c.address} if c.address else None,
+        )
+        collector.set_seed(t.seed + 7919 * self.updates)
+        return collector
+
+    def target_reached(self) -> bool:
+        target = self.config.trainer.target_return
+        window = self.config.trainer.return_window
+        return (
+            target is not None
+            and len(self.recent_returns) >= window
+            and sum(self.recent_returns) / len(self.recent_returns) >= target
+        )
+
+    def train(self) -> dict[str, float]:
+        """Run until ``total_frames`` or the target return; returns the last metrics."""
+        t = self.config.trainer
+        progress = _progress_bar(self.config, self.frames)
+        start = time.perf_counter()
+        frames_at_start = self.frames
+        last: dict[str, float] = {}
+        collector = self.make_collector()
+        try:
+            collect_start = time.perf_counter()
+            for batch in collector:
+                collect_s = time.perf_counter() - collect_start
+                frames = _frames_in(batch)
+                self.frames += frames
+                stats = episode_stats(batch)
+                self.recent_returns.extend(stats.returns.tolist())
+                self.episodes += stats.count
+                learn_start = time.perf_counter()
+                self._apply_schedules()
+                info = self.algorithm.learn(batch)
+                self.updates += 1
+                if self.updates % t.weight_update_interval == 0:
+                    collector.update_policy_weights_()
+                learn_s = time.perf_counter() - learn_start
+                elapsed = time.perf_counter() - start
+                last = {
+                    "train/frames": self.frames,
+                    "train/updates": self.updates,
+                    "train/episodes": self.episodes,
+                    "train/episode_return": _mean(self.recent_returns),
+                    "train/episode_length": float(stats.lengths.float().mean())
+                    if stats.count
+                    else float("nan"),
+                    "train/policy_lag": collector.stats()["policy_lag"]["last"],
+                    "train/lr": self.algorithm.lr,
+                    "time/fps": (self.frames - frames_at_start) / elapsed,
+                    "time/collect_s": collect_s,
+                    "time/learn_s": learn_s,
+                    "time/elapsed_s": elapsed,
+                    **info,
+                }
+                if hasattr(self.algorithm, "clip_epsilon"):
+                    last["train/clip_epsilon"] = self.algorithm.clip_epsilon
+                if t.test_every and self.updates % t.test_every == 0:
+                    last.update(self._evaluate())
+                self.metrics.log(self.frames, last)
+                progress.update(frames, last)
+                if t.checkpoint_every and self.updates % t.checkpoint_every == 0:
+                    self.checkpoint()
+                if self.target_reached():
+                    logger.info(
+                        "target return %s reached at %d frames", t.target_return, self.frames
+                    )
+                    break
+                collect_start = time.perf_counter()
+        finally:
+            collector.shutdown()
+            progress.close()
+        self.checkpoint()
+        if self.config.logging.plot:
+            self.plot()
+        self.metrics.close()
+        return last
+
+    def _evaluate(self) -> dict[str, float]:
+        t = self.config.trainer
+        returns = evaluate(
+            self.algorithm.policy,
+            self.config.env.id,
+            t.num_test_episodes,
+            seed=t.seed + 100_003 + self.updates,
+            max_episode_steps=self.config.env.max_episode_steps,
+        )
+        mean = float(returns.mean())
+        self.eval_history.append((self.frames, mean))
+        return {"eval/return_mean": mean, "eval/return_std": float(returns.std(unbiased=False))}
+
+    def plot(self) -> Path:
+        """learning_curve.png: training return (and evaluation return) against frames."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        rows = [r for r in self.metrics.rows if "train/frames" in r]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.plot(
+            [r["train/frames"] for r in rows],
+            [r.get("train/episode_return", float("nan")) for r in rows],
+            label="train (mean of recent episodes)",
+        )
+        if self.eval_history:
+            ax.plot(*zip(*self.eval_history), "o-", label="eval (deterministic)")
+        ax.set_xlabel("frames")
+        ax.set_ylabel("episode return")
+        ax.set_title(f"{self.config.algorithm.upper()} on {self.config.env.id}")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        path = self.run_dir / "learning_curve.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
+
+    @classmethod
+    def from_run_dir(
+        cls, run_dir: str | Path, overrides: list[str] | None = None, **kwargs: Any
+    ) -> Trainer:
+        """Resume the run in ``run_dir`` with the config it was written with (plus overrides)."""
+        path = Path(run_dir) / "config.yaml"
+        if not path.is_file():
+            raise ConfigError([f"resume={str(run_dir)!r} is invalid: no config.yaml there"])
+        config = config_from_dict(yaml.safe_load(path.read_text()), overrides)
+        return cls(config, run_dir=run_dir, resume=True, **kwargs)
+
+
+def _frames_in(batch: TensorDictBase) -> int:
+    if ("collector", "mask") in batch.keys(include_nested=True):
+        return int(batch.get(("collector", "mask")).sum())
+    return batch.numel()
+
+
+def _mean(values: Any) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+class _progress_bar:
+    """tqdm bar over frames with fps and recent return, or nothing when disabled."""
+
+    def __init__(self, config: Config, initial: int):
+        self.bar = None
+        if config.logging.progress_bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=config.trainer.total_frames,
+                initial=initial,
+                unit="frame",
+                unit_scale=True,
+                dynamic_ncols=True,
+                desc=f"{config.algorithm} {config.env.id}",
+            )
+
+    def update(self, frames: int, metrics: dict[str, float]) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(
+                {
+                    "return": f"{metrics['train/episode_return']:.1f}",
+                    "fps": f"{metrics['time/fps']:,.0f}",
+                },
+                refresh=False,
+            )
+            self.bar.update(frames)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

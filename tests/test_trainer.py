@@ -1,0 +1,143 @@
+"""Trainer and CLI, end to end on the session's Ray instance."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from fleetrl.cli import main
+from fleetrl.config import load_config
+from fleetrl.trainer import Trainer, latest_checkpoint, load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+ROOT = Path(__file__).parent.parent
+TINY = [
+    "collector.num_collectors=1",
+    "env.num_envs=4",
+    "trainer.target_return=null",
+    "trainer.num_test_episodes=2",
+    "logging.progress_bar=false",
+]
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize(
+    ("config", "fpb"), [("ppo_cartpole.yaml", 512), ("a2c_cartpole.yaml", 256)]
+)
+def test_cli_trains_each_algorithm_on_a_tiny_budget(tmp_path, config, fpb, capsys):
+    run = tmp_path / "run"
+    rc = main(
+        [
+            "train",
+            str(ROOT / "configs" / config),
+            *TINY,
+            f"collector.frames_per_batch={fpb}",
+            f"trainer.total_frames={2 * fpb}",
+            "trainer.test_every=2",
+            "--run-dir",
+            str(run),
+        ]
+    )
+    assert rc == 0
+    metrics = rows(run)
+    assert [int(float(r["train/frames"])) for r in metrics] == [fpb, 2 * fpb]
+    assert {
+        "train/episode_return",
+        "loss/objective",
+        "loss/critic",
+        "time/fps",
+        "train/policy_lag",
+    } <= set(metrics[0])
+    assert metrics[1]["eval/return_mean"] != ""
+    assert (run / "config.yaml").is_file() and (run / "learning_curve.png").is_file()
+    assert any((run / "tensorboard").iterdir())
+    assert latest_checkpoint(run).name == f"checkpoint_{2 * fpb:012d}.pt"
+    assert f"frames {2 * fpb:,}" in capsys.readouterr().out
+
+
+def test_checkpoint_then_resume_continues_exactly(tmp_path, capsys):
+    run = tmp_path / "run"
+    cfg = load_config(
+        ROOT / "configs" / "ppo_cartpole.yaml",
+        [
+            *TINY,
+            "collector.frames_per_batch=512",
+            "trainer.total_frames=1024",
+            "trainer.checkpoint_every=1",
+            "trainer.keep_checkpoints=2",
+            "trainer.test_every=0",
+            "logging.tensorboard=false",
+            "logging.plot=false",
+        ],
+    )
+    first = Trainer(cfg, run_dir=run)
+    first.train()
+    state = load_checkpoint(latest_checkpoint(run))  # weights_only=True
+    assert state["frames"] == 1024 and state["updates"] == 2
+    assert len(list((run / "checkpoints").glob("checkpoint_*.pt"))) == 2
+    weights = first.algorithm.get_weights()
+
+    resumed = Trainer.from_run_dir(run, ["trainer.total_frames=2048"])
+    assert (resumed.frames, resumed.updates) == (1024, 2)
+    assert (resumed.algorithm.get_weights() == weights).all()
+    assert (
+        resumed.algorithm.optimizer.state_dict()["state"].keys()
+        == first.algorithm.optimizer.state_dict()["state"].keys()
+    )
+    resumed.train()
+    assert resumed.frames == 2048 and resumed.updates == 4
+    assert [int(float(r["train/frames"])) for r in rows(run)] == [512, 1024, 1536, 2048]
+
+    assert main(["eval", str(run), "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"3 episodes, deterministic: mean return [\d.]+ \+- [\d.]+", out)
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("algorithm: ppo\n")
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "no checkpoint in" in capsys.readouterr().err
+
+
+def test_bad_config_lists_problems_and_exits_2(tmp_path, capsys):
+    rc = main(["train", str(ROOT / "configs" / "ppo_cartpole.yaml"), "ppo.lr=-1", "env.num_envz=3"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "ppo.lr=-1.0 is invalid: must be > 0" in err and "did you mean 'env.num_envs'" in err
+
+
+def test_ppo_learns_cartpole_past_200(tmp_path):
+    torch.manual_seed(0)
+    cfg = load_config(
+        ROOT / "configs" / "ppo_cartpole.yaml",
+        [
+            "trainer.total_frames=81920",
+            "trainer.target_return=200",
+            "trainer.test_every=0",
+            "trainer.checkpoint_every=0",
+            "logging.progress_bar=false",
+            "logging.tensorboard=false",
+            "logging.plot=false",
+        ],
+    )
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    trainer.train()
+    assert trainer.target_reached(), list(trainer.recent_returns)
+    assert trainer.frames <= 81920
+
+
+def test_readme_quickstart_runs(ray_session):
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- quickstart-ppo -->\s*```python\n(.*?)```", text, re.S)
+    assert block, "README lost its PPO quickstart block"
+    scope: dict = {}
+    exec(compile(block.group(1), "README.md quickstart", "exec"), scope)
+    assert scope["collector"].frames == 40_960
