@@ -35,9 +35,11 @@ __all__ = [
     "A2CConfig",
     "CollectorConfig",
     "Config",
+    "DQNConfig",
     "EnvConfig",
     "LoggingConfig",
     "PPOConfig",
+    "SACConfig",
     "TrainerConfig",
     "config_from_dict",
     "config_to_dict",
@@ -159,7 +161,70 @@ class A2CConfig:
     """hidden layers of the actor and critic MLPs."""
 
 
-ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig}
+@dataclass
+class DQNConfig:
+    lr: float = 5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    gae_lambda: float = 0.0
+    """unused by DQN (kept so every algorithm section validates alike)."""
+    double_dqn: bool = True
+    """double-DQN targets."""
+    buffer_size: int = 50_000
+    """replay buffer capacity (frames)."""
+    batch_size: int = 128
+    """transitions per gradient step."""
+    learning_starts: int = 2_000
+    """frames collected before the first gradient step."""
+    updates_per_batch: int = 16
+    """gradient steps after each collected batch."""
+    target_update_interval: int = 250
+    """gradient steps between hard target-network updates."""
+    eps_init: float = 1.0
+    """initial epsilon of epsilon-greedy."""
+    eps_end: float = 0.05
+    """final epsilon."""
+    eps_anneal_frames: int = 30_000
+    """frames over which epsilon decays linearly."""
+    max_grad_norm: float | None = 10.0
+    """clip the gradient norm (None: off)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
+    """hidden layers of the Q network."""
+
+
+@dataclass
+class SACConfig:
+    lr: float = 3e-4
+    """Adam learning rate (actor, Q networks, temperature)."""
+    gamma: float = 0.99
+    """discount factor."""
+    gae_lambda: float = 0.0
+    """unused by SAC (kept so every algorithm section validates alike)."""
+    tau: float = 0.005
+    """soft target-update rate."""
+    alpha_init: float = 1.0
+    """initial entropy temperature (learned)."""
+    buffer_size: int = 100_000
+    """replay buffer capacity (frames)."""
+    batch_size: int = 256
+    """transitions per gradient step."""
+    start_steps: int = 5_000
+    """frames of uniform random actions before the policy acts and learning starts."""
+    updates_per_batch: int = 64
+    """gradient steps after each collected batch."""
+    max_grad_norm: float | None = None
+    """clip the gradient norm (None: off)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """hidden layers of the actor and Q networks."""
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {
+    "ppo": PPOConfig,
+    "a2c": A2CConfig,
+    "dqn": DQNConfig,
+    "sac": SACConfig,
+}
 
 
 @dataclass
@@ -172,6 +237,8 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     a2c: A2CConfig = field(default_factory=A2CConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
 
     @property
     def algo(self) -> Any:
@@ -298,6 +365,26 @@ def _validate(cfg: Config, problems: list[str]) -> None:
             algo.hidden_sizes,
             "must be positive ints",
         )
+        for name in (
+            "buffer_size",
+            "batch_size",
+            "updates_per_batch",
+            "target_update_interval",
+            "eps_anneal_frames",
+        ):
+            if hasattr(algo, name):
+                check(
+                    getattr(algo, name) > 0, f"{prefix}.{name}", getattr(algo, name), "must be > 0"
+                )
+        if isinstance(algo, DQNConfig):
+            check(
+                0 <= algo.eps_end <= algo.eps_init <= 1,
+                "dqn.eps_end",
+                algo.eps_end,
+                "must satisfy 0 <= eps_end <= eps_init <= 1",
+            )
+        if isinstance(algo, SACConfig):
+            check(0 < algo.tau <= 1, "sac.tau", algo.tau, "must be in (0, 1]")
         if isinstance(algo, PPOConfig):
             check(algo.clip_epsilon > 0, "ppo.clip_epsilon", algo.clip_epsilon, "must be > 0")
             check(algo.num_epochs > 0, "ppo.num_epochs", algo.num_epochs, "must be > 0")

@@ -122,6 +122,7 @@ class Trainer:
     Args:
         config: a validated :class:`~fleetrl.config.Config`.
         actor, critic: optional custom modules (e.g. a recurrent policy) instead of the default MLPs.
+        extra_modules: other modules the algorithm accepts (``qnet`` for DQN, ``qvalue`` for SAC).
         run_dir: where to write; default from ``config.logging.run_dir`` or ``runs/<algo>_<env>_<time>``.
         resume: continue the run in ``run_dir`` from its latest checkpoint.
     """
@@ -134,6 +135,7 @@ class Trainer:
         critic: Any = None,
         run_dir: str | Path | None = None,
         resume: bool = False,
+        extra_modules: dict[str, Any] | None = None,
     ):
         self.config = config
         run_dir = run_dir or config.logging.run_dir
@@ -146,6 +148,7 @@ class Trainer:
         torch.manual_seed(config.trainer.seed)
         self.info = env_info(config.env.id)
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
+        modules.update(extra_modules or {})
         self.algorithm = make_algorithm(config.algorithm, config.algo, self.info, **modules)
         self.frames = 0
         self.updates = 0
@@ -231,6 +234,10 @@ class Trainer:
             prefetch=c.prefetch,
             compress=c.compress,
             max_frames_per_traj=e.max_episode_steps,
+            # off-policy algorithms act uniformly at random for their first start_steps frames
+            init_random_frames=max(0, self.algorithm.start_steps - self.frames)
+            if self.config.algorithm == "sac"
+            else -1,
             remote_configs={"num_cpus": c.num_cpus_per_collector},
             ray_init_config={"address": c.address} if c.address else None,
         )

@@ -58,14 +58,16 @@ def mlp(
     return nn.Sequential(*layers)
 
 
-def make_actor(info: EnvInfo, hidden: list[int]) -> ProbabilisticActor:
+def make_actor(
+    info: EnvInfo, hidden: list[int], activation: type[nn.Module] = nn.Tanh
+) -> ProbabilisticActor:
     """Categorical over logits for discrete actions; TanhNormal within the bounds otherwise.
 
     Writes ``action`` and its log-prob (``action_log_prob``), what the PPO/A2C losses read.
     """
     if info.discrete:
         net = TensorDictModule(
-            mlp(info.obs_dim, info.num_actions, hidden),
+            mlp(info.obs_dim, info.num_actions, hidden, activation),
             in_keys=["observation"],
             out_keys=["logits"],
         )
@@ -75,7 +77,9 @@ def make_actor(info: EnvInfo, hidden: list[int]) -> ProbabilisticActor:
             distribution_class=torch.distributions.Categorical,
             return_log_prob=True,
         )
-    body = nn.Sequential(mlp(info.obs_dim, 2 * info.action_dim, hidden), NormalParamExtractor())
+    body = nn.Sequential(
+        mlp(info.obs_dim, 2 * info.action_dim, hidden, activation), NormalParamExtractor()
+    )
     net = TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"])
     return ProbabilisticActor(
         net,

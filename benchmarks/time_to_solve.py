@@ -1,0 +1,189 @@
+"""Time to solve CartPole-v1 with PPO: fleetrl against RLlib, on this machine, in one run.
+
+For each seed, a fresh process trains until the mean return of the last 20
+finished training episodes reaches 475; the wall time is measured from process
+start (imports, Ray start-up and actors included) and the frames it took are
+read from the run. Medians over the seeds.
+
+    python benchmarks/time_to_solve.py                 # fleetrl only
+    python benchmarks/time_to_solve.py --rllib         # also RLlib's PPO (installs ray[rllib] into
+                                                       # benchmarks/.rllib-venv on first use)
+
+Target (issue 4): fleetrl's median wall time at most half of RLlib's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import machine, print_table, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+RLLIB_VENV = Path(__file__).resolve().parent / ".rllib-venv"
+TARGET = 475.0
+
+RLLIB_SCRIPT = r"""
+import json, sys, time
+start = time.time()
+seed, target, budget = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+import ray
+from ray.rllib.algorithms.ppo import PPOConfig
+ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+config = (
+    PPOConfig()
+    .environment("CartPole-v1")
+    .env_runners(num_env_runners=2, num_envs_per_env_runner=8)
+    .training(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=2048,
+              minibatch_size=256, gamma=0.99, lambda_=0.95, clip_param=0.2)
+    .reporting(metrics_num_episodes_for_smoothing=20)
+    .debugging(seed=seed)
+)
+algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
+solved, frames, ret = False, 0, float("nan")
+while frames < budget:
+    result = algo.train()
+    runners = result.get("env_runners", {})
+    ret = runners.get("episode_return_mean", float("nan"))
+    frames = result.get("num_env_steps_sampled_lifetime", runners.get("num_env_steps_sampled_lifetime", 0))
+    if ret == ret and ret >= target:
+        solved = True
+        break
+print(json.dumps({"solved": solved, "frames": int(frames), "return": ret, "wall_s": time.time() - start}))
+algo.stop()
+ray.shutdown()
+"""
+
+
+def run_fleetrl(seed: int, budget: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        start = time.perf_counter()
+        cmd = [
+            sys.executable,
+            "-m",
+            "fleetrl.cli",
+            "train",
+            str(ROOT / "configs" / "ppo_cartpole.yaml"),
+            f"trainer.seed={seed}",
+            f"trainer.target_return={TARGET}",
+            f"trainer.total_frames={budget}",
+            "trainer.test_every=0",
+            "trainer.checkpoint_every=0",
+            "logging.progress_bar=false",
+            "logging.tensorboard=false",
+            "logging.plot=false",
+            "--run-dir",
+            str(run),
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - start
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        rows = list(csv.DictReader((run / "metrics.csv").open()))
+        last = rows[-1]
+        ret = float(last["train/episode_return"])
+        return {
+            "solved": ret >= TARGET,
+            "frames": int(float(last["train/frames"])),
+            "return": ret,
+            "wall_s": wall,
+        }
+
+
+def ensure_rllib_venv() -> Path:
+    python = RLLIB_VENV / "bin" / "python"
+    if not python.exists():
+        import ray
+
+        print(
+            f"creating {RLLIB_VENV} with ray[rllib]=={ray.__version__} (first use only)...",
+            flush=True,
+        )
+        subprocess.run([sys.executable, "-m", "venv", str(RLLIB_VENV)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, "torch==2.13.0"], check=True)  # the CPU wheel first: no CUDA download
+        subprocess.run(
+            [*pip, f"ray[rllib]=={ray.__version__}", "gymnasium[classic-control]"], check=True
+        )
+    return python
+
+
+def run_rllib(python: Path, seed: int, budget: int) -> dict:
+    start = time.perf_counter()
+    out = subprocess.run(
+        [str(python), "-c", RLLIB_SCRIPT, str(seed), str(TARGET), str(budget)],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["wall_s"] = wall  # from process start, measured outside like fleetrl's
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budget", type=int, default=500_000, help="frames before giving up")
+    parser.add_argument(
+        "--rllib", action="store_true", help="also run RLlib's PPO (installs it on first use)"
+    )
+    args = parser.parse_args()
+
+    results: dict[str, list[dict]] = {"fleetrl": []}
+    for seed in args.seeds:
+        r = run_fleetrl(seed, args.budget)
+        results["fleetrl"].append(r)
+        print(f"fleetrl seed {seed}: {r}", flush=True)
+    if args.rllib:
+        python = ensure_rllib_venv()
+        results["rllib"] = []
+        for seed in args.seeds:
+            r = run_rllib(python, seed, args.budget)
+            results["rllib"].append(r)
+            print(f"rllib seed {seed}: {r}", flush=True)
+
+    rows, summary = [], {}
+    for lib, runs in results.items():
+        wall = statistics.median(r["wall_s"] for r in runs)
+        frames = statistics.median(r["frames"] for r in runs)
+        solved = sum(r["solved"] for r in runs)
+        summary[lib] = {
+            "median_wall_s": wall,
+            "median_frames": frames,
+            "solved": solved,
+            "runs": runs,
+        }
+        rows.append(
+            [
+                lib,
+                f"{solved}/{len(runs)}",
+                f"{wall:.1f}",
+                f"{frames:,.0f}",
+                ", ".join(f"{r['wall_s']:.0f}s" for r in runs),
+            ]
+        )
+    print()
+    print_table(["library", "solved", "median wall s", "median frames", "per seed"], rows)
+    if "rllib" in summary:
+        ratio = summary["fleetrl"]["median_wall_s"] / summary["rllib"]["median_wall_s"]
+        summary["fleetrl_over_rllib_wall"] = ratio
+        print(f"\nfleetrl / RLlib median wall time: {ratio:.2f}x (target <= 0.5x)")
+    path = write_json(
+        "time_to_solve", {"machine": machine(), "args": vars(args), "results": summary}
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
