@@ -150,6 +150,8 @@ class Trainer:
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.algorithm = make_algorithm(config.algorithm, config.algo, self.info, **modules)
+        self.algorithm.test_every = config.trainer.test_every  # the seed's Algorithm properties
+        self.algorithm.num_test_episodes = config.trainer.num_test_episodes
         self.frames = 0
         self.updates = 0
         self.episodes = 0

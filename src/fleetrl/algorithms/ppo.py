@@ -2,8 +2,8 @@
 
 Reads top to bottom: the config (``fleetrl.config.PPOConfig``), the networks
 (default MLPs, or the user's actor and critic), the loss and value estimator,
-and one update (:meth:`PPO.prepare` computes GAE on the whole batch once with
-the current critic; :meth:`PPO.loss` is one minibatch).
+and one update (:meth:`ActorCritic.prepare` computes GAE on the whole batch once
+with the current critic; :meth:`PPO.loss` is one minibatch).
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.value import GAE
 
-from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid
+from fleetrl.algorithms.actor_critic import ActorCritic
 from fleetrl.algorithms.models import EnvInfo, make_actor, make_critic
 from fleetrl.config import PPOConfig
 
 __all__ = ["PPO"]
 
 
-class PPO(Algorithm):
+class PPO(ActorCritic):
     """Proximal Policy Optimization (clipped objective).
 
     Args:
@@ -43,6 +42,10 @@ class PPO(Algorithm):
 
     name = "ppo"
     tunable: ClassVar[tuple[str, ...]] = ("clip_epsilon", "entropy_coef", "critic_coef")
+    loss_buffers: ClassVar[dict[str, str]] = {
+        **ActorCritic.loss_buffers,
+        "clip_epsilon": "clip_epsilon",
+    }
 
     def __init__(
         self,
@@ -65,9 +68,6 @@ class PPO(Algorithm):
             normalize_advantage=config.normalize_advantage,
             clip_value=config.clip_value,
         )
-        self.gae = GAE(
-            gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic, average_gae=False
-        )
         optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
         super().__init__(
             loss,
@@ -78,52 +78,8 @@ class PPO(Algorithm):
             num_mini_batch=config.num_mini_batch,
             max_grad_norm=config.max_grad_norm,
         )
-        self.critic = critic
+        self.init_gae(critic, config.gamma, config.gae_lambda)
         self.config = config
 
-    @property
-    def clip_epsilon(self) -> float:
-        return float(self.loss_module.clip_epsilon)
-
-    @property
-    def entropy_coef(self) -> float:
-        return (
-            float(self.loss_module.entropy_coeff)
-            if self.loss_module.entropy_coeff is not None
-            else 0.0
-        )
-
-    @property
-    def critic_coef(self) -> float:
-        return float(self.loss_module.critic_coeff)
-
-    def _set_parameter(self, name: str, value: float) -> None:
-        buffer = {
-            "clip_epsilon": "clip_epsilon",
-            "entropy_coef": "entropy_coeff",
-            "critic_coef": "critic_coeff",
-        }[name]
-        getattr(self.loss_module, buffer).fill_(float(value))
-
-    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """GAE advantages and value targets for the whole batch, then its valid frames, flat."""
-        batch = end_padded_rows(batch)
-        with torch.no_grad():
-            self.gae(batch)
-        return flatten_valid(batch)
-
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
-        out = self.loss_module(data)
-        total = out["loss_objective"] + out["loss_critic"]
-        info = {
-            "loss/objective": float(out["loss_objective"].detach()),
-            "loss/critic": float(out["loss_critic"].detach()),
-        }
-        if "loss_entropy" in out:
-            total = total + out["loss_entropy"]
-            info["loss/entropy"] = float(out["entropy"].detach())
-        if "kl_approx" in out:
-            info["loss/kl_approx"] = float(out["kl_approx"].detach())
-        if "clip_fraction" in out:
-            info["loss/clip_fraction"] = float(out["clip_fraction"].detach())
-        return total, info
+        return self.loss_info(self.loss_module(data))

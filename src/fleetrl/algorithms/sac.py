@@ -1,31 +1,31 @@
 """SAC: torchrl's SACLoss (two Q networks, learned temperature), soft target updates, replay buffer.
 
 Reads top to bottom: config (``fleetrl.config.SACConfig``), the TanhNormal
-actor and the Q networks, loss and target updater, replay buffer, and
-:meth:`SAC.learn`. ``start_steps`` frames of uniform random actions come first
-(the collectors' ``init_random_frames``); learning starts after them.
+actor and the Q networks, loss and target updater; learning is
+:class:`~fleetrl.algorithms.replay.ReplayAlgorithm`'s. ``start_steps`` frames of
+uniform random actions come first (the collectors' ``init_random_frames``);
+learning starts after them.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
 
-from fleetrl.algorithms.base import Algorithm, flatten_valid
 from fleetrl.algorithms.models import EnvInfo, make_actor
+from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.config import SACConfig
 from fleetrl.errors import ConfigError
 
 __all__ = ["SAC"]
 
 
-class SAC(Algorithm):
+class SAC(ReplayAlgorithm):
     """Soft Actor-Critic for continuous actions.
 
     Args:
@@ -77,6 +77,7 @@ class SAC(Algorithm):
             delay_qvalue=True,
         )
         loss.make_value_estimator(gamma=config.gamma)
+        self.tau = config.tau
         self.target_updater = SoftUpdate(loss, tau=config.tau)
         optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr)
         super().__init__(
@@ -88,12 +89,8 @@ class SAC(Algorithm):
             update_every=config.updates_per_batch,
             start_steps=config.start_steps,
         )
-        self.buffer = TensorDictReplayBuffer(
-            storage=LazyTensorStorage(config.buffer_size), batch_size=config.batch_size
-        )
+        self.init_replay(config.buffer_size, config.batch_size)
         self.config = config
-        self.tau = config.tau
-        self.frames_seen = 0
 
     def _set_parameter(self, name: str, value: float) -> None:
         self.tau = float(value)
@@ -108,43 +105,3 @@ class SAC(Algorithm):
             "loss/alpha": float(out["loss_alpha"].detach()),
             "train/alpha": float(out["alpha"].detach()),
         }
-
-    def learn(self, batch: TensorDictBase) -> dict[str, float]:
-        data = flatten_valid(batch)
-        self.buffer.extend(data.select(*_TRANSITION_KEYS, strict=False))
-        self.frames_seen += data.numel()
-        info: dict[str, float] = {"train/buffer_size": float(len(self.buffer))}
-        if self.frames_seen < self.start_steps:
-            return info
-        updates = self.update_every
-        totals: dict[str, float] = {}
-        for _ in range(updates):
-            grads, step_info = self.compute_gradients(self.buffer.sample())
-            self.apply_gradients(grads)
-            self.target_updater.step()
-            for k, v in step_info.items():
-                totals[k] = totals.get(k, 0.0) + v
-        return {**info, **{k: v / max(1, updates) for k, v in totals.items()}}
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["buffer"] = self.buffer.state_dict()
-        state["frames_seen"] = self.frames_seen
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        if state.get("buffer") is not None:
-            self.buffer.load_state_dict(state["buffer"])
-        self.frames_seen = int(state["frames_seen"])
-
-
-_TRANSITION_KEYS = (
-    "observation",
-    "action",
-    ("next", "observation"),
-    ("next", "reward"),
-    ("next", "done"),
-    ("next", "terminated"),
-    ("next", "truncated"),
-)

@@ -1,0 +1,71 @@
+"""ActorCritic: what PPO and A2C share. GAE on the whole batch, loss coefficients as tunables.
+
+:meth:`ActorCritic.prepare` computes advantages and value targets with the
+current critic once per collected batch, then keeps its valid frames.
+Coefficients that live in the loss module as buffers (``clip_epsilon``,
+``entropy_coef``, ``critic_coef``) read and change there, so
+``update_algorithm_parameter`` acts on the loss itself.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.objectives.value import GAE
+
+from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid
+
+__all__ = ["ActorCritic"]
+
+
+class ActorCritic(Algorithm):
+    """On-policy base: subclasses build the loss and call :meth:`init_gae`."""
+
+    #: tunable name -> the loss module's buffer holding it
+    loss_buffers: ClassVar[dict[str, str]] = {
+        "entropy_coef": "entropy_coeff",
+        "critic_coef": "critic_coeff",
+    }
+
+    def init_gae(self, critic: torch.nn.Module, gamma: float, gae_lambda: float) -> None:
+        self.critic = critic
+        self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=critic, average_gae=False)
+
+    def __getattr__(self, name: str) -> float:
+        # called only when normal lookup fails: the loss-module coefficients
+        if name in type(self).loss_buffers and "loss_module" in self.__dict__:
+            value = getattr(self.loss_module, type(self).loss_buffers[name])
+            return float(value) if value is not None else 0.0
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _set_parameter(self, name: str, value: float) -> None:
+        getattr(self.loss_module, type(self).loss_buffers[name]).fill_(float(value))
+
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """GAE advantages and value targets for the whole batch, then its valid frames, flat."""
+        batch = end_padded_rows(batch)
+        with torch.no_grad():
+            self.gae(batch)
+        return flatten_valid(batch)
+
+    @staticmethod
+    def loss_info(out: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
+        """Sum a torchrl actor-critic loss output and name what to log."""
+        total = out["loss_objective"] + out["loss_critic"]
+        info = {
+            "loss/objective": float(out["loss_objective"].detach()),
+            "loss/critic": float(out["loss_critic"].detach()),
+        }
+        if "loss_entropy" in out:
+            total = total + out["loss_entropy"]
+            info["loss/entropy"] = (
+                float(out["entropy"].detach())
+                if "entropy" in out
+                else float(-out["loss_entropy"].detach())
+            )
+        for key in ("kl_approx", "clip_fraction"):
+            if key in out:
+                info[f"loss/{key}"] = float(out[key].detach())
+        return total, info
