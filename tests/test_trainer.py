@@ -112,6 +112,24 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert "no checkpoint in" in capsys.readouterr().err
 
 
+def test_overrides_may_follow_options(tmp_path):
+    run = tmp_path / "run"
+    rc = main(
+        [
+            "train",
+            str(ROOT / "configs" / "ppo_cartpole.yaml"),
+            "--run-dir",
+            str(run),
+            *TINY,
+            "collector.frames_per_batch=256",
+            "trainer.total_frames=256",
+            "trainer.test_every=0",
+        ]
+    )
+    assert rc == 0
+    assert [int(float(r["train/frames"])) for r in rows(run)] == [256]
+
+
 def test_bad_config_lists_problems_and_exits_2(tmp_path, capsys):
     rc = main(["train", str(ROOT / "configs" / "ppo_cartpole.yaml"), "ppo.lr=-1", "env.num_envz=3"])
     assert rc == 2

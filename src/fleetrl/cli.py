@@ -96,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
     bench.add_argument("name", choices=["collector_throughput", "ray_throughput", "time_to_solve"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may also come after options (e.g. after --run-dir)
+    stray = [e for e in extra if e.startswith("-") or "=" not in e]
+    if stray or (extra and args.command != "train"):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if args.command == "train":
+        args.overrides = [*args.overrides, *extra]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
     try:
