@@ -33,14 +33,14 @@ TARGET = 475.0
 RLLIB_SCRIPT = r"""
 import json, sys, time
 start = time.time()
-seed, target, budget = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+seed, target, budget, runners = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 import ray
 from ray.rllib.algorithms.ppo import PPOConfig
 ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
 config = (
     PPOConfig()
     .environment("CartPole-v1")
-    .env_runners(num_env_runners=2, num_envs_per_env_runner=8)
+    .env_runners(num_env_runners=runners, num_envs_per_env_runner=8 if runners else 16)
     .training(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=2048,
               minibatch_size=256, gamma=0.99, lambda_=0.95, clip_param=0.2)
     .reporting(metrics_num_episodes_for_smoothing=20)
@@ -62,7 +62,7 @@ ray.shutdown()
 """
 
 
-def run_fleetrl(seed: int, budget: int) -> dict:
+def run_fleetrl(seed: int, budget: int, overrides: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         start = time.perf_counter()
@@ -80,6 +80,7 @@ def run_fleetrl(seed: int, budget: int) -> dict:
             "logging.progress_bar=false",
             "logging.tensorboard=false",
             "logging.plot=false",
+            *overrides,
             "--run-dir",
             str(run),
         ]
@@ -116,10 +117,10 @@ def ensure_rllib_venv() -> Path:
     return python
 
 
-def run_rllib(python: Path, seed: int, budget: int) -> dict:
+def run_rllib(python: Path, seed: int, budget: int, runners: int) -> dict:
     start = time.perf_counter()
     out = subprocess.run(
-        [str(python), "-c", RLLIB_SCRIPT, str(seed), str(TARGET), str(budget)],
+        [str(python), "-c", RLLIB_SCRIPT, str(seed), str(TARGET), str(budget), str(runners)],
         capture_output=True,
         text=True,
     )
@@ -138,18 +139,31 @@ def main() -> None:
     parser.add_argument(
         "--rllib", action="store_true", help="also run RLlib's PPO (installs it on first use)"
     )
+    parser.add_argument(
+        "--fleetrl-set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides for fleetrl, e.g. collector.num_collectors=0 env.num_envs=16",
+    )
+    parser.add_argument(
+        "--rllib-env-runners",
+        type=int,
+        default=2,
+        help="RLlib env runners (0: sample in the learner process)",
+    )
     args = parser.parse_args()
 
     results: dict[str, list[dict]] = {"fleetrl": []}
     for seed in args.seeds:
-        r = run_fleetrl(seed, args.budget)
+        r = run_fleetrl(seed, args.budget, args.fleetrl_set)
         results["fleetrl"].append(r)
         print(f"fleetrl seed {seed}: {r}", flush=True)
     if args.rllib:
         python = ensure_rllib_venv()
         results["rllib"] = []
         for seed in args.seeds:
-            r = run_rllib(python, seed, args.budget)
+            r = run_rllib(python, seed, args.budget, args.rllib_env_runners)
             results["rllib"].append(r)
             print(f"rllib seed {seed}: {r}", flush=True)
 
@@ -179,8 +193,10 @@ def main() -> None:
         ratio = summary["fleetrl"]["median_wall_s"] / summary["rllib"]["median_wall_s"]
         summary["fleetrl_over_rllib_wall"] = ratio
         print(f"\nfleetrl / RLlib median wall time: {ratio:.2f}x (target <= 0.5x)")
+    local = args.rllib_env_runners == 0 or "collector.num_collectors=0" in args.fleetrl_set
     path = write_json(
-        "time_to_solve", {"machine": machine(), "args": vars(args), "results": summary}
+        "time_to_solve_local" if local else "time_to_solve",
+        {"machine": machine(), "args": vars(args), "results": summary},
     )
     print(f"wrote {path}")
 

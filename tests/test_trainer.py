@@ -130,6 +130,27 @@ def test_overrides_may_follow_options(tmp_path):
     assert [int(float(r["train/frames"])) for r in rows(run)] == [256]
 
 
+def test_local_collection_without_ray(tmp_path):
+    run = tmp_path / "run"
+    rc = main(
+        [
+            "train",
+            str(ROOT / "configs" / "ppo_cartpole.yaml"),
+            *TINY,
+            "collector.num_collectors=0",
+            "collector.frames_per_batch=256",
+            "trainer.total_frames=512",
+            "trainer.test_every=0",
+            "--run-dir",
+            str(run),
+        ]
+    )
+    assert rc == 0
+    metrics = rows(run)
+    assert [int(float(r["train/frames"])) for r in metrics] == [256, 512]
+    assert {float(r["train/policy_lag"]) for r in metrics} == {0.0}
+
+
 def test_bad_config_lists_problems_and_exits_2(tmp_path, capsys):
     rc = main(["train", str(ROOT / "configs" / "ppo_cartpole.yaml"), "ppo.lr=-1", "env.num_envz=3"])
     assert rc == 2

@@ -60,7 +60,7 @@ class EnvConfig:
 @dataclass
 class CollectorConfig:
     num_collectors: int = 2
-    """remote collector workers (Ray actors)."""
+    """remote collector workers (Ray actors); 0 collects in the training process, without Ray."""
     frames_per_batch: int = 2048
     """frames per training batch (sync: summed over collectors)."""
     sync: bool = True
@@ -313,7 +313,12 @@ def _validate(cfg: Config, problems: list[str]) -> None:
     )
     check(cfg.env.num_envs > 0, "env.num_envs", cfg.env.num_envs, "must be > 0")
     c, t = cfg.collector, cfg.trainer
-    check(c.num_collectors > 0, "collector.num_collectors", c.num_collectors, "must be > 0")
+    check(
+        c.num_collectors >= 0,
+        "collector.num_collectors",
+        c.num_collectors,
+        "must be >= 0 (0: local, no Ray)",
+    )
     check(c.prefetch >= 0, "collector.prefetch", c.prefetch, "must be >= 0")
     check(
         c.compress in (None, "lz4", "zstd"),
@@ -321,7 +326,9 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         c.compress,
         "must be null, 'lz4' or 'zstd'",
     )
-    per_round = max(1, c.num_collectors * cfg.env.num_envs if c.sync else cfg.env.num_envs)
+    per_round = max(
+        1, c.num_collectors * cfg.env.num_envs if c.sync and c.num_collectors else cfg.env.num_envs
+    )
     check(
         c.frames_per_batch > 0 and c.frames_per_batch % per_round == 0,
         "collector.frames_per_batch",

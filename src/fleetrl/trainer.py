@@ -222,9 +222,28 @@ class Trainer:
             )
 
     # --------------------------------------------------------------- loop
-    def make_collector(self) -> RayCollector:
+    def make_collector(self) -> RayCollector | SyncDataCollector:
+        """Remote collectors, or with ``collector.num_collectors: 0`` one in this process (no Ray)."""
         c, t, e = self.config.collector, self.config.trainer, self.config.env
         remaining = t.total_frames - self.frames
+        # off-policy algorithms act uniformly at random for their first start_steps frames
+        random_frames = (
+            max(0, self.algorithm.start_steps - self.frames)
+            if self.config.algorithm == "sac"
+            else -1
+        )
+        if c.num_collectors == 0:
+            collector = SyncDataCollector(
+                e.id,
+                self.algorithm.policy,
+                frames_per_batch=c.frames_per_batch,
+                total_frames=remaining,
+                num_envs=e.num_envs,
+                max_frames_per_traj=e.max_episode_steps,
+                init_random_frames=random_frames,
+            )
+            collector.set_seed(t.seed + 7919 * self.updates)
+            return collector
         collector = RayCollector(
             e.id,
             self.algorithm.policy,
@@ -236,10 +255,7 @@ class Trainer:
             prefetch=c.prefetch,
             compress=c.compress,
             max_frames_per_traj=e.max_episode_steps,
-            # off-policy algorithms act uniformly at random for their first start_steps frames
-            init_random_frames=max(0, self.algorithm.start_steps - self.frames)
-            if self.config.algorithm == "sac"
-            else -1,
+            init_random_frames=random_frames,
             remote_configs={"num_cpus": c.num_cpus_per_collector},
             ray_init_config={"address": c.address} if c.address else None,
         )
@@ -288,7 +304,7 @@ class Trainer:
                     "train/episode_length": float(stats.lengths.float().mean())
                     if stats.count
                     else float("nan"),
-                    "train/policy_lag": collector.stats()["policy_lag"]["last"],
+                    "train/policy_lag": _policy_lag(collector),
                     "train/lr": self.algorithm.lr,
                     "time/fps": (self.frames - frames_at_start) / elapsed,
                     "time/collect_s": collect_s,
@@ -369,6 +385,11 @@ class Trainer:
             raise ConfigError([f"resume={str(run_dir)!r} is invalid: no config.yaml there"])
         config = config_from_dict(yaml.safe_load(path.read_text()), overrides)
         return cls(config, run_dir=run_dir, resume=True, **kwargs)
+
+
+def _policy_lag(collector: Any) -> int:
+    # a local collector acts with the learner's own module: never behind
+    return collector.stats()["policy_lag"]["last"] if isinstance(collector, RayCollector) else 0
 
 
 def _frames_in(batch: TensorDictBase) -> int:
