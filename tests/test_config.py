@@ -49,6 +49,11 @@ def test_every_problem_is_listed_at_once():
     assert len(info.value.problems) >= 5
 
 
+def test_off_policy_sections_have_no_dead_keys():
+    with pytest.raises(ConfigError, match=r"dqn.gae_lambda is not a config key"):
+        config_from_dict({"algorithm": "dqn", "dqn": {"gae_lambda": 0.9}})
+
+
 def test_missing_file_and_bad_override():
     with pytest.raises(ConfigError, match=r"config='nope.yaml' is invalid: no such file"):
         load_config("nope.yaml")

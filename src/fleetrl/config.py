@@ -167,8 +167,6 @@ class DQNConfig:
     """Adam learning rate."""
     gamma: float = 0.99
     """discount factor."""
-    gae_lambda: float = 0.0
-    """unused by DQN (kept so every algorithm section validates alike)."""
     double_dqn: bool = True
     """double-DQN targets."""
     buffer_size: int = 50_000
@@ -199,8 +197,6 @@ class SACConfig:
     """Adam learning rate (actor, Q networks, temperature)."""
     gamma: float = 0.99
     """discount factor."""
-    gae_lambda: float = 0.0
-    """unused by SAC (kept so every algorithm section validates alike)."""
     tau: float = 0.005
     """soft target-update rate."""
     alpha_init: float = 1.0
@@ -363,9 +359,13 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         prefix = cfg.algorithm
         check(algo.lr > 0, f"{prefix}.lr", algo.lr, "must be > 0")
         check(0 < algo.gamma <= 1, f"{prefix}.gamma", algo.gamma, "must be in (0, 1]")
-        check(
-            0 <= algo.gae_lambda <= 1, f"{prefix}.gae_lambda", algo.gae_lambda, "must be in [0, 1]"
-        )
+        if hasattr(algo, "gae_lambda"):  # on-policy only
+            check(
+                0 <= algo.gae_lambda <= 1,
+                f"{prefix}.gae_lambda",
+                algo.gae_lambda,
+                "must be in [0, 1]",
+            )
         check(
             all(h > 0 for h in algo.hidden_sizes),
             f"{prefix}.hidden_sizes",

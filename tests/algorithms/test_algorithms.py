@@ -83,6 +83,31 @@ def test_seed_properties_and_state_round_trip(cartpole_batch):
     assert other.num_updates == 8
 
 
+def test_dqn_checkpoint_keeps_the_target_update_schedule():
+    from fleetrl.algorithms import DQN
+    from fleetrl.config import DQNConfig
+
+    cfg = DQNConfig(
+        learning_starts=32, updates_per_batch=3, target_update_interval=5, batch_size=16
+    )
+    dqn = DQN(cfg, env_info("CartPole-v1"))
+    with SyncDataCollector("CartPole-v1", dqn.policy, frames_per_batch=64, num_envs=2) as c:
+        dqn.learn(c.next())
+    assert dqn.target_updater.counter == 3
+    other = DQN(cfg, env_info("CartPole-v1"))
+    other.load_state_dict(torch.load(_roundtrip(dqn.state_dict()), weights_only=True))
+    assert other.target_updater.counter == 3 and len(other.buffer) == 64
+
+
+def _roundtrip(state):
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return buf
+
+
 def test_continuous_actions_on_pendulum():
     ppo = PPO(PPOConfig(), env_info("Pendulum-v1"))
     with SyncDataCollector("Pendulum-v1", ppo.policy, frames_per_batch=128, num_envs=2) as c:

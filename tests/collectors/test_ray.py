@@ -292,6 +292,20 @@ def test_bad_input_is_refused_before_any_actor_starts(tmp_path):
     assert not marker.exists()
 
 
+def test_bad_max_frames_per_traj_refused_before_any_actor(tmp_path):
+    marker = tmp_path / "env-built"
+
+    def env_fn():
+        marker.write_text("built")
+        return CountingEnv()
+
+    with pytest.raises(
+        ConfigError, match=r"max_frames_per_traj=0 is invalid: must be an int > 0 or -1"
+    ):
+        RayCollector(env_fn, None, frames_per_batch=10, max_frames_per_traj=0)
+    assert not marker.exists()
+
+
 def test_unsatisfiable_resources_refused_before_any_actor(tmp_path):
     marker = tmp_path / "env-built"
 

@@ -10,7 +10,7 @@ learner, by frames collected.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
@@ -92,6 +92,17 @@ class DQN(ReplayAlgorithm):
     def on_frames(self, frames: int) -> dict[str, float]:
         self.egreedy.step(frames)
         return {"train/epsilon": self.epsilon}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["target_update_counter"] = int(
+            self.target_updater.counter
+        )  # resume keeps the schedule
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.target_updater.counter = int(state["target_update_counter"])
 
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
         out = self.loss_module(data)

@@ -60,6 +60,32 @@ def as_device(value: Any, arg: str, problems: Problems) -> torch.device | None:
         return None
 
 
+def check_common_arguments(
+    p: Problems, *, policy: Any, postproc: Any, max_frames_per_traj: Any, init_random_frames: Any
+) -> Any:
+    """Checks every collector makes the same way; returns the acting policy (None: random)."""
+    from fleetrl.errors import PolicyError
+    from fleetrl.policies import as_policy
+
+    if max_frames_per_traj not in (None, -1):
+        p.positive_int("max_frames_per_traj", max_frames_per_traj, allow_minus_one=True)
+    if init_random_frames not in (None, -1):
+        p.check(
+            isinstance(init_random_frames, int) and init_random_frames >= 0,
+            "init_random_frames",
+            init_random_frames,
+            "must be an int >= 0, -1 or None",
+        )
+    p.check(
+        postproc is None or callable(postproc), "postproc", postproc, "must be a callable or None"
+    )
+    try:
+        return as_policy(policy)
+    except PolicyError as err:
+        p.items.append(str(err))
+        return None
+
+
 class DataCollectorBase(abc.ABC):
     """Lifecycle, frame budget and iteration shared by every collector."""
 

@@ -225,6 +225,7 @@ class RayCollector(DataCollectorBase):
             init_random_frames=init_random_frames,
             exploration_type=exploration_type,
             postproc=postproc,
+            max_frames_per_traj=max_frames_per_traj,
             devices={
                 "device": device,
                 "storing_device": storing_device,

@@ -16,11 +16,10 @@ from typing import Any
 import ray
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.collectors.base import as_exploration_type
+from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.worker import Compression
-from fleetrl.errors import ConfigError, Problems
-from fleetrl.policies import as_policy
+from fleetrl.errors import Problems
 
 __all__ = [
     "RayArguments",
@@ -97,9 +96,9 @@ def check_arguments(
     exploration_type: Any,
     postproc: Any,
     devices: dict[str, Any],
+    max_frames_per_traj: Any = None,
 ) -> RayArguments:
     """Check every argument; raise one ConfigError listing all problems."""
-    acting = None
     p = Problems()
     p.positive_int("frames_per_batch", frames_per_batch)
     p.positive_int("total_frames", total_frames, allow_minus_one=True)
@@ -147,26 +146,14 @@ def check_arguments(
         max_weight_update_interval,
         "must be -1 (off) or an int > 0",
     )
-    if init_random_frames not in (None, -1):
-        p.check(
-            isinstance(init_random_frames, int) and init_random_frames >= 0,
-            "init_random_frames",
-            init_random_frames,
-            "must be an int >= 0, -1 or None",
-        )
     exploration = as_exploration_type(exploration_type, p)
-    p.check(
-        postproc is None or callable(postproc),
-        "postproc",
-        postproc,
-        "must be a callable or None",
+    acting = check_common_arguments(
+        p,
+        policy=policy,
+        postproc=postproc,
+        max_frames_per_traj=max_frames_per_traj,
+        init_random_frames=init_random_frames,
     )
-    try:
-        acting = as_policy(policy)
-    except ConfigError as err:  # pragma: no cover - as_policy raises PolicyError
-        p.items.extend(err.problems)
-    except ValueError as err:
-        p.items.append(str(err))
     per_device = {name: per_collector(p, name, value, count) for name, value in devices.items()}
     p.raise_if_any()
     return RayArguments(

@@ -37,10 +37,15 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from fleetrl._perf import skip_absent_pandas_probe
-from fleetrl.collectors.base import DataCollectorBase, as_device, as_exploration_type
+from fleetrl.collectors.base import (
+    DataCollectorBase,
+    as_device,
+    as_exploration_type,
+    check_common_arguments,
+)
 from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, make_env
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
-from fleetrl.policies import RandomPolicy, as_policy, module_device
+from fleetrl.policies import RandomPolicy, module_device
 
 __all__ = ["SyncDataCollector"]
 
@@ -140,31 +145,18 @@ class SyncDataCollector(DataCollectorBase):
         p.positive_int("total_frames", total_frames, allow_minus_one=True)
         if num_envs is not None:
             p.positive_int("num_envs", num_envs)
-        if max_frames_per_traj is not None and max_frames_per_traj != -1:
-            p.positive_int("max_frames_per_traj", max_frames_per_traj, allow_minus_one=True)
-        if init_random_frames is not None and init_random_frames != -1:
-            p.check(
-                isinstance(init_random_frames, int) and init_random_frames >= 0,
-                "init_random_frames",
-                init_random_frames,
-                "must be an int >= 0, -1 or None",
-            )
         self.exploration_type = as_exploration_type(exploration_type, p)
         device = as_device(device, "device", p)
         self.env_device = as_device(env_device, "env_device", p) or device
         self.policy_device = as_device(policy_device, "policy_device", p) or device
         self.storing_device = as_device(storing_device, "storing_device", p) or device
-        p.check(
-            postproc is None or callable(postproc),
-            "postproc",
-            postproc,
-            "must be a callable or None",
+        user_policy = check_common_arguments(
+            p,
+            policy=policy,
+            postproc=postproc,
+            max_frames_per_traj=max_frames_per_traj,
+            init_random_frames=init_random_frames,
         )
-        try:
-            user_policy = as_policy(policy)
-        except PolicyError as err:
-            p.items.append(str(err))
-            user_policy = None
         p.raise_if_any()
 
         self.frames_per_batch = frames_per_batch
