@@ -40,6 +40,7 @@ __all__ = [
     "LoggingConfig",
     "PPOConfig",
     "SACConfig",
+    "SchemeConfig",
     "TrainerConfig",
     "config_from_dict",
     "config_to_dict",
@@ -71,6 +72,10 @@ class CollectorConfig:
     """Ray CPUs reserved per collector."""
     compress: str | None = None
     """None, 'lz4' or 'zstd': compress batches sent by workers."""
+    fraction_samples: float = 1.0
+    """sync, remote collectors: a preempted straggler stops once it holds this fraction of its share."""
+    fraction_workers: float = 1.0
+    """sync, remote collectors: preempt the stragglers once this fraction of collectors finished."""
     address: str | None = None
     """Ray cluster address to attach to (None: the running instance or a new local one)."""
 
@@ -99,6 +104,32 @@ class TrainerConfig:
     """'constant' or 'linear' (decays to 0 at total_frames)."""
     clip_schedule: str = "constant"
     """'constant' or 'linear' decay of PPO's clip epsilon."""
+
+
+@dataclass
+class SchemeConfig:
+    """The distributed training scheme (PyTorchRL's): gradient workers and the update worker.
+
+    Each gradient worker owns its collectors (the ``collector`` section applies
+    to each: ``num_collectors: 0`` collects inside the gradient worker) and a
+    replica of the algorithm. ``num_grad_workers: 1`` is the central learner in
+    the driver process.
+    """
+
+    num_grad_workers: int = 1
+    """gradient workers (Ray actors); 1: the central learner, in this process."""
+    grad_communication: str = "sync"
+    """'sync': average all workers' gradients per step; 'async': apply them first ready."""
+    decentralized_update: bool = False
+    """all-reduce gradients among the workers (gloo) and step every replica (DD-PPO)."""
+    max_policy_lag: int = 4
+    """async: drop gradients computed on weights more than this many versions old."""
+    num_cpus_per_grad_worker: float = 1.0
+    """Ray CPUs reserved per gradient worker."""
+    grad_worker_resources: dict[str, float] = field(default_factory=dict)
+    """custom Ray resources per gradient worker, e.g. {node_b: 1}."""
+    collective_timeout_s: float = 300.0
+    """decentralized: how long an all-reduce waits for a missing worker before failing."""
 
 
 @dataclass
@@ -215,6 +246,9 @@ class SACConfig:
     """hidden layers of the actor and Q networks."""
 
 
+#: algorithms the gradient workers of the distributed scheme run
+SCHEME_ALGORITHMS = ("ppo", "a2c")
+
 ALGORITHM_CONFIGS: dict[str, type] = {
     "ppo": PPOConfig,
     "a2c": A2CConfig,
@@ -230,6 +264,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    scheme: SchemeConfig = field(default_factory=SchemeConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     a2c: A2CConfig = field(default_factory=A2CConfig)
@@ -255,6 +290,11 @@ def _type_ok(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if origin is dict:
+        key_hint, value_hint = typing.get_args(hint) or (Any, Any)
+        return isinstance(value, dict) and all(
+            _type_ok(k, key_hint) and _type_ok(v, value_hint) for k, v in value.items()
+        )
     if origin is list:
         (inner,) = typing.get_args(hint) or (Any,)
         return isinstance(value, list) and all(_type_ok(v, inner) for v in value)
@@ -316,6 +356,18 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         "must be >= 0 (0: local, no Ray)",
     )
     check(c.prefetch >= 0, "collector.prefetch", c.prefetch, "must be >= 0")
+    for name in ("fraction_samples", "fraction_workers"):
+        value = getattr(c, name)
+        check(0 < value <= 1, f"collector.{name}", value, "must be in (0, 1]")
+        if value < 1:
+            check(
+                c.sync and c.num_collectors >= 2,
+                f"collector.{name}",
+                value,
+                "preempts straggling remote collectors: needs collector.sync=true and "
+                "collector.num_collectors >= 2",
+            )
+    _validate_scheme(cfg, check)
     check(
         c.compress in (None, "lz4", "zstd"),
         "collector.compress",
@@ -401,6 +453,58 @@ def _validate(cfg: Config, problems: list[str]) -> None:
                 algo.num_mini_batch,
                 f"must be > 0 and divide collector.frames_per_batch ({c.frames_per_batch})",
             )
+
+
+def _validate_scheme(cfg: Config, check: Any) -> None:
+    s = cfg.scheme
+    check(s.num_grad_workers >= 1, "scheme.num_grad_workers", s.num_grad_workers, "must be >= 1")
+    check(
+        s.grad_communication in ("sync", "async"),
+        "scheme.grad_communication",
+        s.grad_communication,
+        "must be 'sync' or 'async'",
+    )
+    check(s.max_policy_lag >= 0, "scheme.max_policy_lag", s.max_policy_lag, "must be >= 0")
+    check(
+        s.num_cpus_per_grad_worker >= 0,
+        "scheme.num_cpus_per_grad_worker",
+        s.num_cpus_per_grad_worker,
+        "must be >= 0",
+    )
+    check(
+        s.collective_timeout_s > 0,
+        "scheme.collective_timeout_s",
+        s.collective_timeout_s,
+        "must be > 0",
+    )
+    if s.num_grad_workers == 1:
+        # one worker at a level runs in the driver: the central learner, nothing distributed
+        check(
+            s.grad_communication == "sync",
+            "scheme.grad_communication",
+            s.grad_communication,
+            "'async' needs scheme.num_grad_workers >= 2 (1 is the central learner)",
+        )
+        check(
+            not s.decentralized_update,
+            "scheme.decentralized_update",
+            s.decentralized_update,
+            "needs scheme.num_grad_workers >= 2 (1 is the central learner)",
+        )
+        return
+    check(
+        cfg.algorithm in SCHEME_ALGORITHMS,
+        "scheme.num_grad_workers",
+        s.num_grad_workers,
+        f"gradient workers run the on-policy algorithms {list(SCHEME_ALGORITHMS)}; "
+        f"algorithm={cfg.algorithm!r} trains with the central learner (num_grad_workers: 1)",
+    )
+    check(
+        not (s.decentralized_update and s.grad_communication == "async"),
+        "scheme.decentralized_update",
+        s.decentralized_update,
+        "all-reduce is synchronous: needs scheme.grad_communication='sync'",
+    )
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

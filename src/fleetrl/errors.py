@@ -62,10 +62,11 @@ class CollectorClosedError(FleetError, RuntimeError):
 class WorkerError(FleetError, RuntimeError):
     """A remote worker raised. Carries the worker id and the remote traceback."""
 
-    def __init__(self, worker_id: int, cause: str):
+    def __init__(self, worker_id: int, cause: str, role: str = "collector worker"):
         self.worker_id = worker_id
         self.cause = cause
-        super().__init__(f"collector worker {worker_id} raised:\n{cause}")
+        self.role = role
+        super().__init__(f"{role} {worker_id} raised:\n{cause}")
 
 
 def bad_value(arg: str, value: Any, allowed: str) -> str:

@@ -1,9 +1,11 @@
-"""Trainer: the central scheme. Collect, learn, publish weights, evaluate, log, checkpoint.
+"""Trainer: collect, learn, publish weights, evaluate, log, checkpoint.
 
-One learner process runs the :class:`~fleetrl.algorithms.Algorithm`; remote
-collectors (a :class:`~fleetrl.RayCollector`) feed it. Every
-``weight_update_interval`` updates the new weights are published to the
-collectors (one ``ray.put``). Every ``test_every`` updates the policy is
+The training itself runs in a :class:`~fleetrl.scheme.Scheme` chosen by the
+config's ``scheme`` section: the central learner (one
+:class:`~fleetrl.algorithms.Algorithm` in this process fed by collectors,
+publishing its weights every ``weight_update_interval`` updates), or gradient
+workers under an update worker (sync, async or decentralized). The Trainer
+loop is the same for all of them. Every ``test_every`` updates the policy is
 evaluated with deterministic actions on separate test envs. Metrics go to
 ``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
 ``time/``. Checkpoints are written atomically and hold everything needed to
@@ -23,13 +25,14 @@ from typing import Any
 
 import torch
 import yaml
-from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.algorithms import env_info, make_algorithm
-from fleetrl.collectors import RayCollector, SyncDataCollector, episode_stats
+from fleetrl.algorithms import env_info
+from fleetrl.build import make_learner
+from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config, config_from_dict, config_to_dict
 from fleetrl.errors import ConfigError
+from fleetrl.scheme import Scheme
 
 __all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
 
@@ -145,13 +148,12 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "checkpoints").mkdir(exist_ok=True)
-        torch.manual_seed(config.trainer.seed)
         self.info = env_info(config.env.id)
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
-        self.algorithm = make_algorithm(config.algorithm, config.algo, self.info, **modules)
-        self.algorithm.test_every = config.trainer.test_every  # the seed's Algorithm properties
-        self.algorithm.num_test_episodes = config.trainer.num_test_episodes
+        self.modules = modules
+        self.algorithm = make_learner(config, config.trainer.seed, **modules)
+        self.scheme: Scheme | None = None
         self.frames = 0
         self.updates = 0
         self.episodes = 0
@@ -190,7 +192,7 @@ class Trainer:
     def checkpoint(self) -> Path:
         """Write a checkpoint atomically and keep the newest ``keep_checkpoints``."""
         state = {
-            "algorithm": self.algorithm.state_dict(),
+            "algorithm": (self.scheme or self.algorithm).state_dict(),
             "frames": self.frames,
             "updates": self.updates,
             "episodes": self.episodes,
@@ -209,59 +211,17 @@ class Trainer:
         return path
 
     # ---------------------------------------------------------- schedules
-    def _apply_schedules(self) -> None:
+    def _apply_schedules(self, target: Any) -> None:
         t = self.config.trainer
         progress = min(1.0, self.frames / t.total_frames)
         if t.lr_schedule == "linear":
-            self.algorithm.update_algorithm_parameter(
-                "lr", max(1e-8, self._base_lr * (1.0 - progress))
-            )
+            target.update_algorithm_parameter("lr", max(1e-8, self._base_lr * (1.0 - progress)))
         if t.clip_schedule == "linear" and self._base_clip is not None:
-            self.algorithm.update_algorithm_parameter(
+            target.update_algorithm_parameter(
                 "clip_epsilon", max(1e-3, self._base_clip * (1.0 - progress))
             )
 
     # --------------------------------------------------------------- loop
-    def make_collector(self) -> RayCollector | SyncDataCollector:
-        """Remote collectors, or with ``collector.num_collectors: 0`` one in this process (no Ray)."""
-        c, t, e = self.config.collector, self.config.trainer, self.config.env
-        remaining = t.total_frames - self.frames
-        # off-policy algorithms act uniformly at random for their first start_steps frames
-        random_frames = (
-            max(0, self.algorithm.start_steps - self.frames)
-            if self.config.algorithm == "sac"
-            else -1
-        )
-        if c.num_collectors == 0:
-            collector = SyncDataCollector(
-                e.id,
-                self.algorithm.policy,
-                frames_per_batch=c.frames_per_batch,
-                total_frames=remaining,
-                num_envs=e.num_envs,
-                max_frames_per_traj=e.max_episode_steps,
-                init_random_frames=random_frames,
-            )
-            collector.set_seed(t.seed + 7919 * self.updates)
-            return collector
-        collector = RayCollector(
-            e.id,
-            self.algorithm.policy,
-            frames_per_batch=c.frames_per_batch,
-            total_frames=remaining,
-            num_collectors=c.num_collectors,
-            num_workers_per_collector=e.num_envs,
-            sync=c.sync,
-            prefetch=c.prefetch,
-            compress=c.compress,
-            max_frames_per_traj=e.max_episode_steps,
-            init_random_frames=random_frames,
-            remote_configs={"num_cpus": c.num_cpus_per_collector},
-            ray_init_config={"address": c.address} if c.address else None,
-        )
-        collector.set_seed(t.seed + 7919 * self.updates)
-        return collector
-
     def target_reached(self) -> bool:
         target = self.config.trainer.target_return
         window = self.config.trainer.return_window
@@ -271,53 +231,60 @@ class Trainer:
             and sum(self.recent_returns) / len(self.recent_returns) >= target
         )
 
+    def make_scheme(self) -> Scheme:
+        """The configured scheme, starting from this trainer's algorithm and frame count."""
+        return Scheme(
+            self.config,
+            self.algorithm,
+            frames=self.frames,
+            seed=self.config.trainer.seed + 7919 * self.updates,
+            modules=self.modules,
+        )
+
     def train(self) -> dict[str, float]:
-        """Run until ``total_frames`` or the target return; returns the last metrics."""
+        """Run until ``total_frames`` or the target return; returns the last metrics.
+
+        The central learner stops at exactly ``total_frames``; gradient workers
+        stop at the end of the first iteration at or past it.
+        """
         t = self.config.trainer
         progress = _progress_bar(self.config, self.frames)
         start = time.perf_counter()
         frames_at_start = self.frames
         last: dict[str, float] = {}
-        collector = self.make_collector()
+        self.scheme = scheme = self.make_scheme()
+        version_at_start = scheme.learner.version
         try:
-            collect_start = time.perf_counter()
-            for batch in collector:
-                collect_s = time.perf_counter() - collect_start
-                frames = _frames_in(batch)
-                self.frames += frames
-                stats = episode_stats(batch)
-                self.recent_returns.extend(stats.returns.tolist())
-                self.episodes += stats.count
-                learn_start = time.perf_counter()
-                self._apply_schedules()
-                info = self.algorithm.learn(batch)
+            while self.frames < t.total_frames:
+                self._apply_schedules(scheme)
+                result = scheme.run_iteration()
+                if result is None:
+                    break
+                self.frames += result["frames"]
+                self.recent_returns.extend(result["returns"])
+                self.episodes += len(result["returns"])
                 self.updates += 1
-                if self.updates % t.weight_update_interval == 0:
-                    collector.update_policy_weights_()
-                learn_s = time.perf_counter() - learn_start
                 elapsed = time.perf_counter() - start
+                lengths = result["lengths"]
                 last = {
                     "train/frames": self.frames,
                     "train/updates": self.updates,
                     "train/episodes": self.episodes,
                     "train/episode_return": _mean(self.recent_returns),
-                    "train/episode_length": float(stats.lengths.float().mean())
-                    if stats.count
-                    else float("nan"),
-                    "train/policy_lag": _policy_lag(collector),
+                    "train/episode_length": _mean(lengths) if lengths else float("nan"),
                     "train/lr": self.algorithm.lr,
                     "time/fps": (self.frames - frames_at_start) / elapsed,
-                    "time/collect_s": collect_s,
-                    "time/learn_s": learn_s,
+                    "time/updates_per_s": (scheme.learner.version - version_at_start) / elapsed,
                     "time/elapsed_s": elapsed,
-                    **info,
+                    **result["metrics"],
+                    **result["info"],
                 }
                 if hasattr(self.algorithm, "clip_epsilon"):
                     last["train/clip_epsilon"] = self.algorithm.clip_epsilon
                 if t.test_every and self.updates % t.test_every == 0:
                     last.update(self._evaluate())
                 self.metrics.log(self.frames, last)
-                progress.update(frames, last)
+                progress.update(result["frames"], last)
                 if t.checkpoint_every and self.updates % t.checkpoint_every == 0:
                     self.checkpoint()
                 if self.target_reached():
@@ -325,11 +292,11 @@ class Trainer:
                         "target return %s reached at %d frames", t.target_return, self.frames
                     )
                     break
-                collect_start = time.perf_counter()
+            self.checkpoint()  # while the scheme runs: decentralized state lives in the workers
         finally:
-            collector.shutdown()
+            scheme.shutdown()
+            self.scheme = None
             progress.close()
-        self.checkpoint()
         if self.config.logging.plot:
             self.plot()
         self.metrics.close()
@@ -385,17 +352,6 @@ class Trainer:
             raise ConfigError([f"resume={str(run_dir)!r} is invalid: no config.yaml there"])
         config = config_from_dict(yaml.safe_load(path.read_text()), overrides)
         return cls(config, run_dir=run_dir, resume=True, **kwargs)
-
-
-def _policy_lag(collector: Any) -> int:
-    # a local collector acts with the learner's own module: never behind
-    return collector.stats()["policy_lag"]["last"] if isinstance(collector, RayCollector) else 0
-
-
-def _frames_in(batch: TensorDictBase) -> int:
-    if ("collector", "mask") in batch.keys(include_nested=True):
-        return int(batch.get(("collector", "mask")).sum())
-    return batch.numel()
 
 
 def _mean(values: Any) -> float:

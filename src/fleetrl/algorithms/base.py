@@ -179,20 +179,36 @@ class Algorithm(abc.ABC):
         self.num_updates += 1
         return norm
 
+    @property
+    def steps_per_batch(self) -> int:
+        """Gradient steps taken on each collected batch (``num_epochs x num_mini_batch``)."""
+        return self.num_epochs * self.num_mini_batch
+
+    def gradient_batches(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
+        """The data of each gradient step on one collected batch, in order.
+
+        :meth:`prepare` (e.g. GAE with the current critic) runs once, when the
+        first minibatch is drawn; then ``num_epochs`` fresh random splits into
+        ``num_mini_batch`` minibatches. The central trainer
+        (:meth:`learn`) and the gradient workers of the distributed scheme
+        consume the same sequence.
+        """
+        data = self.prepare(batch)
+        for _ in range(self.num_epochs):
+            yield from self.minibatches(data)
+
     def learn(self, batch: TensorDictBase) -> dict[str, float]:
         """Train on one collected batch; returns the mean of each logged value."""
-        data = self.prepare(batch)
         totals: dict[str, float] = {}
         steps = 0
-        for _ in range(self.num_epochs):
-            for minibatch in self.minibatches(data):
-                grads, info = self.compute_gradients(minibatch)
-                norm = self.apply_gradients(grads)
-                if norm is not None:
-                    info["grad_norm"] = norm
-                for k, v in info.items():
-                    totals[k] = totals.get(k, 0.0) + v
-                steps += 1
+        for minibatch in self.gradient_batches(batch):
+            grads, info = self.compute_gradients(minibatch)
+            norm = self.apply_gradients(grads)
+            if norm is not None:
+                info["grad_norm"] = norm
+            for k, v in info.items():
+                totals[k] = totals.get(k, 0.0) + v
+            steps += 1
         return {k: v / max(1, steps) for k, v in totals.items()}
 
     # ----------------------------------------------------------------- weights

@@ -1,0 +1,72 @@
+"""Build the pieces of a training run from a :class:`~fleetrl.config.Config`.
+
+Shared by the central :class:`~fleetrl.trainer.Trainer` and the gradient
+workers of the distributed scheme, so both collect with the same settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fleetrl.algorithms import Algorithm, env_info, make_algorithm
+from fleetrl.config import Config
+
+__all__ = ["make_collector", "make_learner"]
+
+
+def make_learner(config: Config, seed: int, **modules: Any) -> Algorithm:
+    """The configured algorithm, with torch seeded first (default networks initialise alike)."""
+    torch.manual_seed(seed)
+    algorithm = make_algorithm(config.algorithm, config.algo, env_info(config.env.id), **modules)
+    algorithm.test_every = config.trainer.test_every  # the seed's Algorithm properties
+    algorithm.num_test_episodes = config.trainer.num_test_episodes
+    return algorithm
+
+
+def make_collector(
+    config: Config,
+    policy: Any,
+    *,
+    total_frames: int,
+    seed: int,
+    init_random_frames: int = -1,
+) -> Any:
+    """Remote collectors (a RayCollector), or with ``collector.num_collectors: 0`` a local
+    SyncDataCollector acting with ``policy`` itself (no Ray)."""
+    c, e = config.collector, config.env
+    if c.num_collectors == 0:
+        from fleetrl.collectors import SyncDataCollector
+
+        collector = SyncDataCollector(
+            e.id,
+            policy,
+            frames_per_batch=c.frames_per_batch,
+            total_frames=total_frames,
+            num_envs=e.num_envs,
+            max_frames_per_traj=e.max_episode_steps,
+            init_random_frames=init_random_frames,
+        )
+    else:
+        from fleetrl.collectors import RayCollector
+
+        collector = RayCollector(
+            e.id,
+            policy,
+            frames_per_batch=c.frames_per_batch,
+            total_frames=total_frames,
+            num_collectors=c.num_collectors,
+            num_workers_per_collector=e.num_envs,
+            sync=c.sync,
+            prefetch=c.prefetch,
+            compress=c.compress,
+            fraction_samples=c.fraction_samples,
+            fraction_workers=c.fraction_workers,
+            max_frames_per_traj=e.max_episode_steps,
+            init_random_frames=init_random_frames,
+            remote_configs={"num_cpus": c.num_cpus_per_collector},
+            ray_init_config={"address": c.address} if c.address else None,
+        )
+    collector.set_seed(seed)
+    return collector

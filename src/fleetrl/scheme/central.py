@@ -1,0 +1,104 @@
+"""CentralLearner: one learner in the driver process, fed by its collectors.
+
+The scheme with one gradient worker: collect a batch, run the whole update on
+it (:meth:`~fleetrl.algorithms.Algorithm.learn`), publish the weights to the
+collectors every ``trainer.weight_update_interval`` updates.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fleetrl.algorithms import Algorithm
+from fleetrl.build import make_collector
+from fleetrl.collectors import episode_stats
+from fleetrl.config import Config
+
+__all__ = ["CentralLearner", "frames_in"]
+
+
+def frames_in(batch: Any) -> int:
+    """Valid frames of a batch (a masked sync batch counts its mask)."""
+    mask_key = ("collector", "mask")
+    if mask_key in batch.keys(include_nested=True):
+        return int(batch.get(mask_key).sum())
+    return batch.numel()
+
+
+class CentralLearner:
+    """Collect and learn in one process (the collectors themselves may be remote).
+
+    Args:
+        config: the run's config.
+        algorithm: the learner.
+        frames: frames already trained on (a resumed run); the collector is
+            given exactly the rest of ``trainer.total_frames``.
+        seed: seeds the collectors.
+    """
+
+    mode = "central"
+
+    def __init__(self, config: Config, algorithm: Algorithm, *, frames: int = 0, seed: int = 0):
+        self.config = config
+        self.algorithm = algorithm
+        self.updates = 0
+        # off-policy algorithms act uniformly at random for their first start_steps frames
+        random_frames = max(0, algorithm.start_steps - frames) if config.algorithm == "sac" else -1
+        self.collector = make_collector(
+            config,
+            algorithm.policy,
+            total_frames=config.trainer.total_frames - frames,
+            seed=seed,
+            init_random_frames=random_frames,
+        )
+        self._batches = iter(self.collector)
+        self.remote = hasattr(self.collector, "worker_handles")
+
+    @property
+    def version(self) -> int:
+        return self.algorithm.num_updates
+
+    def run_iteration(self) -> dict[str, Any] | None:
+        """One collected batch and the update on it; None once the collector is exhausted."""
+        start = time.perf_counter()
+        batch = next(self._batches, None)
+        if batch is None:
+            return None
+        collect_s = time.perf_counter() - start
+        stats = episode_stats(batch)
+        learn_start = time.perf_counter()
+        info = self.algorithm.learn(batch)
+        self.updates += 1
+        learn_s = time.perf_counter() - learn_start
+        publish_start = time.perf_counter()
+        if self.updates % self.config.trainer.weight_update_interval == 0 and self.remote:
+            self.collector.update_policy_weights_()
+        publish_s = time.perf_counter() - publish_start
+        # a local collector acts with the learner's own module: never behind
+        lag = self.collector.stats()["policy_lag"]["last"] if self.remote else 0
+        return {
+            "frames": frames_in(batch),
+            "returns": stats.returns.tolist(),
+            "lengths": stats.lengths.tolist(),
+            "info": info,
+            "metrics": {
+                "train/policy_lag": float(lag),
+                "time/collect_s": collect_s,
+                "time/learn_s": learn_s,
+                "time/broadcast_s": publish_s,
+                "time/collect_to_process": collect_s / (learn_s + publish_s),
+            },
+        }
+
+    def update_algorithm_parameter(self, name: str, value: float) -> None:
+        self.algorithm.update_algorithm_parameter(name, value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.algorithm.state_dict()
+
+    def stats(self) -> dict[str, Any]:
+        return {"mode": self.mode, "version": self.version}
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()

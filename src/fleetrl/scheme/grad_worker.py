@@ -1,0 +1,287 @@
+"""GradWorker: collects with its own collectors and computes gradients on a replica.
+
+A gradient worker owns a replica of the algorithm and its collectors (a
+RayCollector, or with ``collector.num_collectors: 0`` a SyncDataCollector in
+its own process). Each :meth:`GradWorker.step` computes the gradient of one
+minibatch and returns it as a TensorDict with the weights version it was
+computed on; when the current batch is used up it first collects a new one and
+prepares it (GAE with the current critic). The sequence of minibatches is the
+central learner's: :meth:`~fleetrl.algorithms.Algorithm.gradient_batches`.
+
+The same class runs as a Ray actor (the scheme's remote workers) or as a plain
+object in the driver (tests, debugging).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from fleetrl.build import make_collector, make_learner
+from fleetrl.collectors import episode_stats
+from fleetrl.config import Config, config_from_dict
+from fleetrl.scheme.wire import ParamCodec
+
+__all__ = ["GradWorker", "StepReport"]
+
+#: what one step returns (a plain dict: it travels through Ray)
+StepReport = dict[str, Any]
+
+
+class GradWorker:
+    """One gradient worker.
+
+    Args:
+        config: the run's config (a dict from ``config_to_dict`` or a Config).
+        index: this worker's index among the gradient workers.
+        seed: seeds its torch RNG and its collectors.
+        state: the master algorithm's ``state_dict`` to start from (weights,
+            optimizer, hyperparameters), so every replica starts identical.
+        version: the weights version ``state`` holds.
+        modules: custom networks (``actor``, ``critic``), as for the Trainer.
+    """
+
+    def __init__(
+        self,
+        config: Config | dict[str, Any],
+        index: int,
+        seed: int,
+        state: dict[str, Any] | None = None,
+        version: int = 0,
+        modules: dict[str, Any] | None = None,
+    ):
+        torch.set_num_threads(1)
+        self.config = config if isinstance(config, Config) else config_from_dict(config)
+        self.index = index
+        self.algorithm = make_learner(self.config, seed, **(modules or {}))
+        if state is not None:
+            self.algorithm.load_state_dict(state)
+        self.version = version
+        self.codec = ParamCodec(self.algorithm._trainable)
+        self.collector = make_collector(
+            self.config, self.algorithm.policy, total_frames=-1, seed=seed
+        )
+        self._batches: Iterator[TensorDictBase] = iter(self.collector)
+        self._steps: Iterator[TensorDictBase] = iter(())
+        self._steps_left = 0
+        self._batch_version = version
+        self._batches_collected = 0
+        self._remote_versions: dict[int, int] = {0: version}  # collector version -> ours
+        self._world_size = 1
+
+    # ------------------------------------------------------------- weights
+    def set_weights(self, weights: TensorDictBase | np.ndarray, version: int) -> None:
+        """Load the update worker's weights of ``version`` (a TensorDict, or flat as packed by
+        :class:`~fleetrl.scheme.wire.ParamCodec`)."""
+        if isinstance(weights, np.ndarray):
+            weights = self.codec.unpack(weights)
+        self.algorithm.set_weights(weights)
+        self.version = int(version)
+
+    def get_weights(self) -> TensorDict:
+        return self.algorithm.get_weights()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.algorithm.state_dict()
+
+    def update_algorithm_parameter(self, name: str, value: float) -> float:
+        self.algorithm.update_algorithm_parameter(name, value)
+        return float(getattr(self.algorithm, name))
+
+    def algorithm_parameter(self, name: str) -> float:
+        return float(getattr(self.algorithm, name))
+
+    # ---------------------------------------------------------- collection
+    def _publish_to_collectors(self) -> None:
+        """Pass our weights on to remote collectors (a local one acts with our own modules)."""
+        if not hasattr(self.collector, "worker_handles"):
+            return
+        interval = self.config.trainer.weight_update_interval
+        if self._batches_collected % interval == 0:
+            remote_version = self.collector.update_policy_weights_()
+            self._remote_versions[remote_version] = self.version
+
+    def _collection_version(self, batch: TensorDictBase) -> int:
+        if not hasattr(self.collector, "worker_handles"):
+            return self.version  # local: collected just now with our current weights
+        versions = batch.get(("collector", "policy_version"))
+        mask_key = ("collector", "mask")
+        if mask_key in batch.keys(include_nested=True):
+            versions = versions[batch.get(mask_key)]
+        return min(self._remote_versions.get(int(v), 0) for v in versions.unique())
+
+    def _next_batch(self, report: StepReport) -> None:
+        if self._batches_collected:
+            self._publish_to_collectors()
+        start = time.perf_counter()
+        batch = next(self._batches)
+        report["collect_s"] += time.perf_counter() - start
+        self._batches_collected += 1
+        mask_key = ("collector", "mask")
+        frames = (
+            int(batch.get(mask_key).sum())
+            if mask_key in batch.keys(include_nested=True)
+            else batch.numel()
+        )
+        stats = episode_stats(batch)
+        report["frames"] += frames
+        report["returns"].extend(stats.returns.tolist())
+        report["lengths"].extend(stats.lengths.tolist())
+        self._batch_version = self._collection_version(batch)
+        self._steps = self.algorithm.gradient_batches(batch)
+        self._steps_left = self.algorithm.steps_per_batch
+
+    # ------------------------------------------------------------ gradients
+    def step(
+        self, weights: TensorDictBase | np.ndarray | None = None, version: int | None = None
+    ) -> StepReport:
+        """Load ``weights`` if given, then compute the gradient of the next minibatch.
+
+        Returns a report: ``grads`` (flat, as packed by
+        :class:`~fleetrl.scheme.wire.ParamCodec`: ``codec.unpack`` gives the
+        TensorDict keyed like the trainable parameters), ``version`` (the weights they were computed on),
+        ``collection_version`` (the weights the data was collected with),
+        ``batch_done`` (this was the last step on the current batch), the
+        frames and finished episodes collected during this step, loss info and
+        timings.
+        """
+        if weights is not None:
+            self.set_weights(weights, version if version is not None else self.version + 1)
+        report: StepReport = {
+            "worker": self.index,
+            "frames": 0,
+            "returns": [],
+            "lengths": [],
+            "collect_s": 0.0,
+        }
+        if self._steps_left == 0:
+            self._next_batch(report)
+        start = time.perf_counter()
+        data = next(self._steps)  # the first draw prepares the batch (GAE)
+        grads, info = self.algorithm.compute_gradients(data)
+        self._steps_left -= 1
+        report.update(
+            grads=self.codec.pack(grads),
+            info=info,
+            version=self.version,
+            collection_version=self._batch_version,
+            batch_done=self._steps_left == 0,
+            grad_s=time.perf_counter() - start,
+        )
+        return report
+
+    def gradients_for(self, data: TensorDictBase) -> np.ndarray:
+        """The gradient of the loss on given (prepared) data, packed as :meth:`step` sends it."""
+        return self.codec.pack(self.algorithm.compute_gradients(data)[0])
+
+    # ----------------------------------------------------- decentralized
+    def node_address(self) -> tuple[str, int]:
+        """This worker's node address and a free TCP port (rank 0 hosts the gloo rendezvous)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def init_process_group(
+        self, address: str, port: int, rank: int, world_size: int, timeout_s: float
+    ) -> int:
+        """Join the gloo group of all gradient workers (torch.distributed)."""
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{address}:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        self._world_size = world_size
+        return dist.get_rank()
+
+    def train_batch(self) -> StepReport:
+        """Decentralized update: every step of one batch, all-reducing the gradients.
+
+        Each step's gradients are summed over the group in one flat all-reduce,
+        divided by the group size, and applied by this replica's own optimizer;
+        since every replica applies the same mean gradient to the same weights,
+        the replicas stay identical without any weight broadcast.
+        """
+        import torch.distributed as dist
+
+        report: StepReport = {
+            "worker": self.index,
+            "frames": 0,
+            "returns": [],
+            "lengths": [],
+            "collect_s": 0.0,
+            "grad_s": 0.0,
+            "reduce_s": 0.0,
+            "update_s": 0.0,
+        }
+        self._next_batch(report)
+        totals: dict[str, float] = {}
+        params = [p for _, p in self.algorithm._trainable]
+        while self._steps_left:
+            start = time.perf_counter()
+            grads, info = self.algorithm.compute_gradients(next(self._steps))
+            self._steps_left -= 1
+            flat = torch.cat([grads.get(key).reshape(-1) for key, _ in self.algorithm._trainable])
+            reduced = time.perf_counter()
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat /= self._world_size
+            applied = time.perf_counter()
+            offset = 0
+            for param in params:
+                n = param.numel()
+                param.grad = flat[offset : offset + n].view_as(param).clone()
+                offset += n
+            norm = self.algorithm.apply_gradients()
+            self.version += 1
+            if norm is not None:
+                info["grad_norm"] = norm
+            for k, v in info.items():
+                totals[k] = totals.get(k, 0.0) + v
+            done = time.perf_counter()
+            report["grad_s"] += reduced - start
+            report["reduce_s"] += applied - reduced
+            report["update_s"] += done - applied
+        steps = self.algorithm.steps_per_batch
+        report.update(
+            info={k: v / steps for k, v in totals.items()},
+            version=self.version,
+            collection_version=self._batch_version,
+            steps=steps,
+        )
+        if self.index == 0:
+            report["weights"] = self.codec.pack(self.algorithm.get_weights())
+        return report
+
+    def collector_stats(self) -> dict[str, Any]:
+        """The stats of this worker's RayCollector (frames, lag, preemption, compression)."""
+        if not hasattr(self.collector, "worker_handles"):
+            return {"frames": self.collector.frames}
+        return self.collector.stats()
+
+    def get_version(self) -> int:
+        return self.version
+
+    # ------------------------------------------------------------- lifecycle
+    def ping(self) -> int:
+        return self.index
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,111 @@
+"""Scheme: the training scheme composed from the ``scheme`` config section.
+
+=====================  ==========================================================
+``num_grad_workers``   1: the central learner, in the driver process
+                       (:class:`CentralLearner`); G > 1: G remote
+                       :class:`GradWorker` actors under an :class:`UpdateWorker`.
+``grad_communication`` ``sync`` (average G gradients per step) or ``async``
+                       (apply first ready, drop beyond ``max_policy_lag``).
+``decentralized_update`` all-reduce among the gradient workers (gloo) instead of
+                       a central update.
+``collector``          each gradient worker's collectors (``num_collectors: 0``:
+                       in the gradient worker's process; ``sync``,
+                       ``fraction_samples``, ``fraction_workers``, ``compress``
+                       pass through).
+=====================  ==========================================================
+
+Every mode answers the same calls, so the :class:`~fleetrl.trainer.Trainer`
+loop does not depend on it: :meth:`run_iteration` (updates worth one batch per
+gradient worker, with frames, episodes, losses and timings),
+:meth:`update_algorithm_parameter` (reaches every replica), :meth:`state_dict`
+and :meth:`shutdown`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetrl.algorithms import Algorithm
+from fleetrl.config import Config
+from fleetrl.scheme.central import CentralLearner
+
+__all__ = ["Scheme"]
+
+
+class Scheme:
+    """Builds and runs the configured scheme.
+
+    Args:
+        config: the run's config.
+        algorithm: the master algorithm (the central learner's, or the update
+            worker's).
+        frames: frames already trained on (a resumed run).
+        seed: seeds collectors and gradient workers.
+        modules: custom networks for the gradient workers' replicas.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        algorithm: Algorithm,
+        *,
+        frames: int = 0,
+        seed: int = 0,
+        modules: dict[str, Any] | None = None,
+    ):
+        self.config = config
+        self._started_ray = False
+        if config.scheme.num_grad_workers == 1:
+            self.learner: Any = CentralLearner(config, algorithm, frames=frames, seed=seed)
+        else:
+            from fleetrl.scheme.update_worker import UpdateWorker
+
+            self._started_ray = _ensure_ray(config)
+            try:
+                self.learner = UpdateWorker(
+                    config, algorithm, version=algorithm.num_updates, seed=seed, modules=modules
+                )
+            except BaseException:
+                self._stop_ray()
+                raise
+
+    @property
+    def mode(self) -> str:
+        """'central', 'sync', 'async' or 'decentralized'."""
+        return self.learner.mode
+
+    def run_iteration(self) -> dict[str, Any] | None:
+        return self.learner.run_iteration()
+
+    def update_algorithm_parameter(self, name: str, value: float) -> None:
+        self.learner.update_algorithm_parameter(name, value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.learner.state_dict()
+
+    def stats(self) -> dict[str, Any]:
+        return self.learner.stats()
+
+    def shutdown(self) -> None:
+        self.learner.shutdown()
+        self._stop_ray()
+
+    def _stop_ray(self) -> None:
+        if self._started_ray:  # only an instance this scheme started (or attached to) itself
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+
+def _ensure_ray(config: Config) -> bool:
+    """Start (or attach to ``collector.address``) Ray unless it runs; True if this call did."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if config.collector.address:
+        ray.init(address=config.collector.address)
+    else:
+        ray.init(include_dashboard=False)
+    return True

@@ -1,0 +1,456 @@
+"""UpdateWorker: owns the master algorithm, applies gradients, broadcasts weights.
+
+Three ways to update, chosen by the ``scheme`` config:
+
+- **sync** (``grad_communication: sync``): every gradient worker computes the
+  gradient of its next minibatch on the same weights; the update worker
+  averages them, takes one optimizer step and broadcasts the new weights (one
+  ``ray.put``, sent with each worker's next step). With equal minibatches this
+  is the central step on their concatenation.
+- **async** (``grad_communication: async``, A3C-like): gradients are applied
+  first ready; the new weights go only to the worker whose gradient came back.
+  A gradient computed on weights more than ``max_policy_lag`` versions old is
+  dropped (counted in ``train/dropped_gradients``) and its worker gets the
+  current weights.
+- **decentralized** (``decentralized_update: true``, DD-PPO-like): the
+  gradient workers all-reduce their gradients over a gloo group and each steps
+  its own optimizer; the update worker only gathers reports, and mirrors rank
+  0's weights for evaluation and checkpoints.
+
+A gradient worker that dies (sync and async) is replaced by a new actor that
+starts from the master's current state, and its lost step is issued again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from tensordict import TensorDictBase
+
+from fleetrl.algorithms import Algorithm
+from fleetrl.collectors.ray import _remote_cause
+from fleetrl.config import Config, config_to_dict
+from fleetrl.errors import ConfigError, WorkerError
+from fleetrl.scheme.grad_worker import GradWorker, StepReport
+from fleetrl.scheme.wire import ParamCodec
+
+__all__ = ["UpdateWorker", "average_flat"]
+
+logger = logging.getLogger(__name__)
+
+#: consecutive failed starts of one gradient worker before the run gives up
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+def average_flat(grads: list[np.ndarray]) -> np.ndarray:
+    """The element-wise mean of flat gradients (as packed by ParamCodec)."""
+    if len(grads) == 1:
+        return grads[0]
+    total = grads[0].astype(np.float32, copy=True)
+    for g in grads[1:]:
+        total += g
+    total /= len(grads)
+    return total
+
+
+class _Iteration:
+    """Accumulates the reports of one iteration into the Trainer's metrics."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.info: dict[str, float] = {}
+        self.info_steps = 0
+        self.lags: list[int] = []
+        self.asynchrony: list[int] = []
+        self.collect_s: dict[int, float] = {}
+        self.grad_s: dict[int, float] = {}
+        self.update_s = 0.0
+        self.broadcast_s = 0.0
+        self.dropped = 0
+        self.start = time.perf_counter()
+
+    def add(self, r: StepReport) -> None:
+        w = r["worker"]
+        self.frames += r["frames"]
+        self.returns.extend(r["returns"])
+        self.lengths.extend(r["lengths"])
+        self.collect_s[w] = self.collect_s.get(w, 0.0) + r["collect_s"]
+        self.grad_s[w] = self.grad_s.get(w, 0.0) + r.get("grad_s", 0.0)
+
+    def add_info(self, info: dict[str, float], weight: int = 1) -> None:
+        for k, v in info.items():
+            self.info[k] = self.info.get(k, 0.0) + v * weight
+        self.info_steps += weight
+
+    def result(self, num_workers: int) -> dict[str, Any]:
+        def mean(values: list[int]) -> float:
+            return sum(values) / len(values) if values else 0.0
+
+        collect = sum(self.collect_s.values()) / num_workers
+        grad = sum(self.grad_s.values()) / num_workers
+        process = grad + self.update_s + self.broadcast_s
+        return {
+            "frames": self.frames,
+            "returns": self.returns,
+            "lengths": self.lengths,
+            "info": {k: v / max(1, self.info_steps) for k, v in self.info.items()},
+            "metrics": {
+                "train/policy_lag": mean(self.lags),
+                "train/policy_lag_max": float(max(self.lags, default=0)),
+                "train/grad_asynchrony": mean(self.asynchrony),
+                "train/grad_asynchrony_max": float(max(self.asynchrony, default=0)),
+                "train/dropped_gradients": float(self.dropped),
+                "time/collect_s": collect,
+                "time/grad_s": grad,
+                "time/update_s": self.update_s,
+                "time/broadcast_s": self.broadcast_s,
+                "time/collect_to_process": collect / process if process else float("nan"),
+                "time/iteration_s": time.perf_counter() - self.start,
+            },
+        }
+
+
+class UpdateWorker:
+    """Drives ``config.scheme.num_grad_workers`` remote :class:`GradWorker` actors.
+
+    Args:
+        config: the run's config (its ``scheme`` section picks the mode).
+        algorithm: the master algorithm (in this process); gradient workers
+            start from its state.
+        version: the version of the master's current weights.
+        seed: base seed; worker ``i`` and each of its replacements get their own.
+        modules: custom networks (``actor``, ``critic``) for the replicas.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        algorithm: Algorithm,
+        *,
+        version: int = 0,
+        seed: int = 0,
+        modules: dict[str, Any] | None = None,
+    ):
+        self.config = config
+        self.scheme = config.scheme
+        self.algorithm = algorithm
+        self.version = version
+        self.seed = seed
+        self.modules = modules or {}
+        self.num_workers = self.scheme.num_grad_workers
+        self.mode = (
+            "decentralized"
+            if self.scheme.decentralized_update
+            else "async"
+            if self.scheme.grad_communication == "async"
+            else "sync"
+        )
+        self._config_dict = config_to_dict(config)
+        self._weights_ref: Any = None
+        self._weights_ref_version = -1
+        self._inflight: dict[Any, int] = {}
+        self._pending_calls: list[Any] = []
+        self.codec = ParamCodec(algorithm._trainable)
+        self.restarts = [0] * self.num_workers
+        self._failures = [0] * self.num_workers
+        self.dropped_gradients = 0
+        self.applied_gradients = 0
+        self._check_resources()
+        remote = {"num_cpus": self.scheme.num_cpus_per_grad_worker, "max_restarts": 0}
+        if self.scheme.grad_worker_resources:
+            remote["resources"] = dict(self.scheme.grad_worker_resources)
+        self._actor_class = ray.remote(GradWorker).options(**remote)
+        self.workers: list[Any] = []
+        try:
+            state_ref = ray.put(algorithm.state_dict())
+            self.workers = [self._start(i, state_ref) for i in range(self.num_workers)]
+            ray.get([w.ping.remote() for w in self.workers])
+            if self.mode == "decentralized":
+                self._form_group()
+        except RayTaskError as err:
+            self.shutdown()
+            raise WorkerError(-1, _remote_cause(err), role="gradient worker") from None
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # ------------------------------------------------------------- workers
+    def _check_resources(self) -> None:
+        c, s = self.config.collector, self.scheme
+        per_worker = s.num_cpus_per_grad_worker + c.num_collectors * c.num_cpus_per_collector
+        have = ray.cluster_resources().get("CPU", 0)
+        if per_worker * self.num_workers > have:
+            raise ConfigError(
+                [
+                    f"scheme.num_grad_workers={self.num_workers} is invalid: "
+                    f"{self.num_workers} gradient workers x {per_worker:g} CPUs "
+                    f"(scheme.num_cpus_per_grad_worker + collector.num_collectors x "
+                    f"collector.num_cpus_per_collector) need {per_worker * self.num_workers:g} "
+                    f"CPUs; the Ray cluster has {have:g}"
+                ]
+            )
+
+    def _worker_seed(self, index: int) -> int:
+        return self.seed + 1009 * (index + 1) + 104_729 * self.restarts[index]
+
+    def _start(self, index: int, state_ref: Any) -> Any:
+        return self._actor_class.remote(
+            self._config_dict,
+            index,
+            self._worker_seed(index),
+            state_ref,
+            self.version,
+            self.modules or None,
+        )
+
+    def _replace(self, index: int, err: BaseException) -> None:
+        """Start a new worker ``index`` from the master's current state."""
+        self._failures[index] += 1
+        if self._failures[index] > MAX_CONSECUTIVE_FAILURES:
+            raise WorkerError(
+                index,
+                f"died {self._failures[index]} times in a row without completing a step; "
+                f"last error:\n{_remote_cause(err)}",
+                role="gradient worker",
+            )
+        self.restarts[index] += 1
+        logger.warning("gradient worker %d died (%s); replacing it", index, type(err).__name__)
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(self.workers[index])
+        self.workers[index] = self._start(index, ray.put(self.algorithm.state_dict()))
+
+    def _current_weights(self) -> Any:
+        """One ``ray.put`` per weights version, shared by every worker that needs it."""
+        if self._weights_ref_version != self.version:
+            self._weights_ref = ray.put(self.codec.pack(self.algorithm.get_weights()))
+            self._weights_ref_version = self.version
+        return self._weights_ref
+
+    def _step(self, index: int, send_weights: bool) -> Any:
+        worker = self.workers[index]
+        if send_weights:
+            return worker.step.remote(self._current_weights(), self.version)
+        return worker.step.remote()
+
+    def _get_step(self, index: int, ref: Any) -> StepReport | None:
+        """The report of worker ``index``, or None when the worker died (it is then replaced)."""
+        try:
+            report = ray.get(ref)
+        except RayTaskError as err:  # the worker's own code raised: not something to retry
+            raise WorkerError(index, _remote_cause(err), role="gradient worker") from None
+        except RayActorError as err:
+            self._replace(index, err)
+            return None
+        self._failures[index] = 0
+        return report
+
+    # ------------------------------------------------------------ updating
+    def _apply(self, flat_grads: np.ndarray, it: _Iteration) -> float | None:
+        start = time.perf_counter()
+        norm = self.algorithm.apply_gradients(self.codec.unpack(flat_grads))
+        self.version += 1
+        self.applied_gradients += 1
+        mid = time.perf_counter()
+        self._current_weights()
+        it.update_s += mid - start
+        it.broadcast_s += time.perf_counter() - mid
+        return norm
+
+    def apply_mean_gradients(
+        self, grads: list[np.ndarray], it: _Iteration | None = None
+    ) -> float | None:
+        """One optimizer step with the mean of the workers' (flat) gradients; returns the norm.
+
+        The new weights are put in the object store once, for every worker's next step.
+        """
+        return self._apply(average_flat(grads), it or _Iteration())
+
+    def _record(self, r: StepReport, it: _Iteration, norm: float | None) -> None:
+        info = dict(r["info"])
+        if norm is not None:
+            info["grad_norm"] = norm
+        it.add_info(info)
+
+    def run_iteration(self) -> dict[str, Any]:
+        """Updates worth one collected batch per gradient worker; returns what happened.
+
+        sync: ``steps_per_batch`` averaged steps; async: ``steps_per_batch x G``
+        gradients received (applied or dropped); decentralized: one batch on
+        every worker (``steps_per_batch`` all-reduced steps).
+        """
+        it = _Iteration()
+        if self.mode == "sync":
+            self._run_sync(it)
+        elif self.mode == "async":
+            self._run_async(it)
+        else:
+            self._run_decentralized(it)
+        self._check_pending_calls()
+        result = it.result(self.num_workers)
+        result["metrics"]["train/grad_workers_restarted"] = float(sum(self.restarts))
+        result["metrics"]["train/policy_version"] = float(self.version)
+        return result
+
+    def _run_sync(self, it: _Iteration) -> None:
+        for _ in range(self.algorithm.steps_per_batch):
+            send = self._weights_ref_version == self.version
+            refs = [self._step(i, send) for i in range(self.num_workers)]
+            reports: list[StepReport] = []
+            for i in range(self.num_workers):
+                report = self._get_step(i, refs[i])
+                while report is None:  # replaced: the new worker starts on current weights
+                    report = self._get_step(i, self._step(i, send_weights=False))
+                reports.append(report)
+            for r in reports:
+                it.add(r)
+                it.lags.append(self.version - r["collection_version"])
+                it.asynchrony.append(self.version - r["version"])
+            norm = self.apply_mean_gradients([r["grads"] for r in reports], it)
+            it.add_info(
+                {
+                    **{
+                        k: sum(r["info"][k] for r in reports) / len(reports)
+                        for k in reports[0]["info"]
+                    },
+                    **({"grad_norm": norm} if norm is not None else {}),
+                }
+            )
+
+    def _run_async(self, it: _Iteration) -> None:
+        if not self._inflight:
+            for i in range(self.num_workers):
+                send = self._weights_ref_version == self.version
+                self._inflight[self._step(i, send)] = i
+        received = 0
+        while received < self.algorithm.steps_per_batch * self.num_workers:
+            [ref], _ = ray.wait(list(self._inflight), num_returns=1)
+            index = self._inflight.pop(ref)
+            report = self._get_step(index, ref)
+            if report is None:  # replaced: resubmit on the current weights it started with
+                self._inflight[self._step(index, send_weights=False)] = index
+                continue
+            received += 1
+            it.add(report)
+            asynchrony = self.version - report["version"]
+            if asynchrony > self.scheme.max_policy_lag:
+                self.dropped_gradients += 1
+                it.dropped += 1
+            else:
+                it.lags.append(self.version - report["collection_version"])
+                it.asynchrony.append(asynchrony)
+                norm = self._apply(report["grads"], it)
+                self._record(report, it, norm)
+            # new weights go only to this worker (after a drop too: it must catch up)
+            self._inflight[self._step(index, send_weights=True)] = index
+
+    def _form_group(self) -> None:
+        address, port = ray.get(self.workers[0].node_address.remote())
+        ray.get(
+            [
+                w.init_process_group.remote(
+                    address, port, rank, self.num_workers, self.scheme.collective_timeout_s
+                )
+                for rank, w in enumerate(self.workers)
+            ]
+        )
+
+    def _run_decentralized(self, it: _Iteration) -> None:
+        refs = [w.train_batch.remote() for w in self.workers]
+        reports: list[StepReport] = []
+        for i, ref in enumerate(refs):
+            try:
+                reports.append(ray.get(ref))
+            except (RayTaskError, RayActorError) as err:
+                # the survivors are blocked in an all-reduce that can no longer complete
+                raise WorkerError(
+                    i,
+                    "a decentralized (all-reduce) group cannot continue without one of its "
+                    "members; resume the run from its last checkpoint (fleetrl train --resume "
+                    f"RUN_DIR). Cause:\n{_remote_cause(err)}",
+                    role="gradient worker",
+                ) from None
+        steps = self.algorithm.steps_per_batch
+        for r in reports:
+            it.add(r)
+            base = r["version"] - steps - r["collection_version"]
+            it.lags.extend(base + s for s in range(steps))  # one per step, as in sync mode
+            it.asynchrony.extend([0] * steps)
+            it.update_s += r["update_s"] / self.num_workers
+            it.broadcast_s += r["reduce_s"] / self.num_workers  # the all-reduce replaces it
+        it.add_info(
+            {k: sum(r["info"][k] for r in reports) / len(reports) for k in reports[0]["info"]},
+            weight=steps,
+        )
+        # the master mirrors rank 0 (for evaluation and checkpoints)
+        self.algorithm.set_weights(self.codec.unpack(reports[0]["weights"]))
+        self.version = reports[0]["version"]
+        self.applied_gradients += steps
+
+    # ------------------------------------------------------- parameters
+    def update_algorithm_parameter(self, name: str, value: float) -> None:
+        """Change a hyperparameter on the master and on every replica.
+
+        Replicas receive it in order with their other calls (Ray keeps one
+        caller's calls to an actor in order), without waiting; a failure is
+        raised at the end of the current iteration.
+        """
+        self.algorithm.update_algorithm_parameter(name, value)
+        self._pending_calls.extend(
+            w.update_algorithm_parameter.remote(name, value) for w in self.workers
+        )
+
+    def replica_parameters(self, name: str) -> list[float]:
+        """``name`` as each replica holds it now (after every call sent before)."""
+        return ray.get([w.algorithm_parameter.remote(name) for w in self.workers])
+
+    def replica_weights(self) -> list[TensorDictBase]:
+        """Each replica's trainable weights (a replica mid-step answers once its step ends)."""
+        return ray.get([w.get_weights.remote() for w in self.workers])
+
+    def _check_pending_calls(self) -> None:
+        if not self._pending_calls:
+            return
+        ready, self._pending_calls = ray.wait(
+            self._pending_calls, num_returns=len(self._pending_calls), timeout=0
+        )
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayActorError:
+                pass  # the worker died; its replacement starts from the master's parameters
+            except RayTaskError as err:
+                raise WorkerError(-1, _remote_cause(err), role="gradient worker") from None
+
+    # --------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """The master's state; decentralized: rank 0's (its optimizer state is the live one)."""
+        if self.mode == "decentralized":
+            return ray.get(self.workers[0].state_dict.remote())
+        return self.algorithm.state_dict()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "version": self.version,
+            "applied_gradients": self.applied_gradients,
+            "dropped_gradients": self.dropped_gradients,
+            "restarts": list(self.restarts),
+        }
+
+    def shutdown(self) -> None:
+        """Kill the gradient workers; their collector actors share their fate (Ray ownership)."""
+        if not ray.is_initialized():
+            return
+        for worker in self.workers:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(worker)
+        self.workers = []
+        self._inflight = {}

@@ -1,0 +1,244 @@
+"""The distributed scheme: every mode really runs on real Ray actors with real PPO losses."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+import torch
+from tensordict import TensorDict
+
+from fleetrl import ConfigError, SyncDataCollector
+from fleetrl.build import make_learner
+from fleetrl.config import config_from_dict
+from fleetrl.scheme import GradWorker, UpdateWorker
+from fleetrl.scheme.wire import ParamCodec
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+FPB = 64  # per gradient worker: 4 envs x 16 steps
+
+
+def scheme_config(**scheme):
+    return config_from_dict(
+        {
+            "algorithm": "ppo",
+            "env": {"id": "CartPole-v1", "num_envs": 4},
+            "collector": {"num_collectors": 0, "frames_per_batch": FPB},
+            "scheme": {"num_grad_workers": 2, **scheme},
+            "trainer": {"total_frames": 4096, "seed": 3},
+            "ppo": {"num_epochs": 2, "num_mini_batch": 2, "hidden_sizes": [16]},
+        }
+    )
+
+
+def weights_equal(a: TensorDict, b: TensorDict) -> bool:
+    return all(torch.equal(a.get(k), b.get(k)) for k in a.keys(True, True))
+
+
+@pytest.fixture
+def update_worker(request):
+    workers = []
+
+    def make(config, algorithm=None):
+        algorithm = algorithm or make_learner(config, config.trainer.seed)
+        uw = UpdateWorker(config, algorithm, seed=config.trainer.seed)
+        workers.append(uw)
+        return uw
+
+    yield make
+    for uw in workers:
+        uw.shutdown()
+
+
+def test_sync_mean_gradient_step_equals_central_step_on_concatenated_data(update_worker):
+    config = scheme_config()
+    config.ppo.normalize_advantage = False  # per-minibatch normalisation would differ by design
+    master = make_learner(config, 0)
+    central = make_learner(config, 0)  # same seed: the same initial weights (deepcopy would
+    # break torchrl's functional parameters in the loss module)
+    assert weights_equal(master.get_weights(), central.get_weights())
+    with SyncDataCollector(
+        "CartPole-v1", master.policy, frames_per_batch=128, num_envs=4, total_frames=128
+    ) as collector:
+        collector.set_seed(0)
+        data = master.prepare(collector.next())  # GAE with the master's critic, flat
+    halves = [data[:64], data[64:]]
+    uw = update_worker(config, master)  # the replicas start from the master's state
+    flat = ray.get([w.gradients_for.remote(h) for w, h in zip(uw.workers, halves)])
+    uw.apply_mean_gradients(flat)
+    grads, _ = central.compute_gradients(data)
+    central.apply_gradients(grads)
+    got, want = master.get_weights(), central.get_weights()
+    for key in want.keys(True, True):
+        torch.testing.assert_close(got.get(key), want.get(key), rtol=1e-5, atol=1e-6)
+    assert not weights_equal(got, make_learner(config, 0).get_weights())  # it really stepped
+    assert uw.version == 1
+
+
+def test_sync_mode_iterations_versions_replicas_and_parameters(update_worker):
+    config = scheme_config()
+    uw = update_worker(config)
+    steps = uw.algorithm.steps_per_batch
+    first = uw.run_iteration()
+    second = uw.run_iteration()
+    assert first["frames"] == second["frames"] == 2 * FPB  # one batch per gradient worker
+    assert uw.version == 2 * steps
+    m = second["metrics"]
+    assert m["train/grad_asynchrony_max"] == 0.0  # every gradient on the current weights
+    assert m["train/policy_lag"] == (steps - 1) / 2  # 0..steps-1 updates since collection
+    assert m["train/policy_version"] == 2 * steps
+    for key in ("time/collect_s", "time/grad_s", "time/update_s", "time/broadcast_s"):
+        assert m[key] >= 0
+    assert {"loss/objective", "loss/critic", "grad_norm"} <= set(second["info"])
+    # the replicas hold the master's weights once they load the last broadcast
+    uw.run_iteration()
+    replicas = uw.replica_weights()
+    assert weights_equal(replicas[0], replicas[1])
+    uw.update_algorithm_parameter("clip_epsilon", 0.05)
+    uw.update_algorithm_parameter("lr", 1e-4)
+    assert uw.replica_parameters("clip_epsilon") == pytest.approx([0.05, 0.05])
+    assert uw.replica_parameters("lr") == pytest.approx([1e-4, 1e-4])
+    assert uw.algorithm.clip_epsilon == pytest.approx(0.05)
+
+
+def test_dead_gradient_worker_is_replaced_and_rejoins_with_current_weights(update_worker):
+    config = scheme_config()
+    uw = update_worker(config)
+    uw.update_algorithm_parameter("clip_epsilon", 0.1)
+    uw.run_iteration()
+    ray.kill(uw.workers[1])
+    result = uw.run_iteration()
+    assert uw.restarts == [0, 1]
+    assert result["metrics"]["train/grad_workers_restarted"] == 1.0
+    assert result["frames"] == 2 * FPB  # the new worker collected its own batch
+    assert uw.version == 2 * uw.algorithm.steps_per_batch
+    # the replacement started from the master's state: weights and parameters
+    assert uw.replica_parameters("clip_epsilon") == pytest.approx([0.1, 0.1])
+    versions = ray.get([w.get_version.remote() for w in uw.workers])
+    assert versions[1] >= uw.version - 1
+    uw.run_iteration()
+    replicas = uw.replica_weights()
+    assert weights_equal(replicas[0], replicas[1])
+
+
+def test_async_drops_stale_gradients_and_counts_them(update_worker):
+    strict = update_worker(scheme_config(grad_communication="async", max_policy_lag=0))
+    steps = strict.algorithm.steps_per_batch
+    results = [strict.run_iteration() for _ in range(3)]
+    dropped = sum(r["metrics"]["train/dropped_gradients"] for r in results)
+    assert dropped == strict.dropped_gradients > 0
+    assert strict.applied_gradients == strict.version == 3 * 2 * steps - dropped
+    assert all(r["metrics"]["train/grad_asynchrony_max"] == 0 for r in results)
+    lenient = update_worker(scheme_config(grad_communication="async", max_policy_lag=100))
+    results = [lenient.run_iteration() for _ in range(3)]
+    assert lenient.dropped_gradients == 0
+    assert lenient.version == 3 * 2 * steps  # every gradient applied, first ready
+    assert max(r["metrics"]["train/grad_asynchrony_max"] for r in results) >= 1
+    lenient.update_algorithm_parameter("entropy_coef", 0.02)
+    assert lenient.replica_parameters("entropy_coef") == pytest.approx([0.02, 0.02])
+
+
+def test_decentralized_replicas_stay_identical(update_worker):
+    config = scheme_config(decentralized_update=True)
+    uw = update_worker(config)
+    initial = uw.algorithm.get_weights()
+    uw.update_algorithm_parameter("lr", 5e-3)
+    for _ in range(3):
+        result = uw.run_iteration()
+        assert result["frames"] == 2 * FPB
+    assert uw.version == 3 * uw.algorithm.steps_per_batch
+    replicas = uw.replica_weights()
+    assert weights_equal(replicas[0], replicas[1])  # bit for bit, without any broadcast
+    assert weights_equal(replicas[0], uw.algorithm.get_weights())  # the master mirrors rank 0
+    assert not weights_equal(replicas[0], initial)
+    assert uw.replica_parameters("lr") == pytest.approx([5e-3, 5e-3])
+    state = uw.state_dict()  # rank 0's, with its optimizer state
+    assert state["num_updates"] == uw.version
+    assert state["optimizer"]["state"]
+
+
+@pytest.mark.parametrize("col_sync", [True, False])
+def test_collection_modes_preemption_and_compression_pass_through(update_worker, col_sync):
+    config = scheme_config()
+    config.collector.num_collectors = 2
+    config.collector.num_cpus_per_collector = 0.5
+    config.collector.sync = col_sync
+    config.collector.compress = "lz4"
+    config.collector.frames_per_batch = 2 * FPB if col_sync else FPB
+    if col_sync:
+        config.collector.fraction_workers = 0.5
+    config.scheme.num_cpus_per_grad_worker = 0.5
+    uw = update_worker(config)
+    uw.run_iteration()
+    stats = ray.get([w.collector_stats.remote() for w in uw.workers])
+    for st in stats:
+        assert st["compression"]["codec"] == "lz4"
+        assert st["compression"]["bytes_sent"] > 0
+        assert len(st["frames_per_worker"]) == 2
+        assert "preempted_tasks" in st
+        assert st["frames"] > 0
+
+
+def test_scheme_config_problems_are_listed_at_once():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(
+            {
+                "algorithm": "dqn",
+                "scheme": {
+                    "num_grad_workers": 2,
+                    "grad_communication": "async",
+                    "decentralized_update": True,
+                    "max_policy_lag": -1,
+                },
+            }
+        )
+    text = str(err.value)
+    assert "scheme.num_grad_workers=2 is invalid: gradient workers run the on-policy" in text
+    assert "scheme.decentralized_update=True is invalid: all-reduce is synchronous" in text
+    assert "scheme.max_policy_lag=-1 is invalid: must be >= 0" in text
+    with pytest.raises(ConfigError, match="'async' needs scheme.num_grad_workers >= 2"):
+        config_from_dict({"scheme": {"grad_communication": "async"}})
+    with pytest.raises(ConfigError, match="scheme.grad_communication='both' is invalid"):
+        config_from_dict({"scheme": {"num_grad_workers": 2, "grad_communication": "both"}})
+
+
+def test_too_many_gradient_workers_refused_before_any_actor_starts():
+    config = scheme_config()
+    config.scheme.num_grad_workers = 64
+    before = actors_ever_created()
+    with pytest.raises(ConfigError, match="scheme.num_grad_workers=64 is invalid: 64 gradient"):
+        UpdateWorker(config, make_learner(config, 0))
+    assert actors_ever_created() == before
+
+
+def actors_ever_created() -> int:
+    from ray._private import state  # the GCS's actor table, dead ones included (no dashboard)
+
+    return len(state.actors())
+
+
+def test_param_codec_round_trip():
+    config = scheme_config()
+    algorithm = make_learner(config, 0)
+    codec = ParamCodec(algorithm._trainable)
+    weights = algorithm.get_weights()
+    flat = codec.pack(weights)
+    assert flat.shape == (sum(p.numel() for _, p in algorithm._trainable),)
+    assert weights_equal(codec.unpack(flat), weights)
+
+
+def test_local_grad_worker_steps_through_its_batches():
+    """A gradient worker also runs in the driver (debugging): same API, no Ray."""
+    config = scheme_config()
+    worker = GradWorker(config, 0, seed=1)
+    steps = worker.algorithm.steps_per_batch
+    reports = [worker.step() for _ in range(steps + 1)]
+    assert [r["frames"] for r in reports] == [FPB] + [0] * (steps - 1) + [FPB]
+    assert [r["batch_done"] for r in reports] == [False] * (steps - 1) + [True, False]
+    grads = worker.codec.unpack(reports[0]["grads"])
+    assert set(grads.keys(True, True)) == {k for k, _ in worker.algorithm._trainable}
+    new = worker.algorithm.get_weights().apply(lambda t: t + 1)
+    worker.step(worker.codec.pack(new), version=7)
+    assert worker.version == 7
+    assert weights_equal(worker.get_weights(), new)
+    worker.shutdown()
