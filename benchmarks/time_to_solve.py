@@ -67,7 +67,10 @@ ray.shutdown()
 """
 
 
-def run_fleetrl(seed: int, budget: int, overrides: list[str]) -> dict:
+def run_fleetrl(
+    seed: int, budget: int, overrides: list[str], config: str = "ppo_cartpole.yaml"
+) -> dict:
+    """Train ``configs/<config>`` in a fresh process until the target; wall time from outside."""
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         start = time.perf_counter()
@@ -76,7 +79,7 @@ def run_fleetrl(seed: int, budget: int, overrides: list[str]) -> dict:
             "-m",
             "fleetrl.cli",
             "train",
-            str(ROOT / "configs" / "ppo_cartpole.yaml"),
+            str(ROOT / "configs" / config),
             f"trainer.seed={seed}",
             f"trainer.target_return={TARGET}",
             f"trainer.total_frames={budget}",
@@ -101,6 +104,9 @@ def run_fleetrl(seed: int, budget: int, overrides: list[str]) -> dict:
             "frames": int(float(last["train/frames"])),
             "return": ret,
             "wall_s": wall,
+            "fps": float(last["time/fps"]),
+            "updates_per_s": float(last["time/updates_per_s"]),
+            "updates": int(float(last["train/policy_version"])),
         }
 
 

@@ -222,3 +222,56 @@ def test_recurrent_policy_trains_a_few_iterations(tmp_path):
     )  # the LSTM learned
     assert torch.isfinite(torch.tensor(last["loss/objective"]))
     assert "eval/return_mean" in last
+
+
+SCHEME_METRICS = {
+    "train/policy_lag",
+    "train/grad_asynchrony",
+    "train/dropped_gradients",
+    "train/policy_version",
+    "time/fps",
+    "time/updates_per_s",
+    "time/collect_s",
+    "time/grad_s",
+    "time/update_s",
+    "time/broadcast_s",
+    "time/collect_to_process",
+}
+
+
+@pytest.mark.parametrize("mode", ["parallel", "async", "decentralized"])
+def test_cli_trains_each_scheme_config_then_resumes(tmp_path, mode, capsys):
+    run = tmp_path / "run"
+    tiny = [
+        "env.num_envs=4",
+        "collector.frames_per_batch=128",  # per gradient worker
+        "ppo.num_epochs=2",
+        "ppo.num_mini_batch=2",
+        "trainer.target_return=null",
+        "trainer.test_every=2",
+        "trainer.num_test_episodes=2",
+        "trainer.checkpoint_every=1",
+        "logging.progress_bar=false",
+        "logging.tensorboard=false",
+    ]
+    config = str(ROOT / "configs" / f"ppo_cartpole_{mode}.yaml")
+    assert main(["train", config, *tiny, "trainer.total_frames=512", "--run-dir", str(run)]) == 0
+    metrics = rows(run)
+    # one iteration = one batch per gradient worker (2 x 128 frames), 4 steps per batch
+    assert [int(float(r["train/frames"])) for r in metrics] == [256, 512]
+    assert set(metrics[0]) >= SCHEME_METRICS
+    assert metrics[1]["eval/return_mean"] != ""
+    versions = [int(float(r["train/policy_version"])) for r in metrics]
+    if mode == "async":  # applied or dropped, never lost: 8 gradients per iteration
+        dropped = sum(float(r["train/dropped_gradients"]) for r in metrics)
+        assert versions[-1] + dropped == 16
+    else:
+        assert versions == [4, 8]
+    state = load_checkpoint(latest_checkpoint(run))
+    assert state["frames"] == 512 and state["algorithm"]["num_updates"] == versions[-1]
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "trainer.total_frames=768"]) == 0
+    assert "frames 768" in capsys.readouterr().out
+    resumed = load_checkpoint(latest_checkpoint(run))
+    assert resumed["frames"] == 768
+    assert resumed["algorithm"]["num_updates"] > versions[-1]

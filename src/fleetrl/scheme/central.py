@@ -84,6 +84,7 @@ class CentralLearner:
             "info": info,
             "metrics": {
                 "train/policy_lag": float(lag),
+                "train/policy_version": float(self.version),
                 "time/collect_s": collect_s,
                 "time/learn_s": learn_s,
                 "time/broadcast_s": publish_s,

@@ -279,6 +279,12 @@ class GradWorker:
     def ping(self) -> int:
         return self.index
 
+    def node_id(self) -> str:
+        """The Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def shutdown(self) -> None:
         self.collector.shutdown()
         import torch.distributed as dist
