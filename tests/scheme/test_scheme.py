@@ -246,3 +246,15 @@ def test_local_grad_worker_steps_through_its_batches():
     assert worker.version == 7
     assert weights_equal(worker.get_weights(), new)
     worker.shutdown()
+
+
+def test_decentralized_member_death_stops_with_a_clear_error(update_worker):
+    from fleetrl import WorkerError
+
+    config = scheme_config(decentralized_update=True, collective_timeout_s=60.0)
+    uw = update_worker(config)
+    uw.run_iteration()
+    ray.kill(uw.workers[1])
+    with pytest.raises(WorkerError, match="cannot continue without one of its members") as err:
+        uw.run_iteration()  # raised on the dead member, not after rank 0's all-reduce times out
+    assert err.value.worker_id == 1

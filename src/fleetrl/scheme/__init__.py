@@ -3,13 +3,6 @@
 from fleetrl.scheme.central import CentralLearner
 from fleetrl.scheme.grad_worker import GradWorker
 from fleetrl.scheme.scheme import Scheme
+from fleetrl.scheme.update_worker import UpdateWorker
 
 __all__ = ["CentralLearner", "GradWorker", "Scheme", "UpdateWorker"]
-
-
-def __getattr__(name: str):  # UpdateWorker imports ray: only when asked for
-    if name == "UpdateWorker":
-        from fleetrl.scheme.update_worker import UpdateWorker
-
-        return UpdateWorker
-    raise AttributeError(name)

@@ -44,6 +44,9 @@ __all__ = ["UpdateWorker", "average_flat"]
 
 logger = logging.getLogger(__name__)
 
+#: weights up to this size are sent inside each task rather than put in the object store once
+INLINE_WEIGHTS_BYTES = 64 * 1024
+
 #: consecutive failed starts of one gradient worker before the run gives up
 MAX_CONSECUTIVE_FAILURES = 3
 
@@ -228,9 +231,11 @@ class UpdateWorker:
         self.workers[index] = self._start(index, ray.put(self.algorithm.state_dict()))
 
     def _current_weights(self) -> Any:
-        """One ``ray.put`` per weights version, shared by every worker that needs it."""
+        """The current weights, flat, once per version: small ones travel inline with each
+        task (cheaper than an object-store round trip), large ones as one shared ``ray.put``."""
         if self._weights_ref_version != self.version:
-            self._weights_ref = ray.put(self.codec.pack(self.algorithm.get_weights()))
+            flat = self.codec.pack(self.algorithm.get_weights())
+            self._weights_ref = flat if flat.nbytes <= INLINE_WEIGHTS_BYTES else ray.put(flat)
             self._weights_ref_version = self.version
         return self._weights_ref
 
@@ -363,20 +368,22 @@ class UpdateWorker:
         )
 
     def _run_decentralized(self, it: _Iteration) -> None:
-        refs = [w.train_batch.remote() for w in self.workers]
-        reports: list[StepReport] = []
-        for i, ref in enumerate(refs):
+        refs = {w.train_batch.remote(): i for i, w in enumerate(self.workers)}
+        by_worker: dict[int, StepReport] = {}
+        pending = list(refs)
+        while pending:  # first failure first: the others would wait for it in the all-reduce
+            [ref], pending = ray.wait(pending, num_returns=1)
             try:
-                reports.append(ray.get(ref))
+                by_worker[refs[ref]] = ray.get(ref)
             except (RayTaskError, RayActorError) as err:
-                # the survivors are blocked in an all-reduce that can no longer complete
                 raise WorkerError(
-                    i,
+                    refs[ref],
                     "a decentralized (all-reduce) group cannot continue without one of its "
                     "members; resume the run from its last checkpoint (fleetrl train --resume "
                     f"RUN_DIR). Cause:\n{_remote_cause(err)}",
                     role="gradient worker",
                 ) from None
+        reports = [by_worker[i] for i in range(self.num_workers)]
         steps = self.algorithm.steps_per_batch
         for r in reports:
             it.add(r)
