@@ -178,7 +178,7 @@ class UpdateWorker:
             ray.get([w.ping.remote() for w in self.workers])
             if self.mode == "decentralized":
                 self._form_group()
-        except RayTaskError as err:
+        except (RayTaskError, RayActorError) as err:  # a replica or its collectors failed to start
             self.shutdown()
             raise WorkerError(-1, _remote_cause(err), role="gradient worker") from None
         except BaseException:
@@ -189,17 +189,26 @@ class UpdateWorker:
     def _check_resources(self) -> None:
         c, s = self.config.collector, self.scheme
         per_worker = s.num_cpus_per_grad_worker + c.num_collectors * c.num_cpus_per_collector
-        have = ray.cluster_resources().get("CPU", 0)
+        cluster = ray.cluster_resources()
+        problems = []
+        have = cluster.get("CPU", 0)
         if per_worker * self.num_workers > have:
-            raise ConfigError(
-                [
-                    f"scheme.num_grad_workers={self.num_workers} is invalid: "
-                    f"{self.num_workers} gradient workers x {per_worker:g} CPUs "
-                    f"(scheme.num_cpus_per_grad_worker + collector.num_collectors x "
-                    f"collector.num_cpus_per_collector) need {per_worker * self.num_workers:g} "
-                    f"CPUs; the Ray cluster has {have:g}"
-                ]
+            problems.append(
+                f"scheme.num_grad_workers={self.num_workers} is invalid: "
+                f"{self.num_workers} gradient workers x {per_worker:g} CPUs "
+                f"(scheme.num_cpus_per_grad_worker + collector.num_collectors x "
+                f"collector.num_cpus_per_collector) need {per_worker * self.num_workers:g} "
+                f"CPUs; the Ray cluster has {have:g}"
             )
+        for name, amount in s.grad_worker_resources.items():
+            if amount * self.num_workers > cluster.get(name, 0):
+                problems.append(
+                    f"scheme.grad_worker_resources={s.grad_worker_resources!r} is invalid: "
+                    f"{self.num_workers} gradient workers x {amount:g} {name!r} need "
+                    f"{amount * self.num_workers:g}; the Ray cluster has {cluster.get(name, 0):g}"
+                )
+        if problems:
+            raise ConfigError(problems)
 
     def _worker_seed(self, index: int) -> int:
         return self.seed + 1009 * (index + 1) + 104_729 * self.restarts[index]
