@@ -246,10 +246,13 @@ def test_local_grad_worker_steps_through_its_batches():
     reports = [worker.step() for _ in range(steps + 1)]
     assert [r["frames"] for r in reports] == [FPB] + [0] * (steps - 1) + [FPB]
     assert [r["batch_done"] for r in reports] == [False] * (steps - 1) + [True, False]
-    grads = worker.codec.unpack(reports[0]["grads"])
+    grads = reports[0]["grads"]  # a TensorDict keyed like the trainable parameters
     assert set(grads.keys(True, True)) == {k for k, _ in worker.algorithm._trainable}
+    assert reports[0]["version"] == 0 and reports[0]["collection_version"] == 0
+    packed = worker.step(packed=True)["grads"]  # the wire form the update worker asks for
+    assert packed.shape == (sum(p.numel() for _, p in worker.algorithm._trainable),)
     new = worker.algorithm.get_weights().apply(lambda t: t + 1)
-    worker.step(worker.codec.pack(new), version=7)
+    worker.step(worker.codec.pack(new), version=7)  # flat weights, as the update worker sends
     assert worker.version == 7
     assert weights_equal(worker.get_weights(), new)
     worker.shutdown()

@@ -251,8 +251,8 @@ class UpdateWorker:
     def _step(self, index: int, send_weights: bool) -> Any:
         worker = self.workers[index]
         if send_weights:
-            return worker.step.remote(self._current_weights(), self.version)
-        return worker.step.remote()
+            return worker.step.remote(self._current_weights(), self.version, packed=True)
+        return worker.step.remote(packed=True)
 
     def _get_step(self, index: int, ref: Any) -> StepReport | None:
         """The report of worker ``index``, or None when the worker died (it is then replaced)."""
