@@ -3,7 +3,7 @@
 fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S]
-fleetrl bench {collector_throughput,ray_throughput} [args ...]
+fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes} [args ...]
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--episodes", type=int, default=20)
     ev.add_argument("--seed", type=int, default=12345)
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
-    bench.add_argument("name", choices=["collector_throughput", "ray_throughput", "time_to_solve"])
+    bench.add_argument(
+        "name", choices=["collector_throughput", "ray_throughput", "time_to_solve", "scheme_modes"]
+    )
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may also come after options (e.g. after --run-dir)
