@@ -80,8 +80,9 @@ class GradWorker:
         """Load the update worker's weights of ``version`` (a TensorDict, or flat as packed by
         :class:`~fleetrl.scheme.wire.ParamCodec`)."""
         if isinstance(weights, np.ndarray):
-            weights = self.codec.unpack(weights)
-        self.algorithm.set_weights(weights)
+            self.codec.load_weights(weights, [p for _, p in self.algorithm._trainable])
+        else:
+            self.algorithm.set_weights(weights)
         self.version = int(version)
 
     def get_weights(self) -> TensorDict:

@@ -162,6 +162,7 @@ class UpdateWorker:
         self._inflight: dict[Any, int] = {}
         self._pending_calls: list[Any] = []
         self.codec = ParamCodec(algorithm._trainable)
+        self._params = [param for _, param in algorithm._trainable]
         self.restarts = [0] * self.num_workers
         self._failures = [0] * self.num_workers
         self.dropped_gradients = 0
@@ -269,7 +270,8 @@ class UpdateWorker:
     # ------------------------------------------------------------ updating
     def _apply(self, flat_grads: np.ndarray, it: _Iteration) -> float | None:
         start = time.perf_counter()
-        norm = self.algorithm.apply_gradients(self.codec.unpack(flat_grads))
+        self.codec.load_grads(flat_grads, self._params)
+        norm = self.algorithm.apply_gradients()
         self.version += 1
         self.applied_gradients += 1
         mid = time.perf_counter()
@@ -406,7 +408,7 @@ class UpdateWorker:
             weight=steps,
         )
         # the master mirrors rank 0 (for evaluation and checkpoints)
-        self.algorithm.set_weights(self.codec.unpack(reports[0]["weights"]))
+        self.codec.load_weights(reports[0]["weights"], self._params)
         self.version = reports[0]["version"]
         self.applied_gradients += steps
 

@@ -28,6 +28,19 @@ class ParamCodec:
         flat = torch.cat([values.get(key).detach().reshape(-1).cpu() for key in self.keys])
         return flat.numpy()
 
+    def load_grads(self, flat: np.ndarray, params: list[torch.nn.Parameter]) -> None:
+        """Set each parameter's ``.grad`` to its part of ``flat`` (no TensorDict on the way)."""
+        tensor = torch.from_numpy(np.array(flat, copy=True))
+        for param, shape, part in zip(params, self.shapes, tensor.split(self.sizes)):
+            param.grad = part.view(shape)
+
+    def load_weights(self, flat: np.ndarray, params: list[torch.nn.Parameter]) -> None:
+        """Copy ``flat`` into the parameters, in place."""
+        tensor = torch.from_numpy(np.array(flat, copy=True))
+        with torch.no_grad():
+            for param, shape, part in zip(params, self.shapes, tensor.split(self.sizes)):
+                param.copy_(part.view(shape))
+
     def unpack(self, flat: np.ndarray) -> TensorDict:
         # arrays from Ray's object store are read-only views: copy once into a writable tensor
         tensor = torch.from_numpy(np.array(flat, copy=True))
