@@ -280,3 +280,33 @@ def test_cli_trains_each_scheme_config_then_resumes(tmp_path, mode, capsys):
     resumed = load_checkpoint(latest_checkpoint(run))
     assert resumed["frames"] >= budget and resumed["frames"] > frames[-1]
     assert resumed["algorithm"]["num_updates"] > versions[-1]
+
+
+def test_dqn_under_gradient_workers_checkpoints_and_resumes_their_buffers(tmp_path):
+    run = tmp_path / "run"
+    tiny = [
+        "scheme.num_grad_workers=2",
+        "collector.num_collectors=0",
+        "collector.prefetch=0",
+        "env.num_envs=4",
+        "collector.frames_per_batch=32",  # per gradient worker
+        "dqn.learning_starts=64",
+        "dqn.updates_per_batch=2",
+        "dqn.batch_size=16",
+        "dqn.hidden_sizes=[16]",
+        "trainer.test_every=0",
+        "trainer.checkpoint_every=1",
+        "logging.progress_bar=false",
+        "logging.tensorboard=false",
+    ]
+    config = str(ROOT / "configs" / "dqn_cartpole.yaml")
+    assert main(["train", config, *tiny, "trainer.total_frames=128", "--run-dir", str(run)]) == 0
+    state = load_checkpoint(latest_checkpoint(run))
+    assert state["frames"] == 128
+    assert [r["frames_seen"] for r in state["algorithm"]["replicas"]] == [64, 64]
+    assert main(["train", "--resume", str(run), "trainer.total_frames=192"]) == 0
+    resumed = load_checkpoint(latest_checkpoint(run))
+    assert resumed["frames"] == 192
+    # each worker got its own buffer back and kept filling it
+    assert [r["frames_seen"] for r in resumed["algorithm"]["replicas"]] == [96, 96]
+    assert resumed["algorithm"]["num_updates"] == state["algorithm"]["num_updates"] + 2

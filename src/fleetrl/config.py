@@ -246,8 +246,8 @@ class SACConfig:
     """hidden layers of the actor and Q networks."""
 
 
-#: algorithms the gradient workers of the distributed scheme run
-SCHEME_ALGORITHMS = ("ppo", "a2c")
+#: algorithms that learn from the batch just collected (the others keep a replay buffer)
+ON_POLICY = ("ppo", "a2c")
 
 ALGORITHM_CONFIGS: dict[str, type] = {
     "ppo": PPOConfig,
@@ -493,11 +493,12 @@ def _validate_scheme(cfg: Config, check: Any) -> None:
         )
         return
     check(
-        cfg.algorithm in SCHEME_ALGORITHMS,
-        "scheme.num_grad_workers",
-        s.num_grad_workers,
-        f"gradient workers run the on-policy algorithms {list(SCHEME_ALGORITHMS)}; "
-        f"algorithm={cfg.algorithm!r} trains with the central learner (num_grad_workers: 1)",
+        cfg.algorithm in ON_POLICY or s.grad_communication == "sync",
+        "scheme.grad_communication",
+        s.grad_communication,
+        f"'async' runs the on-policy algorithms {list(ON_POLICY)}: a replica of "
+        f"algorithm={cfg.algorithm!r} must see every update for its target network to follow "
+        "the master's; use 'sync'",
     )
     check(
         not (s.decentralized_update and s.grad_communication == "async"),

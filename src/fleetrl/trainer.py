@@ -154,6 +154,7 @@ class Trainer:
         self.modules = modules
         self.algorithm = make_learner(config, config.trainer.seed, **modules)
         self.scheme: Scheme | None = None
+        self._replica_states: list[dict[str, Any]] | None = None
         self.frames = 0
         self.updates = 0
         self.episodes = 0
@@ -179,6 +180,7 @@ class Trainer:
             )
         state = load_checkpoint(path)
         self.algorithm.load_state_dict(state["algorithm"])
+        self._replica_states = state["algorithm"].get("replicas")  # gradient workers' buffers
         self.frames, self.updates, self.episodes = (
             state["frames"],
             state["updates"],
@@ -239,6 +241,7 @@ class Trainer:
             frames=self.frames,
             seed=self.config.trainer.seed + 7919 * self.updates,
             modules=self.modules,
+            replica_states=self._replica_states,
         )
 
     def train(self) -> dict[str, float]:

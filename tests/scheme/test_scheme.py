@@ -206,7 +206,7 @@ def test_scheme_config_problems_are_listed_at_once():
             }
         )
     text = str(err.value)
-    assert "scheme.num_grad_workers=2 is invalid: gradient workers run the on-policy" in text
+    assert "scheme.grad_communication='async' is invalid: 'async' runs the on-policy" in text
     assert "scheme.decentralized_update=True is invalid: all-reduce is synchronous" in text
     assert "scheme.max_policy_lag=-1 is invalid: must be >= 0" in text
     with pytest.raises(ConfigError, match=re.escape("'async' needs scheme.num_grad_workers >= 2")):
@@ -273,3 +273,76 @@ def test_decentralized_member_death_stops_with_a_clear_error(update_worker):
     with pytest.raises(WorkerError, match="cannot continue without one of its members") as err:
         uw.run_iteration()  # raised on the dead member, not after rank 0's all-reduce times out
     assert err.value.worker_id == 1
+
+
+def replay_config(algorithm, env, **scheme):
+    sections = {
+        "dqn": {"learning_starts": 64, "target_update_interval": 3, "eps_anneal_frames": 512},
+        "sac": {"start_steps": 64},
+    }
+    return config_from_dict(
+        {
+            "algorithm": algorithm,
+            "env": {"id": env, "num_envs": 4},
+            "collector": {"num_collectors": 0, "frames_per_batch": 32},
+            "scheme": {"num_grad_workers": 2, **scheme},
+            "trainer": {"total_frames": 4096, "seed": 5},
+            algorithm: {
+                "updates_per_batch": 2,
+                "batch_size": 16,
+                "hidden_sizes": [16],
+                **sections[algorithm],
+            },
+        }
+    )
+
+
+def states_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_dqn_replicas_follow_the_master_target_network_in_sync_mode(update_worker):
+    uw = update_worker(replay_config("dqn", "CartPole-v1"))
+    results = [uw.run_iteration() for _ in range(4)]
+    # each worker's buffer reaches learning_starts (64 frames of the whole run) after one batch
+    assert [r["frames"] for r in results] == [64, 64, 64, 64]
+    assert uw.version == 4 * 2  # updates_per_batch steps per iteration
+    assert results[-1]["info"]["train/epsilon"] < 1.0  # annealed by the run's frames
+    # hand the replicas the last weights: online and target networks then equal the master's
+    ray.get([w.set_weights.remote(uw._current_weights(), uw.version) for w in uw.workers])
+    master = uw.algorithm.state_dict()
+    for replica in ray.get([w.state_dict.remote() for w in uw.workers]):
+        assert states_equal(replica["loss_module"], master["loss_module"])
+        assert replica["target_update_counter"] == master["target_update_counter"]
+        assert replica["frames_seen"] == 4 * 32 and replica["version"] == 8
+
+
+def test_sac_decentralized_replicas_identical_and_buffers_resume(update_worker):
+    config = replay_config("sac", "Pendulum-v1", decentralized_update=True)
+    uw = update_worker(config)
+    for _ in range(3):
+        uw.run_iteration()
+    replicas = ray.get([w.state_dict.remote() for w in uw.workers])
+    assert states_equal(replicas[0]["loss_module"], replicas[1]["loss_module"])  # targets too
+    assert replicas[0]["version"] == uw.version == 3 * 2  # learning from the first batch on
+    state = uw.state_dict()  # rank 0's state, with every replica's buffer
+    assert [r["frames_seen"] for r in state["replicas"]] == [96, 96]
+    uw.shutdown()
+    master = make_learner(config, 0)
+    master.load_state_dict(state)
+    resumed = UpdateWorker(
+        config, master, version=master.num_updates, seed=11, replica_states=state["replicas"]
+    )
+    try:
+        resumed.run_iteration()
+        after = resumed.state_dict()
+        assert [r["frames_seen"] for r in after["replicas"]] == [128, 128]  # buffers kept
+        assert resumed.version == uw.version + 2
+        assert states_equal(
+            after["replicas"][0]["loss_module"], after["replicas"][1]["loss_module"]
+        )
+    finally:
+        resumed.shutdown()
+    with pytest.raises(ConfigError, match="holds 2 gradient workers' replay buffers"):
+        config.scheme.num_grad_workers = 3
+        UpdateWorker(config, master, replica_states=state["replicas"])

@@ -197,6 +197,10 @@ class Algorithm(abc.ABC):
         for _ in range(self.num_epochs):
             yield from self.minibatches(data)
 
+    def after_update(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Hook after each optimizer step (e.g. target-network updates). Replicas that
+        receive the weights of a step call it too, so their targets follow the master's."""
+
     def learn(self, batch: TensorDictBase) -> dict[str, float]:
         """Train on one collected batch; returns the mean of each logged value."""
         totals: dict[str, float] = {}
@@ -204,6 +208,7 @@ class Algorithm(abc.ABC):
         for minibatch in self.gradient_batches(batch):
             grads, info = self.compute_gradients(minibatch)
             norm = self.apply_gradients(grads)
+            self.after_update()
             if norm is not None:
                 info["grad_norm"] = norm
             for k, v in info.items():

@@ -1,14 +1,20 @@
 """ReplayAlgorithm: what DQN and SAC share. Store each batch, then sampled gradient steps.
 
-:meth:`ReplayAlgorithm.learn` puts a collected batch's valid transitions into a
-torchrl replay buffer and, once ``start_steps`` frames were seen, runs
-``update_every`` gradient steps on sampled minibatches, each followed by a
-target-network update. The buffer is part of the checkpoint, so a resumed run
-learns from the same data.
+:meth:`ReplayAlgorithm.gradient_batches` puts a collected batch's valid
+transitions into a torchrl replay buffer and, once ``start_steps`` frames were
+seen, yields ``update_every`` sampled minibatches; each optimizer step is
+followed by a target-network update (:meth:`ReplayAlgorithm.after_update`).
+The buffer is part of the checkpoint, so a resumed run learns from the same
+data.
+
+In the distributed scheme each gradient worker keeps its own buffer and sees
+1/G of the frames; ``frame_scale = G`` makes ``start_steps`` and annealing
+schedules count the frames of the whole run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -40,28 +46,37 @@ class ReplayAlgorithm(Algorithm):
             storage=LazyTensorStorage(buffer_size), batch_size=batch_size
         )
         self.frames_seen = 0
+        self.frame_scale = 1  # G on each of G gradient workers: schedules count all G's frames
+        self.batch_info: dict[str, float] = {}
 
     def on_frames(self, frames: int) -> dict[str, float]:
         """Hook after storing ``frames`` new frames (e.g. epsilon annealing); returns what to log."""
         return {}
 
-    def learn(self, batch: TensorDictBase) -> dict[str, float]:
+    @property
+    def steps_per_batch(self) -> int:
+        return self.update_every
+
+    def gradient_batches(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
+        """Store the batch; then, once ``start_steps`` frames were seen, ``update_every`` samples."""
         data = flatten_valid(batch)
         self.buffer.extend(data.select(*TRANSITION_KEYS, strict=False))
         self.frames_seen += data.numel()
-        info = {**self.on_frames(data.numel()), "train/buffer_size": float(len(self.buffer))}
-        if self.frames_seen < self.start_steps:
-            return info
-        totals: dict[str, float] = {}
+        self.batch_info = {
+            **self.on_frames(data.numel() * self.frame_scale),
+            "train/buffer_size": float(len(self.buffer)),
+        }
+        if self.frames_seen * self.frame_scale < self.start_steps:
+            return
         for _ in range(self.update_every):
-            grads, step_info = self.compute_gradients(self.buffer.sample())
-            norm = self.apply_gradients(grads)
-            self.target_updater.step()
-            if norm is not None:
-                step_info["grad_norm"] = norm
-            for k, v in step_info.items():
-                totals[k] = totals.get(k, 0.0) + v / self.update_every
-        return {**info, **totals}
+            yield self.buffer.sample()
+
+    def after_update(self) -> None:
+        self.target_updater.step()
+
+    def learn(self, batch: TensorDictBase) -> dict[str, float]:
+        info = super().learn(batch)
+        return {**self.batch_info, **info}
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

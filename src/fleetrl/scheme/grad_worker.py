@@ -64,8 +64,19 @@ class GradWorker:
             self.algorithm.load_state_dict(state)
         self.version = version
         self.codec = ParamCodec(self.algorithm._trainable)
+        world = self.config.scheme.num_grad_workers
+        random_frames = -1
+        if hasattr(self.algorithm, "frame_scale"):  # a replay algorithm: its own buffer
+            self.algorithm.frame_scale = world
+            if self.config.algorithm == "sac":  # uniform random actions for its share of start_steps
+                share = -(-self.algorithm.start_steps // world)
+                random_frames = max(0, share - self.algorithm.frames_seen)
         self.collector = make_collector(
-            self.config, self.algorithm.policy, total_frames=-1, seed=seed
+            self.config,
+            self.algorithm.policy,
+            total_frames=-1,
+            seed=seed,
+            init_random_frames=random_frames,
         )
         self._batches: Iterator[TensorDictBase] = iter(self.collector)
         self._steps: Iterator[TensorDictBase] = iter(())
@@ -83,13 +94,18 @@ class GradWorker:
             self.codec.load_weights(weights, [p for _, p in self.algorithm._trainable])
         else:
             self.algorithm.set_weights(weights)
+        # the master ran after_update once per step: so do we (targets follow it exactly
+        # when every version arrives, as in sync mode)
+        for _ in range(max(0, int(version) - self.version)):
+            self.algorithm.after_update()
         self.version = int(version)
 
     def get_weights(self) -> TensorDict:
         return self.algorithm.get_weights()
 
     def state_dict(self) -> dict[str, Any]:
-        return self.algorithm.state_dict()
+        """The replica's algorithm state (a replay algorithm's buffer included) and version."""
+        return {**self.algorithm.state_dict(), "version": self.version}
 
     def update_algorithm_parameter(self, name: str, value: float) -> float:
         self.algorithm.update_algorithm_parameter(name, value)
@@ -166,15 +182,20 @@ class GradWorker:
             "lengths": [],
             "collect_s": 0.0,
         }
-        if self._steps_left == 0:
-            self._next_batch(report)
-        start = time.perf_counter()
-        data = next(self._steps)  # the first draw prepares the batch (GAE)
+        while True:  # a replay algorithm yields nothing until its buffer holds start_steps
+            if self._steps_left == 0:
+                self._next_batch(report)
+            start = time.perf_counter()
+            try:
+                data = next(self._steps)  # the first draw prepares the batch (e.g. GAE)
+                break
+            except StopIteration:
+                self._steps_left = 0
         grads, info = self.algorithm.compute_gradients(data)
         self._steps_left -= 1
         report.update(
             grads=self.codec.pack(grads) if packed else grads,
-            info=info,
+            info={**getattr(self.algorithm, "batch_info", {}), **info},
             version=self.version,
             collection_version=self._batch_version,
             batch_done=self._steps_left == 0,
@@ -237,10 +258,11 @@ class GradWorker:
         self._next_batch(report)
         totals: dict[str, float] = {}
         params = [p for _, p in self.algorithm._trainable]
-        while self._steps_left:
+        steps = 0
+        for data in self._steps:  # the same count on every replica: same frames, same schedule
             start = time.perf_counter()
-            grads, info = self.algorithm.compute_gradients(next(self._steps))
-            self._steps_left -= 1
+            grads, info = self.algorithm.compute_gradients(data)
+            steps += 1
             flat = torch.cat([grads.get(key).reshape(-1) for key, _ in self.algorithm._trainable])
             reduced = time.perf_counter()
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
@@ -252,6 +274,7 @@ class GradWorker:
                 param.grad = flat[offset : offset + n].view_as(param).clone()
                 offset += n
             norm = self.algorithm.apply_gradients()
+            self.algorithm.after_update()
             self.version += 1
             if norm is not None:
                 info["grad_norm"] = norm
@@ -261,9 +284,10 @@ class GradWorker:
             report["grad_s"] += reduced - start
             report["reduce_s"] += applied - reduced
             report["update_s"] += done - applied
-        steps = self.algorithm.steps_per_batch
+        self._steps_left = 0
+        info = {k: v / steps for k, v in totals.items()} if steps else {}
         report.update(
-            info={k: v / steps for k, v in totals.items()},
+            info={**getattr(self.algorithm, "batch_info", {}), **info},
             version=self.version,
             collection_version=self._batch_version,
             steps=steps,

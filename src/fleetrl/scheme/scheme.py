@@ -27,6 +27,7 @@ from typing import Any
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.config import Config
+from fleetrl.errors import ConfigError
 from fleetrl.scheme.central import CentralLearner
 
 __all__ = ["Scheme"]
@@ -52,10 +53,19 @@ class Scheme:
         frames: int = 0,
         seed: int = 0,
         modules: dict[str, Any] | None = None,
+        replica_states: list[dict[str, Any]] | None = None,
     ):
         self.config = config
         self._started_ray = False
         if config.scheme.num_grad_workers == 1:
+            if replica_states:
+                raise ConfigError(
+                    [
+                        "scheme.num_grad_workers=1 is invalid for this checkpoint: it holds "
+                        f"{len(replica_states)} gradient workers' replay buffers; resume with "
+                        f"scheme.num_grad_workers={len(replica_states)}"
+                    ]
+                )
             self.learner: Any = CentralLearner(config, algorithm, frames=frames, seed=seed)
         else:
             from fleetrl.scheme.update_worker import UpdateWorker
@@ -63,7 +73,12 @@ class Scheme:
             self._started_ray = _ensure_ray(config)
             try:
                 self.learner = UpdateWorker(
-                    config, algorithm, version=algorithm.num_updates, seed=seed, modules=modules
+                    config,
+                    algorithm,
+                    version=algorithm.num_updates,
+                    seed=seed,
+                    modules=modules,
+                    replica_states=replica_states,
                 )
             except BaseException:
                 self._stop_ray()

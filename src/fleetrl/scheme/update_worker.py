@@ -141,6 +141,7 @@ class UpdateWorker:
         version: int = 0,
         seed: int = 0,
         modules: dict[str, Any] | None = None,
+        replica_states: list[dict[str, Any]] | None = None,
     ):
         self.config = config
         self.scheme = config.scheme
@@ -173,9 +174,23 @@ class UpdateWorker:
             remote["resources"] = dict(self.scheme.grad_worker_resources)
         self._actor_class = ray.remote(GradWorker).options(**remote)
         self.workers: list[Any] = []
+        if replica_states is not None and len(replica_states) != self.num_workers:
+            raise ConfigError(
+                [
+                    f"scheme.num_grad_workers={self.num_workers} is invalid for this checkpoint: "
+                    f"it holds {len(replica_states)} gradient workers' replay buffers, which "
+                    "cannot be split or merged; resume with the same number"
+                ]
+            )
         try:
-            state_ref = ray.put(algorithm.state_dict())
-            self.workers = [self._start(i, state_ref) for i in range(self.num_workers)]
+            if replica_states is None:
+                state_ref = ray.put(algorithm.state_dict())
+                self.workers = [self._start(i, state_ref) for i in range(self.num_workers)]
+            else:  # resumed replay replicas: each its own buffer; caught up by the first step
+                self.workers = [
+                    self._start(i, ray.put(st), st["version"]) for i, st in enumerate(replica_states)
+                ]
+                self._current_weights()
             ray.get([w.ping.remote() for w in self.workers])
             if self.mode == "decentralized":
                 self._form_group()
@@ -214,13 +229,13 @@ class UpdateWorker:
     def _worker_seed(self, index: int) -> int:
         return self.seed + 1009 * (index + 1) + 104_729 * self.restarts[index]
 
-    def _start(self, index: int, state_ref: Any) -> Any:
+    def _start(self, index: int, state_ref: Any, version: int | None = None) -> Any:
         return self._actor_class.remote(
             self._config_dict,
             index,
             self._worker_seed(index),
             state_ref,
-            self.version,
+            self.version if version is None else version,
             self.modules or None,
         )
 
@@ -272,6 +287,7 @@ class UpdateWorker:
         start = time.perf_counter()
         self.codec.load_grads(flat_grads, self._params)
         norm = self.algorithm.apply_gradients()
+        self.algorithm.after_update()
         self.version += 1
         self.applied_gradients += 1
         mid = time.perf_counter()
@@ -395,7 +411,7 @@ class UpdateWorker:
                     role="gradient worker",
                 ) from None
         reports = [by_worker[i] for i in range(self.num_workers)]
-        steps = self.algorithm.steps_per_batch
+        steps = reports[0]["steps"]  # the same on every replica (same frames, same schedule)
         for r in reports:
             it.add(r)
             base = r["version"] - steps - r["collection_version"]
@@ -449,10 +465,19 @@ class UpdateWorker:
 
     # --------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
-        """The master's state; decentralized: rank 0's (its optimizer state is the live one)."""
+        """The master's state; decentralized: rank 0's (its optimizer state is the live one).
+
+        For a replay algorithm it also holds every replica's state under
+        ``"replicas"`` (their buffers), which resuming hands back to each worker.
+        """
         if self.mode == "decentralized":
-            return ray.get(self.workers[0].state_dict.remote())
-        return self.algorithm.state_dict()
+            state = ray.get(self.workers[0].state_dict.remote())
+            state.pop("version")
+        else:
+            state = self.algorithm.state_dict()
+        if hasattr(self.algorithm, "buffer"):
+            state["replicas"] = ray.get([w.state_dict.remote() for w in self.workers])
+        return state
 
     def stats(self) -> dict[str, Any]:
         return {
