@@ -68,7 +68,9 @@ class GradWorker:
         random_frames = -1
         if hasattr(self.algorithm, "frame_scale"):  # a replay algorithm: its own buffer
             self.algorithm.frame_scale = world
-            if self.config.algorithm == "sac":  # uniform random actions for its share of start_steps
+            if (
+                self.config.algorithm == "sac"
+            ):  # uniform random actions for its share of start_steps
                 share = -(-self.algorithm.start_steps // world)
                 random_frames = max(0, share - self.algorithm.frames_seen)
         self.collector = make_collector(

@@ -188,7 +188,8 @@ class UpdateWorker:
                 self.workers = [self._start(i, state_ref) for i in range(self.num_workers)]
             else:  # resumed replay replicas: each its own buffer; caught up by the first step
                 self.workers = [
-                    self._start(i, ray.put(st), st["version"]) for i, st in enumerate(replica_states)
+                    self._start(i, ray.put(st), st["version"])
+                    for i, st in enumerate(replica_states)
                 ]
                 self._current_weights()
             ray.get([w.ping.remote() for w in self.workers])
