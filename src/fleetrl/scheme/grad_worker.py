@@ -68,9 +68,8 @@ class GradWorker:
         random_frames = -1
         if hasattr(self.algorithm, "frame_scale"):  # a replay algorithm: its own buffer
             self.algorithm.frame_scale = world
-            if (
-                self.config.algorithm == "sac"
-            ):  # uniform random actions for its share of start_steps
+            # SAC acts uniformly at random for its share of start_steps
+            if self.config.algorithm == "sac":
                 share = -(-self.algorithm.start_steps // world)
                 random_frames = max(0, share - self.algorithm.frames_seen)
         self.collector = make_collector(
