@@ -134,6 +134,17 @@ class GradWorker:
             versions = versions[batch.get(mask_key)]
         return min(self._remote_versions.get(int(v), 0) for v in versions.unique())
 
+    def _new_report(self, **timings: float) -> StepReport:
+        """An empty report: what this worker collected, and how long it took."""
+        return {
+            "worker": self.index,
+            "frames": 0,
+            "returns": [],
+            "lengths": [],
+            "collect_s": 0.0,
+            **timings,
+        }
+
     def _next_batch(self, report: StepReport) -> None:
         if self._batches_collected:
             self._publish_to_collectors()
@@ -176,13 +187,7 @@ class GradWorker:
         """
         if weights is not None:
             self.set_weights(weights, version if version is not None else self.version + 1)
-        report: StepReport = {
-            "worker": self.index,
-            "frames": 0,
-            "returns": [],
-            "lengths": [],
-            "collect_s": 0.0,
-        }
+        report = self._new_report()
         while True:  # a replay algorithm yields nothing until its buffer holds start_steps
             if self._steps_left == 0:
                 self._next_batch(report)
@@ -246,16 +251,7 @@ class GradWorker:
         """
         import torch.distributed as dist
 
-        report: StepReport = {
-            "worker": self.index,
-            "frames": 0,
-            "returns": [],
-            "lengths": [],
-            "collect_s": 0.0,
-            "grad_s": 0.0,
-            "reduce_s": 0.0,
-            "update_s": 0.0,
-        }
+        report = self._new_report(grad_s=0.0, reduce_s=0.0, update_s=0.0)
         self._next_batch(report)
         totals: dict[str, float] = {}
         params = [p for _, p in self.algorithm._trainable]
