@@ -1,6 +1,6 @@
 """Collectors: one process (:class:`SyncDataCollector`) or Ray actors (:class:`RayCollector`)."""
 
-from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats
+from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats, frames_in
 from fleetrl.collectors.ray import RayCollector
 from fleetrl.collectors.sync import SyncDataCollector
 
@@ -10,4 +10,5 @@ __all__ = [
     "RayCollector",
     "SyncDataCollector",
     "episode_stats",
+    "frames_in",
 ]

@@ -22,7 +22,7 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl.errors import CollectorClosedError, Problems
 
-__all__ = ["CollectorState", "DataCollectorBase", "EpisodeStats", "episode_stats"]
+__all__ = ["CollectorState", "DataCollectorBase", "EpisodeStats", "episode_stats", "frames_in"]
 
 CLOSED_MSG = "{name} was shut down; build a new collector to collect again"
 
@@ -195,3 +195,11 @@ def episode_stats(batch: TensorDictBase) -> EpisodeStats:
     returns = batch.get(("next", "episode_return"))[mask].reshape(-1)
     lengths = batch.get(("next", "episode_length"))[mask].reshape(-1)
     return EpisodeStats(returns=returns, lengths=lengths)
+
+
+def frames_in(batch: TensorDictBase) -> int:
+    """Valid frames of a batch (a masked sync batch counts its mask)."""
+    mask_key = ("collector", "mask")
+    if mask_key in batch.keys(include_nested=True):
+        return int(batch.get(mask_key).sum())
+    return batch.numel()

@@ -12,18 +12,10 @@ from typing import Any
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.build import make_collector
-from fleetrl.collectors import episode_stats
+from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config
 
-__all__ = ["CentralLearner", "frames_in"]
-
-
-def frames_in(batch: Any) -> int:
-    """Valid frames of a batch (a masked sync batch counts its mask)."""
-    mask_key = ("collector", "mask")
-    if mask_key in batch.keys(include_nested=True):
-        return int(batch.get(mask_key).sum())
-    return batch.numel()
+__all__ = ["CentralLearner"]
 
 
 class CentralLearner:

@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from fleetrl.build import make_collector, make_learner
-from fleetrl.collectors import episode_stats
+from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config, config_from_dict
 from fleetrl.scheme.wire import ParamCodec
 
@@ -79,6 +79,7 @@ class GradWorker:
             seed=seed,
             init_random_frames=random_frames,
         )
+        self._remote = hasattr(self.collector, "worker_handles")  # a RayCollector
         self._batches: Iterator[TensorDictBase] = iter(self.collector)
         self._steps: Iterator[TensorDictBase] = iter(())
         self._steps_left = 0
@@ -118,7 +119,7 @@ class GradWorker:
     # ---------------------------------------------------------- collection
     def _publish_to_collectors(self) -> None:
         """Pass our weights on to remote collectors (a local one acts with our own modules)."""
-        if not hasattr(self.collector, "worker_handles"):
+        if not self._remote:
             return
         interval = self.config.trainer.weight_update_interval
         if self._batches_collected % interval == 0:
@@ -126,7 +127,7 @@ class GradWorker:
             self._remote_versions[remote_version] = self.version
 
     def _collection_version(self, batch: TensorDictBase) -> int:
-        if not hasattr(self.collector, "worker_handles"):
+        if not self._remote:
             return self.version  # local: collected just now with our current weights
         versions = batch.get(("collector", "policy_version"))
         mask_key = ("collector", "mask")
@@ -152,14 +153,8 @@ class GradWorker:
         batch = next(self._batches)
         report["collect_s"] += time.perf_counter() - start
         self._batches_collected += 1
-        mask_key = ("collector", "mask")
-        frames = (
-            int(batch.get(mask_key).sum())
-            if mask_key in batch.keys(include_nested=True)
-            else batch.numel()
-        )
         stats = episode_stats(batch)
-        report["frames"] += frames
+        report["frames"] += frames_in(batch)
         report["returns"].extend(stats.returns.tolist())
         report["lengths"].extend(stats.lengths.tolist())
         self._batch_version = self._collection_version(batch)
@@ -295,7 +290,7 @@ class GradWorker:
 
     def collector_stats(self) -> dict[str, Any]:
         """The stats of this worker's RayCollector (frames, lag, preemption, compression)."""
-        if not hasattr(self.collector, "worker_handles"):
+        if not self._remote:
             return {"frames": self.collector.frames}
         return self.collector.stats()
 

@@ -306,11 +306,16 @@ class UpdateWorker:
         """
         return self._apply(average_flat(grads), it or _Iteration())
 
-    def _record(self, r: StepReport, it: _Iteration, norm: float | None) -> None:
-        info = dict(r["info"])
-        if norm is not None:
-            info["grad_norm"] = norm
-        it.add_info(info)
+    @staticmethod
+    def _mean_info(reports: list[StepReport]) -> dict[str, float]:
+        """Each logged value averaged over the workers' reports."""
+        return {k: sum(r["info"][k] for r in reports) / len(reports) for k in reports[0]["info"]}
+
+    @staticmethod
+    def _record(
+        info: dict[str, float], it: _Iteration, norm: float | None, weight: int = 1
+    ) -> None:
+        it.add_info({**info, **({"grad_norm": norm} if norm is not None else {})}, weight)
 
     def run_iteration(self) -> dict[str, Any]:
         """Updates worth one collected batch per gradient worker; returns what happened.
@@ -347,15 +352,7 @@ class UpdateWorker:
                 it.lags.append(self.version - r["collection_version"])
                 it.asynchrony.append(self.version - r["version"])
             norm = self.apply_mean_gradients([r["grads"] for r in reports], it)
-            it.add_info(
-                {
-                    **{
-                        k: sum(r["info"][k] for r in reports) / len(reports)
-                        for k in reports[0]["info"]
-                    },
-                    **({"grad_norm": norm} if norm is not None else {}),
-                }
-            )
+            self._record(self._mean_info(reports), it, norm)
 
     def _run_async(self, it: _Iteration) -> None:
         if not self._inflight:
@@ -380,7 +377,7 @@ class UpdateWorker:
                 it.lags.append(self.version - report["collection_version"])
                 it.asynchrony.append(asynchrony)
                 norm = self._apply(report["grads"], it)
-                self._record(report, it, norm)
+                self._record(report["info"], it, norm)
             # new weights go only to this worker (after a drop too: it must catch up)
             self._inflight[self._step(index, send_weights=True)] = index
 
@@ -420,10 +417,7 @@ class UpdateWorker:
             it.asynchrony.extend([0] * steps)
             it.update_s += r["update_s"] / self.num_workers
             it.broadcast_s += r["reduce_s"] / self.num_workers  # the all-reduce replaces it
-        it.add_info(
-            {k: sum(r["info"][k] for r in reports) / len(reports) for k in reports[0]["info"]},
-            weight=steps,
-        )
+        self._record(self._mean_info(reports), it, None, weight=steps)
         # the master mirrors rank 0 (for evaluation and checkpoints)
         self.codec.load_weights(reports[0]["weights"], self._params)
         self.version = reports[0]["version"]
