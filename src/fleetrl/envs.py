@@ -117,6 +117,14 @@ class BatchedEnv(abc.ABC):
     def close(self) -> None:
         """Release the envs."""
 
+    def state_dict(self) -> dict[str, Any] | None:
+        """The envs' state (tensors and plain values), or None where it cannot be saved."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (only called with a saved state)."""
+        raise EnvError(f"{type(self).__name__} cannot restore a saved env state")
+
 
 def _space_spec(space: gym.Space, which: str) -> tuple[tuple[int, ...], np.dtype, int | None]:
     if isinstance(space, gym.spaces.Discrete):
@@ -179,6 +187,17 @@ class GymVectorEnv(BatchedEnv):
 
     def seed_actions(self, seed: int) -> None:
         self.env.action_space.seed(seed)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        # classic-control envs under gymnasium's default wrappers in a SyncVectorEnv
+        from fleetrl.env_state import vector_env_state
+
+        return vector_env_state(self.env)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from fleetrl.env_state import load_vector_env_state
+
+        load_vector_env_state(self.env, state)
 
     def close(self) -> None:
         self.env.close()

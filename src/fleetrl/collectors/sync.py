@@ -366,22 +366,51 @@ class SyncDataCollector(DataCollectorBase):
         self.policy_version = self.policy_version + 1 if version is None else int(version)
 
     def state_dict(self) -> dict[str, Any]:
-        """Frame count, trajectory counter, policy version and policy weights."""
+        """Everything needed to go on collecting exactly where this collector is.
+
+        Frame count, trajectory-id counter, policy version and weights; the
+        episodes in progress (trajectory ids, running returns and lengths, the
+        observation and recurrent state the policy sees next); and under
+        ``"env"`` the envs' own state and random generators, or None where the
+        env cannot be saved (see :mod:`fleetrl.env_state`). Tensors and plain
+        values only, so it loads with ``torch.load(weights_only=True)``. The
+        policy's random draws come from torch's global generator, which the
+        caller saves.
+        """
         state: dict[str, Any] = {
             "frames": self._frames,
             "next_traj_id": self._next_traj_id,
             "policy_version": self.policy_version,
+            "traj_ids": torch.from_numpy(self._traj_ids.copy()),
+            "episode_return": torch.from_numpy(self._ep_return.copy()),
+            "episode_length": torch.from_numpy(self._ep_length.copy()),
+            "obs": [[key, torch.from_numpy(np.array(arr))] for key, arr in self._obs.items()],
+            "step_state": [[key, self._step_td.get(key).clone()] for key in self._state_keys],
+            "env": self.env.state_dict(),
         }
         if isinstance(self.policy, nn.Module) and self.policy is not self._random_policy:
             state["policy_state_dict"] = self.policy.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s counters and weights; with a saved env state
+        (``state["env"]`` not None), also the envs and the episodes in progress."""
         self._frames = int(state["frames"])
         self._next_traj_id = int(state["next_traj_id"])
         self.policy_version = int(state["policy_version"])
         if "policy_state_dict" in state:
             self.policy.load_state_dict(state["policy_state_dict"])
+        if state.get("env") is None:
+            return
+        self.env.load_state_dict(state["env"])
+        self._traj_ids = state["traj_ids"].numpy().copy()
+        self._ep_return = state["episode_return"].numpy().copy()
+        self._ep_length = state["episode_length"].numpy().copy()
+        self._obs = {_as_key(key): value.numpy().copy() for key, value in state["obs"]}
+        for key, arr in self._step_np.items():
+            arr[:] = self._obs[key]
+        for key, value in state["step_state"]:
+            self._step_td.get(_as_key(key)).copy_(value)
 
     def collect(
         self,
@@ -637,6 +666,11 @@ def _strip_next(key: NestedKey) -> NestedKey | None:
     if not (isinstance(key, tuple) and len(key) > 1 and key[0] == "next"):
         return None
     return key[1] if len(key) == 2 else key[1:]
+
+
+def _as_key(key: Any) -> NestedKey:
+    """A nested key as saved (a tuple may come back from a checkpoint as a list)."""
+    return tuple(key) if isinstance(key, list) else key
 
 
 def _leaf_keys(td: TensorDictBase) -> list[NestedKey]:
