@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 
 from fleetrl.cli import main
 from fleetrl.config import load_config
+from fleetrl.scheme.scheme import APPROX_GRAD_WORKERS_MSG
 from fleetrl.trainer import Trainer, latest_checkpoint, load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -282,7 +284,7 @@ def test_cli_trains_each_scheme_config_then_resumes(tmp_path, mode, capsys):
     assert resumed["algorithm"]["num_updates"] > versions[-1]
 
 
-def test_dqn_under_gradient_workers_checkpoints_and_resumes_their_buffers(tmp_path):
+def test_dqn_under_gradient_workers_checkpoints_and_resumes_their_buffers(tmp_path, caplog):
     run = tmp_path / "run"
     tiny = [
         "scheme.num_grad_workers=2",
@@ -304,7 +306,13 @@ def test_dqn_under_gradient_workers_checkpoints_and_resumes_their_buffers(tmp_pa
     state = load_checkpoint(latest_checkpoint(run))
     assert state["frames"] == 128
     assert [r["frames_seen"] for r in state["algorithm"]["replicas"]] == [64, 64]
-    assert main(["train", "--resume", str(run), "trainer.total_frames=192"]) == 0
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["train", "--resume", str(run), "trainer.total_frames=192"]) == 0
+    # gradient workers collect in their own processes: one line says the resume is approximate
+    approximate = [r.getMessage() for r in caplog.records if "is approximate" in r.getMessage()]
+    assert len(approximate) == 1
+    assert APPROX_GRAD_WORKERS_MSG.format(g=2) in approximate[0]
     resumed = load_checkpoint(latest_checkpoint(run))
     assert resumed["frames"] == 192
     # each worker got its own buffer back and kept filling it

@@ -30,11 +30,15 @@ def make_collector(
     policy: Any,
     *,
     total_frames: int,
-    seed: int,
+    seed: int | None,
     init_random_frames: int = -1,
 ) -> Any:
     """Remote collectors (a RayCollector), or with ``collector.num_collectors: 0`` a local
-    SyncDataCollector acting with ``policy`` itself (no Ray)."""
+    SyncDataCollector acting with ``policy`` itself (no Ray).
+
+    ``seed=None`` leaves the collector unseeded, for a caller that loads its
+    saved state instead (seeding resets every env and torch's generator).
+    """
     c, e = config.collector, config.env
     if c.num_collectors == 0:
         from fleetrl.collectors import SyncDataCollector
@@ -68,5 +72,6 @@ def make_collector(
             remote_configs={"num_cpus": c.num_cpus_per_collector},
             ray_init_config={"address": c.address} if c.address else None,
         )
-    collector.set_seed(seed)
+    if seed is not None:
+        collector.set_seed(seed)
     return collector

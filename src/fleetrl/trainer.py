@@ -8,8 +8,17 @@ workers under an update worker (sync, async or decentralized). The Trainer
 loop is the same for all of them. Every ``test_every`` updates the policy is
 evaluated with deterministic actions on separate test envs. Metrics go to
 ``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
-``time/``. Checkpoints are written atomically and hold everything needed to
-resume exactly; they load with ``torch.load(weights_only=True)``.
+``time/``. Checkpoints are written atomically and load with
+``torch.load(weights_only=True)``.
+
+Resume: a checkpoint holds the algorithm (weights, optimizer, replay buffer,
+schedules), the counters, torch's and numpy's global random state at the
+checkpoint and, for the central learner with local collection, the
+collector's state (envs, episodes in progress, random-action generator).
+There a resumed run is bit-exact: it ends with the same weights, optimizer
+state, buffer and metrics rows as a run that never stopped. Elsewhere (Ray
+collection, gradient workers, an env that cannot be saved) the collectors are
+reseeded and start new episodes; the resume logs one line saying so.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 from torchrl.envs.utils import ExplorationType
@@ -39,6 +49,11 @@ __all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_GLOB = "checkpoint_*.pt"
+
+APPROXIMATE_RESUME_MSG = (
+    "resume from %s is approximate: %s. Frames, weights, optimizer and schedules continue; the "
+    "run will not match one that never stopped"
+)
 
 
 def evaluate(
@@ -155,6 +170,11 @@ class Trainer:
         self.algorithm = make_learner(config, config.trainer.seed, **modules)
         self.scheme: Scheme | None = None
         self._replica_states: list[dict[str, Any]] | None = None
+        # from a checkpoint, used once by the next scheme: its collector state and the
+        # random state to restore after the scheme's construction consumed random numbers
+        self._collector_state: dict[str, Any] | None = None
+        self._rng_to_restore: dict[str, Any] | None = None
+        self._resumed_from: Path | None = None
         self.frames = 0
         self.updates = 0
         self.episodes = 0
@@ -188,6 +208,9 @@ class Trainer:
         )
         self.recent_returns.extend(state["recent_returns"])
         self.eval_history = [tuple(x) for x in state["eval_history"]]
+        self._collector_state = state.get("collector")
+        self._rng_to_restore = {"torch": state["torch_rng"], "numpy": state.get("numpy_rng")}
+        self._resumed_from = path
         torch.set_rng_state(state["torch_rng"])
         logger.info("resumed %s at %d frames, %d updates", path, self.frames, self.updates)
 
@@ -201,6 +224,11 @@ class Trainer:
             "recent_returns": list(self.recent_returns),
             "eval_history": [list(x) for x in self.eval_history],
             "torch_rng": torch.get_rng_state(),
+            "numpy_rng": _numpy_rng_state(),
+            # the local collector's envs and episodes (None: remote collectors or gradient workers)
+            "collector": (
+                self.scheme.collector_state() if self.scheme is not None else self._collector_state
+            ),
             "config": config_to_dict(self.config),
         }
         folder = self.run_dir / "checkpoints"
@@ -242,6 +270,7 @@ class Trainer:
             seed=self.config.trainer.seed + 7919 * self.updates,
             modules=self.modules,
             replica_states=self._replica_states,
+            collector_state=self._collector_state,
         )
 
     def train(self) -> dict[str, float]:
@@ -256,6 +285,7 @@ class Trainer:
         frames_at_start = self.frames
         last: dict[str, float] = {}
         self.scheme = scheme = self.make_scheme()
+        self._continue_from_checkpoint(scheme)
         version_at_start = scheme.learner.version
         try:
             while self.frames < t.total_frames:
@@ -305,15 +335,36 @@ class Trainer:
         self.metrics.close()
         return last
 
+    def _continue_from_checkpoint(self, scheme: Scheme) -> None:
+        """After a resume: say if it is approximate, and put back the checkpoint's random state.
+
+        The random state goes back last: building the networks, the scheme and
+        the collector (its policy probe, env construction) drew random numbers
+        that the run that never stopped did not draw.
+        """
+        if self._resumed_from is not None and scheme.approximate_resume is not None:
+            logger.warning(APPROXIMATE_RESUME_MSG, self._resumed_from, scheme.approximate_resume)
+        self._resumed_from = None
+        if self._rng_to_restore is not None:
+            torch.set_rng_state(self._rng_to_restore["torch"])
+            if self._rng_to_restore["numpy"] is not None:
+                _set_numpy_rng_state(self._rng_to_restore["numpy"])
+            self._rng_to_restore = None
+        self._collector_state = None
+
     def _evaluate(self) -> dict[str, float]:
         t = self.config.trainer
-        returns = evaluate(
-            self.algorithm.policy,
-            self.config.env.id,
-            t.num_test_episodes,
-            seed=t.seed + 100_003 + self.updates,
-            max_episode_steps=self.config.env.max_episode_steps,
-        )
+        # evaluation seeds torch for its own envs; training's random stream must not notice
+        numpy_state = np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            returns = evaluate(
+                self.algorithm.policy,
+                self.config.env.id,
+                t.num_test_episodes,
+                seed=t.seed + 100_003 + self.updates,
+                max_episode_steps=self.config.env.max_episode_steps,
+            )
+        np.random.set_state(numpy_state)
         mean = float(returns.mean())
         self.eval_history.append((self.frames, mean))
         return {"eval/return_mean": mean, "eval/return_std": float(returns.std(unbiased=False))}
@@ -355,6 +406,25 @@ class Trainer:
             raise ConfigError([f"resume={str(run_dir)!r} is invalid: no config.yaml there"])
         config = config_from_dict(yaml.safe_load(path.read_text()), overrides)
         return cls(config, run_dir=run_dir, resume=True, **kwargs)
+
+
+def _numpy_rng_state() -> dict[str, Any]:
+    """numpy's global random state as tensors and numbers (``weights_only`` loads it)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "kind": kind,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+
+
+def _set_numpy_rng_state(state: dict[str, Any]) -> None:
+    keys = state["keys"].numpy().astype(np.uint32)
+    np.random.set_state(
+        (state["kind"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"])
+    )
 
 
 def _mean(values: Any) -> float:

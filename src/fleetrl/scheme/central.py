@@ -3,6 +3,13 @@
 The scheme with one gradient worker: collect a batch, run the whole update on
 it (:meth:`~fleetrl.algorithms.Algorithm.learn`), publish the weights to the
 collectors every ``trainer.weight_update_interval`` updates.
+
+Resume is exact with local collection (``collector.num_collectors: 0``) and
+an env whose state can be saved (:mod:`fleetrl.env_state`): the collector is
+built unseeded and loads its saved state, so the envs, the episodes in
+progress and the random-action generator go on where the checkpoint left
+them. Otherwise a resumed run gets freshly seeded collectors (every env
+starts a new episode): :attr:`CentralLearner.approximate_resume` says why.
 """
 
 from __future__ import annotations
@@ -17,6 +24,16 @@ from fleetrl.config import Config
 
 __all__ = ["CentralLearner"]
 
+APPROX_RAY_MSG = (
+    "collection runs on Ray (collector.num_collectors={n}): the workers' envs and episodes are "
+    "not saved; only collector.num_collectors=0 resumes exactly"
+)
+APPROX_ENV_MSG = (
+    "env.id={env!r} cannot be saved (only gymnasium classic-control envs can): its envs are "
+    "reseeded and start new episodes"
+)
+APPROX_NO_STATE_MSG = "the checkpoint holds no collector state: the envs are reseeded"
+
 
 class CentralLearner:
     """Collect and learn in one process (the collectors themselves may be remote).
@@ -26,24 +43,56 @@ class CentralLearner:
         algorithm: the learner.
         frames: frames already trained on (a resumed run); the collector is
             given exactly the rest of ``trainer.total_frames``.
-        seed: seeds the collectors.
+        seed: seeds the collectors (unused when they load ``collector_state``).
+        collector_state: the local collector's :meth:`collector_state` from a
+            checkpoint; loaded instead of seeding where the resume can be exact.
     """
 
     mode = "central"
 
-    def __init__(self, config: Config, algorithm: Algorithm, *, frames: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        config: Config,
+        algorithm: Algorithm,
+        *,
+        frames: int = 0,
+        seed: int = 0,
+        collector_state: dict[str, Any] | None = None,
+    ):
         self.config = config
         self.algorithm = algorithm
         self.updates = 0
-        # off-policy algorithms act uniformly at random for their first start_steps frames
-        random_frames = max(0, algorithm.start_steps - frames) if config.algorithm == "sac" else -1
-        self.collector = make_collector(
-            config,
-            algorithm.policy,
-            total_frames=config.trainer.total_frames - frames,
-            seed=seed,
-            init_random_frames=random_frames,
-        )
+        n = config.collector.num_collectors
+        #: why resuming from a checkpoint is approximate here; None where it is exact
+        self.approximate_resume: str | None = None
+        if n > 0:
+            self.approximate_resume = APPROX_RAY_MSG.format(n=n)
+        elif collector_state is None:
+            self.approximate_resume = APPROX_NO_STATE_MSG
+        elif collector_state.get("env") is None:
+            self.approximate_resume = APPROX_ENV_MSG.format(env=config.env.id)
+        sac = config.algorithm == "sac"
+        if self.approximate_resume is None:
+            # the straight run's collector: the whole budget and the same random-action phase;
+            # its frame count, envs and episodes come from the saved state
+            self.collector = make_collector(
+                config,
+                algorithm.policy,
+                total_frames=config.trainer.total_frames,
+                seed=None,
+                init_random_frames=algorithm.start_steps if sac else -1,
+            )
+            self.collector.load_state_dict(collector_state)
+        else:
+            # off-policy algorithms act uniformly at random for their first start_steps frames
+            random_frames = max(0, algorithm.start_steps - frames) if sac else -1
+            self.collector = make_collector(
+                config,
+                algorithm.policy,
+                total_frames=config.trainer.total_frames - frames,
+                seed=seed,
+                init_random_frames=random_frames,
+            )
         self._batches = iter(self.collector)
         self.remote = hasattr(self.collector, "worker_handles")
 
@@ -89,6 +138,18 @@ class CentralLearner:
 
     def state_dict(self) -> dict[str, Any]:
         return self.algorithm.state_dict()
+
+    def collector_state(self) -> dict[str, Any] | None:
+        """The local collector's state for a checkpoint (None for remote collectors).
+
+        Without the policy weights: the local collector acts with the learner's
+        own module, which the checkpoint holds already.
+        """
+        if self.remote:
+            return None
+        state = self.collector.state_dict()
+        state.pop("policy_state_dict", None)
+        return state
 
     def stats(self) -> dict[str, Any]:
         return {"mode": self.mode, "version": self.version}

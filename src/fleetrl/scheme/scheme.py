@@ -32,6 +32,12 @@ from fleetrl.scheme.central import CentralLearner
 
 __all__ = ["Scheme"]
 
+APPROX_GRAD_WORKERS_MSG = (
+    "scheme.num_grad_workers={g}: the gradient workers collect in their own processes and their "
+    "envs and episodes are not saved; only the central learner (scheme.num_grad_workers=1) with "
+    "collector.num_collectors=0 resumes exactly"
+)
+
 
 class Scheme:
     """Builds and runs the configured scheme.
@@ -43,6 +49,8 @@ class Scheme:
         frames: frames already trained on (a resumed run).
         seed: seeds collectors and gradient workers.
         modules: custom networks for the gradient workers' replicas.
+        replica_states: the gradient workers' saved states (a resumed run).
+        collector_state: the central learner's saved local collector (a resumed run).
     """
 
     def __init__(
@@ -54,9 +62,14 @@ class Scheme:
         seed: int = 0,
         modules: dict[str, Any] | None = None,
         replica_states: list[dict[str, Any]] | None = None,
+        collector_state: dict[str, Any] | None = None,
     ):
         self.config = config
         self._started_ray = False
+        #: why resuming is approximate in this scheme; None where it is exact
+        self.approximate_resume: str | None = APPROX_GRAD_WORKERS_MSG.format(
+            g=config.scheme.num_grad_workers
+        )
         if config.scheme.num_grad_workers == 1:
             if replica_states:
                 raise ConfigError(
@@ -66,7 +79,10 @@ class Scheme:
                         f"scheme.num_grad_workers={len(replica_states)}"
                     ]
                 )
-            self.learner: Any = CentralLearner(config, algorithm, frames=frames, seed=seed)
+            self.learner: Any = CentralLearner(
+                config, algorithm, frames=frames, seed=seed, collector_state=collector_state
+            )
+            self.approximate_resume = self.learner.approximate_resume
         else:
             from fleetrl.scheme.update_worker import UpdateWorker
 
@@ -97,6 +113,10 @@ class Scheme:
 
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()
+
+    def collector_state(self) -> dict[str, Any] | None:
+        """The central learner's local collector state; None for every other scheme."""
+        return self.learner.collector_state() if self.mode == "central" else None
 
     def stats(self) -> dict[str, Any]:
         return self.learner.stats()
