@@ -164,14 +164,17 @@ def approximate_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "is approximate" in r.getMessage()]
 
 
-def split_run(tmp_path: Path, caplog, args: list[str], half: int, total: int) -> Path:
+def split_run(
+    tmp_path: Path, caplog, args: list[str], half: int, total: int, *resume_args: str
+) -> Path:
     """Train ``half`` frames, then resume to ``total``; returns the run directory."""
     run = tmp_path / "run"
     path = str(ROOT / "configs" / "ppo_cartpole.yaml")
     assert main(["train", path, *args, f"trainer.total_frames={half}", "--run-dir", str(run)]) == 0
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert main(["train", "--resume", str(run), f"trainer.total_frames={total}"]) == 0
+        resume = ["train", "--resume", str(run), f"trainer.total_frames={total}", *resume_args]
+        assert main(resume) == 0
     assert load_checkpoint(latest_checkpoint(run))["frames"] == total
     return run
 
@@ -196,6 +199,24 @@ def test_resume_with_an_env_that_cannot_be_saved_says_it_is_approximate(tmp_path
     run = split_run(tmp_path, caplog, args, 128, 256)
     assert len(approximate_lines(caplog)) == 1
     assert APPROX_ENV_MSG.format(env=COUNTING_ID) in approximate_lines(caplog)[0]
+    assert [r["train/frames"] for r in metric_rows(run)] == [64.0, 128.0, 192.0, 256.0]
+
+
+def test_resume_with_other_env_settings_says_it_is_approximate(tmp_path, caplog):
+    from fleetrl.env_state import STATE_MISMATCH_MSG
+
+    args = [
+        *LOCAL,
+        "env.num_envs=4",
+        "collector.frames_per_batch=64",
+        "ppo.num_epochs=1",
+        "ppo.num_mini_batch=1",
+        "trainer.test_every=0",
+    ]
+    run = split_run(tmp_path, caplog, args, 128, 256, "env.num_envs=2")
+    lines = approximate_lines(caplog)
+    assert len(lines) == 1
+    assert STATE_MISMATCH_MSG.format(saved="4 envs", built="2 envs") in lines[0]
     assert [r["train/frames"] for r in metric_rows(run)] == [64.0, 128.0, 192.0, 256.0]
 
 

@@ -21,6 +21,7 @@ from fleetrl.algorithms import Algorithm
 from fleetrl.build import make_collector
 from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config
+from fleetrl.errors import EnvError
 
 __all__ = ["CentralLearner"]
 
@@ -33,6 +34,7 @@ APPROX_ENV_MSG = (
     "reseeded and start new episodes"
 )
 APPROX_NO_STATE_MSG = "the checkpoint holds no collector state: the envs are reseeded"
+APPROX_MISMATCH_MSG = "{err}; the envs are reseeded instead"
 
 
 class CentralLearner:
@@ -82,8 +84,12 @@ class CentralLearner:
                 seed=None,
                 init_random_frames=algorithm.start_steps if sac else -1,
             )
-            self.collector.load_state_dict(collector_state)
-        else:
+            try:
+                self.collector.load_state_dict(collector_state)
+            except EnvError as err:  # the env settings changed since the checkpoint
+                self.collector.shutdown()
+                self.approximate_resume = APPROX_MISMATCH_MSG.format(err=err)
+        if self.approximate_resume is not None:
             # off-policy algorithms act uniformly at random for their first start_steps frames
             random_frames = max(0, algorithm.start_steps - frames) if sac else -1
             self.collector = make_collector(
