@@ -43,6 +43,7 @@ __all__ = [
     "SACConfig",
     "SchemeConfig",
     "TrainerConfig",
+    "check_config",
     "config_from_dict",
     "config_to_dict",
     "load_config",
@@ -350,7 +351,8 @@ def _check_finite(obj: Any, prefix: str, problems: list[str]) -> None:
 
 def _validate(cfg: Config, problems: list[str]) -> None:
     def check(ok: bool, path: str, value: Any, allowed: str) -> None:
-        if not ok:
+        # one problem per key: a .nan lr is not finite, and need not also be "not > 0"
+        if not ok and not any(p.startswith(f"{path}=") for p in problems):
             problems.append(f"{path}={value!r} is invalid: {allowed}")
 
     _check_finite(cfg, "", problems)
@@ -606,13 +608,24 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -
         else:
             node[path[-1]] = value
     cfg = _fill(Config, data, "", problems)  # a field with a bad type keeps its default...
-    _validate(cfg, problems)  # ...so the range checks can run on the rest at the same time
+    check_config(cfg, problems)  # ...so the range checks can run on the rest at the same time
+    return cfg
+
+
+def check_config(cfg: Config, problems: list[str] | None = None) -> None:
+    """Check ranges and the env of a Config (one built by hand too); one ConfigError for all.
+
+    Args:
+        cfg: the config.
+        problems: problems found before (e.g. unknown keys), reported with the rest.
+    """
+    problems = list(problems or [])
+    _validate(cfg, problems)
     from fleetrl.preflight import check_env  # gymnasium and torchrl: imported when first needed
 
     check_env(cfg, problems)
     if problems:
         raise ConfigError(problems)
-    return cfg
 
 
 def read_yaml_mapping(path: str | Path, arg: str) -> dict[str, Any]:

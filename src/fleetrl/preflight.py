@@ -35,10 +35,6 @@ __all__ = [
 UNKNOWN_ENV_MSG = (
     "env.id={env_id!r} is invalid: no gymnasium env is registered under that id; {hint}"
 )
-ENV_MODULE_MSG = (
-    "env.id={env_id!r} is invalid: the module before ':' cannot be imported ({err}); "
-    "install it or fix its name"
-)
 ENV_MAKE_MSG = (
     "env.id={env_id!r} is invalid: gymnasium.make({env_id!r}) failed ({err}); install what "
     "the env needs or choose another env.id"
@@ -60,17 +56,17 @@ COMPLETE_MSG = (
 )
 FROZEN_MSG = (
     "{key}={value!r} is invalid on resume: the run in {run_dir} was started with "
-    "{key}={before!r} and its checkpoint holds {what} built for it; drop the override, or "
+    "{key}={before!r} and its checkpoint holds {what}; drop the override, or "
     "start a new run (fleetrl train CONFIG --run-dir NEW_DIR)"
 )
 #: keys a resumed run cannot change, and what in the checkpoint depends on each
 #: (``{algo}``: the section of the run's algorithm)
 FROZEN_ON_RESUME = {
-    "algorithm": "the algorithm's networks and optimizer",
+    "algorithm": "that algorithm's networks and optimizer",
     "env.id": "networks sized for that env's spaces",
-    "env.num_envs": "the envs' and collectors' state",
-    "collector.num_collectors": "the envs' and collectors' state",
-    "scheme.num_grad_workers": "the gradient workers' state",
+    "env.num_envs": "state for that many envs",
+    "collector.num_collectors": "state for that many collectors",
+    "scheme.num_grad_workers": "state for that many gradient workers",
     "{algo}.hidden_sizes": "networks of those sizes",
 }
 RESOURCES_MSG = (
@@ -92,10 +88,7 @@ def check_env(cfg: Config, problems: list[str]) -> None:
 
     env_id = cfg.env.id
     try:
-        gym.spec(env_id)
-    except ModuleNotFoundError as err:  # "package:Env-v0" names a module to import first
-        problems.append(ENV_MODULE_MSG.format(env_id=env_id, err=err))
-        return
+        gym.spec(env_id)  # what the collectors look up (fleetrl.envs.make_gym_vector_env)
     except gym.error.Error:
         problems.append(UNKNOWN_ENV_MSG.format(env_id=env_id, hint=_close_ids(env_id)))
         return
@@ -141,8 +134,8 @@ def _close_ids(env_id: str) -> str:
     if close:
         return "did you mean " + " or ".join(repr(by_lower[c]) for c in close) + "?"
     return (
-        "check the spelling (gymnasium.pprint_registry() lists the ids) or write "
-        "env.id=package:Env-v0 to import the package that registers it"
+        "check the spelling (gymnasium.pprint_registry() lists the ids), or import the "
+        "package that registers the env before the config is loaded"
     )
 
 
