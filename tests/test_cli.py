@@ -10,7 +10,7 @@ import pytest
 from fleetrl.cli import main
 from fleetrl.config import config_from_dict
 from fleetrl.errors import ConfigError
-from fleetrl.trainer import Trainer, latest_checkpoint
+from fleetrl.trainer import RUN_EXISTS_MSG, Trainer, latest_checkpoint
 
 ROOT = Path(__file__).parent.parent
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
@@ -299,3 +299,12 @@ def test_a_config_built_by_hand_is_checked_before_the_run_dir_is_made(tmp_path):
     )
     assert info.value.problems[1].startswith("env.id='NoSuchEnv-v0' is invalid")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused(complete_run, capsys):
+    before = _snapshot(complete_run)
+    assert main(["train", PPO, *LOCAL, "--run-dir", str(complete_run)]) == 2
+    assert capsys.readouterr().err == (
+        f"fleetrl train: {RUN_EXISTS_MSG.format(run_dir=str(complete_run))}\n"
+    )
+    assert _snapshot(complete_run) == before

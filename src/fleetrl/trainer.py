@@ -41,6 +41,11 @@ __all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_GLOB = "checkpoint_*.pt"
+RUN_EXISTS_MSG = (
+    "run_dir={run_dir!r} is invalid: it holds a run already (its config.yaml); continue that "
+    "run with fleetrl train --resume {run_dir} (Trainer.from_run_dir in Python), or choose "
+    "another run directory"
+)
 
 
 def evaluate(
@@ -167,6 +172,9 @@ class Trainer:
         if resume:
             self._resume()
             check_budget(self.frames, config, self.run_dir)
+        elif (self.run_dir / "config.yaml").exists():
+            # a new run here would rewrite the old run's metrics and rotate out its checkpoints
+            raise ConfigError([RUN_EXISTS_MSG.format(run_dir=str(self.run_dir))])
         self._created = _make_run_dir(self.run_dir)
         (self.run_dir / "config.yaml").write_text(
             yaml.safe_dump(config_to_dict(config), sort_keys=False)
