@@ -29,8 +29,6 @@ def _train(args: argparse.Namespace) -> int:
         overrides = ([args.config] if args.config and "=" in args.config else []) + args.overrides
         trainer = Trainer.from_run_dir(args.resume, overrides)
     else:
-        if not args.config:
-            raise SystemExit("fleetrl train: give a config file, or --resume RUN_DIR")
         trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
     print(f"run directory: {trainer.run_dir}")
     last = trainer.train()
@@ -79,6 +77,29 @@ def _bench(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, str(script), *args.rest])
 
 
+def _check_train_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse combinations that would silently do something else (argparse exits with 2)."""
+    config = args.config if args.config and "=" not in args.config else None
+    if args.resume:
+        if config:
+            parser.error(
+                f"{config} and --resume {args.resume}: give one; a resumed run keeps its own "
+                "config.yaml (change a setting with key=value after --resume RUN_DIR)"
+            )
+        if args.run_dir:
+            parser.error(
+                f"--run-dir {args.run_dir} and --resume {args.resume}: give one; a resumed run "
+                "writes to the directory it resumes"
+            )
+    elif not args.config:
+        parser.error("give a config file (e.g. configs/ppo_cartpole.yaml), or --resume RUN_DIR")
+    elif not config:
+        parser.error(
+            f"{args.config!r} is an override, not a config file: give the config file first, "
+            "e.g. fleetrl train configs/ppo_cartpole.yaml ppo.lr=1e-3"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="fleetrl", description="Distributed RL collection and training on Ray."
@@ -105,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
     if args.command == "train":
         args.overrides = [*args.overrides, *extra]
+        _check_train_arguments(train, args)
+    if args.command == "eval" and args.episodes < 1:
+        ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -42,9 +43,11 @@ __all__ = [
     "SACConfig",
     "SchemeConfig",
     "TrainerConfig",
+    "check_config",
     "config_from_dict",
     "config_to_dict",
     "load_config",
+    "read_yaml_mapping",
 ]
 
 
@@ -336,10 +339,23 @@ def _hint_name(hint: Any) -> str:
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
+def _check_finite(obj: Any, prefix: str, problems: list[str]) -> None:
+    """Every float field must be a number: ``.nan`` and ``.inf`` pass ``> 0``-style checks."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_finite(value, f"{prefix}{f.name}.", problems)
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{prefix}{f.name}={value!r} is invalid: must be a finite number")
+
+
 def _validate(cfg: Config, problems: list[str]) -> None:
     def check(ok: bool, path: str, value: Any, allowed: str) -> None:
-        if not ok:
+        # one problem per key: a .nan lr is not finite, and need not also be "not > 0"
+        if not ok and not any(p.startswith(f"{path}=") for p in problems):
             problems.append(f"{path}={value!r} is invalid: {allowed}")
+
+    _check_finite(cfg, "", problems)
 
     check(
         cfg.algorithm in ALGORITHM_CONFIGS,
@@ -348,6 +364,12 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         f"must be one of {sorted(ALGORITHM_CONFIGS)}",
     )
     check(cfg.env.num_envs > 0, "env.num_envs", cfg.env.num_envs, "must be > 0")
+    check(
+        cfg.env.max_episode_steps is None or cfg.env.max_episode_steps > 0,
+        "env.max_episode_steps",
+        cfg.env.max_episode_steps,
+        "must be > 0, or null for the env's own limit",
+    )
     c, t = cfg.collector, cfg.trainer
     check(
         c.num_collectors >= 0,
@@ -356,6 +378,12 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         "must be >= 0 (0: local, no Ray)",
     )
     check(c.prefetch >= 0, "collector.prefetch", c.prefetch, "must be >= 0")
+    check(
+        c.num_cpus_per_collector >= 0,
+        "collector.num_cpus_per_collector",
+        c.num_cpus_per_collector,
+        "must be >= 0",
+    )
     for name in ("fraction_samples", "fraction_workers"):
         value = getattr(c, name)
         check(0 < value <= 1, f"collector.{name}", value, "must be in (0, 1]")
@@ -397,6 +425,8 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         "keep_checkpoints",
     ):
         check(getattr(t, name) > 0, f"trainer.{name}", getattr(t, name), "must be > 0")
+    # gymnasium refuses negative seeds, but only once the envs reset, after start-up
+    check(t.seed >= 0, "trainer.seed", t.seed, "must be >= 0")
     for name in ("test_every", "checkpoint_every"):
         check(getattr(t, name) >= 0, f"trainer.{name}", getattr(t, name), "must be >= 0 (0: off)")
     for name in ("lr_schedule", "clip_schedule"):
@@ -435,6 +465,7 @@ def _validate(cfg: Config, problems: list[str]) -> None:
                 check(
                     getattr(algo, name) > 0, f"{prefix}.{name}", getattr(algo, name), "must be > 0"
                 )
+        _validate_algorithm_ranges(algo, prefix, check)
         if isinstance(algo, DQNConfig):
             check(
                 0 <= algo.eps_end <= algo.eps_init <= 1,
@@ -455,6 +486,22 @@ def _validate(cfg: Config, problems: list[str]) -> None:
             )
 
 
+def _validate_algorithm_ranges(algo: Any, prefix: str, check: Any) -> None:
+    """Ranges of the fields several algorithms share (a field an algorithm lacks is skipped)."""
+    for name in ("entropy_coef", "critic_coef", "learning_starts", "start_steps"):
+        if hasattr(algo, name):
+            value = getattr(algo, name)
+            check(value >= 0, f"{prefix}.{name}", value, "must be >= 0")
+    for name in ("max_grad_norm", "clip_value"):
+        if hasattr(algo, name):
+            value = getattr(algo, name)
+            check(
+                value is None or value > 0, f"{prefix}.{name}", value, "must be > 0, or null: off"
+            )
+    if hasattr(algo, "alpha_init"):
+        check(algo.alpha_init > 0, f"{prefix}.alpha_init", algo.alpha_init, "must be > 0")
+
+
 def _validate_scheme(cfg: Config, check: Any) -> None:
     s = cfg.scheme
     check(s.num_grad_workers >= 1, "scheme.num_grad_workers", s.num_grad_workers, "must be >= 1")
@@ -471,6 +518,13 @@ def _validate_scheme(cfg: Config, check: Any) -> None:
         s.num_cpus_per_grad_worker,
         "must be >= 0",
     )
+    for name, amount in s.grad_worker_resources.items():
+        check(
+            amount >= 0,
+            f"scheme.grad_worker_resources.{name}",
+            amount,
+            "must be >= 0",
+        )
     check(
         s.collective_timeout_s > 0,
         "scheme.collective_timeout_s",
@@ -513,7 +567,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError([f"override {text!r} is invalid: write key=value, e.g. ppo.lr=1e-3"])
     key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(
+            [
+                f"override {text!r} is invalid: its value is not YAML ({_yaml_problem(err)}); "
+                "close brackets and quotes, e.g. ppo.hidden_sizes=[64, 64]"
+            ]
+        ) from None
     if isinstance(value, str):  # YAML reads "1e-3" as a string
         with contextlib.suppress(ValueError):
             value = float(value) if any(ch in value for ch in ".eE") else value
@@ -521,7 +583,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> Config:
-    """Build and validate a Config; raises one ConfigError listing every problem."""
+    """Build and validate a Config; raises one ConfigError listing every problem.
+
+    Besides types and ranges, the env is checked: ``env.id`` must be a
+    registered gymnasium id whose env can be made, and its actions must suit
+    the algorithm (see :func:`fleetrl.preflight.check_env`).
+    """
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError([f"config={data!r} is invalid: must be a mapping of config sections"])
     data = _deep_copy(data or {})
     problems: list[str] = []
     for text in overrides or []:
@@ -539,21 +608,71 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -
         else:
             node[path[-1]] = value
     cfg = _fill(Config, data, "", problems)  # a field with a bad type keeps its default...
-    _validate(cfg, problems)  # ...so the range checks can run on the rest at the same time
+    check_config(cfg, problems)  # ...so the range checks can run on the rest at the same time
+    return cfg
+
+
+def check_config(cfg: Config, problems: list[str] | None = None) -> None:
+    """Check ranges and the env of a Config (one built by hand too); one ConfigError for all.
+
+    Args:
+        cfg: the config.
+        problems: problems found before (e.g. unknown keys), reported with the rest.
+    """
+    problems = list(problems or [])
+    _validate(cfg, problems)
+    from fleetrl.preflight import check_env  # gymnasium and torchrl: imported when first needed
+
+    check_env(cfg, problems)
     if problems:
         raise ConfigError(problems)
-    return cfg
+
+
+def read_yaml_mapping(path: str | Path, arg: str) -> dict[str, Any]:
+    """The mapping a YAML file holds; ConfigError naming ``arg`` and the file otherwise.
+
+    Refuses a missing file, a YAML syntax error (with its line and column), an
+    empty file (which would silently train the defaults) and a file that holds
+    something other than a mapping.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"{arg}={str(path)!r} is invalid: no such file"])
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(
+            [f"{arg}={str(path)!r} is invalid: {path} is not valid YAML ({_yaml_problem(err)})"]
+        ) from None
+    if data is None:
+        raise ConfigError(
+            [
+                f"{arg}={str(path)!r} is invalid: {path} holds no settings; a config names at "
+                "least the algorithm and env.id (start from one in configs/)"
+            ]
+        )
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [
+                f"{arg}={str(path)!r} is invalid: {path} must hold a mapping of config sections "
+                f"(algorithm, env, collector, ...), not a {type(data).__name__}"
+            ]
+        )
+    return data
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     """Load a YAML config file, apply ``key=value`` overrides, validate everything."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError([f"config={str(path)!r} is invalid: no such file"])
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError([f"config={str(path)!r} is invalid: the file must hold a mapping"])
-    return config_from_dict(data, overrides)
+    return config_from_dict(read_yaml_mapping(path, "config"), overrides)
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """'<problem> at line L, column C' of a YAML error (lines counted from 1)."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{context + ': ' if context else ''}{problem}{where}"
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

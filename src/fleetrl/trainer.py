@@ -27,6 +27,7 @@ import csv
 import logging
 import math
 import os
+import shutil
 import time
 from collections import deque
 from pathlib import Path
@@ -40,8 +41,9 @@ from torchrl.envs.utils import ExplorationType
 from fleetrl.algorithms import env_info
 from fleetrl.build import make_learner
 from fleetrl.collectors import SyncDataCollector
-from fleetrl.config import Config, config_from_dict, config_to_dict
+from fleetrl.config import Config, check_config, config_to_dict, read_yaml_mapping
 from fleetrl.errors import ConfigError
+from fleetrl.preflight import check_budget, check_resume_overrides, config_terms
 from fleetrl.scheme import Scheme
 
 __all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
@@ -49,6 +51,11 @@ __all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_GLOB = "checkpoint_*.pt"
+RUN_EXISTS_MSG = (
+    "run_dir={run_dir!r} is invalid: it holds a run already (its config.yaml); continue that "
+    "run with fleetrl train --resume {run_dir} (Trainer.from_run_dir in Python), or choose "
+    "another run directory"
+)
 
 APPROXIMATE_RESUME_MSG = (
     "resume from %s is approximate: %s. Frames, weights, optimizer and schedules continue; the "
@@ -161,8 +168,8 @@ class Trainer:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             run_dir = Path("runs") / f"{config.algorithm}_{config.env.id}_{stamp}"
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+        # everything that can refuse the run is checked before the run directory is made
+        check_config(config)  # a Config built by hand was never validated
         self.info = env_info(config.env.id)
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
@@ -184,6 +191,11 @@ class Trainer:
         self._base_clip = getattr(config.algo, "clip_epsilon", None)
         if resume:
             self._resume()
+            check_budget(self.frames, config, self.run_dir)
+        elif (self.run_dir / "config.yaml").exists():
+            # a new run here would rewrite the old run's metrics and rotate out its checkpoints
+            raise ConfigError([RUN_EXISTS_MSG.format(run_dir=str(self.run_dir))])
+        self._created = _make_run_dir(self.run_dir)
         (self.run_dir / "config.yaml").write_text(
             yaml.safe_dump(config_to_dict(config), sort_keys=False)
         )
@@ -273,6 +285,23 @@ class Trainer:
             collector_state=self._collector_state,
         )
 
+    def _start_scheme(self) -> Scheme:
+        """:meth:`make_scheme`; if it fails, a run that never started leaves nothing behind.
+
+        The collectors and workers find some problems only once Ray answers
+        (resources, a cluster address): what this Trainer created in the run
+        directory is removed again, and the collectors' problems are said in
+        config keys.
+        """
+        try:
+            return self.make_scheme()
+        except BaseException as err:
+            self.metrics.close()
+            _remove_created(self.run_dir, self._created)
+            if isinstance(err, ConfigError):
+                raise config_terms(err, self.config) from None
+            raise
+
     def train(self) -> dict[str, float]:
         """Run until ``total_frames`` or the target return; returns the last metrics.
 
@@ -280,11 +309,11 @@ class Trainer:
         stop at the end of the first iteration at or past it.
         """
         t = self.config.trainer
-        progress = _progress_bar(self.config, self.frames)
         start = time.perf_counter()
+        self.scheme = scheme = self._start_scheme()
+        progress = _progress_bar(self.config, self.frames)
         frames_at_start = self.frames
         last: dict[str, float] = {}
-        self.scheme = scheme = self.make_scheme()
         self._continue_from_checkpoint(scheme)
         version_at_start = scheme.learner.version
         try:
@@ -404,7 +433,7 @@ class Trainer:
         path = Path(run_dir) / "config.yaml"
         if not path.is_file():
             raise ConfigError([f"resume={str(run_dir)!r} is invalid: no config.yaml there"])
-        config = config_from_dict(yaml.safe_load(path.read_text()), overrides)
+        config = check_resume_overrides(read_yaml_mapping(path, "resume"), overrides, run_dir)
         return cls(config, run_dir=run_dir, resume=True, **kwargs)
 
 
@@ -425,6 +454,32 @@ def _set_numpy_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(
         (state["kind"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"])
     )
+
+
+def _make_run_dir(run_dir: Path) -> tuple[Path | None, frozenset[Path]]:
+    """Make ``run_dir`` and ``checkpoints/`` in it; returns what :func:`_remove_created` needs.
+
+    That is the topmost folder this call created (None if ``run_dir`` existed),
+    and the entries ``run_dir`` held before (which are never removed).
+    """
+    missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    before = frozenset() if missing else frozenset(run_dir.iterdir())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "checkpoints").mkdir(exist_ok=True)
+    return (missing[-1] if missing else None), before
+
+
+def _remove_created(run_dir: Path, created: tuple[Path | None, frozenset[Path]]) -> None:
+    """Remove what this run added to the disk, for a run that never started."""
+    top, before = created
+    if top is not None:
+        shutil.rmtree(top, ignore_errors=True)
+        return
+    for entry in set(run_dir.iterdir()) - before:
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _mean(values: Any) -> float:

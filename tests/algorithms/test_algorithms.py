@@ -116,3 +116,21 @@ def test_continuous_actions_on_pendulum():
     assert batch["action"].abs().max() <= 2.0
     info = ppo.learn(batch)
     assert all(torch.isfinite(torch.tensor(v)) for v in info.values())
+
+
+def test_algorithm_on_the_wrong_action_space_speaks_the_python_api():
+    from fleetrl.algorithms import DQN, SAC
+    from fleetrl.config import DQNConfig, SACConfig
+
+    with pytest.raises(ConfigError) as info:
+        SAC(SACConfig(), env_info("CartPole-v1"))
+    assert str(info.value) == (
+        "info.num_actions=2 is invalid: SAC needs an env with continuous (Box) actions and this "
+        "one has discrete actions; use DQN, PPO or A2C for it"
+    )
+    with pytest.raises(ConfigError) as info:
+        DQN(DQNConfig(), env_info("Pendulum-v1"))
+    assert str(info.value) == (
+        "info.num_actions=None is invalid: DQN needs an env with discrete actions and this one "
+        "has 1-dimensional continuous actions; use SAC, PPO or A2C for it"
+    )

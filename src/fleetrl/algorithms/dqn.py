@@ -43,7 +43,11 @@ class DQN(ReplayAlgorithm):
     def __init__(self, config: DQNConfig, info: EnvInfo, *, qnet: nn.Module | None = None):
         if not info.discrete:
             raise ConfigError(
-                [f"algorithm='dqn' is invalid for an env with continuous actions ({info}); use sac"]
+                [
+                    f"info.num_actions={info.num_actions} is invalid: DQN needs an env with "
+                    f"discrete actions and this one has {info.action_dim}-dimensional continuous "
+                    "actions; use SAC, PPO or A2C for it"
+                ]
             )
         spec = Categorical(info.num_actions)
         qnet = (

@@ -49,7 +49,9 @@ class SAC(ReplayAlgorithm):
         if info.discrete:
             raise ConfigError(
                 [
-                    f"algorithm='sac' is invalid for an env with discrete actions ({info}); use dqn or ppo"
+                    f"info.num_actions={info.num_actions} is invalid: SAC needs an env with "
+                    "continuous (Box) actions and this one has discrete actions; use DQN, PPO "
+                    "or A2C for it"
                 ]
             )
         actor = (
