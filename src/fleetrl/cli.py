@@ -34,6 +34,13 @@ def _train(args: argparse.Namespace) -> int:
         trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
     print(f"run directory: {trainer.run_dir}")
     last = trainer.train()
+    if trainer.interrupted is not None:
+        print(
+            f"fleetrl train: stopped by {trainer.interrupted.name} at {trainer.frames:,} frames; "
+            f"checkpoint written; continue with: fleetrl train --resume {trainer.run_dir}",
+            file=sys.stderr,
+        )
+        return 128 + int(trainer.interrupted)  # the shell's code for "ended by this signal"
     print(
         f"frames {trainer.frames:,}  updates {trainer.updates}  episodes {trainer.episodes}  "
         f"train return {last.get('train/episode_return', float('nan')):.1f}  "
@@ -47,14 +54,15 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from fleetrl.algorithms import env_info, make_algorithm
+    from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
     from fleetrl.config import config_from_dict
-    from fleetrl.trainer import evaluate, latest_checkpoint, load_checkpoint
+    from fleetrl.trainer import evaluate
 
     target = Path(args.target)
-    path = latest_checkpoint(target) if target.is_dir() else target
-    if path is None or not path.is_file():
-        raise SystemExit(f"fleetrl eval: no checkpoint at {target}")
-    state = load_checkpoint(path)
+    if target.is_dir():  # a run directory: its newest checkpoint that loads
+        path, state = newest_checkpoint(target / "checkpoints")
+    else:
+        path, state = target, load_checkpoint(target)
     config = config_from_dict(state["config"])
     algorithm = make_algorithm(config.algorithm, config.algo, env_info(config.env.id))
     algorithm.load_state_dict(state["algorithm"])
