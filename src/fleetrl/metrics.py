@@ -33,6 +33,7 @@ import io
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,12 @@ class MetricLogger:
 
             # purge_step: TensorBoard discards this log dir's points at steps >= it,
             # the ones logged past the checkpoint by the run that crashed
-            purge = None if resume_frames is None else resume_frames + 1
-            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
+            log_dir = Path(run_dir) / "tensorboard"
+            purge = None
+            if resume_frames is not None:
+                purge = resume_frames + 1
+                _wait_past_event_files(log_dir)
+            self.writer = SummaryWriter(str(log_dir), purge_step=purge)
 
     # ------------------------------------------------------------- writing
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -163,6 +168,23 @@ class MetricLogger:
                 continue
             rows.append(row)
         return rows, fields
+
+
+def _wait_past_event_files(log_dir: Path) -> None:
+    """Wait (at most a second) until a new event file's name sorts after the existing ones.
+
+    TensorBoard reads a log dir's event files in name order, and a name starts
+    with the second it was created: a resumed run's file must not share that
+    second with the run it resumes, or its points (and its purge) come first.
+    """
+    seconds = [
+        int(p.name.split(".")[3])
+        for p in log_dir.glob("events.out.tfevents.*")
+        if p.name.split(".")[3:4] and p.name.split(".")[3].isdigit()
+    ]
+    delay = max(seconds, default=0) + 1 - time.time()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def _csv_line(fields: list[str], row: dict[str, Any]) -> str:
