@@ -36,19 +36,23 @@ LOCAL = [
     "logging.progress_bar=false",
     "logging.plot=false",
 ]
-# As an interactive shell starts a command: with Python's own SIGINT handler (a
-# non-interactive shell's background job, such as a CI runner's, ignores SIGINT).
-LAUNCH = (
-    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "from fleetrl.cli import main; sys.exit(main(sys.argv[1:]))"
-)
 
 
 def start(run: Path, *args: str) -> subprocess.Popen:
     config = str(ROOT / "configs" / "ppo_cartpole.yaml")
     src = str(Path(fleetrl.__file__).parents[1])
     return subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, "train", config, *LOCAL, *args, "--run-dir", str(run)],
+        [
+            sys.executable,
+            "-m",
+            "fleetrl.cli",
+            "train",
+            config,
+            *LOCAL,
+            *args,
+            "--run-dir",
+            str(run),
+        ],
         env={**os.environ, "PYTHONPATH": src},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -150,3 +154,16 @@ def test_sigkill_between_checkpoints_then_resume_keeps_every_row_up_to_the_check
     events.Reload()
     steps = [e.step for e in events.Scalars("train/frames")]
     assert steps == list(range(FPB, budget + 1, FPB))  # no step twice in TensorBoard either
+
+
+def test_a_second_signal_stops_at_once_and_handlers_are_restored():
+    from fleetrl.trainer import _StopOnSignal
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    stop = _StopOnSignal()
+    with pytest.raises(KeyboardInterrupt), stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at once: the main thread runs Python
+        assert stop.received is signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGINT)
+        pytest.fail("the second signal did not stop the run")
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

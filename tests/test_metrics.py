@@ -119,3 +119,13 @@ def test_tensorboard_resumes_at_the_checkpoint_step_without_duplicates(tmp_path)
     events.Reload()
     points = [(e.step, e.value) for e in events.Scalars("train/episode_return")]
     assert points == [(64, 1.0), (128, 2.0), (192, -192.0), (256, -256.0), (320, -320.0)]
+
+
+def test_logging_after_close_appends(tmp_path):
+    log = MetricLogger(tmp_path, tensorboard=False)
+    log.log(64, row(64))
+    log.close()
+    log.sync()  # Trainer.checkpoint() after train()
+    log.log(128, row(128))  # a second Trainer.train() on the same trainer
+    log.close()
+    assert lines(tmp_path) == ["train/episode_return,train/frames", "1.0,64", "2.0,128"]

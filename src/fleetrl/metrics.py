@@ -91,9 +91,10 @@ class MetricLogger:
             rows, _ = self._read(self.path)
             self._rewrite([*rows, metrics])
         else:
-            self._file.write(
-                _csv_line(self.fields, metrics)
-            )  # one write: a kill cuts the tail only
+            if self._file.closed:  # logging again after close(), e.g. a second train()
+                self._file = self.path.open("a", newline="")
+            # the row in one write, so a kill can only cut its tail
+            self._file.write(_csv_line(self.fields, metrics))
             self._file.flush()
         if self.writer is not None:
             for key, value in metrics.items():
@@ -102,8 +103,9 @@ class MetricLogger:
 
     def sync(self) -> None:
         """Put every row logged so far on disk (and flush TensorBoard's events)."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        if not self._file.closed:  # close() synced it already
+            self._file.flush()
+            os.fsync(self._file.fileno())
         if self.writer is not None:
             self.writer.flush()
 
