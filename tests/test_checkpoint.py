@@ -269,3 +269,30 @@ def test_eval_of_a_run_where_none_loads_names_the_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"fleetrl eval: no checkpoint in {folder} loads: all 7 are damaged")
     assert err.count("\n") == 1
+
+
+def test_eval_of_a_checkpoint_whose_state_does_not_fit_its_config_is_one_line(
+    local_run, tmp_path, capsys
+):
+    path = tmp_path / "checkpoint_000000000384.pt"
+    state = load_checkpoint(local_run / "checkpoints" / path.name)
+    state["config"]["ppo"]["hidden_sizes"] = [8]  # the saved weights are 64 wide
+    torch.save(state, path)
+    assert main(["eval", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"fleetrl eval: checkpoint {path} is invalid: its algorithm state does not fit a ppo "
+        "built from its own config (ValueError: Failed to update "
+    )
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_resume_discards_a_half_written_last_metrics_row(local_run, tmp_path, caplog):
+    run = copy_run(local_run, tmp_path / "run")
+    with (run / "metrics.csv").open("a") as f:
+        f.write("0.5,12")  # a row cut short by a kill: once a raw TypeError on resume
+    with caplog.at_level(logging.WARNING):
+        trainer = Trainer.from_run_dir(run, ["trainer.total_frames=512"])
+    assert f"{run / 'metrics.csv'} line 5 is damaged (cut short); discarding it" in caplog.text
+    trainer.train()
+    assert [int(r["train/frames"]) for r in trainer.metrics.read_rows()] == [128, 256, 384, 512]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from fleetrl.errors import FleetError
+from fleetrl.errors import CheckpointError, FleetError
 
 __all__ = ["main"]
 
@@ -52,6 +52,17 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+STATE_MISFIT = (
+    "checkpoint {path} is invalid: its algorithm state does not fit a {algorithm} "
+    "built from its own config ({reason}); pass a checkpoint written by fleetrl train"
+)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
 def _eval(args: argparse.Namespace) -> int:
     from fleetrl.algorithms import env_info, make_algorithm
     from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
@@ -65,7 +76,12 @@ def _eval(args: argparse.Namespace) -> int:
         path, state = target, load_checkpoint(target)
     config = config_from_dict(state["config"])
     algorithm = make_algorithm(config.algorithm, config.algo, env_info(config.env.id))
-    algorithm.load_state_dict(state["algorithm"])
+    try:
+        algorithm.load_state_dict(state["algorithm"])
+    except (KeyError, RuntimeError, TypeError, ValueError) as err:  # torch's size/key mismatches
+        raise CheckpointError(
+            STATE_MISFIT.format(path=path, algorithm=config.algorithm, reason=_first_line(err))
+        ) from None
     returns = evaluate(
         algorithm.policy,
         config.env.id,
