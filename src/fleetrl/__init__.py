@@ -9,6 +9,7 @@ from fleetrl.collectors import (
 )
 from fleetrl.envs import BatchedEnv, make_env
 from fleetrl.errors import (
+    CheckpointError,
     CollectorClosedError,
     ConfigError,
     EnvError,
@@ -20,6 +21,7 @@ from fleetrl.policies import RandomPolicy, as_policy
 
 __all__ = [
     "BatchedEnv",
+    "CheckpointError",
     "CollectorClosedError",
     "ConfigError",
     "DataCollectorBase",

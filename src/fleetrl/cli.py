@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from fleetrl.errors import FleetError
+from fleetrl.errors import CheckpointError, FleetError
 
 __all__ = ["main"]
 
@@ -32,6 +32,13 @@ def _train(args: argparse.Namespace) -> int:
         trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
     print(f"run directory: {trainer.run_dir}")
     last = trainer.train()
+    if trainer.interrupted is not None:
+        print(
+            f"fleetrl train: stopped by {trainer.interrupted.name} at {trainer.frames:,} frames; "
+            f"checkpoint written; continue with: fleetrl train --resume {trainer.run_dir}",
+            file=sys.stderr,
+        )
+        return 128 + int(trainer.interrupted)  # the shell's code for "ended by this signal"
     print(
         f"frames {trainer.frames:,}  updates {trainer.updates}  episodes {trainer.episodes}  "
         f"train return {last.get('train/episode_return', float('nan')):.1f}  "
@@ -43,19 +50,36 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+STATE_MISFIT = (
+    "checkpoint {path} is invalid: its algorithm state does not fit a {algorithm} "
+    "built from its own config ({reason}); pass a checkpoint written by fleetrl train"
+)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
 def _eval(args: argparse.Namespace) -> int:
     from fleetrl.algorithms import env_info, make_algorithm
+    from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
     from fleetrl.config import config_from_dict
-    from fleetrl.trainer import evaluate, latest_checkpoint, load_checkpoint
+    from fleetrl.trainer import evaluate
 
     target = Path(args.target)
-    path = latest_checkpoint(target) if target.is_dir() else target
-    if path is None or not path.is_file():
-        raise SystemExit(f"fleetrl eval: no checkpoint at {target}")
-    state = load_checkpoint(path)
+    if target.is_dir():  # a run directory: its newest checkpoint that loads
+        path, state = newest_checkpoint(target / "checkpoints")
+    else:
+        path, state = target, load_checkpoint(target)
     config = config_from_dict(state["config"])
     algorithm = make_algorithm(config.algorithm, config.algo, env_info(config.env.id))
-    algorithm.load_state_dict(state["algorithm"])
+    try:
+        algorithm.load_state_dict(state["algorithm"])
+    except (KeyError, RuntimeError, TypeError, ValueError) as err:  # torch's size/key mismatches
+        raise CheckpointError(
+            STATE_MISFIT.format(path=path, algorithm=config.algorithm, reason=_first_line(err))
+        ) from None
     returns = evaluate(
         algorithm.policy,
         config.env.id,

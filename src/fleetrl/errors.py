@@ -6,6 +6,7 @@ fleetrl::
 
     FleetError
     ├── ConfigError (ValueError)        bad argument or config value, raised before work starts
+    │   └── CheckpointError             a checkpoint file or folder that cannot be loaded
     ├── EnvError (ValueError)           an environment that cannot be built or used
     ├── PolicyError (ValueError)        a policy whose outputs do not fit the env
     ├── CollectorClosedError (RuntimeError)  use after shutdown()
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "CheckpointError",
     "CollectorClosedError",
     "ConfigError",
     "EnvError",
@@ -45,6 +47,17 @@ class ConfigError(FleetError, ValueError):
         else:
             msg = f"{len(self.problems)} problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(msg)
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint file is missing, damaged or not fleetrl's, or a folder has none that loads.
+
+    A ConfigError because the file is an input to ``--resume`` or ``fleetrl eval``;
+    its message is one line naming the file or folder.
+    """
+
+    def __init__(self, message: str):
+        super().__init__([message])
 
 
 class EnvError(FleetError, ValueError):

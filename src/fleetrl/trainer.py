@@ -23,11 +23,10 @@ reseeded and start new episodes; the resume logs one line saying so.
 
 from __future__ import annotations
 
-import csv
 import logging
-import math
-import os
 import shutil
+import signal
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -40,9 +39,16 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl.algorithms import env_info
 from fleetrl.build import make_learner
+from fleetrl.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    newest_checkpoint,
+    save_checkpoint,
+)
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config, check_config, config_to_dict, read_yaml_mapping
-from fleetrl.errors import ConfigError
+from fleetrl.errors import CheckpointError, ConfigError
+from fleetrl.metrics import MetricLogger
 from fleetrl.preflight import check_budget, check_resume_overrides, config_terms
 from fleetrl.scheme import Scheme
 
@@ -61,6 +67,12 @@ APPROXIMATE_RESUME_MSG = (
     "resume from %s is approximate: %s. Frames, weights, optimizer and schedules continue; the "
     "run will not match one that never stopped"
 )
+
+STOPPING = (
+    "received %s: stopping after this iteration and writing a checkpoint "
+    "(send it again to stop at once, without one)"
+)
+STOPPED = "stopped by %s at %d frames; checkpoint written"
 
 
 def evaluate(
@@ -95,50 +107,6 @@ def evaluate(
                     first_done[env] = float(ret[env, int(ends[0])])
         returns = [first_done[i] for i in range(num_episodes)]
     return torch.tensor(returns)
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    paths = sorted(Path(run_dir, "checkpoints").glob(CHECKPOINT_GLOB))
-    return paths[-1] if paths else None
-
-
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` (no code runs from the file)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-class MetricLogger:
-    """CSV (always) and TensorBoard (optional) with the same metric names."""
-
-    def __init__(self, run_dir: Path, tensorboard: bool, resume: bool):
-        self.path = run_dir / "metrics.csv"
-        self.rows: list[dict[str, float]] = []
-        if resume and self.path.exists():
-            with self.path.open() as f:
-                self.rows = [
-                    {k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)
-                ]
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self.rows.append(metrics)
-        keys = sorted({k for row in self.rows for k in row})
-        with self.path.open("w", newline="") as f:  # rewritten whole: new metrics may appear later
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(self.rows)
-        if self.writer is not None:
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    self.writer.add_scalar(key, value, step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 class Trainer:
@@ -199,18 +167,16 @@ class Trainer:
         (self.run_dir / "config.yaml").write_text(
             yaml.safe_dump(config_to_dict(config), sort_keys=False)
         )
-        self.metrics = MetricLogger(self.run_dir, config.logging.tensorboard, resume)
+        self.metrics = MetricLogger(
+            self.run_dir, config.logging.tensorboard, resume_frames=self.frames if resume else None
+        )
 
     # ------------------------------------------------------------- resume
     def _resume(self) -> None:
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
-            raise ConfigError(
-                [
-                    f"resume={str(self.run_dir)!r} is invalid: no checkpoint in {self.run_dir / 'checkpoints'}"
-                ]
-            )
-        state = load_checkpoint(path)
+        try:  # the newest checkpoint that loads; damaged newer ones are skipped with a warning
+            path, state = newest_checkpoint(self.run_dir / "checkpoints")
+        except CheckpointError as err:
+            raise CheckpointError(f"resume={str(self.run_dir)!r} is invalid: {err}") from None
         self.algorithm.load_state_dict(state["algorithm"])
         self._replica_states = state["algorithm"].get("replicas")  # gradient workers' buffers
         self.frames, self.updates, self.episodes = (
@@ -227,7 +193,12 @@ class Trainer:
         logger.info("resumed %s at %d frames, %d updates", path, self.frames, self.updates)
 
     def checkpoint(self) -> Path:
-        """Write a checkpoint atomically and keep the newest ``keep_checkpoints``."""
+        """Write a checkpoint atomically and keep the newest ``keep_checkpoints``.
+
+        The metrics logged so far are put on disk first, so a resumed run finds
+        every row up to the checkpoint. Older checkpoints are deleted only once
+        the new one has loaded back (:func:`~fleetrl.checkpoint.save_checkpoint`).
+        """
         state = {
             "algorithm": (self.scheme or self.algorithm).state_dict(),
             "frames": self.frames,
@@ -243,14 +214,10 @@ class Trainer:
             ),
             "config": config_to_dict(self.config),
         }
-        folder = self.run_dir / "checkpoints"
-        path = folder / f"checkpoint_{self.frames:012d}.pt"
-        tmp = folder / f".{path.name}.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, path)  # atomic on POSIX: a reader sees the old file or the new one
-        for old in sorted(folder.glob(CHECKPOINT_GLOB))[: -self.config.trainer.keep_checkpoints]:
-            old.unlink()
-        return path
+        self.metrics.sync()
+        return save_checkpoint(
+            state, self.run_dir / "checkpoints", keep=self.config.trainer.keep_checkpoints
+        )
 
     # ---------------------------------------------------------- schedules
     def _apply_schedules(self, target: Any) -> None:
@@ -307,8 +274,14 @@ class Trainer:
 
         The central learner stops at exactly ``total_frames``; gradient workers
         stop at the end of the first iteration at or past it.
+
+        Ctrl-C (SIGINT) or SIGTERM stops the run at the end of the current
+        iteration: a checkpoint is written, the metrics are put on disk, and
+        ``train`` returns with :attr:`interrupted` set to the signal. A second
+        signal stops at once (``KeyboardInterrupt``), without a checkpoint.
         """
         t = self.config.trainer
+        self.interrupted: signal.Signals | None = None
         start = time.perf_counter()
         self.scheme = scheme = self._start_scheme()
         progress = _progress_bar(self.config, self.frames)
@@ -316,7 +289,10 @@ class Trainer:
         last: dict[str, float] = {}
         self._continue_from_checkpoint(scheme)
         version_at_start = scheme.learner.version
+        # installed after the scheme starts: ray.init sets a SIGTERM handler of its own
+        stop = _StopOnSignal()
         try:
+            stop.__enter__()
             while self.frames < t.total_frames:
                 self._apply_schedules(scheme)
                 result = scheme.run_iteration()
@@ -349,13 +325,19 @@ class Trainer:
                 progress.update(result["frames"], last)
                 if t.checkpoint_every and self.updates % t.checkpoint_every == 0:
                     self.checkpoint()
+                if stop.received is not None:  # between iterations: the state is whole here
+                    break
                 if self.target_reached():
                     logger.info(
                         "target return %s reached at %d frames", t.target_return, self.frames
                     )
                     break
             self.checkpoint()  # while the scheme runs: decentralized state lives in the workers
+            if stop.received is not None:
+                self.interrupted = stop.received
+                logger.warning(STOPPED, stop.received.name, self.frames)
         finally:
+            stop.__exit__()
             scheme.shutdown()
             self.scheme = None
             progress.close()
@@ -405,7 +387,7 @@ class Trainer:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        rows = [r for r in self.metrics.rows if "train/frames" in r]
+        rows = [r for r in self.metrics.read_rows() if "train/frames" in r]
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.plot(
             [r["train/frames"] for r in rows],
@@ -480,6 +462,39 @@ def _remove_created(run_dir: Path, created: tuple[Path | None, frozenset[Path]])
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
+
+
+class _StopOnSignal:
+    """SIGINT and SIGTERM set :attr:`received`, which the loop checks between iterations.
+
+    Stopping mid-iteration would checkpoint an algorithm that has learned from
+    a batch its frame count does not include; a second signal still stops at once.
+    Handlers are only installed from the main thread (Python allows no other).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: signal.Signals | None = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            self.__exit__()
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum)
+        logger.warning(STOPPING, self.received.name)
 
 
 def _mean(values: Any) -> float:

@@ -1,0 +1,216 @@
+"""Checkpoint files: atomic save, verified load, the newest one that loads, rotation.
+
+What goes *into* a checkpoint is the Trainer's business
+(:meth:`~fleetrl.trainer.Trainer.checkpoint`); this module only writes and
+reads the files, so that a crash at any moment leaves a run directory that
+``--resume`` and ``fleetrl eval`` can use:
+
+- :func:`save_checkpoint` writes to a temporary file, fsyncs it, renames it
+  into place with :func:`os.replace` and fsyncs the folder. It then loads the
+  new file back, and only once that succeeds deletes checkpoints past
+  ``keep``: an older good checkpoint is never deleted while the newest is
+  unverified.
+- :func:`load_checkpoint` loads with ``torch.load(weights_only=True)`` (no code
+  runs from the file) and turns every way a file can fail to be a fleetrl
+  checkpoint (empty, truncated, random bytes, a pickle that ``weights_only``
+  refuses, a torch file without fleetrl's keys) into one
+  :class:`~fleetrl.errors.CheckpointError` line that names the file.
+- :func:`newest_checkpoint` returns the newest checkpoint in a folder that
+  loads, with a warning naming each damaged file it skips.
+
+Examples:
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> state = {"algorithm": {}, "frames": 64, "updates": 1, "episodes": 0, "config": {}}
+    >>> save_checkpoint(state, folder, keep=2).name
+    'checkpoint_000000000064.pt'
+    >>> path, loaded = newest_checkpoint(folder)
+    >>> loaded["frames"]
+    64
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fleetrl.errors import CheckpointError
+
+__all__ = [
+    "CHECKPOINT_GLOB",
+    "REQUIRED_KEYS",
+    "checkpoint_paths",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "newest_checkpoint",
+    "save_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_GLOB = "checkpoint_*.pt"
+TMP_GLOB = ".checkpoint_*.pt.tmp"
+# every fleetrl checkpoint has these; the Trainer may add more
+REQUIRED_KEYS = ("algorithm", "frames", "updates", "episodes", "config")
+
+NOT_A_FILE = (
+    "checkpoint {path} is invalid: no such file; pass a run directory or a checkpoint_*.pt file"
+)
+EMPTY = "checkpoint {path} is invalid: the file is empty (a write cut short); delete it"
+UNREADABLE = (
+    "checkpoint {path} is invalid: not a fleetrl checkpoint ({reason}); "
+    "delete it or pass another checkpoint"
+)
+REFUSED = (
+    "checkpoint {path} is invalid: not a fleetrl checkpoint (it holds objects that "
+    "torch.load(weights_only=True) refuses: {reason}); nothing in it ran; delete it"
+)
+MISSING_KEYS = (
+    "checkpoint {path} is invalid: not a fleetrl checkpoint (no {keys} in it); "
+    "pass a checkpoint_*.pt written by fleetrl"
+)
+NO_CHECKPOINT = "no checkpoint in {folder}"
+NONE_LOADS = (
+    "no checkpoint in {folder} loads: all {count} are damaged ({names}); "
+    "start a new run or restore a checkpoint there"
+)
+DAMAGED_SKIPPED = "skipping damaged checkpoint: %s"
+STALE_REMOVED = "removing checkpoints named past the new %s (left from before a resume): %s"
+NOT_VERIFIED = (
+    "checkpoint {path} did not load back after saving, so it was deleted and older "
+    "checkpoints were kept: {reason}"
+)
+
+
+def checkpoint_paths(folder: str | Path) -> list[Path]:
+    """The checkpoint files in ``folder``, oldest first (names hold the zero-padded frame count)."""
+    return sorted(Path(folder).glob(CHECKPOINT_GLOB))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint file in ``run_dir/checkpoints`` by name, loadable or not."""
+    paths = checkpoint_paths(Path(run_dir, "checkpoints"))
+    return paths[-1] if paths else None
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    # torch's first sentence says what failed; the rest is advice about torch.load
+    return f"{type(err).__name__}: {text[0].split('. ')[0]}" if text else type(err).__name__
+
+
+def _why_not_loadable(path: Path, err: BaseException) -> str:
+    # torch's weights_only message is a paragraph; its one specific line says what it met
+    lines = [line.strip() for line in str(err).splitlines()]
+    refused = [line for line in lines if "GLOBAL" in line]
+    if refused:
+        return REFUSED.format(path=path, reason=refused[0])
+    detail = [line for line in lines if line.startswith("Unsupported")]
+    if detail:
+        return UNREADABLE.format(path=path, reason=f"{type(err).__name__}: {detail[0]}")
+    return UNREADABLE.format(path=path, reason=_one_line(err))
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a fleetrl checkpoint with ``weights_only=True`` (no code runs from the file).
+
+    Raises:
+        CheckpointError: one line naming ``path``, for a missing, empty, damaged
+            or foreign file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(NOT_A_FILE.format(path=path))
+    if path.stat().st_size == 0:
+        raise CheckpointError(EMPTY.format(path=path))
+    try:
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says more
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        # torch.load fails in many ways on bad input (RuntimeError from the zip reader,
+        # EOFError, UnpicklingError, OSError, ValueError, ...): all mean "not loadable".
+        raise CheckpointError(_why_not_loadable(path, err)) from None
+    missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(MISSING_KEYS.format(path=path, keys=", ".join(map(repr, missing))))
+    return state
+
+
+def newest_checkpoint(folder: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint in ``folder`` that loads, and its contents.
+
+    Each damaged file on the way is skipped with a warning naming it.
+
+    Raises:
+        CheckpointError: naming ``folder`` when it holds no checkpoint, or none that loads.
+    """
+    folder = Path(folder)
+    paths = checkpoint_paths(folder)
+    if not paths:
+        raise CheckpointError(NO_CHECKPOINT.format(folder=folder))
+    for path in reversed(paths):
+        try:
+            return path, load_checkpoint(path)
+        except CheckpointError as err:
+            logger.warning(DAMAGED_SKIPPED, err)
+    names = ", ".join(p.name for p in paths)
+    raise CheckpointError(NONE_LOADS.format(folder=folder, count=len(paths), names=names))
+
+
+def _fsync_dir(folder: Path) -> None:
+    # the rename itself is only durable once the directory entry is on disk
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(state: dict[str, Any], folder: str | Path, *, keep: int) -> Path:
+    """Write ``state`` as ``folder/checkpoint_<frames>.pt`` atomically, verify it, then rotate.
+
+    Loading the new file back costs one read of it per checkpoint; it is what
+    makes deleting the older ones safe.
+
+    Args:
+        state: the checkpoint dict; needs ``REQUIRED_KEYS`` (``frames`` names the file).
+        folder: the checkpoints folder (created if missing).
+        keep: how many checkpoints to keep, the new one included (at least 1).
+
+    Raises:
+        CheckpointError: the new file did not load back; it is deleted and the
+            older checkpoints are all kept.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(TMP_GLOB):  # left by a crash in the middle of a save
+        stale.unlink(missing_ok=True)
+    path = folder / f"checkpoint_{int(state['frames']):012d}.pt"
+    tmp = folder / f".{path.name}.tmp"
+    with tmp.open("wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # atomic on POSIX: a reader sees the old file or the new one
+    _fsync_dir(folder)
+    try:
+        load_checkpoint(path)
+    except CheckpointError as err:
+        path.unlink(missing_ok=True)
+        raise CheckpointError(NOT_VERIFIED.format(path=path, reason=err)) from None
+    paths = checkpoint_paths(folder)
+    # Files named past the new one are left from a timeline this run resumed
+    # away from (they did not load, or the run restarted): they are not newer.
+    older = [p for p in paths if p.name < path.name]
+    stale_newer = [p for p in paths if p.name > path.name]
+    if stale_newer:
+        logger.warning(STALE_REMOVED, path.name, ", ".join(p.name for p in stale_newer))
+    for old in [*older[: max(0, len(older) - (max(1, keep) - 1))], *stale_newer]:
+        old.unlink(missing_ok=True)
+    return path

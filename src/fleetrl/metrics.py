@@ -1,0 +1,195 @@
+"""MetricLogger: one row per training iteration to ``metrics.csv``, and TensorBoard.
+
+The CSV survives crashes:
+
+- A row is appended and flushed as it is logged (cost: one short write), so
+  logging is linear in run length. Only a metric name that was not in the
+  header yet (``eval/*`` at the first evaluation, say) rewrites the file once,
+  atomically, with the wider header.
+- :meth:`MetricLogger.sync` fsyncs the file; the Trainer calls it before each
+  checkpoint, so every row up to a checkpoint's frame count is on disk before
+  the checkpoint is.
+- On resume (``resume_frames``: the loaded checkpoint's frame count), rows with
+  ``train/frames`` past it are dropped: the resumed run logs those frames
+  again. A damaged row (a half-written last line after a kill) is discarded
+  with a warning. TensorBoard resumes at the same step: its writer purges
+  every point logged past the checkpoint, so no step appears twice.
+
+Examples:
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> log = MetricLogger(run, tensorboard=False)
+    >>> log.log(64, {"train/frames": 64, "train/episode_return": 9.5})
+    >>> log.log(128, {"train/frames": 128, "train/episode_return": 11.0})
+    >>> log.close()
+    >>> [r["train/frames"] for r in MetricLogger(run, tensorboard=False, resume_frames=64).read_rows()]
+    [64.0]
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricLogger"]
+
+logger = logging.getLogger(__name__)
+
+FRAMES_KEY = "train/frames"
+DAMAGED_ROW = "%s line %d is damaged (%s); discarding it"
+DROPPED_ROWS = "%s: dropping %d rows logged past the checkpoint's %d frames"
+
+
+class MetricLogger:
+    """CSV (always) and TensorBoard (optional) with the same metric names.
+
+    Args:
+        run_dir: the run directory; writes ``metrics.csv`` and ``tensorboard/`` there.
+        tensorboard: also write TensorBoard events.
+        resume_frames: the frame count of the checkpoint a resumed run starts
+            from; ``None`` for a new run, which starts ``metrics.csv`` afresh.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool, resume_frames: int | None = None):
+        self.path = Path(run_dir) / "metrics.csv"
+        self.fields: list[str] = []
+        if resume_frames is not None and self.path.exists():
+            rows, fields = self._read(self.path)
+            kept = [r for r in rows if r.get(FRAMES_KEY, math.inf) <= resume_frames]
+            if len(kept) < len(rows):
+                logger.warning(DROPPED_ROWS, self.path, len(rows) - len(kept), resume_frames)
+            self.fields = fields
+            self._rewrite(kept)  # once per resume: leaves only whole rows up to the checkpoint
+        else:
+            self.path.write_text("")
+        self._file = self.path.open("a", newline="")
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step: TensorBoard discards this log dir's points at steps >= it,
+            # the ones logged past the checkpoint by the run that crashed
+            log_dir = Path(run_dir) / "tensorboard"
+            purge = None
+            if resume_frames is not None:
+                purge = resume_frames + 1
+                _wait_past_event_files(log_dir)
+            self.writer = SummaryWriter(str(log_dir), purge_step=purge)
+
+    # ------------------------------------------------------------- writing
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Append one row (flushed, not fsynced) and its TensorBoard points at ``step``."""
+        new = sorted(set(metrics) - set(self.fields))
+        if new:
+            self.fields = sorted({*self.fields, *new})
+            rows, _ = self._read(self.path)
+            self._rewrite([*rows, metrics])
+        else:
+            if self._file.closed:  # logging again after close(), e.g. a second train()
+                self._file = self.path.open("a", newline="")
+            # the row in one write, so a kill can only cut its tail
+            self._file.write(_csv_line(self.fields, metrics))
+            self._file.flush()
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self.writer.add_scalar(key, value, step)
+
+    def sync(self) -> None:
+        """Put every row logged so far on disk (and flush TensorBoard's events)."""
+        if not self._file.closed:  # close() synced it already
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.sync()
+            self._file.close()
+        if self.writer is not None:
+            self.writer.close()
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
+        # temporary file, fsync, rename: a crash leaves the old file or the new one
+        if not self._file_closed():
+            self._file.close()
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with tmp.open("w", newline="") as f:
+            if self.fields:
+                writer = csv.DictWriter(f, fieldnames=self.fields, lineterminator="\n")
+                writer.writeheader()
+                writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self._file = self.path.open("a", newline="")
+
+    def _file_closed(self) -> bool:
+        return not hasattr(self, "_file") or self._file.closed
+
+    # ------------------------------------------------------------- reading
+    def read_rows(self) -> list[dict[str, float]]:
+        """Every row in ``metrics.csv`` so far, values as floats (empty cells left out)."""
+        if not self._file_closed():
+            self._file.flush()
+        return self._read(self.path)[0]
+
+    @staticmethod
+    def _read(path: Path) -> tuple[list[dict[str, float]], list[str]]:
+        """Rows and header of ``path``; damaged rows are discarded with a warning."""
+        text = path.read_text() if path.exists() else ""
+        lines = text.splitlines(keepends=True)
+        if not lines:
+            return [], []
+        if not lines[0].endswith("\n"):
+            logger.warning(DAMAGED_ROW, path, 1, "the header was cut short")
+            return [], []
+        fields = next(csv.reader([lines[0]]))
+        rows: list[dict[str, float]] = []
+        for number, line in enumerate(lines[1:], start=2):
+            values = next(csv.reader([line]), [])
+            problem = None
+            if not line.endswith("\n"):  # every row is written with its line end in one write
+                problem = "cut short"
+            elif len(values) != len(fields):
+                problem = f"{len(values)} values for {len(fields)} columns"
+            else:
+                try:
+                    row = {k: float(v) for k, v in zip(fields, values) if v != ""}
+                except ValueError as err:
+                    problem = str(err)
+            if problem is not None:
+                logger.warning(DAMAGED_ROW, path, number, problem)
+                continue
+            rows.append(row)
+        return rows, fields
+
+
+def _wait_past_event_files(log_dir: Path) -> None:
+    """Wait (at most a second) until a new event file's name sorts after the existing ones.
+
+    TensorBoard reads a log dir's event files in name order, and a name starts
+    with the second it was created: a resumed run's file must not share that
+    second with the run it resumes, or its points (and its purge) come first.
+    """
+    seconds = [
+        int(p.name.split(".")[3])
+        for p in log_dir.glob("events.out.tfevents.*")
+        if p.name.split(".")[3:4] and p.name.split(".")[3].isdigit()
+    ]
+    delay = max(seconds, default=0) + 1 - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _csv_line(fields: list[str], row: dict[str, Any]) -> str:
+    out = io.StringIO()
+    csv.DictWriter(out, fieldnames=fields, lineterminator="\n").writerow(row)
+    return out.getvalue()
