@@ -15,6 +15,7 @@ from fleetrl.errors import (
     FleetError,
     PolicyError,
     WorkerError,
+    WorkerLostError,
 )
 from fleetrl.policies import RandomPolicy, as_policy
 
@@ -31,6 +32,7 @@ __all__ = [
     "RayCollector",
     "SyncDataCollector",
     "WorkerError",
+    "WorkerLostError",
     "as_policy",
     "episode_stats",
     "make_env",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,18 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from fakes import CountingEnv
-from fleetrl import ConfigError, RayCollector, SyncDataCollector, WorkerError, episode_stats
+from fakes import CountingEnv, ExitOnBuild
+from fleetrl import (
+    ConfigError,
+    RayCollector,
+    SyncDataCollector,
+    WorkerError,
+    WorkerLostError,
+    episode_stats,
+)
+from fleetrl.collectors.ray import MAX_POLICY_LAG_ALLOWED, MAX_RESTART_ATTEMPTS_ALLOWED
+from fleetrl.collectors.restarts import GAVE_UP_MSG
+from fleetrl.errors import bad_value
 from policies import categorical_actor, constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -209,6 +220,68 @@ def test_killed_workers_are_replaced_and_frames_stay_exact(sync):
     assert sum(stats["frames_per_worker"].values()) == 400
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_replacements_dying_at_start_are_retried_and_frames_stay_exact(sync, tmp_path):
+    factory = ExitOnBuild(str(tmp_path / "deaths"), length=5, sleep=0.001)
+    with RayCollector(
+        [factory, counting(5, sleep=0.001)],
+        constant_policy(1),
+        frames_per_batch=40,
+        total_frames=400,
+        sync=sync,
+        prefetch=1,
+    ) as c:
+        seen = []
+        for i, b in enumerate(c):
+            seen.append(frames_of(b))
+            if i == 1:
+                factory.arm(2)  # the first two replacements die while building their env
+                ray.kill(c.worker_handles()[0])
+        stats = c.stats()
+    assert factory.deaths_left() == 0
+    assert sum(seen) == 400 and len(seen) == 10
+    assert stats["frames"] == 400 == sum(stats["frames_per_worker"].values())
+    assert stats["restarts"] == {0: 3, 1: 0}  # two died starting, the third runs
+    assert stats["pending"] == {"tasks": 0, "frames": 0}
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_replacements_that_keep_dying_raise_and_accounting_stays_exact(sync, tmp_path):
+    factory = ExitOnBuild(str(tmp_path / "deaths"), length=5, sleep=0.001)
+    gave_up = GAVE_UP_MSG.split("Last cause")[0].format(attempts=1, max_attempts=1)
+    with RayCollector(
+        [factory, counting(5, sleep=0.001)],
+        constant_policy(1),
+        frames_per_batch=40,
+        total_frames=400,
+        sync=sync,
+        prefetch=1,
+        max_restart_attempts=1,
+    ) as c:
+        seen = [frames_of(c.next()) for _ in range(2)]
+        factory.arm(1)
+        ray.kill(c.worker_handles()[0])
+        with pytest.raises(
+            WorkerLostError, match="collector worker 0 was lost: " + re.escape(gave_up)
+        ) as info:
+            for _ in range(10):
+                seen.append(frames_of(c.next()))
+        assert isinstance(info.value, WorkerError)
+        assert info.value.worker_id == 0 and info.value.attempts == 1
+        assert "actor died" in info.value.cause.lower()  # the last death's own cause
+        # the books are exact: what was served, and what is still owed (the lost task too)
+        assert c.frames == sum(seen) and c.remaining_frames == 400 - sum(seen)
+        in_flight = 40 if sync else 2 * 40  # one round of two shares / one task per worker
+        assert c.stats()["pending"]["frames"] == min(in_flight, 400 - sum(seen))
+        # the caller goes on: a new series of attempts, and exactly the budget
+        seen.extend(frames_of(b) for b in c)
+        stats = c.stats()
+    assert sum(seen) == 400 and len(seen) == 10
+    assert stats["frames"] == 400 == sum(stats["frames_per_worker"].values())
+    assert stats["restarts"] == {0: 2, 1: 0}
+    assert stats["pending"] == {"tasks": 0, "frames": 0}
+
+
 def test_replaced_worker_gets_current_weights():
     policy = constant_policy(0)
     with RayCollector(
@@ -289,6 +362,30 @@ def test_bad_input_is_refused_before_any_actor_starts(tmp_path):
         "frames_per_batch=16 is invalid: sync=True splits each batch across the 3 collectors" in msg
     )
     assert "fraction_workers=1.5 is invalid: must be in (0, 1]" in msg
+    assert not marker.exists()
+
+
+def test_bad_fault_bounds_are_refused_with_the_others_before_any_actor(tmp_path):
+    marker = tmp_path / "env-built"
+
+    def env_fn():
+        marker.write_text("built")
+        return CountingEnv()
+
+    with pytest.raises(ConfigError) as info:
+        RayCollector(
+            env_fn,
+            None,
+            frames_per_batch=16,
+            prefetch=-1,
+            max_policy_lag=-1,
+            max_restart_attempts=True,
+        )
+    assert info.value.problems == [
+        "prefetch=-1 is invalid: must be an int >= 0",
+        bad_value("max_policy_lag", -1, MAX_POLICY_LAG_ALLOWED),
+        bad_value("max_restart_attempts", True, MAX_RESTART_ATTEMPTS_ALLOWED),
+    ]
     assert not marker.exists()
 
 
