@@ -15,7 +15,7 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from fakes import CountingEnv, ExitOnBuild
+from fakes import CountingEnv, ExitOnBuild, GatedEnv
 from fleetrl import (
     ConfigError,
     RayCollector,
@@ -184,6 +184,72 @@ def test_max_weight_update_interval_bounds_staleness_of_queued_tasks():
     unbounded, bounded = lags(-1), lags(1)
     assert unbounded["max"] >= 2
     assert bounded["max"] <= 1
+
+
+@pytest.mark.parametrize(("prefetch", "bound"), [(0, None), (0, 0), (1, 1)])
+def test_async_slow_worker_lag_is_unbounded_unless_max_policy_lag(prefetch, bound, tmp_path):
+    gate = tmp_path / "gate"  # worker 1 cannot step until the test opens it
+    with RayCollector(
+        [counting(5), lambda: GatedEnv(str(gate), 5)],
+        constant_policy(1),
+        frames_per_batch=20,
+        total_frames=400,
+        sync=False,
+        prefetch=prefetch,
+        update_after_each_batch=True,
+        max_policy_lag=bound,
+    ) as c:
+        lags, workers = [], []
+        for i, b in enumerate(c):
+            lags.append(c.policy_version - int(b["collector", "policy_version"].min()))
+            workers.append(int(b["collector", "worker_id"][0, 0]))
+            if i == 5:
+                gate.write_text("open")
+        stats = c.stats()
+    assert len(lags) == 20 and stats["frames"] == 400
+    assert sum(stats["frames_per_worker"].values()) == 400  # stale frames are never counted
+    assert workers[:6] == [0] * 6 and 1 in workers
+    assert stats["policy_lag"]["max"] == max(lags) and stats["policy_lag"]["count"] == 20
+    assert stats["policy_lag"]["bound"] == bound
+    if bound is None:
+        # worker 1's first batch was collected with version 0 and served after >= 6 publishes
+        assert max(lags) >= 6
+        assert stats["stale_batches"] == stats["stale_frames"] == 0
+    else:
+        assert max(lags) <= bound
+        assert stats["stale_batches"] >= 1  # at least worker 1's first batch
+        assert stats["stale_frames"] == 20 * stats["stale_batches"]
+    assert stats["pending"] == {"tasks": 0, "frames": 0}
+
+
+@pytest.mark.parametrize("bound", [None, 1])
+def test_sync_lag_bound_with_a_slow_worker_and_extra_publishes(bound):
+    with RayCollector(
+        [counting(5), counting(5, sleep=0.002)],
+        constant_policy(1),
+        frames_per_batch=20,
+        total_frames=200,
+        sync=True,
+        prefetch=1,
+        max_policy_lag=bound,
+    ) as c:
+        lags = []
+        for b in c:
+            lags.append(c.policy_version - int(b["collector", "policy_version"].min()))
+            for _ in range(3):  # three versions while the next round is in flight
+                c.update_policy_weights_()
+        stats = c.stats()
+    assert stats["frames"] == 200 and stats["batches"] == 10
+    if bound is None:
+        assert lags == [0] + [3] * 9  # the prefetched round ran on the weights 3 versions back
+        assert stats["stale_batches"] == 0
+    else:
+        assert lags == [0] * 10  # each stale round was collected again on the current weights
+        assert stats["stale_batches"] == 9 * 2  # both workers' shares of rounds 2..10
+        assert stats["stale_frames"] == 9 * 20
+    assert stats["policy_lag"]["max"] == max(lags)
+    assert stats["policy_lag"]["mean"] == pytest.approx(sum(lags) / 10)
+    assert sum(stats["frames_per_worker"].values()) == 200
 
 
 # ------------------------------------------------------------ faults
