@@ -14,6 +14,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from torch import nn
 
 
 class CountingEnv(gym.Env):
@@ -106,3 +107,27 @@ class GatedEnv(CountingEnv):
         while not os.path.exists(self.gate_file):
             time.sleep(0.005)
         return super().step(action)
+
+
+class ExitOnUnpickle(nn.Module):
+    """Wraps a module; unpickling it in another process (as a Ray actor does with its
+    arguments while it starts) kills that process while the budget of deaths of an
+    :class:`ExitOnBuild` file lasts: the way to kill a gradient worker's replacement during
+    start-up. The process that made it is spared (a deepcopy there unpickles too)."""
+
+    def __init__(self, module: nn.Module, budget_file: str):
+        super().__init__()
+        self.module = module
+        self.budget_file = budget_file
+        self.owner_pid = os.getpid()
+
+    def forward(self, x):
+        return self.module(x)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        budget = ExitOnBuild(self.budget_file)
+        left = budget.deaths_left()
+        if os.getpid() != self.owner_pid and left > 0:
+            budget.arm(left - 1)
+            os._exit(1)

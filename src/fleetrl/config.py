@@ -130,6 +130,8 @@ class SchemeConfig:
     """custom Ray resources per gradient worker, e.g. {node_b: 1}."""
     collective_timeout_s: float = 300.0
     """decentralized: how long an all-reduce waits for a missing worker before failing."""
+    max_restart_attempts: int = 3
+    """sync/async: replacements of a dead gradient worker tried in a row (doubling wait)."""
 
 
 @dataclass
@@ -465,6 +467,12 @@ def _validate_scheme(cfg: Config, check: Any) -> None:
         "must be 'sync' or 'async'",
     )
     check(s.max_policy_lag >= 0, "scheme.max_policy_lag", s.max_policy_lag, "must be >= 0")
+    check(
+        s.max_restart_attempts >= 0,
+        "scheme.max_restart_attempts",
+        s.max_restart_attempts,
+        "must be >= 0 (0: a gradient worker's death ends the run)",
+    )
     check(
         s.num_cpus_per_grad_worker >= 0,
         "scheme.num_cpus_per_grad_worker",
