@@ -78,6 +78,11 @@ class CollectorConfig:
     """sync, remote collectors: preempt the stragglers once this fraction of collectors finished."""
     address: str | None = None
     """Ray cluster address to attach to (None: the running instance or a new local one)."""
+    max_policy_lag: int | None = None
+    """remote collectors: a batch more than this many weight versions old is collected again
+    (None: no bound; async lag otherwise grows with collectors and slow workers)."""
+    max_restart_attempts: int = 3
+    """remote collectors: replacements of a dead collector worker tried in a row."""
 
 
 @dataclass
@@ -358,6 +363,18 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         "must be >= 0 (0: local, no Ray)",
     )
     check(c.prefetch >= 0, "collector.prefetch", c.prefetch, "must be >= 0")
+    check(
+        c.max_policy_lag is None or c.max_policy_lag >= 0,
+        "collector.max_policy_lag",
+        c.max_policy_lag,
+        "must be null (no bound) or >= 0",
+    )
+    check(
+        c.max_restart_attempts >= 0,
+        "collector.max_restart_attempts",
+        c.max_restart_attempts,
+        "must be >= 0 (0: a collector worker's death ends the run)",
+    )
     for name in ("fraction_samples", "fraction_workers"):
         value = getattr(c, name)
         check(0 < value <= 1, f"collector.{name}", value, "must be in (0, 1]")

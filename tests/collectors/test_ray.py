@@ -455,6 +455,33 @@ def test_bad_fault_bounds_are_refused_with_the_others_before_any_actor(tmp_path)
     assert not marker.exists()
 
 
+def test_config_keys_reach_the_collector_and_are_checked():
+    from fleetrl.build import make_collector
+    from fleetrl.config import config_from_dict
+
+    sections = {"env": {"id": "CartPole-v1", "num_envs": 1}}
+    collector = {"num_collectors": 1, "frames_per_batch": 16, "sync": False}
+    config = config_from_dict(
+        {**sections, "collector": {**collector, "max_policy_lag": 2, "max_restart_attempts": 5}}
+    )
+    c = make_collector(config, None, total_frames=32, seed=0)
+    try:
+        assert (c.max_policy_lag, c.max_restart_attempts) == (2, 5)
+        assert sum(frames_of(b) for b in c) == 32
+        assert c.stats()["policy_lag"]["bound"] == 2
+    finally:
+        c.shutdown()
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {**sections, "collector": {"max_policy_lag": -1, "max_restart_attempts": -2}}
+        )
+    assert info.value.problems == [
+        "collector.max_policy_lag=-1 is invalid: must be null (no bound) or >= 0",
+        "collector.max_restart_attempts=-2 is invalid: must be >= 0 (0: a collector worker's "
+        "death ends the run)",
+    ]
+
+
 def test_bad_max_frames_per_traj_refused_before_any_actor(tmp_path):
     marker = tmp_path / "env-built"
 

@@ -287,6 +287,7 @@ class RayCollector(DataCollectorBase):
         self.max_weight_update_interval = max_weight_update_interval
         self.prefetch = prefetch
         self.max_policy_lag = max_policy_lag
+        self.max_restart_attempts = max_restart_attempts
         self._restart_policy = RestartPolicy(max_attempts=max_restart_attempts)
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
