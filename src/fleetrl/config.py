@@ -67,7 +67,8 @@ class CollectorConfig:
     sync: bool = True
     """stack all collectors' batches (True) or serve the first ready (False)."""
     prefetch: int = 0
-    """batches each worker may collect ahead of the learner (0: on-policy)."""
+    """batches each worker may collect ahead of the learner (0: on-policy in sync mode;
+    async lag is bounded only by max_policy_lag)."""
     num_cpus_per_collector: float = 1.0
     """Ray CPUs reserved per collector."""
     compress: str | None = None

@@ -26,9 +26,9 @@ batch was collected with and the batch being served. In sync mode, with one
 publish per batch, the lag is at most ``prefetch`` (``prefetch=0``: strictly
 on-policy), however slow a worker is: a round waits for all. In async mode
 every worker always has ``max(1, prefetch)`` tasks in flight and batches are
-served first ready, so the lag grows with the number of workers (about
-``num_collectors * max(1, prefetch) - 1`` for equally fast workers) and is
-unbounded with a slow worker, even with ``prefetch=0``. ``max_policy_lag=k``
+served first ready, so the lag grows with the number of workers and tasks in
+flight, even when they are equally fast, and is unbounded with a slow worker,
+even with ``prefetch=0``. ``max_policy_lag=k``
 enforces a bound in both modes: a batch older than k versions is not served;
 it is counted in ``stats()["stale_batches"]``/``["stale_frames"]`` and its
 task is issued again with the current weights, so frames stay exact (the
@@ -173,8 +173,10 @@ class RayCollector(DataCollectorBase):
             collecting past each yielded batch.
         max_weight_update_interval: a worker checks for newer weights at least
             every this many tasks (-1: only the push with each task).
-        prefetch: tasks each worker may run ahead of the consumer (0:
-            strictly on-policy; 1: default, policy lag of at most one version).
+        prefetch: tasks each worker may run ahead of the consumer (default 1).
+            Sync mode: the policy lag is at most ``prefetch`` with one publish
+            per batch (0: strictly on-policy). Async mode: no bound (see the
+            module docstring); use ``max_policy_lag``.
         fraction_samples: sync mode; a preempted straggler stops once it holds
             at least this fraction of its share.
         fraction_workers: sync mode; once this fraction of the collectors have
@@ -797,7 +799,15 @@ class RayCollector(DataCollectorBase):
         return [s.worker_id for s in slots]
 
     def stats(self) -> dict[str, Any]:
-        """Frames, policy lag, per-worker frames and restarts, compression and preemption counts."""
+        """Frames, policy lag, stale and pending work, per-worker frames and restarts, compression
+        and preemption counts.
+
+        ``policy_lag`` holds running aggregates over served batches (``last``, ``mean``,
+        ``max``, ``count``) and the ``bound`` (``max_policy_lag``); ``stale_batches`` /
+        ``stale_frames`` count batches discarded for breaking it; ``pending`` counts tasks
+        issued and not yet returned (those lost with a dead worker included) and the frames
+        issued and not yet served.
+        """
         st = self._stats
         count = st["lag_count"]
         raw, sent = st["bytes_raw"], st["bytes_sent"]
