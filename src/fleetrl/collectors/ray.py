@@ -491,10 +491,22 @@ class RayCollector(DataCollectorBase):
             except RayActorError as err:
                 cause = _remote_cause(err)
                 continue
+            except BaseException:  # its setup raised: not a death, but this actor is no use
+                with contextlib.suppress(Exception):
+                    ray.kill(slot.handle)
+                slot.handle = None  # the next call starts another, the lost tasks still owed
+                slot.deaths = 0
+                raise
             break
         lost, slot.lost = slot.lost, []
         for task in lost:
             self._resubmit(task)
+
+    def _revive_dead(self) -> None:
+        """Start the workers left dead by a WorkerLostError the caller caught."""
+        for slot in self._slots:
+            if slot.handle is None:
+                self._revive(slot, "(replacement after a WorkerLostError)")
 
     def _resubmit(self, task: _Task) -> None:
         """Issue a task again (its worker was replaced, or its batch was stale)."""
@@ -581,9 +593,7 @@ class RayCollector(DataCollectorBase):
 
     # ------------------------------------------------------------ iteration
     def _next_batch(self) -> TensorDictBase | None:
-        for slot in self._slots:
-            if slot.handle is None:  # its replacements died; the caller caught the error
-                self._revive(slot, "(replacement after a WorkerLostError)")
+        self._revive_dead()
         left = self.remaining_frames
         if self.update_after_each_batch and self._yielded and (left is None or left > 0):
             self.update_policy_weights_()
@@ -744,6 +754,7 @@ class RayCollector(DataCollectorBase):
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed."""
         self._check_open()
+        self._revive_dead()
         for slot in self._slots:
             slot.seed = seed
             seed = ray.get(slot.handle.set_seed.remote(seed))
@@ -751,6 +762,7 @@ class RayCollector(DataCollectorBase):
 
     def state_dict(self) -> dict[str, Any]:
         self._check_open()
+        self._revive_dead()
         return {
             "frames": self._frames,
             "policy_version": self.policy_version,
@@ -759,6 +771,7 @@ class RayCollector(DataCollectorBase):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._check_open()
+        self._revive_dead()
         self._frames = int(state["frames"])
         self._weights.version = max(self._weights.version, int(state["policy_version"]))
         ray.get([s.handle.load_state_dict.remote(w) for s, w in zip(self._slots, state["workers"])])
