@@ -9,10 +9,12 @@ leaked reset observation is visible at once.
 
 from __future__ import annotations
 
+import os
 import time
 
 import gymnasium as gym
 import numpy as np
+from torch import nn
 
 
 class CountingEnv(gym.Env):
@@ -59,3 +61,73 @@ def counting_vec(lengths: list[int], truncate: list[bool] | None = None) -> gym.
     truncate = truncate or [False] * len(lengths)
     fns = [lambda n=n, tr=tr: CountingEnv(n, tr) for n, tr in zip(lengths, truncate)]
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+class ExitOnBuild:
+    """An env factory that kills its own process (``os._exit(1)``) while a budget of deaths
+    lasts: the way to kill a replacement worker while it starts, deterministically.
+
+    The budget lives in a file (workers are other processes): ``arm(k)`` makes the next k
+    env constructions, in whichever process, die; ``disarm()`` stops it.
+    """
+
+    def __init__(self, budget_file: str, length: int = 5, sleep: float = 0.0):
+        self.budget_file, self.length, self.sleep = budget_file, length, sleep
+
+    def arm(self, deaths: int) -> None:
+        with open(self.budget_file, "w") as f:
+            f.write(str(deaths))
+
+    def disarm(self) -> None:
+        self.arm(0)
+
+    def deaths_left(self) -> int:
+        if not os.path.exists(self.budget_file):
+            return 0
+        with open(self.budget_file) as f:
+            return int(f.read())
+
+    def __call__(self) -> CountingEnv:
+        left = self.deaths_left()
+        if left > 0:
+            self.arm(left - 1)
+            os._exit(1)
+        return CountingEnv(self.length, sleep=self.sleep)
+
+
+class GatedEnv(CountingEnv):
+    """A CountingEnv whose steps wait until a gate file exists: a worker as slow as the test
+    wants, deterministically (the test opens the gate after the batches it needs first)."""
+
+    def __init__(self, gate_file: str, length: int = 5):
+        super().__init__(length)
+        self.gate_file = gate_file
+
+    def step(self, action):
+        while not os.path.exists(self.gate_file):
+            time.sleep(0.005)
+        return super().step(action)
+
+
+class ExitOnUnpickle(nn.Module):
+    """Wraps a module; unpickling it in another process (as a Ray actor does with its
+    arguments while it starts) kills that process while the budget of deaths of an
+    :class:`ExitOnBuild` file lasts: the way to kill a gradient worker's replacement during
+    start-up. The process that made it is spared (a deepcopy there unpickles too)."""
+
+    def __init__(self, module: nn.Module, budget_file: str):
+        super().__init__()
+        self.module = module
+        self.budget_file = budget_file
+        self.owner_pid = os.getpid()
+
+    def forward(self, x):
+        return self.module(x)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        budget = ExitOnBuild(self.budget_file)
+        left = budget.deaths_left()
+        if os.getpid() != self.owner_pid and left > 0:
+            budget.arm(left - 1)
+            os._exit(1)

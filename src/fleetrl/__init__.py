@@ -16,6 +16,7 @@ from fleetrl.errors import (
     FleetError,
     PolicyError,
     WorkerError,
+    WorkerLostError,
 )
 from fleetrl.policies import RandomPolicy, as_policy
 
@@ -33,6 +34,7 @@ __all__ = [
     "RayCollector",
     "SyncDataCollector",
     "WorkerError",
+    "WorkerLostError",
     "as_policy",
     "episode_stats",
     "make_env",

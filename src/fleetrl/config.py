@@ -70,7 +70,8 @@ class CollectorConfig:
     sync: bool = True
     """stack all collectors' batches (True) or serve the first ready (False)."""
     prefetch: int = 0
-    """batches each worker may collect ahead of the learner (0: on-policy)."""
+    """batches each worker may collect ahead of the learner (0: on-policy in sync mode;
+    async lag is bounded only by max_policy_lag)."""
     num_cpus_per_collector: float = 1.0
     """Ray CPUs reserved per collector."""
     compress: str | None = None
@@ -81,6 +82,11 @@ class CollectorConfig:
     """sync, remote collectors: preempt the stragglers once this fraction of collectors finished."""
     address: str | None = None
     """Ray cluster address to attach to (None: the running instance or a new local one)."""
+    max_policy_lag: int | None = None
+    """remote collectors: a batch more than this many weight versions old is collected again
+    (None: no bound; async lag otherwise grows with collectors and slow workers)."""
+    max_restart_attempts: int = 3
+    """remote collectors: replacements of a dead collector worker tried in a row."""
 
 
 @dataclass
@@ -133,6 +139,8 @@ class SchemeConfig:
     """custom Ray resources per gradient worker, e.g. {node_b: 1}."""
     collective_timeout_s: float = 300.0
     """decentralized: how long an all-reduce waits for a missing worker before failing."""
+    max_restart_attempts: int = 3
+    """sync/async: replacements of a dead gradient worker tried in a row (doubling wait)."""
 
 
 @dataclass
@@ -384,6 +392,18 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         c.num_cpus_per_collector,
         "must be >= 0",
     )
+    check(
+        c.max_policy_lag is None or c.max_policy_lag >= 0,
+        "collector.max_policy_lag",
+        c.max_policy_lag,
+        "must be null (no bound) or >= 0",
+    )
+    check(
+        c.max_restart_attempts >= 0,
+        "collector.max_restart_attempts",
+        c.max_restart_attempts,
+        "must be >= 0 (0: a collector worker's death ends the run)",
+    )
     for name in ("fraction_samples", "fraction_workers"):
         value = getattr(c, name)
         check(0 < value <= 1, f"collector.{name}", value, "must be in (0, 1]")
@@ -512,6 +532,12 @@ def _validate_scheme(cfg: Config, check: Any) -> None:
         "must be 'sync' or 'async'",
     )
     check(s.max_policy_lag >= 0, "scheme.max_policy_lag", s.max_policy_lag, "must be >= 0")
+    check(
+        s.max_restart_attempts >= 0,
+        "scheme.max_restart_attempts",
+        s.max_restart_attempts,
+        "must be >= 0 (0: a gradient worker's death ends the run)",
+    )
     check(
         s.num_cpus_per_grad_worker >= 0,
         "scheme.num_cpus_per_grad_worker",

@@ -11,6 +11,7 @@ fleetrl::
     ├── PolicyError (ValueError)        a policy whose outputs do not fit the env
     ├── CollectorClosedError (RuntimeError)  use after shutdown()
     └── WorkerError (RuntimeError)      a remote worker raised; carries its id and traceback
+        └── WorkerLostError             a worker died and its replacements died too
 
 Messages name the argument, the bad value and what is allowed. The templates
 are module constants so that tests can match them.
@@ -30,6 +31,7 @@ __all__ = [
     "PolicyError",
     "Problems",
     "WorkerError",
+    "WorkerLostError",
 ]
 
 
@@ -80,6 +82,21 @@ class WorkerError(FleetError, RuntimeError):
         self.cause = cause
         self.role = role
         super().__init__(f"{role} {worker_id} raised:\n{cause}")
+
+
+class WorkerLostError(WorkerError):
+    """A remote worker died and could not be replaced: its replacements died too.
+
+    ``attempts`` is how many replacements were tried in a row; ``cause`` ends
+    with the last death's cause.
+    """
+
+    def __init__(
+        self, worker_id: int, cause: str, role: str = "collector worker", attempts: int = 0
+    ):
+        super().__init__(worker_id, cause, role)
+        self.attempts = attempts
+        self.args = (f"{role} {worker_id} was lost: {cause}",)
 
 
 def bad_value(arg: str, value: Any, allowed: str) -> str:

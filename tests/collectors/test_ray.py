@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,18 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from fakes import CountingEnv
-from fleetrl import ConfigError, RayCollector, SyncDataCollector, WorkerError, episode_stats
+from fakes import CountingEnv, ExitOnBuild, GatedEnv
+from fleetrl import (
+    ConfigError,
+    RayCollector,
+    SyncDataCollector,
+    WorkerError,
+    WorkerLostError,
+    episode_stats,
+)
+from fleetrl.collectors.ray import MAX_POLICY_LAG_ALLOWED, MAX_RESTART_ATTEMPTS_ALLOWED
+from fleetrl.collectors.restarts import GAVE_UP_MSG
+from fleetrl.errors import bad_value
 from policies import categorical_actor, constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -175,6 +186,72 @@ def test_max_weight_update_interval_bounds_staleness_of_queued_tasks():
     assert bounded["max"] <= 1
 
 
+@pytest.mark.parametrize(("prefetch", "bound"), [(0, None), (0, 0), (1, 1)])
+def test_async_slow_worker_lag_is_unbounded_unless_max_policy_lag(prefetch, bound, tmp_path):
+    gate = tmp_path / "gate"  # worker 1 cannot step until the test opens it
+    with RayCollector(
+        [counting(5), lambda: GatedEnv(str(gate), 5)],
+        constant_policy(1),
+        frames_per_batch=20,
+        total_frames=400,
+        sync=False,
+        prefetch=prefetch,
+        update_after_each_batch=True,
+        max_policy_lag=bound,
+    ) as c:
+        lags, workers = [], []
+        for i, b in enumerate(c):
+            lags.append(c.policy_version - int(b["collector", "policy_version"].min()))
+            workers.append(int(b["collector", "worker_id"][0, 0]))
+            if i == 5:
+                gate.write_text("open")
+        stats = c.stats()
+    assert len(lags) == 20 and stats["frames"] == 400
+    assert sum(stats["frames_per_worker"].values()) == 400  # stale frames are never counted
+    assert workers[:6] == [0] * 6 and 1 in workers
+    assert stats["policy_lag"]["max"] == max(lags) and stats["policy_lag"]["count"] == 20
+    assert stats["policy_lag"]["bound"] == bound
+    if bound is None:
+        # worker 1's first batch was collected with version 0 and served after >= 6 publishes
+        assert max(lags) >= 6
+        assert stats["stale_batches"] == stats["stale_frames"] == 0
+    else:
+        assert max(lags) <= bound
+        assert stats["stale_batches"] >= 1  # at least worker 1's first batch
+        assert stats["stale_frames"] == 20 * stats["stale_batches"]
+    assert stats["pending"] == {"tasks": 0, "frames": 0}
+
+
+@pytest.mark.parametrize("bound", [None, 1])
+def test_sync_lag_bound_with_a_slow_worker_and_extra_publishes(bound):
+    with RayCollector(
+        [counting(5), counting(5, sleep=0.002)],
+        constant_policy(1),
+        frames_per_batch=20,
+        total_frames=200,
+        sync=True,
+        prefetch=1,
+        max_policy_lag=bound,
+    ) as c:
+        lags = []
+        for b in c:
+            lags.append(c.policy_version - int(b["collector", "policy_version"].min()))
+            for _ in range(3):  # three versions while the next round is in flight
+                c.update_policy_weights_()
+        stats = c.stats()
+    assert stats["frames"] == 200 and stats["batches"] == 10
+    if bound is None:
+        assert lags == [0] + [3] * 9  # the prefetched round ran on the weights 3 versions back
+        assert stats["stale_batches"] == 0
+    else:
+        assert lags == [0] * 10  # each stale round was collected again on the current weights
+        assert stats["stale_batches"] == 9 * 2  # both workers' shares of rounds 2..10
+        assert stats["stale_frames"] == 9 * 20
+    assert stats["policy_lag"]["max"] == max(lags)
+    assert stats["policy_lag"]["mean"] == pytest.approx(sum(lags) / 10)
+    assert sum(stats["frames_per_worker"].values()) == 200
+
+
 # ------------------------------------------------------------ faults
 
 
@@ -207,6 +284,68 @@ def test_killed_workers_are_replaced_and_frames_stay_exact(sync):
     assert stats["frames"] == 400
     assert stats["restarts"] == {0: 1, 1: 1}
     assert sum(stats["frames_per_worker"].values()) == 400
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_replacements_dying_at_start_are_retried_and_frames_stay_exact(sync, tmp_path):
+    factory = ExitOnBuild(str(tmp_path / "deaths"), length=5, sleep=0.001)
+    with RayCollector(
+        [factory, counting(5, sleep=0.001)],
+        constant_policy(1),
+        frames_per_batch=40,
+        total_frames=400,
+        sync=sync,
+        prefetch=1,
+    ) as c:
+        seen = []
+        for i, b in enumerate(c):
+            seen.append(frames_of(b))
+            if i == 1:
+                factory.arm(2)  # the first two replacements die while building their env
+                ray.kill(c.worker_handles()[0])
+        stats = c.stats()
+    assert factory.deaths_left() == 0
+    assert sum(seen) == 400 and len(seen) == 10
+    assert stats["frames"] == 400 == sum(stats["frames_per_worker"].values())
+    assert stats["restarts"] == {0: 3, 1: 0}  # two died starting, the third runs
+    assert stats["pending"] == {"tasks": 0, "frames": 0}
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_replacements_that_keep_dying_raise_and_accounting_stays_exact(sync, tmp_path):
+    factory = ExitOnBuild(str(tmp_path / "deaths"), length=5, sleep=0.001)
+    gave_up = GAVE_UP_MSG.split("Last cause")[0].format(attempts=1, max_attempts=1)
+    with RayCollector(
+        [factory, counting(5, sleep=0.001)],
+        constant_policy(1),
+        frames_per_batch=40,
+        total_frames=400,
+        sync=sync,
+        prefetch=1,
+        max_restart_attempts=1,
+    ) as c:
+        seen = [frames_of(c.next()) for _ in range(2)]
+        factory.arm(1)
+        ray.kill(c.worker_handles()[0])
+        with pytest.raises(
+            WorkerLostError, match="collector worker 0 was lost: " + re.escape(gave_up)
+        ) as info:
+            for _ in range(10):
+                seen.append(frames_of(c.next()))
+        assert isinstance(info.value, WorkerError)
+        assert info.value.worker_id == 0 and info.value.attempts == 1
+        assert "actor died" in info.value.cause.lower()  # the last death's own cause
+        # the books are exact: what was served, and what is still owed (the lost task too)
+        assert c.frames == sum(seen) and c.remaining_frames == 400 - sum(seen)
+        in_flight = 40 if sync else 2 * 40  # one round of two shares / one task per worker
+        assert c.stats()["pending"]["frames"] == min(in_flight, 400 - sum(seen))
+        # the caller goes on: a new series of attempts, and exactly the budget
+        seen.extend(frames_of(b) for b in c)
+        stats = c.stats()
+    assert sum(seen) == 400 and len(seen) == 10
+    assert stats["frames"] == 400 == sum(stats["frames_per_worker"].values())
+    assert stats["restarts"] == {0: 2, 1: 0}
+    assert stats["pending"] == {"tasks": 0, "frames": 0}
 
 
 def test_replaced_worker_gets_current_weights():
@@ -290,6 +429,57 @@ def test_bad_input_is_refused_before_any_actor_starts(tmp_path):
     )
     assert "fraction_workers=1.5 is invalid: must be in (0, 1]" in msg
     assert not marker.exists()
+
+
+def test_bad_fault_bounds_are_refused_with_the_others_before_any_actor(tmp_path):
+    marker = tmp_path / "env-built"
+
+    def env_fn():
+        marker.write_text("built")
+        return CountingEnv()
+
+    with pytest.raises(ConfigError) as info:
+        RayCollector(
+            env_fn,
+            None,
+            frames_per_batch=16,
+            prefetch=-1,
+            max_policy_lag=-1,
+            max_restart_attempts=True,
+        )
+    assert info.value.problems == [
+        "prefetch=-1 is invalid: must be an int >= 0",
+        bad_value("max_policy_lag", -1, MAX_POLICY_LAG_ALLOWED),
+        bad_value("max_restart_attempts", True, MAX_RESTART_ATTEMPTS_ALLOWED),
+    ]
+    assert not marker.exists()
+
+
+def test_config_keys_reach_the_collector_and_are_checked():
+    from fleetrl.build import make_collector
+    from fleetrl.config import config_from_dict
+
+    sections = {"env": {"id": "CartPole-v1", "num_envs": 1}}
+    collector = {"num_collectors": 1, "frames_per_batch": 16, "sync": False}
+    config = config_from_dict(
+        {**sections, "collector": {**collector, "max_policy_lag": 2, "max_restart_attempts": 5}}
+    )
+    c = make_collector(config, None, total_frames=32, seed=0)
+    try:
+        assert (c.max_policy_lag, c.max_restart_attempts) == (2, 5)
+        assert sum(frames_of(b) for b in c) == 32
+        assert c.stats()["policy_lag"]["bound"] == 2
+    finally:
+        c.shutdown()
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {**sections, "collector": {"max_policy_lag": -1, "max_restart_attempts": -2}}
+        )
+    assert info.value.problems == [
+        "collector.max_policy_lag=-1 is invalid: must be null (no bound) or >= 0",
+        "collector.max_restart_attempts=-2 is invalid: must be >= 0 (0: a collector worker's "
+        "death ends the run)",
+    ]
 
 
 def test_bad_max_frames_per_traj_refused_before_any_actor(tmp_path):

@@ -8,12 +8,16 @@ import pytest
 import ray
 import torch
 from tensordict import TensorDict
+from torchrl.modules import ValueOperator
 
-from fleetrl import ConfigError, SyncDataCollector
+from fakes import ExitOnBuild, ExitOnUnpickle
+from fleetrl import ConfigError, SyncDataCollector, WorkerLostError
 from fleetrl.build import make_learner
+from fleetrl.collectors.restarts import GAVE_UP_MSG
 from fleetrl.config import config_from_dict
 from fleetrl.scheme import GradWorker, UpdateWorker
 from fleetrl.scheme.wire import ParamCodec
+from policies import mlp
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -41,9 +45,9 @@ def weights_equal(a: TensorDict, b: TensorDict) -> bool:
 def update_worker(request):
     workers = []
 
-    def make(config, algorithm=None):
-        algorithm = algorithm or make_learner(config, config.trainer.seed)
-        uw = UpdateWorker(config, algorithm, seed=config.trainer.seed)
+    def make(config, algorithm=None, modules=None):
+        algorithm = algorithm or make_learner(config, config.trainer.seed, **(modules or {}))
+        uw = UpdateWorker(config, algorithm, seed=config.trainer.seed, modules=modules)
         workers.append(uw)
         return uw
 
@@ -121,6 +125,61 @@ def test_dead_gradient_worker_is_replaced_and_rejoins_with_current_weights(updat
     uw.run_iteration()
     replicas = uw.replica_weights()
     assert weights_equal(replicas[0], replicas[1])
+
+
+def dying_critic(budget_file) -> dict:
+    """A custom critic whose unpickling kills a new gradient worker while the budget lasts."""
+    return {
+        "critic": ValueOperator(
+            ExitOnUnpickle(mlp(4, 1, 16), str(budget_file)), in_keys=["observation"]
+        )
+    }
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_gradient_worker_replacements_dying_at_start_are_retried(update_worker, mode, tmp_path):
+    budget = ExitOnBuild(str(tmp_path / "deaths"))
+    config = scheme_config(grad_communication=mode, max_policy_lag=100)
+    uw = update_worker(config, modules=dying_critic(budget.budget_file))
+    steps = uw.algorithm.steps_per_batch
+    uw.run_iteration()
+    budget.arm(2)  # the first two replacements die while they start
+    ray.kill(uw.workers[1])
+    results = [uw.run_iteration()]
+    # async: an iteration may end on worker 0's gradients alone, before worker 1's
+    # replacement has started or died; wait for that, then let the next iteration see it
+    while uw.restarts[1] < 3 and len(results) < 10:
+        ray.wait([uw.workers[1].get_version.remote()])
+        results.append(uw.run_iteration())
+    assert budget.deaths_left() == 0
+    assert uw.restarts == [0, 3]
+    assert results[-1]["metrics"]["train/grad_workers_restarted"] == 3.0
+    if mode == "sync":
+        assert results[0]["frames"] == 2 * FPB  # the third replacement collected its own batch
+    results.append(uw.run_iteration())
+    assert uw.restarts == [0, 3]
+    # every gradient asked for was received and applied, none lost with the dead workers
+    per_iteration = steps * (1 if mode == "sync" else 2)
+    assert uw.version == uw.applied_gradients == (1 + len(results)) * per_iteration
+    assert uw.dropped_gradients == 0
+    assert ray.get(uw.workers[1].get_version.remote()) >= 0  # the third replacement is live
+
+
+def test_gradient_worker_replacements_that_keep_dying_raise(update_worker, tmp_path):
+    budget = ExitOnBuild(str(tmp_path / "deaths"))
+    config = scheme_config(max_restart_attempts=1)
+    uw = update_worker(config, modules=dying_critic(budget.budget_file))
+    uw.run_iteration()
+    budget.arm(1)
+    ray.kill(uw.workers[0])
+    gave_up = GAVE_UP_MSG.split("Last cause")[0].format(attempts=1, max_attempts=1)
+    with pytest.raises(
+        WorkerLostError, match="gradient worker 0 was lost: " + re.escape(gave_up)
+    ) as err:
+        uw.run_iteration()
+    assert err.value.worker_id == 0 and err.value.attempts == 1
+    assert uw.restarts == [1, 0]
+    assert budget.deaths_left() == 0
 
 
 def test_async_drops_stale_gradients_and_counts_them(update_worker):
@@ -213,6 +272,16 @@ def test_scheme_config_problems_are_listed_at_once():
         config_from_dict({"scheme": {"grad_communication": "async"}})
     with pytest.raises(ConfigError, match=re.escape("scheme.grad_communication='both' is invalid")):
         config_from_dict({"scheme": {"num_grad_workers": 2, "grad_communication": "both"}})
+
+
+def test_bad_restart_attempts_refused_with_the_other_scheme_problems():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"scheme": {"max_restart_attempts": -1, "max_policy_lag": -1}})
+    assert err.value.problems == [
+        "scheme.max_policy_lag=-1 is invalid: must be >= 0",
+        "scheme.max_restart_attempts=-1 is invalid: must be >= 0 (0: a gradient worker's "
+        "death ends the run)",
+    ]
 
 
 def test_too_many_gradient_workers_refused_before_any_actor_starts():

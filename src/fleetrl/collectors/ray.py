@@ -21,11 +21,19 @@ delivered is counted once.
 
 Pipelining (``prefetch``): with ``prefetch=1`` (the default) a worker starts
 its next batch as soon as it has handed one over, while the learner works on
-it; such a batch was collected with the weights published before that
-learner step, so its policy lag is 1 version when weights are published after
-every batch. ``prefetch=0`` is strictly on-policy (lag 0), at the cost of
-idle workers during learning. ``prefetch=p`` keeps up to p tasks in flight per
-worker.
+it. Policy lag is the number of versions published between the weights a
+batch was collected with and the batch being served. In sync mode, with one
+publish per batch, the lag is at most ``prefetch`` (``prefetch=0``: strictly
+on-policy), however slow a worker is: a round waits for all. In async mode
+every worker always has ``max(1, prefetch)`` tasks in flight and batches are
+served first ready, so the lag grows with the number of workers and tasks in
+flight, even when they are equally fast, and is unbounded with a slow worker,
+even with ``prefetch=0``. ``max_policy_lag=k``
+enforces a bound in both modes: a batch older than k versions is not served;
+it is counted in ``stats()["stale_batches"]``/``["stale_frames"]`` and its
+task is issued again with the current weights, so frames stay exact (the
+discarded frames are collected again, never counted). With k below
+``prefetch`` most prefetched batches are discarded: choose ``k >= prefetch``.
 
 Weights: :meth:`update_policy_weights_` publishes a version with one
 ``ray.put``; each worker receives it with its next task, only if it lacks it.
@@ -36,9 +44,17 @@ before a publish still starts with the newest weights.
 Fault tolerance: a worker whose actor dies (killed, crashed, node lost) is
 replaced by a new actor with the same worker id; it receives the current
 weights with its first task and the tasks lost with the old actor are issued
-to it again. An exception raised inside a worker (e.g. by the env) is not a
-death: it surfaces as :class:`~fleetrl.errors.WorkerError` with the worker id
-and the remote traceback.
+to it again. A replacement that dies too (e.g. while building its envs) is
+replaced again after a doubling wait, up to ``max_restart_attempts`` in a row
+(default 3; see :mod:`fleetrl.collectors.restarts`); then
+:class:`~fleetrl.errors.WorkerLostError` (a ``WorkerError``) names the worker,
+the attempts and the last cause. The lost tasks stay on the books meanwhile:
+``frames``, ``remaining_frames`` and ``stats()["pending"]`` stay exact, and a
+caller that catches the error and iterates again starts a new series of
+attempts and still gets exactly ``total_frames``. An exception raised inside a
+worker (e.g. by the env) is not a death: it surfaces as
+:class:`~fleetrl.errors.WorkerError` with the worker id and the remote
+traceback.
 """
 
 from __future__ import annotations
@@ -64,15 +80,19 @@ from fleetrl.collectors.ray_checks import (
     check_resources,
     per_collector_args,
 )
+from fleetrl.collectors.restarts import DEFAULT_MAX_RESTART_ATTEMPTS, RestartPolicy
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import CollectorWorker, TaskResult, unpack_batch
-from fleetrl.errors import ConfigError, Problems, WorkerError
+from fleetrl.errors import ConfigError, Problems, WorkerError, WorkerLostError
 from fleetrl.policies import policy_weights
 
 __all__ = ["RayCollector"]
 
 logger = logging.getLogger(__name__)
+
+MAX_POLICY_LAG_ALLOWED = "must be None (no bound) or an int >= 0 (versions)"
+MAX_RESTART_ATTEMPTS_ALLOWED = "must be an int >= 0 (0: a worker's death ends the run)"
 
 
 @dataclass
@@ -98,6 +118,8 @@ class _Slot:
     num_envs: int | None = None
     node_id: str | None = None
     inflight: list[Any] = field(default_factory=list)
+    lost: list[_Task] = field(default_factory=list)  # tasks of a dead actor, still owed
+    deaths: int = 0  # in a row, since its last completed task
     frames: int = 0
     restarts: int = 0
     seed: int | None = None
@@ -109,6 +131,12 @@ class _Round:
     refs: dict[int, Any]  # worker id -> ref of its task for this round
     shares: dict[int, int]
     preempt_sent: bool = False
+    issued: int = 0  # frames it added to the issued count
+    results: dict[int, TaskResult] = field(default_factory=dict)  # kept across a WorkerError
+
+
+class _StartDied(WorkerError):
+    """A worker's actor died while starting (the driver may start another)."""
 
 
 class RayCollector(DataCollectorBase):
@@ -145,14 +173,22 @@ class RayCollector(DataCollectorBase):
             collecting past each yielded batch.
         max_weight_update_interval: a worker checks for newer weights at least
             every this many tasks (-1: only the push with each task).
-        prefetch: tasks each worker may run ahead of the consumer (0:
-            strictly on-policy; 1: default, policy lag of at most one version).
+        prefetch: tasks each worker may run ahead of the consumer (default 1).
+            Sync mode: the policy lag is at most ``prefetch`` with one publish
+            per batch (0: strictly on-policy). Async mode: no bound (see the
+            module docstring); use ``max_policy_lag``.
         fraction_samples: sync mode; a preempted straggler stops once it holds
             at least this fraction of its share.
         fraction_workers: sync mode; once this fraction of the collectors have
             finished a round, the others are preempted.
         compress: ``None``, ``"lz4"`` or ``"zstd"``: lossless compression of
             batches sent by workers; bytes saved are in :meth:`stats`.
+        max_policy_lag: ``None`` (no bound) or k >= 0: a batch collected with
+            weights more than k versions older than the newest published is
+            not served; its frames are collected again with the current
+            weights (counted in ``stats()["stale_batches"]``).
+        max_restart_attempts: replacements of a dead worker tried in a row
+            (with a doubling wait between them) before :class:`WorkerLostError`.
         device, storing_device, env_device, policy_device: as in
             :class:`SyncDataCollector`; a single value or a list per collector.
         max_frames_per_traj, init_random_frames, reset_at_each_iter,
@@ -200,13 +236,19 @@ class RayCollector(DataCollectorBase):
         fraction_samples: float = 1.0,
         fraction_workers: float = 1.0,
         compress: str | None = None,
+        max_policy_lag: int | None = None,
+        max_restart_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
     ):
         super().__init__()
         self.state = CollectorState.CLOSED  # READY once every actor is up
         self._slots: list[_Slot] = []
         self._started_ray = False
         self._weights: WeightStore | None = None
-        args = check_arguments(
+        p = Problems()
+        _check_bounds(p, max_policy_lag, max_restart_attempts)
+        args = _all_problems(
+            p,
+            check_arguments,
             create_env_fn=create_env_fn,
             policy=policy,
             frames_per_batch=frames_per_batch,
@@ -246,6 +288,9 @@ class RayCollector(DataCollectorBase):
         self.update_after_each_batch = update_after_each_batch
         self.max_weight_update_interval = max_weight_update_interval
         self.prefetch = prefetch
+        self.max_policy_lag = max_policy_lag
+        self.max_restart_attempts = max_restart_attempts
+        self._restart_policy = RestartPolicy(max_attempts=max_restart_attempts)
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
         self.compress = compress
@@ -267,7 +312,13 @@ class RayCollector(DataCollectorBase):
         self._yielded = False
         self._stats = {
             "batches": 0,
-            "lags": [],
+            # policy lag of served batches, as running aggregates (constant memory)
+            "lag_count": 0,
+            "lag_sum": 0,
+            "lag_max": 0,
+            "lag_last": 0,
+            "stale_batches": 0,
+            "stale_frames": 0,
             "bytes_raw": 0,
             "bytes_sent": 0,
             "preempted_tasks": 0,
@@ -351,7 +402,7 @@ class RayCollector(DataCollectorBase):
                     ) from None
                 raise WorkerError(slot.worker_id, _remote_cause(err)) from None
             except RayActorError as err:
-                raise WorkerError(slot.worker_id, _remote_cause(err)) from None
+                raise _StartDied(slot.worker_id, _remote_cause(err)) from None
             slot.num_envs, slot.node_id = info["num_envs"], info["node_id"]
 
     def _add_slots(
@@ -393,29 +444,78 @@ class RayCollector(DataCollectorBase):
                 total_frames=self.total_frames,
             )
 
-    def _replace(self, slot: _Slot) -> None:
-        """Replace a dead worker: new actor, same id; its lost tasks are issued again."""
-        lost = [(ref, self._pending.pop(ref)) for ref in slot.inflight if ref in self._pending]
+    def _replace(self, slot: _Slot, cause: str) -> None:
+        """Replace a dead worker: new actor, same id; its lost tasks are issued to it again.
+
+        The lost tasks stay on the books (``slot.lost``, their frames still
+        counted as issued) until a replacement runs them, so the frame count
+        stays exact even when the replacements die too and the caller catches
+        the :class:`WorkerLostError`.
+        """
+        slot.lost.extend(self._pending.pop(ref) for ref in slot.inflight if ref in self._pending)
         slot.inflight.clear()
-        with contextlib.suppress(Exception):  # already gone
-            ray.kill(slot.handle)
-        slot.incarnation += 1
-        slot.restarts += 1
-        slot.version = 0
-        logger.warning(
-            "collector worker %d died; starting incarnation %d", slot.worker_id, slot.incarnation
-        )
-        slot.handle = self._start_actor(slot)
-        self._wait_ready([slot])
-        if slot.seed is not None:
-            ray.get(slot.handle.set_seed.remote(slot.seed + 1_000_003 * slot.incarnation))
-        for old_ref, task in lost:
-            new_ref = self._submit(task)
-            for rnd in self._rounds:
-                if rnd.refs.get(slot.worker_id) is old_ref:
-                    rnd.refs[slot.worker_id] = new_ref
-                    if rnd.preempt_sent:
-                        slot.handle.preempt.remote(rnd.round_id)
+        self._revive(slot, cause)
+
+    def _revive(self, slot: _Slot, cause: str) -> None:
+        """Start replacements of a dead worker until one is up, within the restart policy."""
+        policy = self._restart_policy
+        while True:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(slot.handle)
+            slot.handle = None
+            slot.deaths += 1
+            if policy.gives_up(slot.deaths):
+                deaths, slot.deaths = slot.deaths, 0  # iterating again starts a new series
+                raise WorkerLostError(
+                    slot.worker_id, policy.gave_up(deaths, cause), attempts=deaths - 1
+                ) from None
+            policy.wait(slot.deaths)
+            slot.incarnation += 1
+            slot.restarts += 1
+            slot.version = 0
+            logger.warning(
+                "collector worker %d died; starting incarnation %d (attempt %d of %d)",
+                slot.worker_id,
+                slot.incarnation,
+                slot.deaths,
+                policy.max_attempts,
+            )
+            slot.handle = self._start_actor(slot)
+            try:
+                self._wait_ready([slot])
+                if slot.seed is not None:
+                    ray.get(slot.handle.set_seed.remote(slot.seed + 1_000_003 * slot.incarnation))
+            except _StartDied as err:
+                cause = err.cause
+                continue
+            except RayActorError as err:
+                cause = _remote_cause(err)
+                continue
+            except BaseException:  # its setup raised: not a death, but this actor is no use
+                with contextlib.suppress(Exception):
+                    ray.kill(slot.handle)
+                slot.handle = None  # the next call starts another, the lost tasks still owed
+                slot.deaths = 0
+                raise
+            break
+        lost, slot.lost = slot.lost, []
+        for task in lost:
+            self._resubmit(task)
+
+    def _revive_dead(self) -> None:
+        """Start the workers left dead by a WorkerLostError the caller caught."""
+        for slot in self._slots:
+            if slot.handle is None:
+                self._revive(slot, "(replacement after a WorkerLostError)")
+
+    def _resubmit(self, task: _Task) -> None:
+        """Issue a task again (its worker was replaced, or its batch was stale)."""
+        new_ref = self._submit(task)
+        for rnd in self._rounds:
+            if rnd.round_id == task.round_id and task.round_id >= 0:
+                rnd.refs[task.worker] = new_ref
+                if rnd.preempt_sent:
+                    self._slots[task.worker].handle.preempt.remote(rnd.round_id)
 
     def _submit(self, task: _Task) -> Any:
         slot = self._slots[task.worker]
@@ -449,20 +549,42 @@ class RayCollector(DataCollectorBase):
             result = ray.get(ref)
         except RayTaskError as err:
             raise WorkerError(task.worker, _remote_cause(err)) from None
-        except RayActorError:
-            self._replace(slot)
+        except RayActorError as err:
+            self._replace(slot, _remote_cause(err))
             return None
         del self._pending[ref]
         slot.inflight.remove(ref)
-        self._issued -= task.frames
+        slot.deaths = 0
+        if task.round_id < 0:  # a round's frames stay issued until the round is served whole
+            self._issued -= task.frames
         return result
+
+    def _stale(self, result: TaskResult, task: _Task) -> bool:
+        """Whether a batch breaks ``max_policy_lag``; such a batch is counted, not served.
+
+        Its task was already taken off the books by :meth:`_get`: put it back,
+        the caller issues it again with the current weights.
+        """
+        if self.max_policy_lag is None or task.random:  # random actions: no policy to lag
+            return False
+        if self._weights.version - result.policy_version <= self.max_policy_lag:
+            return False
+        self._stats["stale_batches"] += 1
+        self._stats["stale_frames"] += result.frames
+        if task.round_id < 0:
+            self._issued += task.frames
+        return True
 
     def _receive(self, result: TaskResult, worker: int) -> TensorDictBase:
         batch = unpack_batch(result.batch) if self.compress else result.batch
         slot = self._slots[worker]
         slot.frames += result.frames
         st = self._stats
-        st["lags"].append(self._weights.version - result.policy_version)
+        lag = self._weights.version - result.policy_version
+        st["lag_count"] += 1
+        st["lag_sum"] += lag
+        st["lag_max"] = max(st["lag_max"], lag)
+        st["lag_last"] = lag
         st["bytes_raw"] += result.bytes_raw
         st["bytes_sent"] += result.bytes_sent
         st["preempted_tasks"] += int(result.preempted)
@@ -471,6 +593,7 @@ class RayCollector(DataCollectorBase):
 
     # ------------------------------------------------------------ iteration
     def _next_batch(self) -> TensorDictBase | None:
+        self._revive_dead()
         left = self.remaining_frames
         if self.update_after_each_batch and self._yielded and (left is None or left > 0):
             self.update_policy_weights_()
@@ -503,9 +626,13 @@ class RayCollector(DataCollectorBase):
         self._top_up_async(max(1, self.prefetch))
         while self._pending:
             ready, _ = ray.wait(list(self._pending), num_returns=1)
-            worker = self._pending[ready[0]].worker
+            task = self._pending[ready[0]]
+            worker = task.worker
             result = self._get(ready[0])
             if result is None:
+                continue
+            if self._stale(result, task):
+                self._resubmit(task)
                 continue
             batch = self._receive(result, worker)
             self._frames += result.frames
@@ -521,7 +648,7 @@ class RayCollector(DataCollectorBase):
             return False
         shares = _split_frames(frames, [s.num_envs or 1 for s in self._slots])
         preempt = self.fraction_workers < 1.0 or self.fraction_samples < 1.0
-        rnd = _Round(round_id=self._round_counter, refs={}, shares=shares)
+        rnd = _Round(round_id=self._round_counter, refs={}, shares=shares, issued=frames)
         self._round_counter += 1
         random = self._random_next()
         for slot in self._slots:
@@ -548,6 +675,7 @@ class RayCollector(DataCollectorBase):
         results = self._gather_round(rnd)
         self._rounds.popleft()
         batch, frames = self._stack(rnd, results)
+        self._issued -= rnd.issued
         self._frames += frames
         if self.prefetch:
             while len(self._rounds) < self.prefetch and self._start_round():
@@ -555,7 +683,7 @@ class RayCollector(DataCollectorBase):
         return batch
 
     def _gather_round(self, rnd: _Round) -> dict[int, TaskResult]:
-        results: dict[int, TaskResult] = {}
+        results = rnd.results
         need = len(rnd.refs)
         if self.fraction_workers < 1.0 or self.fraction_samples < 1.0:
             need = max(1, math.ceil(self.fraction_workers * len(rnd.refs)))
@@ -570,6 +698,9 @@ class RayCollector(DataCollectorBase):
             task = self._pending[ready[0]]
             result = self._get(ready[0])
             if result is None:  # worker replaced, its task re-issued into rnd.refs
+                continue
+            if self._stale(result, task):  # collected again, into rnd.refs
+                self._resubmit(task)
                 continue
             results[worker] = result
             if result.preempted:
@@ -623,6 +754,7 @@ class RayCollector(DataCollectorBase):
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed."""
         self._check_open()
+        self._revive_dead()
         for slot in self._slots:
             slot.seed = seed
             seed = ray.get(slot.handle.set_seed.remote(seed))
@@ -630,6 +762,7 @@ class RayCollector(DataCollectorBase):
 
     def state_dict(self) -> dict[str, Any]:
         self._check_open()
+        self._revive_dead()
         return {
             "frames": self._frames,
             "policy_version": self.policy_version,
@@ -638,6 +771,7 @@ class RayCollector(DataCollectorBase):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._check_open()
+        self._revive_dead()
         self._frames = int(state["frames"])
         self._weights.version = max(self._weights.version, int(state["policy_version"]))
         ray.get([s.handle.load_state_dict.remote(w) for s, w in zip(self._slots, state["workers"])])
@@ -678,18 +812,34 @@ class RayCollector(DataCollectorBase):
         return [s.worker_id for s in slots]
 
     def stats(self) -> dict[str, Any]:
-        """Frames, policy lag, per-worker frames and restarts, compression and preemption counts."""
+        """Frames, policy lag, stale and pending work, per-worker frames and restarts, compression
+        and preemption counts.
+
+        ``policy_lag`` holds running aggregates over served batches (``last``, ``mean``,
+        ``max``, ``count``) and the ``bound`` (``max_policy_lag``); ``stale_batches`` /
+        ``stale_frames`` count batches discarded for breaking it; ``pending`` counts tasks
+        issued and not yet returned (those lost with a dead worker included) and the frames
+        issued and not yet served.
+        """
         st = self._stats
-        lags = st["lags"]
+        count = st["lag_count"]
         raw, sent = st["bytes_raw"], st["bytes_sent"]
         return {
             "frames": self._frames,
             "batches": st["batches"],
             "policy_version": self.policy_version,
             "policy_lag": {
-                "last": lags[-1] if lags else 0,
-                "mean": sum(lags) / len(lags) if lags else 0.0,
-                "max": max(lags) if lags else 0,
+                "last": st["lag_last"],
+                "mean": st["lag_sum"] / count if count else 0.0,
+                "max": st["lag_max"],
+                "count": count,
+                "bound": self.max_policy_lag,
+            },
+            "stale_batches": st["stale_batches"],
+            "stale_frames": st["stale_frames"],
+            "pending": {
+                "tasks": len(self._pending) + sum(len(s.lost) for s in self._slots),
+                "frames": self._issued,
             },
             "frames_per_worker": {s.worker_id: s.frames for s in self._slots},
             "restarts": {s.worker_id: s.restarts for s in self._slots},
@@ -734,6 +884,36 @@ def _remote_worker_class() -> Any:
     if _REMOTE_WORKER is None:
         _REMOTE_WORKER = ray.remote(concurrency_groups={"control": 1})(CollectorWorker)
     return _REMOTE_WORKER
+
+
+def _all_problems(p: Problems, check: Any, **arguments: Any) -> Any:
+    """``check(**arguments)``, raising its problems and those already in ``p`` at once."""
+    try:
+        result = check(**arguments)
+    except ConfigError as err:
+        raise ConfigError(err.problems + p.items) from None
+    p.raise_if_any()
+    return result
+
+
+def _check_bounds(p: Problems, max_policy_lag: Any, max_restart_attempts: Any) -> None:
+    """Check the policy-lag bound and the restart attempts (before any actor starts)."""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    p.check(
+        max_policy_lag is None or whole(max_policy_lag),
+        "max_policy_lag",
+        max_policy_lag,
+        MAX_POLICY_LAG_ALLOWED,
+    )
+    p.check(
+        whole(max_restart_attempts),
+        "max_restart_attempts",
+        max_restart_attempts,
+        MAX_RESTART_ATTEMPTS_ALLOWED,
+    )
 
 
 def _split_frames(frames: int, num_envs: list[int]) -> dict[int, int]:

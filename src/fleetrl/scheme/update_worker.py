@@ -18,7 +18,12 @@ Three ways to update, chosen by the ``scheme`` config:
   0's weights for evaluation and checkpoints.
 
 A gradient worker that dies (sync and async) is replaced by a new actor that
-starts from the master's current state, and its lost step is issued again.
+starts from the master's current state, and its lost step is issued again. A
+replacement that dies too (e.g. while building its collectors) is replaced
+again after a doubling wait, up to ``scheme.max_restart_attempts`` in a row
+(the rule of :mod:`fleetrl.collectors.restarts`, shared with collector
+workers); then :class:`~fleetrl.errors.WorkerLostError` says so, and the run
+resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from tensordict import TensorDictBase
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.collectors.ray import _remote_cause
+from fleetrl.collectors.restarts import RestartPolicy
 from fleetrl.config import Config, config_to_dict
-from fleetrl.errors import ConfigError, WorkerError
+from fleetrl.errors import ConfigError, WorkerError, WorkerLostError
 from fleetrl.scheme.grad_worker import GradWorker, StepReport
 from fleetrl.scheme.wire import ParamCodec
 
@@ -46,9 +52,6 @@ logger = logging.getLogger(__name__)
 
 #: weights up to this size are sent inside each task rather than put in the object store once
 INLINE_WEIGHTS_BYTES = 64 * 1024
-
-#: consecutive failed starts of one gradient worker before the run gives up
-MAX_CONSECUTIVE_FAILURES = 3
 
 
 def average_flat(grads: list[np.ndarray]) -> np.ndarray:
@@ -165,7 +168,8 @@ class UpdateWorker:
         self.codec = ParamCodec(algorithm._trainable)
         self._params = [param for _, param in algorithm._trainable]
         self.restarts = [0] * self.num_workers
-        self._failures = [0] * self.num_workers
+        self._failures = [0] * self.num_workers  # deaths in a row, since a completed step
+        self._restart_policy = RestartPolicy(max_attempts=self.scheme.max_restart_attempts)
         self.dropped_gradients = 0
         self.applied_gradients = 0
         self._check_resources()
@@ -241,19 +245,31 @@ class UpdateWorker:
         )
 
     def _replace(self, index: int, err: BaseException) -> None:
-        """Start a new worker ``index`` from the master's current state."""
+        """Start a new worker ``index`` from the master's current state.
+
+        Not waited for: a replacement that dies while starting fails its next
+        step, which brings it back here, after the policy's backoff.
+        """
         self._failures[index] += 1
-        if self._failures[index] > MAX_CONSECUTIVE_FAILURES:
-            raise WorkerError(
-                index,
-                f"died {self._failures[index]} times in a row without completing a step; "
-                f"last error:\n{_remote_cause(err)}",
-                role="gradient worker",
-            )
-        self.restarts[index] += 1
-        logger.warning("gradient worker %d died (%s); replacing it", index, type(err).__name__)
+        deaths = self._failures[index]
         with contextlib.suppress(Exception):  # already gone
             ray.kill(self.workers[index])
+        if self._restart_policy.gives_up(deaths):
+            raise WorkerLostError(
+                index,
+                self._restart_policy.gave_up(deaths, _remote_cause(err)),
+                role="gradient worker",
+                attempts=deaths - 1,
+            ) from None
+        self._restart_policy.wait(deaths)
+        self.restarts[index] += 1
+        logger.warning(
+            "gradient worker %d died (%s); replacing it (attempt %d of %d)",
+            index,
+            type(err).__name__,
+            deaths,
+            self._restart_policy.max_attempts,
+        )
         self.workers[index] = self._start(index, ray.put(self.algorithm.state_dict()))
 
     def _current_weights(self) -> Any:
