@@ -52,3 +52,18 @@ class CountingPolicy(TensorDictModuleBase):
     def forward(self, tensordict):
         tensordict.set("action", self.weight.expand(tensordict.shape).clone())
         return tensordict
+
+
+class ShapeRecorder(TensorDictModuleBase):
+    """Wraps a policy and records the batch size of every TensorDict it is fed."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.policy = policy
+        self.in_keys = list(getattr(policy, "in_keys", []))
+        self.out_keys = list(getattr(policy, "out_keys", ["action"]))
+        self.seen: list[tuple[int, ...]] = []
+
+    def forward(self, tensordict):
+        self.seen.append(tuple(tensordict.batch_size))
+        return self.policy(tensordict)

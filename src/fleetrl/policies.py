@@ -11,19 +11,52 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from fleetrl.errors import PolicyError
+from fleetrl.errors import ConfigError, PolicyError, bad_value
 
-__all__ = ["RandomPolicy", "as_policy", "policy_weights"]
+__all__ = ["RandomPolicy", "as_policy", "as_weights", "policy_weights"]
 
 POLICY_TYPE_MSG = (
     "policy={value!r} is invalid: pass a TensorDictModule (or any callable mapping a TensorDict "
     "to a TensorDict), a plain nn.Module (wrapped to read 'observation' and write 'action'), "
     "or None for a uniform random policy"
 )
+
+WEIGHTS_TYPE_MSG = (
+    "must be None (the collector's own policy), a policy module (nn.Module or "
+    "TensorDictModule: its weights are taken), a TensorDict of weights "
+    "(TensorDict.from_module(policy)) or a state_dict"
+)
+
+
+def as_weights(value: Any, arg: str = "policy_or_weights") -> TensorDictBase | None:
+    """Weights from what torchrl's ``update_policy_weights_`` accepts, detached on the CPU.
+
+    A module gives its parameters and buffers; a TensorDict is taken as is; a
+    ``state_dict`` (flat dotted keys) is unflattened to the module layout.
+    None stays None. A module without parameters gives None.
+
+    Examples:
+        >>> from torch import nn
+        >>> sorted(as_weights(nn.Linear(3, 1)).keys())
+        ['bias', 'weight']
+    """
+    if value is None:
+        return None
+    if isinstance(value, nn.Module):
+        weights = TensorDict.from_module(value)
+        if weights.is_empty():
+            return None
+    elif isinstance(value, TensorDictBase):
+        weights = value
+    elif isinstance(value, dict):
+        weights = TensorDict(dict(value)).unflatten_keys(".")
+    else:
+        raise ConfigError([bad_value(arg, value, WEIGHTS_TYPE_MSG)])
+    return weights.detach().cpu()
 
 
 class RandomPolicy(TensorDictModuleBase):
@@ -66,8 +99,6 @@ def as_policy(policy: Any) -> Any:
 
 def policy_weights(policy: Any) -> TensorDictBase | None:
     """The policy's parameters and buffers as a TensorDict (None when it has none)."""
-    from tensordict import TensorDict
-
     if not isinstance(policy, nn.Module):
         return None
     weights = TensorDict.from_module(policy)

@@ -38,7 +38,7 @@ from fleetrl import (
     SyncDataCollector,
     WorkerError,
 )
-from policies import CountingPolicy
+from policies import CountingPolicy, ShapeRecorder
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -419,3 +419,56 @@ def test_config_error_in_a_worker_arrives_as_config_error():
     )
     assert "remote traceback of collector 0:" in str(info.value)
     assert not isinstance(info.value, WorkerError)
+
+
+# ----------------------------------------------- SyncDataCollector, in process
+
+
+def shapes_fed(collector_cls, env_fn, make_policy, **kwargs):
+    policy = ShapeRecorder(make_policy())
+    collector = collector_cls(env_fn, policy, frames_per_batch=6, total_frames=6, **kwargs)
+    policy.seen.clear()  # what it is fed while collecting (fleetrl probes it once when built)
+    batch = next(iter(collector))
+    collector.shutdown()
+    return set(policy.seen), batch
+
+
+def test_sync_collector_feeds_an_unbatched_env_policy_as_torchrl_does():
+    env = GymEnv("Pendulum-v1")
+    for make_policy in (
+        lambda: RandomPolicy(env.action_spec),
+        lambda: TensorDictModule(nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]),
+    ):
+        torchrl_seen, torchrl_batch = shapes_fed(Collector, PendulumEnv, make_policy)
+        fleet_seen, fleet_batch = shapes_fed(SyncDataCollector, PendulumEnv, make_policy)
+        assert torchrl_seen == fleet_seen == {()}
+        assert fleet_batch.batch_size == torchrl_batch.batch_size == (6,)
+        assert fleet_batch["action"].shape == torchrl_batch["action"].shape == (6, 1)
+
+
+def test_sync_collector_env_copies_use_the_batch_when_the_policy_takes_it():
+    env = GymEnv("Pendulum-v1")
+    seen, batch = shapes_fed(
+        SyncDataCollector, PendulumEnv, lambda: RandomPolicy(env.action_spec), num_envs=3
+    )
+    assert seen == {()}  # built for one env: fed one env at a time
+    assert batch.batch_size == (3, 2) and batch["action"].shape == (3, 2, 1)
+    linear = lambda: TensorDictModule(  # noqa: E731
+        nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]
+    )
+    seen, batch = shapes_fed(SyncDataCollector, PendulumEnv, linear, num_envs=3)
+    assert seen == {(3,)}  # takes the batch: one call per step
+    assert batch.batch_size == (3, 2) and batch["action"].shape == (3, 2, 1)
+
+
+def test_sync_collector_update_policy_weights_takes_a_module():
+    policy = CountingPolicy()
+    with SyncDataCollector(TorchRLCountingEnv(), policy, frames_per_batch=4) as c:
+        assert (c.next()["action"] == 1).all()
+        trained = CountingPolicy()
+        trained.weight.data.fill_(2.0)
+        c.update_policy_weights_(trained)
+        batch = c.next()
+        assert (batch["action"] == 2).all()
+        assert (batch["collector", "policy_version"] == 1).all()
+        assert policy.weight.item() == 2.0  # loaded into the collector's policy, as torchrl does

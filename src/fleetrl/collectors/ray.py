@@ -70,10 +70,10 @@ from fleetrl.collectors.ray_checks import (
     worker_failure,
 )
 from fleetrl.collectors.sync import SyncDataCollector
-from fleetrl.collectors.weights import WeightStore, as_weights
+from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import CollectorWorker, TaskResult, unpack_batch
 from fleetrl.errors import Problems, WorkerError
-from fleetrl.policies import policy_weights
+from fleetrl.policies import as_weights, policy_weights
 
 __all__ = ["RayCollector"]
 

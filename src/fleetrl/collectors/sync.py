@@ -46,7 +46,7 @@ from fleetrl.collectors.base import (
 )
 from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, make_env
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
-from fleetrl.policies import RandomPolicy, module_device
+from fleetrl.policies import RandomPolicy, as_weights, module_device
 
 __all__ = ["SyncDataCollector"]
 
@@ -373,20 +373,20 @@ class SyncDataCollector(DataCollectorBase):
         self._reset_episodes(obs)
         return seed + self.env.num_envs
 
-    def update_policy_weights_(
-        self, weights: TensorDictBase | None = None, *, version: int | None = None
-    ) -> None:
+    def update_policy_weights_(self, weights: Any = None, *, version: int | None = None) -> None:
         """Load new policy weights and advance the policy version.
 
         Args:
             weights: a TensorDict keyed like the policy's parameters
-                (``TensorDict.from_module(policy)``). ``None`` copies from the
+                (``TensorDict.from_module(policy)``), a ``state_dict``, or a
+                policy module whose weights are taken (as torchrl's
+                ``update_policy_weights_(policy)``). ``None`` copies from the
                 module the collector was given when it acts on a copy (another
                 device), and otherwise only advances the version.
             version: the version these weights are (default: current + 1).
         """
         self._check_open()
-        source = weights
+        source = weights if isinstance(weights, TensorDictBase) else as_weights(weights, "weights")
         if (
             source is None
             and self.policy is not self._user_policy

@@ -26,45 +26,8 @@ import numpy as np
 import ray
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch import nn
 
-from fleetrl.errors import ConfigError, bad_value
-
-__all__ = ["VersionBoard", "WeightStore", "as_weights", "from_wire", "to_wire"]
-
-WEIGHTS_TYPE_MSG = (
-    "must be None (the collector's own policy), a policy module (nn.Module or "
-    "TensorDictModule: its weights are taken), a TensorDict of weights "
-    "(TensorDict.from_module(policy)) or a state_dict"
-)
-
-
-def as_weights(value: Any, arg: str = "policy_or_weights") -> TensorDictBase | None:
-    """Weights from what torchrl's ``update_policy_weights_`` accepts, detached on the CPU.
-
-    A module gives its parameters and buffers; a TensorDict is taken as is; a
-    ``state_dict`` (flat dotted keys) is unflattened to the module layout.
-    None stays None. A module without parameters gives None.
-
-    Examples:
-        >>> from torch import nn
-        >>> sorted(as_weights(nn.Linear(3, 1)).keys())
-        ['bias', 'weight']
-    """
-    if value is None:
-        return None
-    if isinstance(value, nn.Module):
-        weights = TensorDict.from_module(value)
-        if weights.is_empty():
-            return None
-    elif isinstance(value, TensorDictBase):
-        weights = value
-    elif isinstance(value, dict):
-        weights = TensorDict(dict(value)).unflatten_keys(".")
-    else:
-        raise ConfigError([bad_value(arg, value, WEIGHTS_TYPE_MSG)])
-    return weights.detach().cpu()
-
+__all__ = ["VersionBoard", "WeightStore", "from_wire", "to_wire"]
 
 Wire = list[tuple[Any, np.ndarray]]
 
