@@ -27,7 +27,8 @@ every batch. ``prefetch=0`` is strictly on-policy (lag 0), at the cost of
 idle workers during learning. ``prefetch=p`` keeps up to p tasks in flight per
 worker.
 
-Weights: :meth:`update_policy_weights_` publishes a version with one
+Weights: :meth:`update_policy_weights_` (torchrl's arguments: a module, a
+TensorDict, nothing, ``worker_ids=``) publishes a version with one
 ``ray.put``; each worker receives it with its next task, only if it lacks it.
 ``max_weight_update_interval=k`` also makes a worker check for a newer
 version at the start of a task at least every k tasks, so a task queued
@@ -37,8 +38,10 @@ Fault tolerance: a worker whose actor dies (killed, crashed, node lost) is
 replaced by a new actor with the same worker id; it receives the current
 weights with its first task and the tasks lost with the old actor are issued
 to it again. An exception raised inside a worker (e.g. by the env) is not a
-death: it surfaces as :class:`~fleetrl.errors.WorkerError` with the worker id
-and the remote traceback.
+death: a ``ConfigError``, ``EnvError`` or ``PolicyError`` is raised again as
+itself, naming the collector, cause first and the remote traceback after;
+anything else surfaces as :class:`~fleetrl.errors.WorkerError` with the worker
+id and the remote traceback (:func:`~fleetrl.collectors.ray_checks.worker_failure`).
 """
 
 from __future__ import annotations
@@ -137,10 +140,13 @@ class RayCollector(DataCollectorBase):
         collector_class: :class:`SyncDataCollector` (default) or a torchrl
             collector class.
         collector_kwargs: extra keyword arguments for each collector (a dict,
-            or a list with one per collector).
+            or a list with one per collector), checked against the collector
+            class's signature before any actor starts.
         num_workers_per_collector: copies of the env per collector (for
-            fleetrl's collector: ``num_envs`` stepped as one batch; for torchrl
-            classes: a list of env factories, as torchrl does).
+            fleetrl's collector: ``num_envs`` stepped as one batch, a
+            ``SerialEnv`` for a factory of unbatched torchrl envs; for torchrl
+            classes: a list of env factories, as torchrl does, which the
+            Multi* classes always get).
         sync: stack all collectors' batches (True) or serve them first-ready (False).
         ray_init_config: ``ray.init`` arguments when Ray is not running yet
             (``{"address": ...}`` attaches to a cluster). The dashboard is off by default.
