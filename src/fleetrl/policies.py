@@ -8,6 +8,7 @@ A policy is anything that maps a TensorDict to a TensorDict (a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,7 +18,14 @@ from torch import nn
 
 from fleetrl.errors import ConfigError, PolicyError, bad_value
 
-__all__ = ["RandomPolicy", "as_policy", "as_weights", "policy_weights"]
+__all__ = [
+    "PerEnvPolicy",
+    "RandomPolicy",
+    "ReshapeAction",
+    "as_policy",
+    "as_weights",
+    "policy_weights",
+]
 
 POLICY_TYPE_MSG = (
     "policy={value!r} is invalid: pass a TensorDictModule (or any callable mapping a TensorDict "
@@ -113,3 +121,28 @@ def module_device(policy: Any) -> torch.device | None:
         for p in policy.parameters():
             return p.device
     return None
+
+
+class PerEnvPolicy:
+    """Calls a policy on one env's TensorDict at a time and stacks the outputs.
+
+    This is how torchrl feeds an unbatched env's policy. Cost: one policy call
+    per env per step plus one stack, so it is used only where the policy
+    cannot take the batch (``SyncDataCollector`` decides once, when built).
+    """
+
+    def __init__(self, policy: Callable[[TensorDictBase], Any]):
+        self.policy = policy
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        return torch.stack([self.policy(td[i]) for i in range(td.shape[0])], 0)
+
+
+class ReshapeAction:
+    """Gives the env actions in its spec's shape when the policy wrote the same values in another."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+    def __call__(self, action: torch.Tensor) -> torch.Tensor:
+        return action.reshape(self.shape).cpu()

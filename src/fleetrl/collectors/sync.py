@@ -46,7 +46,13 @@ from fleetrl.collectors.base import (
 )
 from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, make_env
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
-from fleetrl.policies import RandomPolicy, as_weights, module_device
+from fleetrl.policies import (
+    PerEnvPolicy,
+    RandomPolicy,
+    ReshapeAction,
+    as_weights,
+    module_device,
+)
 
 __all__ = ["SyncDataCollector"]
 
@@ -291,7 +297,7 @@ class SyncDataCollector(DataCollectorBase):
         td = self._policy_input()
         if not self.env.unbatched_copies:
             return self.policy, self.policy(td.clone())
-        per_env = _PerEnv(self.policy)
+        per_env = PerEnvPolicy(self.policy)
         if self.env.batch_shape != torch.Size([]):
             want = (self.env.num_envs, *self.env.action_shape)
             try:
@@ -338,7 +344,7 @@ class SyncDataCollector(DataCollectorBase):
             if env.unbatched_copies:
                 if shape[:1] == (n,) and math.prod(shape[1:]) == math.prod(env.action_shape):
                     # torchrl's env reads e.g. a scalar for a [1] spec; we give it the spec's shape
-                    return _Reshape(want_shape)
+                    return ReshapeAction(want_shape)
                 # the policy saw one env (torchrl's shapes): report what it wrote for one env
                 shape = shape[1:]
                 want = (
@@ -656,31 +662,6 @@ class SyncDataCollector(DataCollectorBase):
         if self.storing_device is not None and self.storing_device.type != "cpu":
             td = td.to(self.storing_device)
         return td
-
-
-class _PerEnv:
-    """Calls a policy on one env's TensorDict at a time and stacks the outputs.
-
-    This is how torchrl feeds an unbatched env's policy. Cost: one policy call
-    per env per step plus one stack, so it is used only where the policy
-    cannot take the batch (see ``SyncDataCollector._choose_feeding``).
-    """
-
-    def __init__(self, policy: Callable[[TensorDictBase], Any]):
-        self.policy = policy
-
-    def __call__(self, td: TensorDictBase) -> TensorDictBase:
-        return torch.stack([self.policy(td[i]) for i in range(td.shape[0])], 0)
-
-
-class _Reshape:
-    """Gives the env actions in its spec's shape when the policy wrote the same values in another."""
-
-    def __init__(self, shape: tuple[int, ...]):
-        self.shape = shape
-
-    def __call__(self, action: torch.Tensor) -> torch.Tensor:
-        return action.reshape(self.shape).cpu()
 
 
 _NONE = torch.empty(0)
