@@ -768,6 +768,9 @@ class RayCollector(DataCollectorBase):
 
 _REMOTE_WORKER: Any = None
 
+#: the old private name, still imported by scheme/update_worker.py
+_remote_cause = remote_traceback
+
 
 def _remote_worker_class() -> Any:
     """The Ray actor class, made once per process (Ray exports a class once per definition)."""
