@@ -5,6 +5,9 @@ gives 0, step k gives k), the reward is ``1 + action``, and the episode ends
 after ``length`` steps, by termination or by truncation. So the final
 observation of an episode is ``length`` and the reset observation is 0: a
 leaked reset observation is visible at once.
+
+``TorchRLCountingEnv``: a torchrl ``EnvBase`` like torchrl's own test env, for
+running torchrl's usage patterns.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import torch
+from tensordict import TensorDict
 from torch import nn
+from torchrl.data import Binary, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
 
 
 class CountingEnv(gym.Env):
@@ -131,3 +138,57 @@ class ExitOnUnpickle(nn.Module):
         if os.getpid() != self.owner_pid and left > 0:
             budget.arm(left - 1)
             os._exit(1)
+
+
+class TorchRLCountingEnv(EnvBase):
+    """A torchrl env like torchrl's own test ``CountingEnv``, unbatched by default.
+
+    The observation (int32, ``[1]``) adds up the actions (a ``Binary`` spec of
+    shape ``[1]``); the episode is done after ``max_steps`` steps. So the
+    observation shows which weights acted: a policy writing 2 counts by 2.
+    """
+
+    def __init__(self, max_steps: int = 5, **kwargs):
+        super().__init__(**kwargs)
+        self.max_steps = max_steps
+        shape = (*self.batch_size, 1)
+        self.observation_spec = Composite(
+            observation=Unbounded(shape, dtype=torch.int32), shape=self.batch_size
+        )
+        self.reward_spec = Unbounded(shape)
+        self.done_spec = Categorical(2, dtype=torch.bool, shape=shape)
+        self.action_spec = Binary(n=1, shape=shape)
+        self.count = torch.zeros(shape, dtype=torch.int32)
+        self.steps = torch.zeros(shape, dtype=torch.int32)
+
+    def _reset(self, tensordict):
+        reset = None if tensordict is None else tensordict.get("_reset", None)
+        if reset is None:
+            self.count.zero_()
+            self.steps.zero_()
+        else:
+            self.count[reset] = 0
+            self.steps[reset] = 0
+        done = self.steps >= self.max_steps
+        return TensorDict(
+            {"observation": self.count.clone(), "done": done, "terminated": done.clone()},
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, tensordict):
+        action = tensordict.get("action").reshape(self.count.shape)
+        self.count += action.to(torch.int32)
+        self.steps += 1
+        done = self.steps >= self.max_steps
+        return TensorDict(
+            {
+                "observation": self.count.clone(),
+                "reward": torch.ones(self.count.shape),
+                "done": done,
+                "terminated": done.clone(),
+            },
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        return seed

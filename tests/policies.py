@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.modules import ProbabilisticActor
 
@@ -34,3 +34,36 @@ class ConstantAction(nn.Module):
 
 def constant_policy(value: int = 1) -> TensorDictModule:
     return TensorDictModule(ConstantAction(value), in_keys=["observation"], out_keys=["action"])
+
+
+class CountingPolicy(TensorDictModuleBase):
+    """torchrl's test policy for its CountingEnv: writes ``weight`` (1.0) as the action.
+
+    It writes the action with the TensorDict's own shape, as torchrl's tests do, so
+    an unbatched env gets a scalar: the shapes torchrl feeds such a policy.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(1.0))
+        self.in_keys = []
+        self.out_keys = ["action"]
+
+    def forward(self, tensordict):
+        tensordict.set("action", self.weight.expand(tensordict.shape).clone())
+        return tensordict
+
+
+class ShapeRecorder(TensorDictModuleBase):
+    """Wraps a policy and records the batch size of every TensorDict it is fed."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.policy = policy
+        self.in_keys = list(getattr(policy, "in_keys", []))
+        self.out_keys = list(getattr(policy, "out_keys", ["action"]))
+        self.seen: list[tuple[int, ...]] = []
+
+    def forward(self, tensordict):
+        self.seen.append(tuple(tensordict.batch_size))
+        return self.policy(tensordict)

@@ -14,7 +14,8 @@ Two backends:
   spans two episodes.
 - :class:`TorchRLEnv`: any torchrl ``EnvBase`` (``GymEnv``, ``TransformedEnv``,
   batched envs), stepped with ``step_and_maybe_reset`` so torchrl's own partial
-  reset logic applies.
+  reset logic applies. A factory of unbatched torchrl envs asked for
+  ``num_envs=n`` gives n copies in a ``SerialEnv``.
 
 Both return the same :class:`StepResult`, so the collector has one hot loop.
 """
@@ -56,6 +57,10 @@ NUM_ENVS_MSG = (
     "num_envs={value!r} is invalid for an already built {kind}: it is only used to vectorize a "
     "gymnasium id or factory; leave num_envs=None (or equal to the env's {n} sub-envs)"
 )
+FACTORY_GYM_MSG = (
+    "create_env_fn={value!r} raised gymnasium's {kind}: {err}; check the env id and the "
+    "arguments the factory passes to gymnasium"
+)
 SPACE_MSG = (
     "create_env_fn: {which} space {space!r} is not supported on the gymnasium fast path "
     "(Box, Discrete, MultiDiscrete, MultiBinary are); wrap the env in torchrl's GymWrapper "
@@ -92,6 +97,9 @@ class BatchedEnv(abc.ABC):
     action_dtype: np.dtype
     #: number of discrete actions, or None for continuous actions
     num_actions: int | None
+    #: each env is one unbatched torchrl env (alone, or copies batched by fleetrl): torchrl
+    #: feeds such envs' policies one env's shapes, and so does the collector
+    unbatched_copies: bool = False
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
@@ -214,10 +222,11 @@ class TorchRLEnv(BatchedEnv):
     runs everything torchrl runs: transforms, batched and parallel envs.
     """
 
-    def __init__(self, env: Any):
+    def __init__(self, env: Any, *, unbatched_copies: bool = False):
         self.env = env
         self.batch_shape = torch.Size(env.batch_size)
         self.num_envs = max(1, self.batch_shape.numel())
+        self.unbatched_copies = unbatched_copies or self.batch_shape == torch.Size([])
         self._obs_keys = [k for k in env.full_observation_spec.keys(True, True)]
         self.observation_spec = {}
         for key in self._obs_keys:
@@ -364,13 +373,24 @@ def _check_prebuilt_num_envs(num_envs: int | None, n: int, kind: str) -> None:
         raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind=kind, n=n))
 
 
+def _call_factory(factory: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    try:
+        return factory(**kwargs)
+    except gym.error.Error as err:  # e.g. an unknown id inside the factory
+        raise EnvError(
+            FACTORY_GYM_MSG.format(value=factory, kind=type(err).__name__, err=err)
+        ) from err
+
+
 def _make_from_factory(
     factory: Callable[..., Any], num_envs: int | None, kwargs: dict[str, Any]
 ) -> BatchedEnv:
-    first = factory(**kwargs)
+    first = _call_factory(factory, kwargs)
+    if num_envs not in (None, 1) and _is_torchrl_env(first) and first.batch_size == torch.Size([]):
+        return TorchRLEnv(_serial_copies(first, factory, num_envs, kwargs), unbatched_copies=True)
     if isinstance(first, gym.Env) and not isinstance(first, gym.vector.VectorEnv):
         n = num_envs or 1
-        envs = [first] + [factory(**kwargs) for _ in range(n - 1)]
+        envs = [first] + [_call_factory(factory, kwargs) for _ in range(n - 1)]
         fns = [(lambda e=e: e) for e in envs]
         return GymVectorEnv(gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP))
     if num_envs not in (None, 1) and (
@@ -384,3 +404,17 @@ def _make_from_factory(
     if isinstance(first, (gym.vector.VectorEnv, str)) or _is_torchrl_env(first):
         return make_env(first, None)
     raise EnvError(ENV_TYPE_MSG.format(value=factory) + f" (the callable returned {first!r})")
+
+
+def _serial_copies(first: Any, factory: Callable[..., Any], n: int, kwargs: dict[str, Any]) -> Any:
+    """``n`` copies of an unbatched torchrl env as one ``SerialEnv`` of batch ``[n]``.
+
+    torchrl's collectors give each copy of a factory its own worker; we step
+    the copies in-process instead (a ``ParallelEnv`` would start n processes
+    inside a collector that Ray gives one CPU). The first copy is the env
+    already built.
+    """
+    from torchrl.envs import SerialEnv
+
+    fns = [lambda: first] + [lambda: _call_factory(factory, kwargs)] * (n - 1)
+    return SerialEnv(n, fns)

@@ -8,22 +8,63 @@ A policy is anything that maps a TensorDict to a TensorDict (a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from fleetrl.errors import PolicyError
+from fleetrl.errors import ConfigError, PolicyError, bad_value
 
-__all__ = ["RandomPolicy", "as_policy", "policy_weights"]
+__all__ = [
+    "PerEnvPolicy",
+    "RandomPolicy",
+    "ReshapeAction",
+    "as_policy",
+    "as_weights",
+    "policy_weights",
+]
 
 POLICY_TYPE_MSG = (
     "policy={value!r} is invalid: pass a TensorDictModule (or any callable mapping a TensorDict "
     "to a TensorDict), a plain nn.Module (wrapped to read 'observation' and write 'action'), "
     "or None for a uniform random policy"
 )
+
+WEIGHTS_TYPE_MSG = (
+    "must be None (the collector's own policy), a policy module (nn.Module or "
+    "TensorDictModule: its weights are taken), a TensorDict of weights "
+    "(TensorDict.from_module(policy)) or a state_dict"
+)
+
+
+def as_weights(value: Any, arg: str = "policy_or_weights") -> TensorDictBase | None:
+    """Weights from what torchrl's ``update_policy_weights_`` accepts, detached on the CPU.
+
+    A module gives its parameters and buffers; a TensorDict is taken as is; a
+    ``state_dict`` (flat dotted keys) is unflattened to the module layout.
+    None stays None. A module without parameters gives None.
+
+    Examples:
+        >>> from torch import nn
+        >>> sorted(as_weights(nn.Linear(3, 1)).keys())
+        ['bias', 'weight']
+    """
+    if value is None:
+        return None
+    if isinstance(value, nn.Module):
+        weights = TensorDict.from_module(value)
+        if weights.is_empty():
+            return None
+    elif isinstance(value, TensorDictBase):
+        weights = value
+    elif isinstance(value, dict):
+        weights = TensorDict(dict(value)).unflatten_keys(".")
+    else:
+        raise ConfigError([bad_value(arg, value, WEIGHTS_TYPE_MSG)])
+    return weights.detach().cpu()
 
 
 class RandomPolicy(TensorDictModuleBase):
@@ -66,8 +107,6 @@ def as_policy(policy: Any) -> Any:
 
 def policy_weights(policy: Any) -> TensorDictBase | None:
     """The policy's parameters and buffers as a TensorDict (None when it has none)."""
-    from tensordict import TensorDict
-
     if not isinstance(policy, nn.Module):
         return None
     weights = TensorDict.from_module(policy)
@@ -82,3 +121,28 @@ def module_device(policy: Any) -> torch.device | None:
         for p in policy.parameters():
             return p.device
     return None
+
+
+class PerEnvPolicy:
+    """Calls a policy on one env's TensorDict at a time and stacks the outputs.
+
+    This is how torchrl feeds an unbatched env's policy. Cost: one policy call
+    per env per step plus one stack, so it is used only where the policy
+    cannot take the batch (``SyncDataCollector`` decides once, when built).
+    """
+
+    def __init__(self, policy: Callable[[TensorDictBase], Any]):
+        self.policy = policy
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        return torch.stack([self.policy(td[i]) for i in range(td.shape[0])], 0)
+
+
+class ReshapeAction:
+    """Gives the env actions in its spec's shape when the policy wrote the same values in another."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+    def __call__(self, action: torch.Tensor) -> torch.Tensor:
+        return action.reshape(self.shape).cpu()

@@ -35,7 +35,8 @@ task is issued again with the current weights, so frames stay exact (the
 discarded frames are collected again, never counted). With k below
 ``prefetch`` most prefetched batches are discarded: choose ``k >= prefetch``.
 
-Weights: :meth:`update_policy_weights_` publishes a version with one
+Weights: :meth:`update_policy_weights_` (torchrl's arguments: a module, a
+TensorDict, nothing, ``worker_ids=``) publishes a version with one
 ``ray.put``; each worker receives it with its next task, only if it lacks it.
 ``max_weight_update_interval=k`` also makes a worker check for a newer
 version at the start of a task at least every k tasks, so a task queued
@@ -52,9 +53,11 @@ the attempts and the last cause. The lost tasks stay on the books meanwhile:
 ``frames``, ``remaining_frames`` and ``stats()["pending"]`` stay exact, and a
 caller that catches the error and iterates again starts a new series of
 attempts and still gets exactly ``total_frames``. An exception raised inside a
-worker (e.g. by the env) is not a death: it surfaces as
+worker (e.g. by the env) is not a death: a ``ConfigError``, ``EnvError`` or
+``PolicyError`` is raised again as itself, naming the collector, cause first
+and the remote traceback after; anything else surfaces as
 :class:`~fleetrl.errors.WorkerError` with the worker id and the remote
-traceback.
+traceback (:func:`~fleetrl.collectors.ray_checks.worker_failure`).
 """
 
 from __future__ import annotations
@@ -62,7 +65,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,17 +77,23 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
 from fleetrl.collectors.ray_checks import (
+    SET_BY_RAY,
     check_arguments,
+    check_collector_kwargs,
     check_env_counts,
     check_resources,
+    check_weight_update,
     per_collector_args,
+    remote_traceback,
+    takes_env_list,
+    worker_failure,
 )
 from fleetrl.collectors.restarts import DEFAULT_MAX_RESTART_ATTEMPTS, RestartPolicy
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import CollectorWorker, TaskResult, unpack_batch
 from fleetrl.errors import ConfigError, Problems, WorkerError, WorkerLostError
-from fleetrl.policies import policy_weights
+from fleetrl.policies import as_weights, policy_weights
 
 __all__ = ["RayCollector"]
 
@@ -160,10 +168,13 @@ class RayCollector(DataCollectorBase):
         collector_class: :class:`SyncDataCollector` (default) or a torchrl
             collector class.
         collector_kwargs: extra keyword arguments for each collector (a dict,
-            or a list with one per collector).
+            or a list with one per collector), checked against the collector
+            class's signature before any actor starts.
         num_workers_per_collector: copies of the env per collector (for
-            fleetrl's collector: ``num_envs`` stepped as one batch; for torchrl
-            classes: a list of env factories, as torchrl does).
+            fleetrl's collector: ``num_envs`` stepped as one batch, a
+            ``SerialEnv`` for a factory of unbatched torchrl envs; for torchrl
+            classes: a list of env factories, as torchrl does, which the
+            Multi* classes always get).
         sync: stack all collectors' batches (True) or serve them first-ready (False).
         ray_init_config: ``ray.init`` arguments when Ray is not running yet
             (``{"address": ...}`` attaches to a cluster). The dashboard is off by default.
@@ -363,7 +374,8 @@ class RayCollector(DataCollectorBase):
             kwargs["split_trajs"] = False
             if self.init_random_frames:
                 kwargs["init_random_frames"] = -1
-            if self.num_workers_per_collector > 1:
+            if self.num_workers_per_collector > 1 or takes_env_list(self.collector_class):
+                # as torchrl does: one env factory per sub-collector
                 kwargs["create_env_fn"] = [slot.env_fn] * self.num_workers_per_collector
             if kwargs.get("max_frames_per_traj") is None:
                 kwargs["max_frames_per_traj"] = -1
@@ -396,13 +408,9 @@ class RayCollector(DataCollectorBase):
             try:
                 info = ray.get(ref)
             except RayTaskError as err:
-                if isinstance(err.cause, ConfigError):  # bad arguments, found where the env lives
-                    raise ConfigError(
-                        [f"collector {slot.worker_id}: {p}" for p in err.cause.problems]
-                    ) from None
-                raise WorkerError(slot.worker_id, _remote_cause(err)) from None
+                raise worker_failure(slot.worker_id, err) from None
             except RayActorError as err:
-                raise _StartDied(slot.worker_id, _remote_cause(err)) from None
+                raise _StartDied(slot.worker_id, remote_traceback(err)) from None
             slot.num_envs, slot.node_id = info["num_envs"], info["node_id"]
 
     def _add_slots(
@@ -489,7 +497,7 @@ class RayCollector(DataCollectorBase):
                 cause = err.cause
                 continue
             except RayActorError as err:
-                cause = _remote_cause(err)
+                cause = remote_traceback(err)
                 continue
             except BaseException:  # its setup raised: not a death, but this actor is no use
                 with contextlib.suppress(Exception):
@@ -519,7 +527,7 @@ class RayCollector(DataCollectorBase):
 
     def _submit(self, task: _Task) -> Any:
         slot = self._slots[task.worker]
-        version, weights_ref = self._weights.for_worker(slot.version)
+        version, weights_ref = self._weights.for_worker(slot.version, slot.worker_id)
         ref = slot.handle.collect.remote(
             task.frames,
             version,
@@ -548,9 +556,9 @@ class RayCollector(DataCollectorBase):
         try:
             result = ray.get(ref)
         except RayTaskError as err:
-            raise WorkerError(task.worker, _remote_cause(err)) from None
+            raise worker_failure(task.worker, err) from None
         except RayActorError as err:
-            self._replace(slot, _remote_cause(err))
+            self._replace(slot, remote_traceback(err))
             return None
         del self._pending[ref]
         slot.inflight.remove(ref)
@@ -738,18 +746,50 @@ class RayCollector(DataCollectorBase):
     def policy_version(self) -> int:
         return self._weights.version if self._weights else 0
 
-    def update_policy_weights_(self, weights: TensorDictBase | None = None) -> int:
-        """Publish a new version of the weights (the local policy's when None); returns it.
+    def update_policy_weights_(
+        self,
+        policy_or_weights: Any = None,
+        *,
+        weights: Any = None,
+        policy: Any = None,
+        worker_ids: int | list[int] | None = None,
+        model_id: str | None = None,
+    ) -> int:
+        """Publish a new version of the policy weights; returns its number.
+
+        Takes what torchrl's ``update_policy_weights_`` takes: nothing (the
+        weights of the policy this collector was built with), a policy module
+        (``nn.Module`` / ``TensorDictModule``: its weights are taken), a
+        TensorDict of weights or a ``state_dict``, positionally or as
+        ``policy=`` / ``weights=``.
 
         One ``ray.put``; does not wait for any worker. Each worker receives the
-        new version with its next task.
+        new version with its next task. The version counts publishes: with
+        ``worker_ids``, the count moves by one but only those workers get the
+        new version (and its weights); the others keep the version they had
+        until a later publish includes them, and their batches show it in
+        ``("collector", "policy_version")``.
+
+        Examples:
+            >>> collector.update_policy_weights_(policy)  # doctest: +SKIP
+            >>> collector.update_policy_weights_(TensorDict.from_module(policy), worker_ids=[0])  # doctest: +SKIP
         """
         self._check_open()
-        if weights is None:
-            weights = policy_weights(self.policy)
-        if weights is not None:
-            weights = weights.detach().cpu()
-        return self._weights.publish(weights)
+        value = check_weight_update(
+            policy_or_weights,
+            weights=weights,
+            policy=policy,
+            worker_ids=worker_ids,
+            model_id=model_id,
+            num_workers=len(self._slots),
+        )
+        ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
+        if value is None:
+            source = policy_weights(self.policy)
+            source = None if source is None else source.detach().cpu()
+        else:
+            source = as_weights(value)
+        return self._weights.publish(source, None if ids is None else list(ids))
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed."""
@@ -806,6 +846,7 @@ class RayCollector(DataCollectorBase):
                 f"sync=True: frames_per_batch={self.frames_per_batch} must split evenly over the "
                 f"{total} collectors",
             )
+        check_collector_kwargs(p, self.collector_class, kwargs_list, SET_BY_RAY)
         p.raise_if_any()
         check_resources([s.remote_config for s in self._slots] + remotes)
         slots = self._add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
@@ -922,14 +963,3 @@ def _split_frames(frames: int, num_envs: list[int]) -> dict[int, int]:
     steps = frames // n
     base, extra = divmod(steps, len(num_envs))
     return {i: (base + (1 if i < extra else 0)) * n for i in range(len(num_envs))}
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _remote_cause(err: BaseException) -> str:
-    """The remote error with its traceback, as plain text (Ray colours it for terminals)."""
-    text = _ANSI.sub("", str(err))
-    if not text.lstrip().startswith("Traceback"):
-        text = "Traceback (most recent call last, in the worker):\n" + text
-    return text

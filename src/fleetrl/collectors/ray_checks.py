@@ -9,7 +9,10 @@ and again on what the workers report.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,15 +22,21 @@ from torchrl.envs.utils import ExplorationType
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.worker import Compression
-from fleetrl.errors import Problems
+from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
 
 __all__ = [
+    "SET_BY_RAY",
     "RayArguments",
     "check_arguments",
+    "check_collector_kwargs",
     "check_env_counts",
     "check_resources",
+    "check_weight_update",
     "is_torchrl_collector_class",
     "per_collector_args",
+    "remote_traceback",
+    "takes_env_list",
+    "worker_failure",
 ]
 
 COLLECTOR_CLASS_MSG = (
@@ -54,6 +63,21 @@ SYNC_ENVS_MSG = (
 TOTAL_ENVS_MSG = (
     "total_frames={total} is not a multiple of the collectors' {n} envs; use {lo} or {hi}"
 )
+
+UNKNOWN_KWARG_MSG = (
+    "{cls} takes no argument {key!r}{hint}; its arguments are listed in its signature "
+    "(inspect.signature({cls}))"
+)
+SET_BY_RAY_MSG = (
+    "is set by RayCollector itself; pass it to RayCollector(...) instead of collector_kwargs"
+)
+#: collector arguments RayCollector passes itself
+SET_BY_RAY = frozenset({"create_env_fn", "policy", "frames_per_batch", "total_frames"})
+WEIGHTS_TWICE_MSG = "pass the weights once: as the first argument, as weights= or as policy="
+MODEL_ID_MSG = "RayCollector carries one model, the policy: leave model_id=None or use 'policy'"
+WORKER_IDS_MSG = "must be a worker id or a list of worker ids, each in range({n})"
+#: an error raised in a worker that is one of these arrives as its own type
+RETYPED_ERRORS = (ConfigError, EnvError, PolicyError)
 
 
 def default_remote_config() -> dict[str, Any]:
@@ -109,6 +133,8 @@ def check_arguments(
     native = isinstance(collector_class, type) and issubclass(collector_class, SyncDataCollector)
     if not native and not is_torchrl_collector_class(collector_class):
         p.add("collector_class", collector_class, COLLECTOR_CLASS_MSG)
+    else:
+        check_collector_kwargs(p, collector_class, kwargs_list, SET_BY_RAY)
     if sync and count and isinstance(frames_per_batch, int) and frames_per_batch % count:
         p.add(
             "frames_per_batch",
@@ -294,9 +320,125 @@ def check_env_counts(
     p.raise_if_any()
 
 
+def takes_env_list(cls: Any) -> bool:
+    """Whether a torchrl collector class wants a list of env factories (the Multi* collectors)."""
+    from torchrl.collectors import Collector
+
+    return is_torchrl_collector_class(cls) and not issubclass(cls, Collector)
+
+
 def is_torchrl_collector_class(cls: Any) -> bool:
     try:
         from torchrl.collectors import BaseCollector
     except ImportError:  # pragma: no cover
         return False
     return isinstance(cls, type) and issubclass(cls, BaseCollector)
+
+
+def collector_parameters(cls: type) -> set[str] | None:
+    """Keyword names ``cls(...)`` accepts, following ``**kwargs`` up the MRO (None: anything)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object or "__init__" not in vars(klass):
+            continue
+        try:
+            params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        except (TypeError, ValueError):  # no introspectable signature: accept anything
+            return None
+        names.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names - {"self"}
+    return names - {"self"}
+
+
+def check_collector_kwargs(
+    p: Problems, collector_class: Any, kwargs_list: list[Any], set_by_ray: frozenset[str]
+) -> None:
+    """Every collector_kwargs key must be an argument of ``collector_class`` (closest name as hint)."""
+    if not isinstance(collector_class, type):
+        return
+    accepted = collector_parameters(collector_class)
+    if accepted is None:
+        return
+    shared = all(k is kwargs_list[0] or _same(k, kwargs_list[0]) for k in kwargs_list)
+    for index, kwargs in enumerate(kwargs_list[:1] if shared else kwargs_list):
+        if not isinstance(kwargs, dict):
+            continue
+        arg = "collector_kwargs" if shared else f"collector_kwargs[{index}]"
+        for key in kwargs:
+            if key in set_by_ray:
+                p.add(f"{arg}[{key!r}]", kwargs[key], SET_BY_RAY_MSG)
+            elif key not in accepted:
+                close = difflib.get_close_matches(str(key), sorted(accepted), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                p.add(
+                    f"{arg}[{key!r}]",
+                    kwargs[key],
+                    UNKNOWN_KWARG_MSG.format(cls=collector_class.__name__, key=key, hint=hint),
+                )
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # values that do not compare (tensors): report per collector
+        return False
+
+
+def check_weight_update(
+    policy_or_weights: Any,
+    *,
+    weights: Any,
+    policy: Any,
+    worker_ids: Any,
+    model_id: Any,
+    num_workers: int,
+) -> Any:
+    """Check ``update_policy_weights_``'s arguments (torchrl's names); return the one weights source."""
+    p = Problems()
+    given = [v for v in (policy_or_weights, weights, policy) if v is not None]
+    if len(given) > 1:
+        p.add("policy_or_weights", f"<{len(given)} sources>", WEIGHTS_TWICE_MSG)
+    p.check(model_id in (None, "policy"), "model_id", model_id, MODEL_ID_MSG)
+    if worker_ids is not None:
+        ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
+        ok = isinstance(ids, (list, tuple)) and all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_workers for i in ids
+        )
+        p.check(ok, "worker_ids", worker_ids, WORKER_IDS_MSG.format(n=num_workers))
+    p.raise_if_any()
+    return given[0] if given else None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def remote_traceback(err: BaseException) -> str:
+    """The remote error with its traceback, as plain text (Ray colours it for terminals)."""
+    text = _ANSI.sub("", str(err))
+    if not text.lstrip().startswith("Traceback"):
+        text = "Traceback (most recent call last, in the worker):\n" + text
+    return text
+
+
+def worker_failure(worker_id: int, err: BaseException) -> FleetError:
+    """The error to raise for an exception a worker raised.
+
+    A :class:`ConfigError`, :class:`EnvError` or :class:`PolicyError` arrives as
+    its own type, its message first naming the collector and the cause, then
+    the remote traceback. Anything else is a :class:`WorkerError`. Both carry
+    ``worker_id`` and the traceback as ``cause``.
+    """
+    cause = getattr(err, "cause", None)
+    text = remote_traceback(err)
+    if isinstance(cause, ConfigError):
+        error: FleetError = ConfigError([f"collector {worker_id}: {p}" for p in cause.problems])
+    elif isinstance(cause, (EnvError, PolicyError)):
+        kind = EnvError if isinstance(cause, EnvError) else PolicyError
+        error = kind(f"collector {worker_id}: {cause}")
+    else:
+        return WorkerError(worker_id, text)
+    error.args = (f"{error}\n\nremote traceback of collector {worker_id}:\n{text}",)
+    error.worker_id = worker_id  # type: ignore[attr-defined]
+    error.cause = text  # type: ignore[attr-defined]
+    return error

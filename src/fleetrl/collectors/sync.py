@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +46,13 @@ from fleetrl.collectors.base import (
 )
 from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, make_env
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
-from fleetrl.policies import RandomPolicy, module_device
+from fleetrl.policies import (
+    PerEnvPolicy,
+    RandomPolicy,
+    ReshapeAction,
+    as_weights,
+    module_device,
+)
 
 __all__ = ["SyncDataCollector"]
 
@@ -257,7 +264,7 @@ class SyncDataCollector(DataCollectorBase):
             torch.inference_mode(),
             set_exploration_type(self.exploration_type),
         ):
-            out = self.policy(self._policy_input().clone())
+            self._act, out = self._choose_feeding()
         if not isinstance(out, TensorDictBase):
             raise PolicyError(
                 f"policy={self.policy!r} returned {type(out).__name__}; it must return a TensorDict"
@@ -277,6 +284,29 @@ class SyncDataCollector(DataCollectorBase):
         self._out_specs = {k: (tuple(out.get(k).shape[1:]), out.get(k).dtype) for k in out_keys}
         self._out_keys = out_keys
         self._reset_episodes(obs)
+
+    def _choose_feeding(self) -> tuple[Callable[[TensorDictBase], Any], Any]:
+        """How the policy is called, and its output on the current step.
+
+        On the env batch, except for envs torchrl would feed one env at a time
+        (an unbatched torchrl env, or fleetrl's copies of one): their policies
+        are often built for one env's shapes (``RandomPolicy(env.action_spec)``),
+        so they get one env's TensorDict per call. Copies use the batch when the
+        policy's action fits it, which is one call per step instead of one per env.
+        """
+        td = self._policy_input()
+        if not self.env.unbatched_copies:
+            return self.policy, self.policy(td.clone())
+        per_env = PerEnvPolicy(self.policy)
+        if self.env.batch_shape != torch.Size([]):
+            want = (self.env.num_envs, *self.env.action_shape)
+            try:
+                out = self.policy(td.clone())
+            except Exception:  # e.g. an action sampled from one env's spec set on the batch
+                out = None
+            if isinstance(out, TensorDictBase) and tuple(out.get("action", _NONE).shape) == want:
+                return self.policy, out
+        return per_env, per_env(td.clone())
 
     def _add_recurrent_primers(self) -> None:
         """Zero-initialise recurrent states the policy declares (torchrl's LSTM/GRU modules)."""
@@ -311,6 +341,16 @@ class SyncDataCollector(DataCollectorBase):
             if shape == want_shape:  # torchrl envs take actions as their spec says
                 return None if on_cpu else _to_cpu
             want = f"actions of shape {want_shape} (num_envs, *action_shape)"
+            if env.unbatched_copies:
+                if shape[:1] == (n,) and math.prod(shape[1:]) == math.prod(env.action_shape):
+                    # torchrl's env reads e.g. a scalar for a [1] spec; we give it the spec's shape
+                    return ReshapeAction(want_shape)
+                # the policy saw one env (torchrl's shapes): report what it wrote for one env
+                shape = shape[1:]
+                want = (
+                    f"actions of shape {tuple(env.action_shape)}: the env has no batch dims, so "
+                    "the policy is fed one env at a time, as torchrl feeds it"
+                )
         raise PolicyError(
             ACTION_SHAPE_MSG.format(policy=self.policy, got=shape, dtype=dtype, want=want)
         )
@@ -339,20 +379,20 @@ class SyncDataCollector(DataCollectorBase):
         self._reset_episodes(obs)
         return seed + self.env.num_envs
 
-    def update_policy_weights_(
-        self, weights: TensorDictBase | None = None, *, version: int | None = None
-    ) -> None:
+    def update_policy_weights_(self, weights: Any = None, *, version: int | None = None) -> None:
         """Load new policy weights and advance the policy version.
 
         Args:
             weights: a TensorDict keyed like the policy's parameters
-                (``TensorDict.from_module(policy)``). ``None`` copies from the
+                (``TensorDict.from_module(policy)``), a ``state_dict``, or a
+                policy module whose weights are taken (as torchrl's
+                ``update_policy_weights_(policy)``). ``None`` copies from the
                 module the collector was given when it acts on a copy (another
                 device), and otherwise only advances the version.
             version: the version these weights are (default: current + 1).
         """
         self._check_open()
-        source = weights
+        source = weights if isinstance(weights, TensorDictBase) else as_weights(weights, "weights")
         if (
             source is None
             and self.policy is not self._user_policy
@@ -564,7 +604,7 @@ class SyncDataCollector(DataCollectorBase):
         if self.reset_at_each_iter:
             self._reset_episodes(env.reset())
         # Everything below is decided once per batch, not per step.
-        policy = self._random_policy if random else self.policy
+        policy = self._random_policy if random else self._act
         out_keys = ["action"] if random else self._out_keys
         to_env = None if random else self._action_to_env
         carried = [] if random else self._carried
@@ -651,6 +691,9 @@ class SyncDataCollector(DataCollectorBase):
         if self.storing_device is not None and self.storing_device.type != "cpu":
             td = td.to(self.storing_device)
         return td
+
+
+_NONE = torch.empty(0)
 
 
 def _lo(value: int, n: int) -> int:

@@ -10,6 +10,11 @@ For a bound on staleness beyond that, the store also posts each version on a
 :class:`VersionBoard`, a tiny actor that workers ask at the start of a task
 (``max_weight_update_interval``): a task queued before the learner published
 still starts with the newest weights.
+
+A publish can also target some workers only (torchrl's ``worker_ids=``): the
+version counter still moves by one, but only the named workers receive that
+version; the others keep theirs until the next publish that includes them. A
+targeted version is not posted on the board.
 """
 
 from __future__ import annotations
@@ -70,26 +75,48 @@ class WeightStore:
     def __init__(self, *, with_board: bool = False):
         self.version = 0
         self.ref: ray.ObjectRef | None = None
+        # worker id -> (version, ref) of a targeted publish newer than the last broadcast
+        self._targeted: dict[int, tuple[int, ray.ObjectRef | None]] = {}
+        self._broadcast = 0  # the newest version every worker gets
         self.board = (
             ray.remote(num_cpus=0)(VersionBoard).options(max_concurrency=8).remote()
             if with_board
             else None
         )
 
-    def publish(self, weights: TensorDictBase | None) -> int:
-        """Store a new version (one ``ray.put``) and return its number. Does not wait for workers."""
+    def publish(self, weights: TensorDictBase | None, worker_ids: list[int] | None = None) -> int:
+        """Store a new version (one ``ray.put``) and return its number. Does not wait for workers.
+
+        With ``worker_ids``, only those workers get this version (see the module docstring).
+        """
         self.version += 1
+        if worker_ids is not None:
+            ref = ray.put(to_wire(weights)) if weights is not None else self.ref
+            for worker_id in worker_ids:
+                self._targeted[worker_id] = (self.version, ref)
+            return self.version
+        self._targeted.clear()
+        self._broadcast = self.version
         if weights is not None:
             self.ref = ray.put(to_wire(weights))
             if self.board is not None:
                 self.board.post.remote(self.version, [self.ref])
         return self.version
 
-    def for_worker(self, worker_version: int) -> tuple[int, ray.ObjectRef | None]:
-        """What a task for a worker at ``worker_version`` should carry: the ref only if it is newer."""
-        if self.ref is not None and worker_version < self.version:
-            return self.version, self.ref
-        return self.version, None
+    def for_worker(
+        self, worker_version: int, worker_id: int | None = None
+    ) -> tuple[int, ray.ObjectRef | None]:
+        """What a task for a worker at ``worker_version`` should carry: the ref only if it is newer.
+
+        Returns the version the worker holds once the task starts, and the
+        weights' ref when it must load them.
+        """
+        version, ref = self.version, self.ref
+        if self._targeted:  # the newest version is not for everyone
+            version, ref = self._targeted.get(worker_id, (self._broadcast, self.ref))
+        if ref is not None and worker_version < version:
+            return version, ref
+        return max(version, worker_version), None
 
     def close(self) -> None:
         if self.board is not None:

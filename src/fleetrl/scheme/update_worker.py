@@ -39,7 +39,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from tensordict import TensorDictBase
 
 from fleetrl.algorithms import Algorithm
-from fleetrl.collectors.ray import _remote_cause
+from fleetrl.collectors.ray_checks import remote_traceback
 from fleetrl.collectors.restarts import RestartPolicy
 from fleetrl.config import Config, config_to_dict
 from fleetrl.errors import ConfigError, WorkerError, WorkerLostError
@@ -201,7 +201,7 @@ class UpdateWorker:
                 self._form_group()
         except (RayTaskError, RayActorError) as err:  # a replica or its collectors failed to start
             self.shutdown()
-            raise WorkerError(-1, _remote_cause(err), role="gradient worker") from None
+            raise WorkerError(-1, remote_traceback(err), role="gradient worker") from None
         except BaseException:
             self.shutdown()
             raise
@@ -257,7 +257,7 @@ class UpdateWorker:
         if self._restart_policy.gives_up(deaths):
             raise WorkerLostError(
                 index,
-                self._restart_policy.gave_up(deaths, _remote_cause(err)),
+                self._restart_policy.gave_up(deaths, remote_traceback(err)),
                 role="gradient worker",
                 attempts=deaths - 1,
             ) from None
@@ -292,7 +292,7 @@ class UpdateWorker:
         try:
             report = ray.get(ref)
         except RayTaskError as err:  # the worker's own code raised: not something to retry
-            raise WorkerError(index, _remote_cause(err), role="gradient worker") from None
+            raise WorkerError(index, remote_traceback(err), role="gradient worker") from None
         except RayActorError as err:
             self._replace(index, err)
             return None
@@ -421,7 +421,7 @@ class UpdateWorker:
                     refs[ref],
                     "a decentralized (all-reduce) group cannot continue without one of its "
                     "members; resume the run from its last checkpoint (fleetrl train --resume "
-                    f"RUN_DIR). Cause:\n{_remote_cause(err)}",
+                    f"RUN_DIR). Cause:\n{remote_traceback(err)}",
                     role="gradient worker",
                 ) from None
         reports = [by_worker[i] for i in range(self.num_workers)]
@@ -472,7 +472,7 @@ class UpdateWorker:
             except RayActorError:
                 pass  # the worker died; its replacement starts from the master's parameters
             except RayTaskError as err:
-                raise WorkerError(-1, _remote_cause(err), role="gradient worker") from None
+                raise WorkerError(-1, remote_traceback(err), role="gradient worker") from None
 
     # --------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
