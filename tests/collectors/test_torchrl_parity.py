@@ -305,6 +305,9 @@ def test_update_policy_weights_bad_arguments_say_what_to_pass():
         with pytest.raises(ConfigError, match="policy_or_weights=3 is invalid: must be None"):
             c.update_policy_weights_(3)
         assert c.policy_version == 0  # nothing was published
+        with pytest.raises(ConfigError, match=r"did you mean 'num_envs'\?"):
+            c.add_collectors(1, collector_kwargs={"num_env": 2})
+        assert c.num_collectors == 2  # refused before any actor started
 
 
 @pytest.mark.parametrize("sync", [False, True])
