@@ -19,10 +19,7 @@ __all__ = ["make_collector", "make_learner"]
 def make_learner(config: Config, seed: int, **modules: Any) -> Algorithm:
     """The configured algorithm, with torch seeded first (default networks initialise alike)."""
     torch.manual_seed(seed)
-    algorithm = make_algorithm(config.algorithm, config.algo, env_info(config.env.id), **modules)
-    algorithm.test_every = config.trainer.test_every  # the seed's Algorithm properties
-    algorithm.num_test_episodes = config.trainer.num_test_episodes
-    return algorithm
+    return make_algorithm(config.algorithm, config.algo, env_info(config.env.id), **modules)
 
 
 def make_collector(

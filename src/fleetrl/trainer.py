@@ -37,7 +37,6 @@ import torch
 import yaml
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.algorithms import env_info
 from fleetrl.build import make_learner
 from fleetrl.checkpoint import (
     latest_checkpoint,
@@ -138,7 +137,6 @@ class Trainer:
         self.run_dir = Path(run_dir)
         # everything that can refuse the run is checked before the run directory is made
         check_config(config)  # a Config built by hand was never validated
-        self.info = env_info(config.env.id)
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules

@@ -95,8 +95,6 @@ class Algorithm(abc.ABC):
         max_grad_norm: float | None = None,
         update_every: int = 1,
         start_steps: int = 0,
-        test_every: int = 0,
-        num_test_episodes: int = 0,
     ):
         self.loss_module = loss_module
         self.actor = actor
@@ -107,8 +105,6 @@ class Algorithm(abc.ABC):
         self.max_grad_norm = max_grad_norm
         self.update_every = update_every
         self.start_steps = start_steps
-        self.test_every = test_every
-        self.num_test_episodes = num_test_episodes
         self.mini_batch_size: int | None = None  # known once a batch was split
         self.num_updates = 0  # optimizer steps taken
         self._trainable = [
