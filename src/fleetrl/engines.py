@@ -152,6 +152,7 @@ class AtariEnv:
 
     def make(self, num_envs: int) -> BatchedEnv:
         """Build ``num_envs`` envs in this engine."""
+        _register_ale()  # an unpickled spec (a Ray worker) skipped __post_init__
         if self.engine == EnvEngine.GYMNASIUM:
             return GymVectorEnv(_gym_vector(self.env_id, self.atari, num_envs))
         if self.engine == EnvEngine.ALE_VECTOR:

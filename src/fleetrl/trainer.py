@@ -47,6 +47,7 @@ from fleetrl.checkpoint import (
 )
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config, check_config, config_to_dict, read_yaml_mapping
+from fleetrl.engines import env_spec
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.metrics import MetricLogger
 from fleetrl.preflight import check_budget, check_resume_overrides, config_terms
@@ -77,13 +78,16 @@ STOPPED = "stopped by %s at %d frames; checkpoint written"
 
 def evaluate(
     policy: Any,
-    env_id: str,
+    env_id: Any,
     num_episodes: int,
     *,
     seed: int = 0,
     max_episode_steps: int | None = None,
 ) -> torch.Tensor:
-    """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode)."""
+    """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode).
+
+    ``env_id``: a gymnasium id or an :class:`fleetrl.engines.AtariEnv` (the engine of training).
+    """
     returns: list[float] = []
     with SyncDataCollector(
         env_id,
@@ -138,7 +142,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         # everything that can refuse the run is checked before the run directory is made
         check_config(config)  # a Config built by hand was never validated
-        self.info = env_info(config.env.id)
+        self.info = env_info(env_spec(config.env))
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules
@@ -370,7 +374,7 @@ class Trainer:
         with torch.random.fork_rng(devices=[]):
             returns = evaluate(
                 self.algorithm.policy,
-                self.config.env.id,
+                env_spec(self.config.env),
                 t.num_test_episodes,
                 seed=t.seed + 100_003 + self.updates,
                 max_episode_steps=self.config.env.max_episode_steps,
