@@ -27,6 +27,19 @@ from fleetrl.engines import (
 from fleetrl.envs import GymVectorEnv
 
 ENGINES = [e.value for e in EnvEngine]
+try:
+    import envpool  # noqa: F401  (no wheel outside Linux x86_64: pyproject's marker)
+
+    HAVE_ENVPOOL = True
+except ImportError:
+    HAVE_ENVPOOL = False
+needs_envpool = pytest.mark.skipif(not HAVE_ENVPOOL, reason="envpool is not installed here")
+
+
+def _engines(*names: str) -> list:
+    return [pytest.param(n, marks=needs_envpool) if n == "envpool" else n for n in names]
+
+
 LIMIT = 180  # agent steps before truncation in the boundary test
 
 
@@ -48,7 +61,7 @@ def _is_reset_stack(stack: torch.Tensor) -> bool:
     return bool((stack == stack[-1:]).all())
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", _engines(*ENGINES))
 def test_episode_boundaries_exact(engine):
     # Breakout under random actions loses its 5 lives in fewer than LIMIT steps in
     # some episodes (terminated) and not in others (truncated at exactly LIMIT).
@@ -103,6 +116,7 @@ def _frames(engine: str, actions: np.ndarray):
         env.close()
 
 
+@needs_envpool
 def test_engines_preprocess_alike():
     """Deterministic Pong (no no-ops, no sticky actions), the same actions in each engine."""
     actions = np.random.default_rng(0).integers(0, 6, size=(70, 2))
@@ -119,7 +133,7 @@ def test_engines_preprocess_alike():
     assert (pool_next != gym_next).mean() < 0.01
 
 
-@pytest.mark.parametrize("engine", ["ale_vector", "envpool"])
+@pytest.mark.parametrize("engine", _engines("ale_vector", "envpool"))
 def test_seeded_engines_repeat(engine):
     spec = AtariEnv("ALE/Pong-v5", engine, num_threads=1)
     runs = []
@@ -133,6 +147,7 @@ def test_seeded_engines_repeat(engine):
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
+@needs_envpool
 def test_ale_id_uses_the_gymnasium_engine_by_default():
     with SyncDataCollector(
         "ALE/Pong-v5", None, frames_per_batch=16, total_frames=16, num_envs=8
@@ -165,6 +180,7 @@ def test_config_engine_reaches_env_info_and_collector():
     assert env_spec(config_from_dict({"algorithm": "ppo"}).env) == "CartPole-v1"
 
 
+@needs_envpool
 def test_config_refuses_what_an_engine_cannot_honour():
     with pytest.raises(ConfigError) as err:
         config_from_dict(
@@ -198,7 +214,7 @@ def test_config_refuses_what_an_engine_cannot_honour():
     assert spec.atari.terminal_on_life_loss
 
 
-@pytest.mark.parametrize("engine", ["ale_vector", "envpool"])
+@pytest.mark.parametrize("engine", _engines("ale_vector", "envpool"))
 def test_ray_workers_build_the_engine(ray_session, engine):
     spec = AtariEnv("ALE/Pong-v5", engine, AtariConfig(max_episode_frames=4 * 10), num_threads=1)
     with RayCollector(
