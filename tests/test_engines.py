@@ -12,6 +12,7 @@ import torch
 
 from fleetrl import ConfigError, RayCollector, SyncDataCollector, make_env
 from fleetrl.algorithms.models import env_info
+from fleetrl.build import make_collector
 from fleetrl.config import AtariConfig, config_from_dict
 from fleetrl.engines import (
     ATARI_RANGE_MSG,
@@ -25,6 +26,8 @@ from fleetrl.engines import (
     env_spec,
 )
 from fleetrl.envs import GymVectorEnv
+from fleetrl.preflight import FROZEN_MSG, check_resume_overrides
+from fleetrl.trainer import evaluate
 
 ENGINES = [e.value for e in EnvEngine]
 try:
@@ -231,3 +234,44 @@ def test_ray_workers_build_the_engine(ray_session, engine):
     assert batch["observation"].shape[-3:] == (4, 84, 84)
     truncated = batch["next", "truncated"][..., 0]
     assert int(truncated.sum()) == 4  # 2 envs x 24 steps: ends at steps 10 and 20
+
+
+@needs_envpool
+def test_make_collector_and_evaluate_use_the_configured_engine():
+    cfg = config_from_dict(
+        {
+            "algorithm": "ppo",
+            "env": {"id": "ALE/Pong-v5", "num_envs": 2, "engine": "envpool"},
+            "collector": {"num_collectors": 0, "frames_per_batch": 8},
+            "trainer": {"total_frames": 8},
+        }
+    )
+    collector = make_collector(cfg, None, total_frames=8, seed=0)
+    try:
+        assert isinstance(collector.env, EnvPoolEnv)
+        (batch,) = list(collector)
+        assert batch["observation"].shape == (2, 4, 4, 84, 84)
+    finally:
+        collector.shutdown()
+    spec = AtariEnv("ALE/Pong-v5", "ale_vector", AtariConfig(max_episode_frames=4 * 30))
+    returns = evaluate(None, spec, 2)
+    assert returns.shape == (2,)
+    assert returns.dtype == torch.float32
+
+
+def test_resume_keeps_the_frame_stack():
+    saved = {"algorithm": "ppo", "env": {"id": "ALE/Pong-v5"}}
+    with pytest.raises(ConfigError) as err:
+        check_resume_overrides(saved, ["env.atari.frame_stack=2"], "runs/x")
+    assert err.value.problems == [
+        FROZEN_MSG.format(
+            key="env.atari.frame_stack",
+            value=2,
+            before=4,
+            run_dir="runs/x",
+            what="networks sized for that many stacked frames",
+        )
+    ]
+    # the engine may change: the same preprocessing, the same networks
+    cfg = check_resume_overrides(saved, ["env.engine=ale_vector"], "runs/x")
+    assert cfg.env.engine == "ale_vector"

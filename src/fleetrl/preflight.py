@@ -64,6 +64,9 @@ FROZEN_MSG = (
 FROZEN_ON_RESUME = {
     "algorithm": "that algorithm's networks and optimizer",
     "env.id": "networks sized for that env's spaces",
+    "env.atari.frame_stack": "networks sized for that many stacked frames",
+    "env.atari.screen_size": "networks sized for that frame size",
+    "env.atari.full_action_space": "networks sized for that many actions",
     "scheme.num_grad_workers": "state for that many gradient workers",
     "{algo}.hidden_sizes": "networks of those sizes",
 }

@@ -138,7 +138,8 @@ class Trainer:
         run_dir = run_dir or config.logging.run_dir
         if run_dir is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            run_dir = Path("runs") / f"{config.algorithm}_{config.env.id}_{stamp}"
+            env_name = config.env.id.replace("/", "-")  # ALE/Pong-v5: one directory, not two
+            run_dir = Path("runs") / f"{config.algorithm}_{env_name}_{stamp}"
         self.run_dir = Path(run_dir)
         # everything that can refuse the run is checked before the run directory is made
         check_config(config)  # a Config built by hand was never validated
