@@ -6,18 +6,22 @@ envs and a few hundred agent steps each.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
-from fleetrl import ConfigError, RayCollector, SyncDataCollector, make_env
+from fleetrl import ConfigError, EnvError, RayCollector, SyncDataCollector, make_env
 from fleetrl.algorithms.models import env_info
 from fleetrl.build import make_collector
 from fleetrl.config import AtariConfig, config_from_dict
 from fleetrl.engines import (
+    ATARI_KWARGS_MSG,
     ATARI_RANGE_MSG,
     ENGINE_MSG,
     LIFE_LOSS_MSG,
+    NOT_ALE_ID_MSG,
     NOT_ATARI_MSG,
     AleVectorEnv,
     AtariEnv,
@@ -208,10 +212,22 @@ def test_config_refuses_what_an_engine_cannot_honour():
     with pytest.raises(ConfigError) as err:
         config_from_dict({"algorithm": "ppo", "env": {"engine": "ale_vector"}})
     assert err.value.problems == [
-        NOT_ATARI_MSG.format(prefix="env.", engine="ale_vector", env_id="CartPole-v1")
+        NOT_ATARI_MSG.format(
+            prefix="env.", engine="ale_vector", id_key="env.id", env_id="CartPole-v1"
+        )
     ]
     with pytest.raises(ConfigError, match=r"terminal_on_life_loss=True is invalid with engine"):
         AtariEnv("ALE/Breakout-v5", "ale_vector", AtariConfig(terminal_on_life_loss=True))
+    with pytest.raises(ConfigError) as err:
+        AtariEnv("CartPole-v1")
+    assert err.value.problems == [NOT_ALE_ID_MSG.format(value="CartPole-v1")]
+    kwargs = {"engine": "envpool", "frame_stak": 2}
+    names = [f.name for f in dataclasses.fields(AtariConfig)]
+    with pytest.raises(EnvError) as err:
+        make_env("ALE/Pong-v5", 2, kwargs)
+    assert str(err.value) == ATARI_KWARGS_MSG.format(
+        value={"frame_stak": 2}, env_id="ALE/Pong-v5", fields=names
+    )
     # the gymnasium engine honours it
     spec = AtariEnv("ALE/Breakout-v5", "gymnasium", AtariConfig(terminal_on_life_loss=True))
     assert spec.atari.terminal_on_life_loss

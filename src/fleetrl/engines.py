@@ -65,7 +65,7 @@ LIFE_LOSS_MSG = (
     "{prefix}engine='gymnasium', or terminal_on_life_loss=false"
 )
 NOT_ATARI_MSG = (
-    "{prefix}engine={engine!r} is invalid with {prefix}id={env_id!r}: the {engine} engine "
+    "{prefix}engine={engine!r} is invalid with {id_key}={env_id!r}: the {engine} engine "
     "steps ALE (Atari) games only; use an ALE id (e.g. ALE/Pong-v5) or {prefix}engine='gymnasium'"
 )
 NOT_INSTALLED_MSG = (
@@ -74,7 +74,7 @@ NOT_INSTALLED_MSG = (
     "{prefix}engine='gymnasium'"
 )
 ENVPOOL_GAME_MSG = (
-    "{prefix}engine='envpool' is invalid with {prefix}id={env_id!r}: envpool has no {task!r} "
+    "{prefix}engine='envpool' is invalid with {id_key}={env_id!r}: envpool has no {task!r} "
     "task; use {prefix}engine='ale_vector' or 'gymnasium'"
 )
 NOT_ALE_ID_MSG = (
@@ -210,12 +210,10 @@ def _check(env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: 
     engine = EnvEngine(engine)
     if engine == EnvEngine.GYMNASIUM:
         return
-    id_key = "id" if prefix else "env_id"
+    id_key = "env.id" if prefix else "env_id"  # the config key, or AtariEnv's argument
     if not is_atari_id(env_id):
         problems.append(
-            NOT_ATARI_MSG.format(prefix=prefix, engine=engine.value, env_id=env_id).replace(
-                f"{prefix}id=", f"{prefix}{id_key}="
-            )
+            NOT_ATARI_MSG.format(prefix=prefix, engine=engine.value, id_key=id_key, env_id=env_id)
         )
         return
     if a.terminal_on_life_loss:
@@ -232,9 +230,7 @@ def _check(env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: 
         task = _envpool_task(env_id)
         if task not in module.list_all_envs():
             problems.append(
-                ENVPOOL_GAME_MSG.format(prefix=prefix, env_id=env_id, task=task).replace(
-                    f"{prefix}id=", f"{prefix}{id_key}="
-                )
+                ENVPOOL_GAME_MSG.format(prefix=prefix, id_key=id_key, env_id=env_id, task=task)
             )
 
 
