@@ -7,6 +7,7 @@ from fleetrl.collectors import (
     SyncDataCollector,
     episode_stats,
 )
+from fleetrl.engines import AtariEnv, EnvEngine
 from fleetrl.envs import BatchedEnv, make_env
 from fleetrl.errors import (
     CheckpointError,
@@ -21,11 +22,13 @@ from fleetrl.errors import (
 from fleetrl.policies import RandomPolicy, as_policy
 
 __all__ = [
+    "AtariEnv",
     "BatchedEnv",
     "CheckpointError",
     "CollectorClosedError",
     "ConfigError",
     "DataCollectorBase",
+    "EnvEngine",
     "EnvError",
     "EpisodeStats",
     "FleetError",

@@ -12,6 +12,7 @@ import torch
 
 from fleetrl.algorithms import Algorithm, env_info, make_algorithm
 from fleetrl.config import Config
+from fleetrl.engines import env_spec
 
 __all__ = ["make_collector", "make_learner"]
 
@@ -19,7 +20,7 @@ __all__ = ["make_collector", "make_learner"]
 def make_learner(config: Config, seed: int, **modules: Any) -> Algorithm:
     """The configured algorithm, with torch seeded first (default networks initialise alike)."""
     torch.manual_seed(seed)
-    return make_algorithm(config.algorithm, config.algo, env_info(config.env.id), **modules)
+    return make_algorithm(config.algorithm, config.algo, env_info(env_spec(config.env)), **modules)
 
 
 def make_collector(
@@ -41,7 +42,7 @@ def make_collector(
         from fleetrl.collectors import SyncDataCollector
 
         collector = SyncDataCollector(
-            e.id,
+            env_spec(e),
             policy,
             frames_per_batch=c.frames_per_batch,
             total_frames=total_frames,
@@ -53,7 +54,7 @@ def make_collector(
         from fleetrl.collectors import RayCollector
 
         collector = RayCollector(
-            e.id,
+            env_spec(e),
             policy,
             frames_per_batch=c.frames_per_batch,
             total_frames=total_frames,

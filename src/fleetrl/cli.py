@@ -65,6 +65,7 @@ def _eval(args: argparse.Namespace) -> int:
     from fleetrl.algorithms import env_info, make_algorithm
     from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
     from fleetrl.config import config_from_dict
+    from fleetrl.engines import env_spec
     from fleetrl.trainer import evaluate
 
     target = Path(args.target)
@@ -73,7 +74,8 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         path, state = target, load_checkpoint(target)
     config = config_from_dict(state["config"])
-    algorithm = make_algorithm(config.algorithm, config.algo, env_info(config.env.id))
+    spec = env_spec(config.env)  # an Atari run evaluates with its engine and preprocessing
+    algorithm = make_algorithm(config.algorithm, config.algo, env_info(spec))
     try:
         algorithm.load_state_dict(state["algorithm"])
     except (KeyError, RuntimeError, TypeError, ValueError) as err:  # torch's size/key mismatches
@@ -82,7 +84,7 @@ def _eval(args: argparse.Namespace) -> int:
         ) from None
     returns = evaluate(
         algorithm.policy,
-        config.env.id,
+        spec,
         args.episodes,
         seed=args.seed,
         max_episode_steps=config.env.max_episode_steps,

@@ -34,6 +34,7 @@ from fleetrl.errors import ConfigError
 
 __all__ = [
     "A2CConfig",
+    "AtariConfig",
     "CollectorConfig",
     "Config",
     "DQNConfig",
@@ -52,6 +53,34 @@ __all__ = [
 
 
 @dataclass
+class AtariConfig:
+    """Atari preprocessing, with one meaning in every engine (see :mod:`fleetrl.engines`).
+
+    The defaults are the standard ones (Machado et al. 2018; CleanRL, SB3):
+    84x84 grayscale, 4 frames per agent step max-pooled over the last two,
+    4 stacked frames, up to 30 no-op starts, sticky actions as ALE v5.
+    """
+
+    frame_skip: int = 4
+    """emulator frames per agent step (the action repeats; the last two frames are max-pooled)."""
+    frame_stack: int = 4
+    """frames stacked into one observation: shape (frame_stack, screen_size, screen_size)."""
+    screen_size: int = 84
+    """side of the square grayscale frame, resized with area interpolation."""
+    noop_max: int = 30
+    """up to this many no-op actions after each reset (0: none)."""
+    terminal_on_life_loss: bool = False
+    """end the episode at each life loss (gymnasium engine only: a new game starts)."""
+    repeat_action_probability: float = 0.25
+    """sticky actions: the emulator repeats the previous action with this probability."""
+    full_action_space: bool = False
+    """all 18 Atari actions instead of the game's minimal set."""
+    max_episode_frames: int = 108_000
+    """truncate an episode after this many emulator frames (ALE v5's 108,000 = 30 minutes);
+    a multiple of frame_skip."""
+
+
+@dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
     """gymnasium id of the training env (the test env uses the same id)."""
@@ -59,6 +88,11 @@ class EnvConfig:
     """envs stepped as one batch in each collector."""
     max_episode_steps: int | None = None
     """truncate episodes after this many steps (None: the env's own limit)."""
+    engine: str = "gymnasium"
+    """what steps Atari envs: 'gymnasium' (ALE envs in a gymnasium vector env), 'ale_vector'
+    (ale-py's threaded C++ vector env) or 'envpool'; non-Atari envs use 'gymnasium'."""
+    atari: AtariConfig = field(default_factory=AtariConfig)
+    """Atari preprocessing (applies to ALE ids, e.g. ALE/Pong-v5, in every engine)."""
 
 
 @dataclass
@@ -647,6 +681,9 @@ def check_config(cfg: Config, problems: list[str] | None = None) -> None:
     """
     problems = list(problems or [])
     _validate(cfg, problems)
+    from fleetrl.engines import check_engine_config
+
+    check_engine_config(cfg.env, problems)
     from fleetrl.preflight import check_env  # gymnasium and torchrl: imported when first needed
 
     check_env(cfg, problems)

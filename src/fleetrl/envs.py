@@ -334,12 +334,16 @@ def make_env(
 
     Args:
         create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
-            torchrl ``EnvBase``, or a callable returning one of these.
+            torchrl ``EnvBase``, or a callable returning one of these; or a
+            :class:`fleetrl.engines.AtariEnv`. An ALE id (``"ALE/Pong-v5"``) is
+            built as ``AtariEnv(id)``: the standard Atari preprocessing in the
+            gymnasium engine.
         num_envs: how many copies to vectorize in-process. Used for gymnasium ids
             and factories (default 1); an already built vector or torchrl env
             keeps its own batch.
         create_env_kwargs: keyword arguments for ``create_env_fn`` (or for
-            ``gymnasium.make`` when it is an id).
+            ``gymnasium.make`` when it is an id; for an ALE id, ``engine`` and
+            :class:`~fleetrl.config.AtariConfig` fields, e.g. ``{"engine": "envpool"}``).
 
     Examples:
         >>> env = make_env("CartPole-v1", num_envs=4)
@@ -348,6 +352,12 @@ def make_env(
         >>> env.close()
     """
     kwargs = dict(create_env_kwargs or {})
+    from fleetrl.engines import AtariEnv, is_atari_id  # engines builds on this module
+
+    if isinstance(create_env_fn, str) and is_atari_id(create_env_fn):
+        create_env_fn = AtariEnv.from_kwargs(create_env_fn, kwargs)
+    if isinstance(create_env_fn, AtariEnv):
+        return create_env_fn.make(num_envs or 1)
     if isinstance(create_env_fn, str):
         return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))
     if isinstance(create_env_fn, gym.vector.VectorEnv):

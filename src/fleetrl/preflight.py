@@ -64,6 +64,9 @@ FROZEN_MSG = (
 FROZEN_ON_RESUME = {
     "algorithm": "that algorithm's networks and optimizer",
     "env.id": "networks sized for that env's spaces",
+    "env.atari.frame_stack": "networks sized for that many stacked frames",
+    "env.atari.screen_size": "networks sized for that frame size",
+    "env.atari.full_action_space": "networks sized for that many actions",
     "scheme.num_grad_workers": "state for that many gradient workers",
     "{algo}.hidden_sizes": "networks of those sizes",
 }
@@ -84,7 +87,12 @@ def check_env(cfg: Config, problems: list[str]) -> None:
     """Append a problem if ``env.id`` is unknown, cannot be made, or does not suit the algorithm."""
     import gymnasium as gym
 
+    from fleetrl.engines import env_spec, is_atari_id
+
     env_id = cfg.env.id
+    if any(p.startswith(("env.engine=", "env.atari.")) for p in problems):
+        return  # the engine cannot be built as configured; its problems say why
+    is_atari_id(env_id)  # registers the ALE ids, if ale-py is installed
     try:
         gym.spec(env_id)  # what the collectors look up (fleetrl.envs.make_gym_vector_env)
     except gym.error.Error:
@@ -93,7 +101,7 @@ def check_env(cfg: Config, problems: list[str]) -> None:
     from fleetrl.algorithms.models import env_info
 
     try:
-        info = env_info(env_id)
+        info = env_info(env_spec(cfg.env))
     # a registered env may fail to build for any reason of its own (a missing
     # dependency, a bad default argument): report it as a config problem
     except Exception as err:

@@ -46,6 +46,7 @@ from fleetrl.checkpoint import (
 )
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config, check_config, config_to_dict, read_yaml_mapping
+from fleetrl.engines import env_spec
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.metrics import MetricLogger
 from fleetrl.preflight import check_budget, check_resume_overrides, config_terms
@@ -76,13 +77,16 @@ STOPPED = "stopped by %s at %d frames; checkpoint written"
 
 def evaluate(
     policy: Any,
-    env_id: str,
+    env_id: Any,
     num_episodes: int,
     *,
     seed: int = 0,
     max_episode_steps: int | None = None,
 ) -> torch.Tensor:
-    """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode)."""
+    """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode).
+
+    ``env_id``: a gymnasium id or an :class:`fleetrl.engines.AtariEnv` (the engine of training).
+    """
     returns: list[float] = []
     with SyncDataCollector(
         env_id,
@@ -133,7 +137,8 @@ class Trainer:
         run_dir = run_dir or config.logging.run_dir
         if run_dir is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            run_dir = Path("runs") / f"{config.algorithm}_{config.env.id}_{stamp}"
+            env_name = config.env.id.replace("/", "-")  # ALE/Pong-v5: one directory, not two
+            run_dir = Path("runs") / f"{config.algorithm}_{env_name}_{stamp}"
         self.run_dir = Path(run_dir)
         # everything that can refuse the run is checked before the run directory is made
         check_config(config)  # a Config built by hand was never validated
@@ -368,7 +373,7 @@ class Trainer:
         with torch.random.fork_rng(devices=[]):
             returns = evaluate(
                 self.algorithm.policy,
-                self.config.env.id,
+                env_spec(self.config.env),
                 t.num_test_episodes,
                 seed=t.seed + 100_003 + self.updates,
                 max_episode_steps=self.config.env.max_episode_steps,

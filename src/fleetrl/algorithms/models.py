@@ -7,8 +7,10 @@ Everything here is a plain torchrl/tensordict module, so a user's own
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
@@ -26,23 +28,52 @@ class EnvInfo:
     action_dim: int
     action_low: torch.Tensor | None
     action_high: torch.Tensor | None
+    obs_shape: tuple[int, ...] = ()
+    obs_dtype: torch.dtype = torch.float32  # torch.uint8 for a uint8 Box observation (pixels)
 
     @property
     def discrete(self) -> bool:
         return self.num_actions is not None
 
 
-def env_info(env_id: str) -> EnvInfo:
-    """Read the spaces of a gymnasium env (Box observations; Discrete or Box actions)."""
+def env_info(env_id: Any) -> EnvInfo:
+    """Read the spaces of a gymnasium env (Box observations; Discrete or Box actions).
+
+    ``env_id`` may also be an ALE id or a :class:`fleetrl.engines.AtariEnv`: the
+    env is then built through its engine, so the observation is the preprocessed
+    frame stack, e.g. uint8 (4, 84, 84).
+    """
+    from fleetrl.engines import AtariEnv, is_atari_id
+
+    if isinstance(env_id, str) and is_atari_id(env_id):
+        env_id = AtariEnv(env_id)
+    if isinstance(env_id, AtariEnv):
+        return _engine_info(env_id)
     env = gym.make(env_id)
     try:
         obs, act = env.observation_space, env.action_space
-        obs_dim = int(torch.tensor(obs.shape).prod())
+        obs_shape = tuple(int(d) for d in obs.shape)
+        obs_dim = int(torch.tensor(obs_shape).prod())
+        obs_dtype = torch.uint8 if obs.dtype == np.uint8 else torch.float32
         if isinstance(act, gym.spaces.Discrete):
-            return EnvInfo(obs_dim, int(act.n), 1, None, None)
+            return EnvInfo(obs_dim, int(act.n), 1, None, None, obs_shape, obs_dtype)
         low = torch.as_tensor(act.low, dtype=torch.float32)
         high = torch.as_tensor(act.high, dtype=torch.float32)
-        return EnvInfo(obs_dim, None, int(act.shape[0]), low, high)
+        return EnvInfo(obs_dim, None, int(act.shape[0]), low, high, obs_shape, obs_dtype)
+    finally:
+        env.close()
+
+
+def _engine_info(spec: Any) -> EnvInfo:
+    """An Atari env's spaces as its engine builds them (one env, closed at once)."""
+    from fleetrl.envs import make_env
+
+    env = make_env(spec, num_envs=1)
+    try:
+        shape, dtype = env.observation_spec["observation"]
+        obs_dtype = torch.uint8 if dtype == np.uint8 else torch.float32
+        obs_dim = int(np.prod(shape))
+        return EnvInfo(obs_dim, env.num_actions, 1, None, None, tuple(shape), obs_dtype)
     finally:
         env.close()
 

@@ -44,7 +44,7 @@ from fleetrl.collectors.base import (
     as_exploration_type,
     check_common_arguments,
 )
-from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, make_env
+from fleetrl.envs import BatchedEnv, NestedKey, TorchRLEnv, make_env
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
 from fleetrl.policies import (
     PerEnvPolicy,
@@ -209,13 +209,13 @@ class SyncDataCollector(DataCollectorBase):
                     n=n, lo=_lo(self.total_frames, n), hi=_lo(self.total_frames, n) + n
                 ),
             )
-        if isinstance(self.env, GymVectorEnv) and self.env_device not in (
+        if not isinstance(self.env, TorchRLEnv) and self.env_device not in (
             None,
             torch.device("cpu"),
         ):
             p.add("env_device", str(self.env_device), GYM_DEVICE_MSG)
         p.raise_if_any()
-        if self.env_device is not None and not isinstance(self.env, GymVectorEnv):
+        if self.env_device is not None and isinstance(self.env, TorchRLEnv):
             self.env.env = self.env.env.to(self.env_device)
 
     def _setup_policy(self, user_policy: Any) -> None:
@@ -330,7 +330,7 @@ class SyncDataCollector(DataCollectorBase):
         env, n = self.env, self.env.num_envs
         shape, dtype = tuple(action.shape), action.dtype
         on_cpu = action.device.type == "cpu"
-        if isinstance(env, GymVectorEnv) and env.num_actions is not None:
+        if not isinstance(env, TorchRLEnv) and env.num_actions is not None:
             if shape == (n,) and not dtype.is_floating_point:
                 return None if on_cpu else _to_cpu
             if shape == (n, env.num_actions):

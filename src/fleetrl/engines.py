@@ -1,0 +1,478 @@
+"""Atari env engines: three ways to step ALE games, one preprocessing meaning.
+
+An :class:`AtariEnv` names a game, an :class:`EnvEngine` and the preprocessing
+(:class:`~fleetrl.config.AtariConfig`); :func:`fleetrl.envs.make_env` builds it
+into a :class:`~fleetrl.envs.BatchedEnv`. It is a plain picklable spec, so a
+``RayCollector`` ships it to its workers and each builds its own envs.
+
+- ``gymnasium``: gymnasium's ALE envs made with ``frameskip=1`` (the
+  preprocessing skips, as CleanRL and SB3 do), ``AtariPreprocessing``,
+  ``FrameStackObservation`` and a ``TimeLimit``, in fleetrl's ``SyncVectorEnv``
+  with same-step autoreset.
+- ``ale_vector``: ale-py's ``AtariVectorEnv`` (C++ threads, preprocessing in C++).
+- ``envpool``: ``envpool.make(..., env_type="gymnasium")`` in sync mode.
+
+The two C++ engines reset an env on the step *after* its episode ended
+(next-step autoreset): that step ignores the action and returns the reset
+observation, a transition spanning two episodes. :class:`_NextStepEnv` resets
+the finished envs right after the step that ended them (ALE's ``reset_mask``,
+envpool's ``reset(env_id)``), so the terminal transition keeps the episode's
+last frame stack as its next observation, the policy's next input is the reset
+stack, and no policy step is wasted. The same reset-rows call serves the
+collector's own truncation (``max_frames_per_traj``).
+
+Examples:
+    >>> from fleetrl.envs import make_env
+    >>> env = make_env(AtariEnv("ALE/Pong-v5", engine="envpool"), num_envs=2)
+    >>> env.observation_spec["observation"]
+    ((4, 84, 84), dtype('uint8'))
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fleetrl.config import AtariConfig, EnvConfig
+from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, StepResult
+from fleetrl.errors import ConfigError, EnvError
+
+__all__ = ["AtariEnv", "EnvEngine", "check_engine_config", "env_spec", "is_atari_id"]
+
+
+class EnvEngine(str, enum.Enum):
+    """What steps the Atari envs."""
+
+    GYMNASIUM = "gymnasium"
+    ALE_VECTOR = "ale_vector"
+    ENVPOOL = "envpool"
+
+
+ENGINE_MSG = "{prefix}engine={value!r} is invalid: must be one of {allowed}"
+ATARI_RANGE_MSG = "{prefix}atari.{key}={value!r} is invalid: {allowed}"
+LIFE_LOSS_MSG = (
+    "{prefix}atari.terminal_on_life_loss=True is invalid with {prefix}engine={engine!r}: "
+    "{engine}'s episodic life goes on with the same game after a life loss, while the "
+    "gymnasium engine starts a new game, so results would not compare; use "
+    "{prefix}engine='gymnasium', or terminal_on_life_loss=false"
+)
+NOT_ATARI_MSG = (
+    "{prefix}engine={engine!r} is invalid with {id_key}={env_id!r}: the {engine} engine "
+    "steps ALE (Atari) games only; use an ALE id (e.g. ALE/Pong-v5) or {prefix}engine='gymnasium'"
+)
+NOT_INSTALLED_MSG = (
+    "{prefix}engine={engine!r} is invalid here: {package} is not installed ({err}); "
+    "pip install 'fleetrl[atari]' (envpool has wheels for Linux x86_64 only), or use "
+    "{prefix}engine='gymnasium'"
+)
+ENVPOOL_GAME_MSG = (
+    "{prefix}engine='envpool' is invalid with {id_key}={env_id!r}: envpool has no {task!r} "
+    "task; use {prefix}engine='ale_vector' or 'gymnasium'"
+)
+NOT_ALE_ID_MSG = (
+    "env_id={value!r} is invalid: AtariEnv takes a registered ALE id, e.g. 'ALE/Pong-v5' "
+    "(pip install 'fleetrl[atari]' installs ale-py, which registers them); pass other ids "
+    "to make_env directly"
+)
+ATARI_KWARGS_MSG = (
+    "create_env_kwargs={value!r} is invalid for the Atari id {env_id!r}: it takes 'engine' "
+    "and AtariConfig fields {fields}"
+)
+
+#: gymnasium ids of ALE games are served by this entry point
+_ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
+
+
+def _register_ale() -> None:
+    """gymnasium 1.x registers ALE ids only once ale_py is imported (and registered)."""
+    try:
+        import ale_py
+    except ImportError:
+        return
+    if "ALE/Pong-v5" not in gym.registry:
+        gym.register_envs(ale_py)
+
+
+def is_atari_id(env_id: str) -> bool:
+    """Whether ``env_id`` is a registered ALE game (ALE/Pong-v5, PongNoFrameskip-v4, ...)."""
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("-v5"):
+        _register_ale()
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        return False
+    return spec.entry_point == _ALE_ENTRY_POINT
+
+
+@dataclass
+class AtariEnv:
+    """A picklable spec of Atari envs: game, engine and preprocessing.
+
+    Pass it as ``create_env_fn`` (to :func:`~fleetrl.envs.make_env`,
+    ``SyncDataCollector``, ``RayCollector``); the same can be said with an ALE id
+    and ``create_env_kwargs={"engine": "envpool", "frame_stack": 4, ...}``.
+
+    Args:
+        env_id: a gymnasium ALE id, e.g. ``"ALE/Pong-v5"``.
+        engine: an :class:`EnvEngine` or its value.
+        atari: the preprocessing (defaults: :class:`~fleetrl.config.AtariConfig`).
+        num_threads: threads of the C++ engines (0: the engine's default, one per core).
+
+    Raises:
+        ConfigError: every option the engine cannot honour, at once.
+
+    Examples:
+        >>> spec = AtariEnv("ALE/Breakout-v5", engine="ale_vector")
+        >>> spec.engine, spec.atari.frame_stack
+        (<EnvEngine.ALE_VECTOR: 'ale_vector'>, 4)
+    """
+
+    env_id: str
+    engine: EnvEngine | str = EnvEngine.GYMNASIUM
+    atari: AtariConfig = field(default_factory=AtariConfig)
+    num_threads: int = 0
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not is_atari_id(self.env_id):  # also registers the ALE ids in this process
+            problems.append(NOT_ALE_ID_MSG.format(value=self.env_id))
+        _check(self.env_id, self.engine, self.atari, "", problems)
+        if problems:
+            raise ConfigError(problems)
+        self.engine = EnvEngine(self.engine)
+        self.atari = dataclasses.replace(self.atari)  # never share the caller's section
+
+    def make(self, num_envs: int) -> BatchedEnv:
+        """Build ``num_envs`` envs in this engine."""
+        _register_ale()  # an unpickled spec (a Ray worker) skipped __post_init__
+        if self.engine == EnvEngine.GYMNASIUM:
+            return GymVectorEnv(_gym_vector(self.env_id, self.atari, num_envs))
+        if self.engine == EnvEngine.ALE_VECTOR:
+            return AleVectorEnv(self, num_envs)
+        return EnvPoolEnv(self, num_envs)
+
+    @classmethod
+    def from_kwargs(cls, env_id: str, kwargs: dict[str, Any]) -> AtariEnv:
+        """The spec an ALE id and ``create_env_kwargs`` describe."""
+        kwargs = dict(kwargs)
+        engine = kwargs.pop("engine", EnvEngine.GYMNASIUM)
+        num_threads = kwargs.pop("num_threads", 0)
+        names = [f.name for f in dataclasses.fields(AtariConfig)]
+        if set(kwargs) - set(names):
+            raise EnvError(ATARI_KWARGS_MSG.format(value=kwargs, env_id=env_id, fields=names))
+        return cls(env_id, engine, AtariConfig(**kwargs), num_threads)
+
+
+def env_spec(env: EnvConfig) -> str | AtariEnv:
+    """What the collectors build for a config's ``env`` section: an ALE id becomes an
+    :class:`AtariEnv` with ``env.engine`` and ``env.atari``; other ids stay ids."""
+    if is_atari_id(env.id):
+        return AtariEnv(env.id, env.engine, env.atari)
+    return env.id
+
+
+def check_engine_config(env: EnvConfig, problems: list[str]) -> None:
+    """Append every problem of ``env.engine`` and ``env.atari`` (config keys in the messages)."""
+    _check(env.id, env.engine, env.atari, "env.", problems)
+
+
+def _check(env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: list[str]) -> None:
+    def check(ok: bool, key: str, allowed: str) -> None:
+        if not ok:
+            value = getattr(atari, key)
+            problems.append(
+                ATARI_RANGE_MSG.format(prefix=prefix, key=key, value=value, allowed=allowed)
+            )
+
+    a = atari
+    check(a.frame_skip >= 1, "frame_skip", "must be >= 1")
+    check(a.frame_stack >= 1, "frame_stack", "must be >= 1")
+    check(a.screen_size >= 1, "screen_size", "must be >= 1")
+    check(a.noop_max >= 0, "noop_max", "must be >= 0 (0: no no-op starts)")
+    check(0 <= a.repeat_action_probability <= 1, "repeat_action_probability", "must be in [0, 1]")
+    check(
+        a.max_episode_frames >= a.frame_skip and a.max_episode_frames % max(1, a.frame_skip) == 0,
+        "max_episode_frames",
+        f"must be a positive multiple of atari.frame_skip ({a.frame_skip})",
+    )
+    allowed = [e.value for e in EnvEngine]
+    if engine not in allowed:  # a str Enum compares equal to its value
+        problems.append(ENGINE_MSG.format(prefix=prefix, value=engine, allowed=allowed))
+        return
+    engine = EnvEngine(engine)
+    if engine == EnvEngine.GYMNASIUM:
+        return
+    id_key = "env.id" if prefix else "env_id"  # the config key, or AtariEnv's argument
+    if not is_atari_id(env_id):
+        problems.append(
+            NOT_ATARI_MSG.format(prefix=prefix, engine=engine.value, id_key=id_key, env_id=env_id)
+        )
+        return
+    if a.terminal_on_life_loss:
+        problems.append(LIFE_LOSS_MSG.format(prefix=prefix, engine=engine.value))
+    package = "ale_py" if engine == EnvEngine.ALE_VECTOR else "envpool"
+    try:
+        module = __import__(package)
+    except ImportError as err:
+        problems.append(
+            NOT_INSTALLED_MSG.format(prefix=prefix, engine=engine.value, package=package, err=err)
+        )
+        return
+    if engine == EnvEngine.ENVPOOL:
+        task = _envpool_task(env_id)
+        if task not in module.list_all_envs():
+            problems.append(
+                ENVPOOL_GAME_MSG.format(prefix=prefix, id_key=id_key, env_id=env_id, task=task)
+            )
+
+
+def _game(env_id: str) -> str:
+    return gym.spec(env_id).kwargs["game"]  # e.g. "montezuma_revenge"
+
+
+def _envpool_task(env_id: str) -> str:
+    return "".join(part.capitalize() for part in _game(env_id).split("_")) + "-v5"
+
+
+# ---------------------------------------------------------------- gymnasium
+
+
+def _gym_atari(env_id: str, a: AtariConfig) -> gym.Env:
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLimit
+
+    # frameskip=1: AtariPreprocessing skips (and max-pools), as the C++ engines do;
+    # the episode limit counts agent steps, as envpool's and ALE's vector env do
+    env = gym.make(
+        env_id,
+        frameskip=1,
+        repeat_action_probability=a.repeat_action_probability,
+        full_action_space=a.full_action_space,
+        max_num_frames_per_episode=None,
+    )
+    env = AtariPreprocessing(
+        env,
+        noop_max=a.noop_max,
+        frame_skip=a.frame_skip,
+        screen_size=a.screen_size,
+        terminal_on_life_loss=a.terminal_on_life_loss,
+        grayscale_obs=True,
+        scale_obs=False,  # uint8 from the env to the learner; the model scales
+    )
+    env = FrameStackObservation(env, stack_size=a.frame_stack)  # padded with the reset frame
+    return TimeLimit(env, max_episode_steps=a.max_episode_frames // a.frame_skip)
+
+
+def _gym_vector(env_id: str, a: AtariConfig, num_envs: int) -> gym.vector.VectorEnv:
+    from gymnasium.vector import AutoresetMode
+
+    fns = [lambda: _gym_atari(env_id, a)] * num_envs
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+# ---------------------------------------------------------------- next-step engines
+
+
+class _NextStepEnv(BatchedEnv):
+    """A C++ vector env with next-step autoreset, reset right after each episode end.
+
+    Cost per step: the engine's step; when episodes ended, one copy of the batch
+    of observations (the engine may reuse its output buffer) and one reset call
+    for the finished envs.
+    """
+
+    def __init__(self, spec: AtariEnv, num_envs: int, num_actions: int):
+        self.spec = spec
+        self.num_envs = num_envs
+        self.batch_shape = torch.Size([num_envs])
+        a = spec.atari
+        self.observation_spec = {
+            "observation": ((a.frame_stack, a.screen_size, a.screen_size), np.dtype(np.uint8))
+        }
+        self.action_shape, self.action_dtype = (), np.dtype(np.int64)
+        self.num_actions = num_actions
+        self._rng = np.random.default_rng()
+        self._obs: np.ndarray | None = None  # the policy's current input, for reset_envs
+
+    @abc.abstractmethod
+    def _step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        """obs, reward, terminated, truncated, in env order."""
+
+    @abc.abstractmethod
+    def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
+        """Reset the envs where ``mask`` is True; their observations, in env order."""
+
+    def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
+        assert self._obs is not None
+        obs = self._obs.copy()
+        obs[mask] = self._reset_rows(mask)
+        self._obs = obs
+        return {"observation": obs}
+
+    def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
+        if isinstance(action, torch.Tensor):
+            action = action.numpy()
+        action = np.ascontiguousarray(action, dtype=np.int64).reshape(self.num_envs)
+        next_obs, reward, terminated, truncated = self._step(action)
+        done = terminated | truncated
+        obs = next_obs
+        if done.any():
+            next_obs = next_obs.copy()  # the final stacks, before the reset may reuse the buffer
+            obs = next_obs.copy()
+            obs[done] = self._reset_rows(done)
+        self._obs = obs
+        return StepResult(
+            {"observation": next_obs},
+            {"observation": obs},
+            np.asarray(reward, dtype=np.float32),
+            np.asarray(terminated, dtype=bool),
+            np.asarray(truncated, dtype=bool),
+        )
+
+    def random_action(self) -> torch.Tensor:
+        return torch.from_numpy(self._rng.integers(0, self.num_actions, size=self.num_envs))
+
+    def seed_actions(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+
+class AleVectorEnv(_NextStepEnv):
+    """ale-py's ``AtariVectorEnv``: C++ threads step and preprocess the games."""
+
+    def __init__(self, spec: AtariEnv, num_envs: int):
+        from ale_py.vector_env import AtariVectorEnv
+
+        a = spec.atari
+        self.env = AtariVectorEnv(
+            _game(spec.env_id),
+            num_envs,
+            num_threads=spec.num_threads,
+            # ALE's own limit counts the reset no-ops and cuts the last agent step short;
+            # we truncate at max_episode_frames / frame_skip agent steps instead (_step)
+            max_num_frames_per_episode=a.max_episode_frames + (a.noop_max + 2) * a.frame_skip,
+            repeat_action_probability=a.repeat_action_probability,
+            full_action_space=a.full_action_space,
+            img_height=a.screen_size,
+            img_width=a.screen_size,
+            grayscale=True,
+            stack_num=a.frame_stack,
+            frameskip=a.frame_skip,
+            maxpool=True,
+            noop_max=a.noop_max,
+            episodic_life=False,
+            reward_clipping=False,  # rewards as the game gives them, as in the gymnasium engine
+            use_fire_reset=False,  # AtariPreprocessing does not press FIRE at reset either
+        )
+        super().__init__(spec, num_envs, int(self.env.single_action_space.n))
+
+        #: agent steps since each env's reset (zero padding in young stacks; the time limit)
+        self._age = np.zeros(num_envs, dtype=np.int64)
+        self._limit = a.max_episode_frames // a.frame_skip
+
+    # ALE pads a new episode's stack with zero frames; gymnasium's FrameStackObservation
+    # and envpool repeat the reset frame. We repeat it too (only rows in their first
+    # frame_stack - 1 steps are touched), so the engines' observations mean the same.
+
+    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
+        obs, _ = self.env.reset(seed=seed)  # an int seeds env i with seed + i
+        obs[:, :-1] = obs[:, -1:]
+        self._age[:] = 0
+        self._obs = obs
+        return {"observation": obs}
+
+    def _step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        self._age += 1
+        stack = self.spec.atari.frame_stack
+        for age in range(1, stack - 1):  # a no-op once every env is frame_stack - 1 steps old
+            rows = np.flatnonzero(self._age == age)
+            if len(rows):
+                pad = stack - 1 - age
+                obs[rows, :pad] = obs[rows, pad : pad + 1]
+        truncated = (truncated | (self._age >= self._limit)) & ~terminated
+        return obs, reward, terminated, truncated
+
+    def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
+        obs, _ = self.env.reset(options={"reset_mask": np.asarray(mask, dtype=bool)})
+        rows = obs[mask]
+        rows[:, :-1] = rows[:, -1:]
+        self._age[mask] = 0
+        return rows
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class EnvPoolEnv(_NextStepEnv):
+    """envpool's Atari envs in sync mode (every env stepped each call)."""
+
+    def __init__(self, spec: AtariEnv, num_envs: int):
+        self.env = self._make(spec, num_envs, seed=0)
+        super().__init__(spec, num_envs, int(self.env.action_space.n))
+
+    @staticmethod
+    def _make(spec: AtariEnv, num_envs: int, seed: int) -> Any:
+        import envpool
+
+        a = spec.atari
+        return envpool.make(
+            _envpool_task(spec.env_id),
+            env_type="gymnasium",
+            num_envs=num_envs,
+            batch_size=num_envs,
+            num_threads=spec.num_threads,
+            seed=seed,  # env i is seeded with seed + i
+            max_episode_steps=a.max_episode_frames // a.frame_skip,
+            repeat_action_probability=a.repeat_action_probability,
+            full_action_space=a.full_action_space,
+            img_height=a.screen_size,
+            img_width=a.screen_size,
+            gray_scale=True,
+            stack_num=a.frame_stack,
+            frame_skip=a.frame_skip,
+            # envpool draws the no-ops from [0, noop_max) and crashes on noop_max=0 (1.2.5);
+            # noop_max + 1 gives [0, noop_max], the closest to gymnasium's [1, noop_max]
+            noop_max=a.noop_max + 1,
+            episodic_life=False,
+            reward_clip=False,
+            use_fire_reset=False,
+            use_inter_area_resize=True,  # cv2.INTER_AREA, as AtariPreprocessing resizes
+        )
+
+    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
+        if seed is not None:  # envpool takes its seeds when built
+            self.env.close()
+            self.env = self._make(self.spec, self.num_envs, seed)
+        obs, info = self.env.reset()
+        self._obs = _in_env_order(obs, info["env_id"]).copy()
+        return {"observation": self._obs}
+
+    def _step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        ids = info["env_id"]
+        return tuple(_in_env_order(x, ids) for x in (obs, reward, terminated, truncated))
+
+    def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
+        ids = np.flatnonzero(mask).astype(np.int32)
+        obs, info = self.env.reset(ids)
+        order = np.argsort(info["env_id"], kind="stable")  # rows in the order of ids
+        return obs[order]
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _in_env_order(x: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
+    """Sync mode answers every env; rows are in env order unless envpool says otherwise."""
+    if np.array_equal(env_ids, np.arange(len(env_ids))):
+        return x
+    out = np.empty_like(x)
+    out[env_ids] = x
+    return out
