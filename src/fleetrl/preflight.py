@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import Config, config_from_dict, config_to_dict
+from fleetrl.config import ALGORITHM_CONFIGS, Config, config_from_dict, config_to_dict
 from fleetrl.errors import ConfigError
 
 __all__ = [
@@ -101,6 +101,7 @@ def check_env(cfg: Config, problems: list[str]) -> None:
             ENV_MAKE_MSG.format(env_id=env_id, err=f"{type(err).__name__}: {err}".rstrip(": "))
         )
         return
+    problems.extend(_model_problems(cfg, info))
     if cfg.algorithm not in ACTION_KINDS:
         return
     needs, instead, example = ACTION_KINDS[cfg.algorithm]
@@ -122,6 +123,16 @@ def check_env(cfg: Config, problems: list[str]) -> None:
             example=example,
         )
     )
+
+
+def _model_problems(cfg: Config, info: Any) -> list[str]:
+    """A conv ``<algo>.model`` on an env without image observations or discrete actions."""
+    from fleetrl.algorithms.models import ModelKind, conv_problems
+
+    model = getattr(cfg.algo, "model", None) if cfg.algorithm in ALGORITHM_CONFIGS else None
+    if model not in {k.value for k in ModelKind}:
+        return []  # unset, or already reported as an invalid value
+    return conv_problems(cfg.algorithm, model, cfg.env.id, info)
 
 
 def _close_ids(env_id: str) -> str:
