@@ -121,7 +121,7 @@ def conv_problems(algo: str, model: str, env_id: str, info: EnvInfo) -> list[str
         problems.append(
             CONV_OBS_MSG.format(algo=algo, model=kind.value, env_id=env_id, shape=info.obs_shape)
         )
-    if not info.discrete:
+    if not info.discrete and algo != "dqn":  # DQN's own check already says it needs discrete
         problems.append(CONV_ACTIONS_MSG.format(algo=algo, model=kind.value, env_id=env_id))
     return problems
 
