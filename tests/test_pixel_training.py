@@ -12,6 +12,7 @@ import yaml
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
 from fleetrl.checkpoint import load_checkpoint
 from fleetrl.cli import main
+from fleetrl.preflight import FROZEN_MSG
 from fleetrl.trainer import latest_checkpoint
 
 ROOT = Path(__file__).parent.parent
@@ -100,3 +101,20 @@ def test_cli_trains_the_ppo_atari_config_through_a_ray_collector(tmp_path):
     state = load_checkpoint(latest_checkpoint(run))
     assert state["frames"] == 2 * FRAMES
     assert (32, PIXEL_SHAPE[0], 8, 8) in conv_shapes(state)
+
+
+def test_resume_refuses_another_model(tmp_path, capsys):
+    run = train(tmp_path, "ppo", num_collectors=0)
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(run), "trainer.total_frames=256", "ppo.model=impala"])
+    assert rc == 2
+    assert (
+        FROZEN_MSG.format(
+            key="ppo.model",
+            value="impala",
+            before="auto",
+            run_dir=run,
+            what="networks of that kind",
+        )
+        in capsys.readouterr().err
+    )

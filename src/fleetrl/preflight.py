@@ -66,6 +66,7 @@ FROZEN_ON_RESUME = {
     "env.id": "networks sized for that env's spaces",
     "scheme.num_grad_workers": "state for that many gradient workers",
     "{algo}.hidden_sizes": "networks of those sizes",
+    "{algo}.model": "networks of that kind",
 }
 RESOURCES_MSG = (
     "collector.num_collectors={count} is invalid here: {count} collectors x "
@@ -173,7 +174,10 @@ def check_resume_overrides(
 
 
 def _get(data: dict[str, Any], key: str) -> Any:
+    """The value at a dotted key; None where the config has no such key (``sac.model``)."""
     for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
         data = data[part]
     return data
 
