@@ -7,11 +7,15 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
+from fleetrl.algorithms import PPO, env_info
 from fleetrl.checkpoint import load_checkpoint
 from fleetrl.cli import main
+from fleetrl.collectors import RayCollector
+from fleetrl.config import PPOConfig
 from fleetrl.preflight import FROZEN_MSG
 from fleetrl.trainer import latest_checkpoint
 
@@ -118,3 +122,39 @@ def test_resume_refuses_another_model(tmp_path, capsys):
         )
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("compress", [None, "lz4"])
+def test_pixel_batches_cross_ray_as_uint8(compress):
+    torch.manual_seed(0)
+    ppo = PPO(PPOConfig(), env_info(PIXEL_ENV_ID))
+    collector = RayCollector(
+        PIXEL_ENV_ID,
+        ppo.policy,
+        frames_per_batch=FRAMES,
+        total_frames=FRAMES,
+        num_collectors=1,
+        num_workers_per_collector=2,
+        sync=True,
+        compress=compress,
+    )
+    try:
+        (batch,) = list(collector)
+        stats = collector.stats()
+    finally:
+        collector.shutdown()
+    for key in ("observation", ("next", "observation")):
+        assert batch.get(key).dtype == torch.uint8
+        assert batch.get(key).shape[-3:] == torch.Size(PIXEL_SHAPE)
+    assert batch.numel() == FRAMES
+    # the fake's frames name their step and action: nothing was rescaled on the way
+    first = batch["next", "observation"][..., 0, 0, 0].long()
+    assert set(first.flatten().tolist()) <= {
+        (16 * t + a) % 256 for t in range(1, 7) for a in range(3)
+    }
+    # bytes per frame over Ray: two uint8 frame stacks (28,224 B each) and small change;
+    # float32 frames would be 4x that
+    frame_bytes = 2 * 4 * 84 * 84
+    if compress:
+        assert frame_bytes <= stats["compression"]["bytes_raw"] / FRAMES < frame_bytes + 1024
