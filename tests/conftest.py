@@ -32,6 +32,8 @@ def ray_session():
             logging_level="ERROR",
             log_to_driver=False,
             configure_logging=False,
+            # the fakes' gymnasium ids, registered in every worker (they do not import tests/)
+            runtime_env={"worker_process_setup_hook": fakes.register_fake_envs},
         )
     yield ray
     ray.shutdown()

@@ -192,3 +192,45 @@ class TorchRLCountingEnv(EnvBase):
 
     def _set_seed(self, seed):
         return seed
+
+
+class PixelEnv(gym.Env):
+    """An Atari-shaped fake: ``uint8`` frame stacks (4, 84, 84), 3 discrete actions.
+
+    Every pixel of step t's observation is ``(16 * t + action) % 256``, so a test
+    can tell frames apart; reward is 1 for action 0; the episode terminates after
+    ``length`` steps. Runs everything pixel-shaped without ALE.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, length: int = 6):
+        self.length = length
+        self.observation_space = gym.spaces.Box(0, 255, shape=PIXEL_SHAPE, dtype=np.uint8)
+        self.action_space = gym.spaces.Discrete(3)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(PIXEL_SHAPE, dtype=np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        frame = np.full(PIXEL_SHAPE, (16 * self.t + int(action)) % 256, dtype=np.uint8)
+        return frame, float(int(action) == 0), self.t >= self.length, False, {}
+
+
+PIXEL_SHAPE = (4, 84, 84)
+#: the id the CLI and collectors use (registered here, and in every Ray worker of the test
+#: session by ``register_fake_envs``, its worker setup hook: workers do not import tests/)
+PIXEL_ENV_ID = "FleetrlFakePixel-v0"
+
+
+def register_fake_envs() -> None:
+    """Register the fakes' gymnasium ids in this process (idempotent)."""
+    if PIXEL_ENV_ID not in gym.registry:
+        gym.register(PIXEL_ENV_ID, entry_point=PixelEnv, max_episode_steps=100)
+
+
+register_fake_envs()

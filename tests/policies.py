@@ -67,3 +67,22 @@ class ShapeRecorder(TensorDictModuleBase):
     def forward(self, tensordict):
         self.seen.append(tuple(tensordict.batch_size))
         return self.policy(tensordict)
+
+
+class ThreadsProbe(nn.Module):
+    """Action 0, and torch's thread count in the process that acts, written per env."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = obs.shape[0]
+        threads = torch.full((n, 1), torch.get_num_threads(), dtype=torch.int64)
+        return torch.zeros(n, dtype=torch.int64), threads
+
+
+def threads_probe() -> TensorDictModule:
+    return TensorDictModule(
+        ThreadsProbe(), in_keys=["observation"], out_keys=["action", "num_threads"]
+    )

@@ -67,6 +67,7 @@ def make_collector(
             fraction_workers=c.fraction_workers,
             max_policy_lag=c.max_policy_lag,
             max_restart_attempts=c.max_restart_attempts,
+            num_threads=c.num_threads,
             max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,
             remote_configs={"num_cpus": c.num_cpus_per_collector},

@@ -121,6 +121,9 @@ class CollectorConfig:
     (None: no bound; async lag otherwise grows with collectors and slow workers)."""
     max_restart_attempts: int = 3
     """remote collectors: replacements of a dead collector worker tried in a row."""
+    num_threads: int | None = 1
+    """remote collectors: torch threads in each worker process (null: torch's default; one
+    because workers share the cores, and two threads made CNN inference many times slower)."""
 
 
 @dataclass
@@ -175,6 +178,8 @@ class SchemeConfig:
     """decentralized: how long an all-reduce waits for a missing worker before failing."""
     max_restart_attempts: int = 3
     """sync/async: replacements of a dead gradient worker tried in a row (doubling wait)."""
+    num_threads_per_grad_worker: int | None = 1
+    """torch threads in each gradient worker process (null: torch's default)."""
 
 
 @dataclass
@@ -215,6 +220,9 @@ class PPOConfig:
     """clip the gradient norm (None: off)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """hidden layers of the actor and critic MLPs."""
+    model: str = "auto"
+    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
+    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
 
 
 @dataclass
@@ -235,6 +243,9 @@ class A2CConfig:
     """normalize advantages per batch."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """hidden layers of the actor and critic MLPs."""
+    model: str = "auto"
+    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
+    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
 
 
 @dataclass
@@ -265,6 +276,9 @@ class DQNConfig:
     """clip the gradient norm (None: off)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
     """hidden layers of the Q network."""
+    model: str = "auto"
+    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
+    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
 
 
 @dataclass
@@ -293,6 +307,9 @@ class SACConfig:
 
 #: algorithms that learn from the batch just collected (the others keep a replay buffer)
 ON_POLICY = ("ppo", "a2c")
+#: values of ``<algo>.model`` (fleetrl.algorithms.models.ModelKind; kept here so that
+#: loading a config imports no torch)
+MODEL_KINDS = ("auto", "mlp", "cnn", "impala")
 
 ALGORITHM_CONFIGS: dict[str, type] = {
     "ppo": PPOConfig,
@@ -421,6 +438,12 @@ def _validate(cfg: Config, problems: list[str]) -> None:
     )
     check(c.prefetch >= 0, "collector.prefetch", c.prefetch, "must be >= 0")
     check(
+        c.num_threads is None or c.num_threads >= 1,
+        "collector.num_threads",
+        c.num_threads,
+        "must be >= 1, or null for torch's default",
+    )
+    check(
         c.num_cpus_per_collector >= 0,
         "collector.num_cpus_per_collector",
         c.num_cpus_per_collector,
@@ -520,6 +543,13 @@ def _validate(cfg: Config, problems: list[str]) -> None:
                     getattr(algo, name) > 0, f"{prefix}.{name}", getattr(algo, name), "must be > 0"
                 )
         _validate_algorithm_ranges(algo, prefix, check)
+        if hasattr(algo, "model"):
+            check(
+                algo.model in MODEL_KINDS,
+                f"{prefix}.model",
+                algo.model,
+                f"must be one of {list(MODEL_KINDS)}",
+            )
         if isinstance(algo, DQNConfig):
             check(
                 0 <= algo.eps_end <= algo.eps_init <= 1,
@@ -566,6 +596,12 @@ def _validate_scheme(cfg: Config, check: Any) -> None:
         "must be 'sync' or 'async'",
     )
     check(s.max_policy_lag >= 0, "scheme.max_policy_lag", s.max_policy_lag, "must be >= 0")
+    check(
+        s.num_threads_per_grad_worker is None or s.num_threads_per_grad_worker >= 1,
+        "scheme.num_threads_per_grad_worker",
+        s.num_threads_per_grad_worker,
+        "must be >= 1, or null for torch's default",
+    )
     check(
         s.max_restart_attempts >= 0,
         "scheme.max_restart_attempts",

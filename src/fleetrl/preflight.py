@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import Config, config_from_dict, config_to_dict
+from fleetrl.config import ALGORITHM_CONFIGS, Config, config_from_dict, config_to_dict
 from fleetrl.errors import ConfigError
 
 __all__ = [
@@ -69,6 +69,7 @@ FROZEN_ON_RESUME = {
     "env.atari.full_action_space": "networks sized for that many actions",
     "scheme.num_grad_workers": "state for that many gradient workers",
     "{algo}.hidden_sizes": "networks of those sizes",
+    "{algo}.model": "networks of that kind",
 }
 RESOURCES_MSG = (
     "collector.num_collectors={count} is invalid here: {count} collectors x "
@@ -109,6 +110,7 @@ def check_env(cfg: Config, problems: list[str]) -> None:
             ENV_MAKE_MSG.format(env_id=env_id, err=f"{type(err).__name__}: {err}".rstrip(": "))
         )
         return
+    problems.extend(_model_problems(cfg, info))
     if cfg.algorithm not in ACTION_KINDS:
         return
     needs, instead, example = ACTION_KINDS[cfg.algorithm]
@@ -130,6 +132,16 @@ def check_env(cfg: Config, problems: list[str]) -> None:
             example=example,
         )
     )
+
+
+def _model_problems(cfg: Config, info: Any) -> list[str]:
+    """A conv ``<algo>.model`` on an env without image observations or discrete actions."""
+    from fleetrl.algorithms.models import ModelKind, conv_problems
+
+    model = getattr(cfg.algo, "model", None) if cfg.algorithm in ALGORITHM_CONFIGS else None
+    if model not in {k.value for k in ModelKind}:
+        return []  # unset, or already reported as an invalid value
+    return conv_problems(cfg.algorithm, model, cfg.env.id, info)
 
 
 def _close_ids(env_id: str) -> str:
@@ -170,7 +182,10 @@ def check_resume_overrides(
 
 
 def _get(data: dict[str, Any], key: str) -> Any:
+    """The value at a dotted key; None where the config has no such key (``sac.model``)."""
     for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
         data = data[part]
     return data
 

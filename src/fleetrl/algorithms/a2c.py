@@ -14,7 +14,7 @@ from torch import nn
 from torchrl.objectives import A2CLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic
-from fleetrl.algorithms.models import EnvInfo, make_actor, make_critic
+from fleetrl.algorithms.models import EnvInfo, make_actor_critic
 from fleetrl.config import A2CConfig
 
 __all__ = ["A2C"]
@@ -26,8 +26,8 @@ class A2C(ActorCritic):
     Args:
         config: hyperparameters (``A2CConfig``).
         info: the env's spaces, for the default networks.
-        actor: a ProbabilisticActor writing ``action`` (default: MLP).
-        critic: a module writing ``state_value`` (default: MLP).
+        actor: a ProbabilisticActor writing ``action`` (default: by ``config.model``).
+        critic: a module writing ``state_value`` (default: by ``config.model``).
     """
 
     name = "a2c"
@@ -41,8 +41,10 @@ class A2C(ActorCritic):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        actor = actor if actor is not None else make_actor(info, config.hidden_sizes)
-        critic = critic if critic is not None else make_critic(info, config.hidden_sizes)
+        # the user's modules win; only what is missing is built (by config.model)
+        actor, critic = make_actor_critic(
+            config.model, info, config.hidden_sizes, actor=actor, critic=critic
+        )
         loss = A2CLoss(
             actor,
             critic,

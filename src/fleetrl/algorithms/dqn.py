@@ -20,7 +20,7 @@ from torchrl.data import Categorical
 from torchrl.modules import EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
-from fleetrl.algorithms.models import EnvInfo, mlp
+from fleetrl.algorithms.models import EnvInfo, make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.config import DQNConfig
 from fleetrl.errors import ConfigError
@@ -34,7 +34,8 @@ class DQN(ReplayAlgorithm):
     Args:
         config: hyperparameters (``DQNConfig``).
         info: the env's spaces.
-        qnet: a module mapping ``observation`` to action values (default: MLP).
+        qnet: a module mapping ``observation`` to action values (default: by
+            ``config.model``, a CNN for pixels and an MLP otherwise).
     """
 
     name = "dqn"
@@ -50,11 +51,7 @@ class DQN(ReplayAlgorithm):
                 ]
             )
         spec = Categorical(info.num_actions)
-        qnet = (
-            qnet
-            if qnet is not None
-            else mlp(info.obs_dim, info.num_actions, config.hidden_sizes, nn.ReLU)
-        )
+        qnet = qnet if qnet is not None else make_qnet(config.model, info, config.hidden_sizes)
         self.qvalue = QValueActor(qnet, in_keys=["observation"], spec=spec)
         self.egreedy = EGreedyModule(
             spec,

@@ -1,11 +1,26 @@
 """Default networks the algorithms build when the user passes none.
 
 Everything here is a plain torchrl/tensordict module, so a user's own
-``TensorDictModule`` (an LSTM policy, a CNN) can stand in for any of them.
+``TensorDictModule`` (an LSTM policy, a different CNN) can stand in for any of them.
+
+Which network: ``<algo>.model`` (:class:`ModelKind`) is ``mlp``, ``cnn`` (the
+Nature DQN convolutional torso), ``impala`` (IMPALA's residual torso) or
+``auto``: ``cnn`` for a 3-D ``uint8`` observation (stacked frames, channels
+first), ``mlp`` otherwise. Observations stay ``uint8`` in batches and replay
+buffers (a quarter of float32's bytes); the networks scale them by 1/255
+inside. Initialisation follows CleanRL: orthogonal with gain sqrt(2) and zero
+bias in the torso, 0.01 for the policy head, 1 for the value head.
+
+PPO and A2C share one pixel torso between actor and critic (CleanRL's
+``ppo_atari.py`` does): a torso is ~99% of the compute and parameters, the
+losses run it once each for actor and critic either way, and sharing halves
+the parameters the optimizer steps and the weights sent to the collectors.
 """
 
 from __future__ import annotations
 
+import enum
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +31,39 @@ from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 
-__all__ = ["EnvInfo", "env_info", "make_actor", "make_critic", "mlp"]
+__all__ = [
+    "EnvInfo",
+    "ImpalaTorso",
+    "ModelKind",
+    "NatureTorso",
+    "conv_problems",
+    "env_info",
+    "make_actor",
+    "make_actor_critic",
+    "make_critic",
+    "make_qnet",
+    "make_torso",
+    "mlp",
+    "resolve_model",
+]
+
+CONV_OBS_MSG = (
+    "{algo}.model={model!r} needs a 3-D (channels, height, width) observation, but env "
+    "{env_id!r} has observation shape {shape}; use {algo}.model=mlp (or auto)"
+)
+CONV_ACTIONS_MSG = (
+    "{algo}.model={model!r} builds discrete-action heads, but env {env_id!r} has "
+    "continuous actions; use {algo}.model=mlp (or auto)"
+)
+
+
+class ModelKind(str, enum.Enum):
+    """The default network family (``<algo>.model``)."""
+
+    AUTO = "auto"
+    MLP = "mlp"
+    CNN = "cnn"
+    IMPALA = "impala"
 
 
 @dataclass
@@ -34,6 +81,11 @@ class EnvInfo:
     @property
     def discrete(self) -> bool:
         return self.num_actions is not None
+
+    @property
+    def pixels(self) -> bool:
+        """A stack of uint8 images, channels first: what ``model: auto`` gives a CNN."""
+        return len(self.obs_shape) == 3 and self.obs_dtype == torch.uint8
 
 
 def env_info(env_id: Any) -> EnvInfo:
@@ -78,6 +130,139 @@ def _engine_info(spec: Any) -> EnvInfo:
         env.close()
 
 
+def resolve_model(model: str | ModelKind, info: EnvInfo) -> ModelKind:
+    """``auto`` -> ``cnn`` for pixels (3-D uint8), ``mlp`` otherwise; other kinds as given."""
+    kind = ModelKind(model)
+    if kind is ModelKind.AUTO:
+        return ModelKind.CNN if info.pixels and info.discrete else ModelKind.MLP
+    return kind
+
+
+def conv_problems(algo: str, model: str, env_id: str, info: EnvInfo) -> list[str]:
+    """Why ``model`` cannot serve this env (empty when it can): for config validation."""
+    kind = resolve_model(model, info)
+    if kind in (ModelKind.AUTO, ModelKind.MLP):
+        return []
+    problems = []
+    if len(info.obs_shape) != 3:
+        problems.append(
+            CONV_OBS_MSG.format(algo=algo, model=kind.value, env_id=env_id, shape=info.obs_shape)
+        )
+    if not info.discrete and algo != "dqn":  # DQN's own check already says it needs discrete
+        problems.append(CONV_ACTIONS_MSG.format(algo=algo, model=kind.value, env_id=env_id))
+    return problems
+
+
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """CleanRL's init: orthogonal weights with gain ``std``, constant bias."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class _PixelTorso(nn.Module):
+    """Base of the conv torsos: (*batch, C, H, W) in, (*batch, features) out.
+
+    Any leading batch dims (envs x time in a rollout) are folded into one for
+    the convolutions. ``uint8`` input is scaled by 1/255 here, so frames stay
+    ``uint8`` (4x smaller than float32) everywhere outside the network.
+    """
+
+    out_features: int
+    net: nn.Module
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-3]
+        x = obs.reshape(-1, *obs.shape[-3:])
+        x = x.float() * (1.0 / 255.0) if x.dtype == torch.uint8 else x.float()
+        return self.net(x).reshape(*lead, self.out_features)
+
+
+def _flat_size(convs: nn.Module, obs_shape: tuple[int, ...]) -> int:
+    with torch.no_grad():
+        return int(convs(torch.zeros(1, *obs_shape)).shape[-1])
+
+
+class NatureTorso(_PixelTorso):
+    """The Nature DQN convolutions (Mnih et al. 2015): 32x8s4, 64x4s2, 64x3s1, then 512 units.
+
+    Examples:
+        >>> torso = NatureTorso((4, 84, 84))
+        >>> torso(torch.zeros(2, 3, 4, 84, 84, dtype=torch.uint8)).shape
+        torch.Size([2, 3, 512])
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], features: int = 512):
+        super().__init__()
+        convs = nn.Sequential(
+            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        flat = _flat_size(convs, obs_shape)
+        self.net = nn.Sequential(convs, layer_init(nn.Linear(flat, features)), nn.ReLU())
+        self.out_features = features
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+def _conv_sequence(in_channels: int, out_channels: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, 3, padding=1),
+        nn.MaxPool2d(3, stride=2, padding=1),
+        _ResidualBlock(out_channels),
+        _ResidualBlock(out_channels),
+    )
+
+
+class ImpalaTorso(_PixelTorso):
+    """IMPALA's residual torso (Espeholt et al. 2018; CleanRL's ``ppo_procgen.py``).
+
+    Three (conv, max-pool, two residual blocks) stages of 16, 32, 32 channels,
+    then 256 units. Convolutions keep PyTorch's default init, as CleanRL does.
+
+    Examples:
+        >>> ImpalaTorso((4, 84, 84))(torch.zeros(5, 4, 84, 84, dtype=torch.uint8)).shape
+        torch.Size([5, 256])
+    """
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        channels: tuple[int, ...] = (16, 32, 32),
+        features: int = 256,
+    ):
+        super().__init__()
+        stages: list[nn.Module] = []
+        in_channels = obs_shape[0]
+        for out_channels in channels:
+            stages.append(_conv_sequence(in_channels, out_channels))
+            in_channels = out_channels
+        convs = nn.Sequential(*stages, nn.Flatten(), nn.ReLU())
+        flat = _flat_size(convs, obs_shape)
+        self.net = nn.Sequential(convs, nn.Linear(flat, features), nn.ReLU())
+        self.out_features = features
+
+
+def make_torso(kind: ModelKind, info: EnvInfo) -> _PixelTorso:
+    """The conv torso of ``kind`` (``cnn`` or ``impala``) for this env's frames."""
+    if kind is ModelKind.IMPALA:
+        return ImpalaTorso(info.obs_shape)
+    return NatureTorso(info.obs_shape)
+
+
 def mlp(
     in_dim: int, out_dim: int, hidden: list[int], activation: type[nn.Module] = nn.Tanh
 ) -> nn.Sequential:
@@ -89,27 +274,39 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+class _FlatInput(nn.Module):
+    """An MLP's input from any observation: the trailing obs dims flattened, uint8 scaled."""
+
+    def __init__(self, obs_shape: tuple[int, ...]):
+        super().__init__()
+        self.obs_ndim = len(obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.flatten(-self.obs_ndim) if self.obs_ndim != 1 else obs
+        return x.float() * (1.0 / 255.0) if x.dtype == torch.uint8 else x
+
+
+def _mlp_for(
+    info: EnvInfo, out_dim: int, hidden: list[int], activation: type[nn.Module] = nn.Tanh
+) -> nn.Module:
+    net = mlp(info.obs_dim, out_dim, hidden, activation)
+    if len(info.obs_shape) <= 1 and info.obs_dtype != torch.uint8:
+        return net  # the flat float case keeps the plain MLP (and its state_dict keys)
+    return nn.Sequential(_FlatInput(info.obs_shape), net)
+
+
 def make_actor(
     info: EnvInfo, hidden: list[int], activation: type[nn.Module] = nn.Tanh
 ) -> ProbabilisticActor:
-    """Categorical over logits for discrete actions; TanhNormal within the bounds otherwise.
+    """An MLP policy: Categorical over logits for discrete actions; TanhNormal within the
+    bounds otherwise.
 
     Writes ``action`` and its log-prob (``action_log_prob``), what the PPO/A2C losses read.
     """
     if info.discrete:
-        net = TensorDictModule(
-            mlp(info.obs_dim, info.num_actions, hidden, activation),
-            in_keys=["observation"],
-            out_keys=["logits"],
-        )
-        return ProbabilisticActor(
-            net,
-            in_keys=["logits"],
-            distribution_class=torch.distributions.Categorical,
-            return_log_prob=True,
-        )
+        return _categorical(_mlp_for(info, info.num_actions, hidden, activation))
     body = nn.Sequential(
-        mlp(info.obs_dim, 2 * info.action_dim, hidden, activation), NormalParamExtractor()
+        _mlp_for(info, 2 * info.action_dim, hidden, activation), NormalParamExtractor()
     )
     net = TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"])
     return ProbabilisticActor(
@@ -122,5 +319,68 @@ def make_actor(
 
 
 def make_critic(info: EnvInfo, hidden: list[int]) -> ValueOperator:
-    """State value V(s), written to ``state_value``."""
-    return ValueOperator(mlp(info.obs_dim, 1, hidden), in_keys=["observation"])
+    """An MLP state value V(s), written to ``state_value``."""
+    return ValueOperator(_mlp_for(info, 1, hidden), in_keys=["observation"])
+
+
+def _categorical(logits_net: nn.Module) -> ProbabilisticActor:
+    net = TensorDictModule(logits_net, in_keys=["observation"], out_keys=["logits"])
+    return ProbabilisticActor(
+        net,
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+
+
+def make_actor_critic(
+    model: str | ModelKind,
+    info: EnvInfo,
+    hidden: list[int],
+    *,
+    actor: nn.Module | None = None,
+    critic: nn.Module | None = None,
+) -> tuple[nn.Module, nn.Module]:
+    """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
+
+    ``cnn``/``impala``: one conv torso shared by a Categorical policy head
+    (orthogonal init, gain 0.01) and a value head (gain 1); ``hidden`` is
+    unused. When the user gives one of the two, the other gets a torso of its
+    own. ``mlp``: separate MLPs of ``hidden`` widths (see :class:`ModelKind`).
+
+    Examples:
+        >>> info = EnvInfo(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
+        >>> actor, critic = make_actor_critic("auto", info, [64, 64])
+        >>> [type(m).__name__ for m in critic.module]
+        ['NatureTorso', 'Linear']
+    """
+    kind = resolve_model(model, info)
+    if kind is ModelKind.MLP:
+        actor = actor if actor is not None else make_actor(info, hidden)
+        critic = critic if critic is not None else make_critic(info, hidden)
+        return actor, critic
+    torso = make_torso(kind, info) if actor is None or critic is None else None
+    if actor is None:
+        head = layer_init(nn.Linear(torso.out_features, info.num_actions), std=0.01)
+        actor = _categorical(nn.Sequential(torso, head))
+    if critic is None:
+        # the same torso module as the actor's when both are built here: torchrl's
+        # losses count a shared parameter once, and the critic's gradient reaches it too
+        head = layer_init(nn.Linear(torso.out_features, 1), std=1.0)
+        critic = ValueOperator(nn.Sequential(torso, head), in_keys=["observation"])
+    return actor, critic
+
+
+def make_qnet(model: str | ModelKind, info: EnvInfo, hidden: list[int]) -> nn.Module:
+    """DQN's default Q network, observation -> one value per action.
+
+    ``cnn``: CleanRL's ``dqn_atari.py`` network (Nature torso, then a linear
+    layer per action); ``impala``: the IMPALA torso instead; ``mlp``: ReLU
+    layers of ``hidden`` widths.
+    """
+    kind = resolve_model(model, info)
+    if kind is ModelKind.MLP:
+        return _mlp_for(info, info.num_actions, hidden, nn.ReLU)
+    torso = make_torso(kind, info)
+    # CleanRL's DQN keeps PyTorch's default init; the shared orthogonal torso does as well
+    return nn.Sequential(torso, layer_init(nn.Linear(torso.out_features, info.num_actions), 1.0))

@@ -16,7 +16,7 @@ from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic
-from fleetrl.algorithms.models import EnvInfo, make_actor, make_critic
+from fleetrl.algorithms.models import EnvInfo, make_actor_critic
 from fleetrl.config import PPOConfig
 
 __all__ = ["PPO"]
@@ -29,8 +29,9 @@ class PPO(ActorCritic):
         config: hyperparameters (``PPOConfig``).
         info: the env's spaces, for the default networks.
         actor: a ProbabilisticActor writing ``action`` and ``action_log_prob``
-            (default: an MLP Categorical or TanhNormal policy).
-        critic: a module writing ``state_value`` (default: an MLP).
+            (default: by ``config.model``, see
+            :func:`~fleetrl.algorithms.models.make_actor_critic`).
+        critic: a module writing ``state_value`` (default: by ``config.model``).
 
     Examples:
         >>> from fleetrl.algorithms.models import env_info
@@ -55,8 +56,10 @@ class PPO(ActorCritic):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        actor = actor if actor is not None else make_actor(info, config.hidden_sizes)
-        critic = critic if critic is not None else make_critic(info, config.hidden_sizes)
+        # the user's modules win; only what is missing is built (by config.model)
+        actor, critic = make_actor_critic(
+            config.model, info, config.hidden_sizes, actor=actor, critic=critic
+        )
         loss = ClipPPOLoss(
             actor,
             critic,

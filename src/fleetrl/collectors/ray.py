@@ -200,6 +200,9 @@ class RayCollector(DataCollectorBase):
             weights (counted in ``stats()["stale_batches"]``).
         max_restart_attempts: replacements of a dead worker tried in a row
             (with a doubling wait between them) before :class:`WorkerLostError`.
+        num_threads: torch threads in each worker process (default 1: workers
+            share the cores, and two threads made CNN inference several times
+            slower there); ``None`` leaves torch's default.
         device, storing_device, env_device, policy_device: as in
             :class:`SyncDataCollector`; a single value or a list per collector.
         max_frames_per_traj, init_random_frames, reset_at_each_iter,
@@ -249,6 +252,7 @@ class RayCollector(DataCollectorBase):
         compress: str | None = None,
         max_policy_lag: int | None = None,
         max_restart_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
+        num_threads: int | None = 1,
     ):
         super().__init__()
         self.state = CollectorState.CLOSED  # READY once every actor is up
@@ -301,6 +305,7 @@ class RayCollector(DataCollectorBase):
         self.prefetch = prefetch
         self.max_policy_lag = max_policy_lag
         self.max_restart_attempts = max_restart_attempts
+        self.num_threads = num_threads
         self._restart_policy = RestartPolicy(max_attempts=max_restart_attempts)
         self.fraction_samples = float(fraction_samples)
         self.fraction_workers = float(fraction_workers)
@@ -400,6 +405,7 @@ class RayCollector(DataCollectorBase):
             self.compress,
             self._weights.board if self._weights else None,
             self.max_weight_update_interval,
+            num_threads=self.num_threads,
         )
 
     def _wait_ready(self, slots: list[_Slot]) -> None:

@@ -111,6 +111,9 @@ class CollectorWorker:
         compress: None, ``"lz4"`` or ``"zstd"``.
         board: a VersionBoard handle to pull newer weights from, or None.
         max_weight_update_interval: pull from the board at least every this many tasks.
+        num_threads: torch intra-op threads in this process (None: leave torch's
+            default). One by default: a second thread made CNN inference several
+            times slower on a machine whose cores the other workers already use.
     """
 
     def __init__(
@@ -124,7 +127,10 @@ class CollectorWorker:
         compress: str | None = None,
         board: Any = None,
         max_weight_update_interval: int = -1,
+        num_threads: int | None = 1,
     ):
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
         self.worker_id = worker_id
         self.compress = compress
         self.board = board

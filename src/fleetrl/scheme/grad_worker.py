@@ -56,8 +56,10 @@ class GradWorker:
         version: int = 0,
         modules: dict[str, Any] | None = None,
     ):
-        torch.set_num_threads(1)
         self.config = config if isinstance(config, Config) else config_from_dict(config)
+        threads = self.config.scheme.num_threads_per_grad_worker
+        if threads is not None:  # one by default: the workers share the machine's cores
+            torch.set_num_threads(threads)
         self.index = index
         self.algorithm = make_learner(self.config, seed, **(modules or {}))
         if state is not None:
