@@ -1,0 +1,650 @@
+"""Atari throughput: fleetrl's collectors against the raw loop and torchrl's Collector.
+
+Pong (ALE/Pong-v5), 4x84x84 uint8 frame stacks, frame skip 4, fleetrl's Nature
+CNN policy (``make_actor_critic("cnn", ...)``'s actor: action + log-prob), one
+torch thread per process, on this machine's cores. Two phases, each in paired
+rounds (every contestant is built and warmed once; each round times one batch
+of each, back to back) with medians over rounds:
+
+1. One process, ``--envs`` envs:
+   - engine ceiling: each engine alone with random actions;
+   - raw loop (the limit): step-then-infer over each engine with the same CNN,
+     preallocated tensors, no TensorDict; the fastest is the limit;
+   - overlap: envpool's async mode, two halves of the envs, the CNN running on
+     one half while the engine's threads step the other (measurement only);
+   - fleetrl ``SyncDataCollector`` with each engine;
+   - torchrl's ``Collector`` over torchrl's ``GymWrapper`` of the same gymnasium
+     vector env (gymnasium's ``AtariPreprocessing``): torchrl's envpool wrapper is
+     broken as shipped and its ``Resize`` needs torchvision, which has no CPU
+     wheel here.
+2. Ray, 2 workers x ``--envs`` envs over the fastest engine: fleetrl
+   ``RayCollector`` sync, async and async with ``compress="lz4"``, against two
+   raw loops run in two processes at once; then the bytes per frame a batch
+   takes through Ray and its transfer time (worker-side packing, object store,
+   driver-side unpacking), with ``compress=None`` and ``"lz4"``.
+
+RLlib is not run: its env runners need their own virtualenv (as
+``time_to_solve.py`` builds) and a run of their own, which this short default
+run has no time for.
+
+A frame here is a collector frame: one agent step of one env (one transition);
+emulator frames are agent steps x frame skip (4). Writes
+``benchmarks/results/atari_throughput.json``.
+
+    python benchmarks/atari_throughput.py [--envs 8] [--steps 64] [--rounds 5]
+        [--ray-batches 4] [--ray-rounds 3] [--env-threads 0]
+
+Targets (issue 11): fleetrl's best >= 1.0x the step-then-infer raw loop and
+>= 1.5x torchrl's Collector; RayCollector with 2 workers >= 0.8x two raw loops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import time
+import traceback
+import warnings
+
+import numpy as np
+import torch
+
+from common import IterTimer, machine, print_table, write_json
+from fleetrl import SyncDataCollector
+from fleetrl.algorithms.models import env_info, make_actor_critic
+from fleetrl.engines import AtariEnv
+
+warnings.filterwarnings("ignore")
+
+ENV_ID = "ALE/Pong-v5"
+ENGINES = ("gymnasium", "ale_vector", "envpool")
+NUM_WORKERS = 2
+
+
+def atari_spec(engine: str, env_threads: int) -> AtariEnv:
+    """Pong with fleetrl's default Atari preprocessing (84x84 gray, skip 4, stack 4)."""
+    return AtariEnv(ENV_ID, engine=engine, num_threads=env_threads)
+
+
+def cnn_policy(spec: AtariEnv, seed: int = 0):
+    """fleetrl's Nature CNN actor and its logits network (the raw loops run the same one)."""
+    torch.manual_seed(seed)
+    actor, _ = make_actor_critic("cnn", env_info(spec), [])
+    return actor, actor.module[0].module
+
+
+class EngineCeiling:
+    """The engine alone: random actions, nothing stored. ``run`` returns agent steps/s."""
+
+    def __init__(self, spec: AtariEnv, num_envs: int, steps: int):
+        self.batched = spec.make(num_envs)
+        self.env = self.batched.env  # the engine's own vector env, without fleetrl's wrapper
+        self.num_envs, self.steps = num_envs, steps
+        self.num_actions = self.batched.num_actions
+        self.rng = np.random.default_rng(0)
+        self.env.reset()
+        self.run()
+
+    def run(self) -> float:
+        env, n = self.env, self.num_envs
+        actions = self.rng.integers(0, self.num_actions, size=(self.steps, n))
+        start = time.perf_counter()
+        for t in range(self.steps):
+            env.step(actions[t])
+        return self.steps * n / (time.perf_counter() - start)
+
+    def shutdown(self) -> None:
+        self.batched.close()
+
+
+class AtariRawLoop:
+    """The limit: step-then-infer over an engine's own vector env with the CNN.
+
+    Preallocated tensors written by index, no TensorDict, no episode bookkeeping
+    (the engines reset themselves). It stores what a rollout needs (observation,
+    action, log-prob, reward, done); the next observation is the time-shifted
+    observation, so it is not copied a second time.
+    """
+
+    def __init__(self, spec: AtariEnv, net: torch.nn.Module, num_envs: int, steps: int):
+        self.batched = spec.make(num_envs)
+        self.env, self.net = self.batched.env, net
+        self.num_envs, self.steps = num_envs, steps
+        shape = self.batched.observation_spec["observation"][0]
+        self.obs_buf = torch.empty(steps, num_envs, *shape, dtype=torch.uint8)
+        self.act_buf = torch.empty(steps, num_envs, dtype=torch.int64)
+        self.logp_buf = torch.empty(steps, num_envs)
+        self.rew_buf = torch.empty(steps, num_envs)
+        self.done_buf = torch.empty(steps, num_envs, dtype=torch.bool)
+        self.obs_np, _ = self.env.reset()
+        self.run()
+
+    def run(self) -> float:
+        net, env, obs_np = self.net, self.env, self.obs_np
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for t in range(self.steps):
+                obs = torch.from_numpy(obs_np)
+                dist = torch.distributions.Categorical(logits=net(obs))
+                action = dist.sample()
+                self.logp_buf[t] = dist.log_prob(action)
+                self.obs_buf[t] = obs
+                self.act_buf[t] = action
+                obs_np, rew, term, trunc, _ = env.step(action.numpy())
+                self.rew_buf[t] = torch.from_numpy(np.asarray(rew, dtype=np.float32))
+                self.done_buf[t] = torch.from_numpy(np.logical_or(term, trunc))
+        self.obs_np = obs_np
+        return self.steps * self.num_envs / (time.perf_counter() - start)
+
+    def shutdown(self) -> None:
+        self.batched.close()
+
+
+class OverlapLoop:
+    """The raw loop with env steps overlapped with inference: envpool's async mode.
+
+    ``num_envs`` envs answer in batches of half: while the CNN runs on one half,
+    envpool's threads step the other half (Sample Factory's double buffering).
+    Same buffers and work per agent step as :class:`AtariRawLoop`.
+    """
+
+    def __init__(self, spec: AtariEnv, net: torch.nn.Module, num_envs: int, steps: int):
+        import envpool
+
+        from fleetrl.engines import _envpool_task
+
+        a = spec.atari
+        half = num_envs // 2
+        # the options of fleetrl.engines.EnvPoolEnv (same preprocessing), with batch_size=half
+        self.env = envpool.make(
+            _envpool_task(spec.env_id),
+            env_type="gymnasium",
+            num_envs=num_envs,
+            batch_size=half,
+            num_threads=spec.num_threads,
+            seed=0,
+            max_episode_steps=a.max_episode_frames // a.frame_skip,
+            repeat_action_probability=a.repeat_action_probability,
+            full_action_space=a.full_action_space,
+            img_height=a.screen_size,
+            img_width=a.screen_size,
+            gray_scale=True,
+            stack_num=a.frame_stack,
+            frame_skip=a.frame_skip,
+            noop_max=a.noop_max + 1,
+            episodic_life=False,
+            reward_clip=False,
+            use_fire_reset=False,
+            use_inter_area_resize=True,
+        )
+        self.net, self.num_envs, self.half = net, num_envs, half
+        self.calls = 2 * steps  # as many agent steps per run as the raw loop's
+        shape = (a.frame_stack, a.screen_size, a.screen_size)
+        self.obs_buf = torch.empty(self.calls, half, *shape, dtype=torch.uint8)
+        self.act_buf = torch.empty(self.calls, half, dtype=torch.int64)
+        self.id_buf = torch.empty(self.calls, half, dtype=torch.int32)
+        self.logp_buf = torch.empty(self.calls, half)
+        self.rew_buf = torch.empty(self.calls, half)
+        self.done_buf = torch.empty(self.calls, half, dtype=torch.bool)
+        self.env.async_reset()
+        self.run()
+
+    def run(self) -> float:
+        net, env = self.net, self.env
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for t in range(self.calls):
+                obs_np, rew, term, trunc, info = env.recv()  # the half that finished stepping
+                ids = info["env_id"]
+                obs = torch.from_numpy(obs_np)
+                dist = torch.distributions.Categorical(logits=net(obs))
+                action = dist.sample()
+                env.send(action.numpy(), ids)  # steps in envpool's threads from here
+                self.logp_buf[t] = dist.log_prob(action)
+                self.obs_buf[t] = obs
+                self.act_buf[t] = action
+                self.id_buf[t] = torch.from_numpy(ids)
+                self.rew_buf[t] = torch.from_numpy(np.asarray(rew, dtype=np.float32))
+                self.done_buf[t] = torch.from_numpy(np.logical_or(term, trunc))
+        return self.calls * self.half / (time.perf_counter() - start)
+
+    def shutdown(self) -> None:
+        self.env.close()
+
+
+class Timed:
+    """One batch of a collector per ``run()``, as agent steps/s."""
+
+    def __init__(self, collector, frames_per_batch: int):
+        self.timer = IterTimer(collector, frames_per_batch)
+
+    def run(self) -> float:
+        return self.timer.run()
+
+    def shutdown(self) -> None:
+        self.timer.shutdown()
+
+
+def torchrl_collector(spec: AtariEnv, policy, num_envs: int, fpb: int):
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymWrapper
+
+    # the gymnasium engine's own SyncVectorEnv (gymnasium's AtariPreprocessing + stack)
+    env = GymWrapper(spec.make(num_envs).env, categorical_action_encoding=True)
+    return Collector(env, policy, frames_per_batch=fpb, total_frames=-1)
+
+
+def guarded(name: str, fn, errors: dict):
+    try:
+        return fn()
+    except Exception:  # a contestant that cannot run here is reported, not fatal
+        errors[name] = traceback.format_exc(limit=3)
+        print(f"{name}: failed ({errors[name].splitlines()[-1]})", flush=True)
+        return None
+
+
+def paired(runs: dict[str, list[float]], a: str, b: str) -> float | None:
+    """Median over rounds of a/b measured in the same round."""
+    if not runs.get(a) or not runs.get(b):
+        return None
+    return statistics.median(x / y for x, y in zip(runs[a], runs[b]))
+
+
+# ---------------------------------------------------------------- phase 1: one process
+
+
+def single_process(args, errors: dict) -> tuple[dict, dict]:
+    n, steps = args.envs, args.steps
+    fpb = n * steps
+    builders = {}
+    for engine in ENGINES:
+        spec = atari_spec(engine, args.env_threads)
+        builders[f"ceiling_{engine}"] = lambda s=spec: EngineCeiling(s, n, steps)
+        builders[f"raw_{engine}"] = lambda s=spec: AtariRawLoop(s, cnn_policy(s)[1], n, steps)
+    envpool_spec = atari_spec("envpool", args.env_threads)
+    builders["overlap_envpool"] = lambda: OverlapLoop(
+        envpool_spec, cnn_policy(envpool_spec)[1], n, steps
+    )
+    for engine in ENGINES:
+        spec = atari_spec(engine, args.env_threads)
+        builders[f"fleetrl_{engine}"] = lambda s=spec: Timed(
+            SyncDataCollector(s, cnn_policy(s)[0], frames_per_batch=fpb, num_envs=n), fpb
+        )
+    gym_spec = atari_spec("gymnasium", args.env_threads)
+    builders["torchrl"] = lambda: Timed(
+        torchrl_collector(gym_spec, cnn_policy(gym_spec)[0], n, fpb), fpb
+    )
+
+    contestants = {}
+    for name, build in builders.items():
+        c = guarded(name, build, errors)
+        if c is not None:
+            contestants[name] = c
+    runs: dict[str, list[float]] = {name: [] for name in contestants}
+    for r in range(args.rounds):
+        for name, c in contestants.items():
+            runs[name].append(c.run())
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
+    for c in contestants.values():
+        c.shutdown()
+
+    med = {name: statistics.median(v) for name, v in runs.items()}
+    raws = [e for e in ENGINES if f"raw_{e}" in med]
+    fleets = [e for e in ENGINES if f"fleetrl_{e}" in med]
+    ceilings = [e for e in ENGINES if f"ceiling_{e}" in med]
+    res: dict = {"agent_steps_per_s": med}
+    res["limit_engine"] = max(raws, key=lambda e: med[f"raw_{e}"]) if raws else None
+    res["fastest_engine"] = (
+        max(ceilings, key=lambda e: med[f"ceiling_{e}"]) if ceilings else res["limit_engine"]
+    )
+    res["fleetrl_best_engine"] = max(fleets, key=lambda e: med[f"fleetrl_{e}"]) if fleets else None
+    limit = f"raw_{res['limit_engine']}"
+    res["vs_limit"] = {name: paired(runs, name, limit) for name in runs}
+    res["vs_torchrl"] = {name: paired(runs, name, "torchrl") for name in runs}
+    res["overlap_vs_step_then_infer"] = paired(runs, "overlap_envpool", "raw_envpool")
+    best = f"fleetrl_{res['fleetrl_best_engine']}"
+    res["targets"] = {
+        "fleetrl_best_vs_raw_loop": paired(runs, best, limit),
+        "fleetrl_best_vs_torchrl": paired(runs, best, "torchrl"),
+    }
+    return res, runs
+
+
+# ---------------------------------------------------------------- phase 2: Ray
+
+
+def _raw_process(engine, env_threads, n, steps, rounds, barrier, queue) -> None:
+    torch.set_num_threads(1)
+    spec = atari_spec(engine, env_threads)
+    loop = AtariRawLoop(spec, cnn_policy(spec)[1], n, steps)
+    for _ in range(rounds):
+        barrier.wait()  # the driver starts both processes at once
+        queue.put(loop.run())
+    loop.shutdown()
+
+
+class TwoRawLoops:
+    """The limit for 2 workers: two raw loops in two processes at once, agent steps/s summed.
+
+    The processes are started once and wait on a barrier between rounds.
+    """
+
+    def __init__(self, engine: str, env_threads: int, n: int, steps: int, rounds: int):
+        ctx = mp.get_context("spawn")
+        self.barrier, self.queue = ctx.Barrier(NUM_WORKERS + 1), ctx.Queue()
+        self.procs = [
+            ctx.Process(
+                target=_raw_process,
+                args=(engine, env_threads, n, steps, rounds, self.barrier, self.queue),
+            )
+            for _ in range(NUM_WORKERS)
+        ]
+        for p in self.procs:
+            p.start()
+
+    def run(self) -> float:
+        self.barrier.wait()
+        return sum(self.queue.get() for _ in self.procs)
+
+    def shutdown(self) -> None:
+        for p in self.procs:
+            p.join()
+
+
+class RayContestant:
+    """A live RayCollector: agent steps/s over ``batches`` yielded batches per round."""
+
+    def __init__(self, collector):
+        self.collector = collector
+        self.it = iter(collector)
+        next(self.it)
+
+    def run(self, batches: int) -> float:
+        next(self.it)  # drain what was prefetched while others ran
+        frames, t0 = 0, time.perf_counter()
+        for _ in range(batches):
+            b = next(self.it)
+            mask = ("collector", "mask")
+            frames += int(b[mask].sum()) if mask in b.keys(True) else b.numel()
+        return frames / (time.perf_counter() - t0)
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
+
+
+def _transfer_probe(spec: AtariEnv, n: int, steps: int, repeats: int) -> dict:
+    """Bytes per frame of one worker batch through Ray and its transfer time, by codec."""
+    import ray
+
+    from fleetrl.collectors.worker import pack_batch, unpack_batch
+
+    @ray.remote(num_cpus=1)
+    class Probe:
+        def __init__(self, spec, policy, n, steps):
+            torch.set_num_threads(1)
+            collector = SyncDataCollector(spec, policy, frames_per_batch=n * steps, num_envs=n)
+            self.batch = next(iter(collector))
+            collector.shutdown()
+
+        def batch_of(self, codec):
+            return self.batch if codec is None else pack_batch(self.batch, codec)[0]
+
+        def sizes(self, codec):
+            raw = sum(v.numel() * v.element_size() for v in self.batch.values(True, True))
+            sent = raw if codec is None else pack_batch(self.batch, codec)[2]
+            return self.batch.numel(), raw, sent, sorted(map(str, self.batch.keys(True, True)))
+
+    probe = Probe.remote(spec, cnn_policy(spec)[0], n, steps)
+    out = {}
+    for codec in (None, "lz4"):
+        frames, raw, sent, keys = ray.get(probe.sizes.remote(codec))
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            got = ray.get(probe.batch_of.remote(codec))
+            batch = got if codec is None else unpack_batch(got)
+            batch["observation"].sum()  # touch the frames: the batch is usable here
+            times.append(time.perf_counter() - t0)
+        out[str(codec)] = {
+            "frames_per_batch": frames,
+            "bytes_raw_per_frame": raw / frames,
+            "bytes_sent_per_frame": sent / frames,
+            "transfer_s_per_batch": statistics.median(times),
+            "keys": keys,
+        }
+    ray.kill(probe)
+    return out
+
+
+def ray_phase(args, engine: str, errors: dict) -> tuple[dict, dict]:
+    import ray
+
+    from fleetrl import RayCollector
+
+    n, steps = args.envs, args.steps
+    fpb = n * steps
+    spec = atari_spec(engine, args.env_threads)
+    policy = cnn_policy(spec)[0]
+    limit = TwoRawLoops(engine, args.env_threads, n, steps, args.ray_rounds)
+    # logical CPUs enough for every actor; only the contestant being timed works
+    ray.init(
+        num_cpus=4 * NUM_WORKERS,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
+
+    def make(sync: bool, compress: str | None):
+        return RayCollector(
+            spec,
+            policy,
+            frames_per_batch=fpb * NUM_WORKERS if sync else fpb,
+            num_collectors=NUM_WORKERS,
+            num_workers_per_collector=n,
+            sync=sync,
+            compress=compress,
+            num_threads=1,
+        )
+
+    contestants = {}
+    for name, sync, compress in (
+        ("ray_sync", True, None),
+        ("ray_async", False, None),
+        ("ray_async_lz4", False, "lz4"),
+    ):
+        c = guarded(name, lambda s=sync, z=compress: RayContestant(make(s, z)), errors)
+        if c is not None:
+            contestants[name] = c
+    runs: dict[str, list[float]] = {"two_raw_loops": [], **{k: [] for k in contestants}}
+    for r in range(args.ray_rounds):
+        time.sleep(1.0)  # the prefetched tasks finish before the limit runs
+        runs["two_raw_loops"].append(limit.run())
+        for name, c in contestants.items():
+            time.sleep(1.0)
+            batches = args.ray_batches
+            runs[name].append(c.run(batches // NUM_WORKERS if name == "ray_sync" else batches))
+        print(
+            f"ray round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()),
+            flush=True,
+        )
+    res: dict = {"engine": engine}
+    lz4 = contestants.get("ray_async_lz4")
+    if lz4 is not None:
+        st = lz4.collector.stats()
+        comp = st["compression"]
+        res["lz4_stats"] = {
+            "frames": st["frames"],
+            "bytes_raw_per_frame": comp["bytes_raw"] / max(1, st["frames"]),
+            "bytes_sent_per_frame": comp["bytes_sent"] / max(1, st["frames"]),
+            "ratio": comp["ratio"],
+        }
+    for c in contestants.values():
+        c.shutdown()
+    limit.shutdown()
+    res["transfer"] = guarded(
+        "transfer", lambda: _transfer_probe(spec, n, steps, args.transfer_repeats), errors
+    )
+    ray.shutdown()
+    res["agent_steps_per_s"] = {k: statistics.median(v) for k, v in runs.items() if v}
+    res["vs_two_raw_loops"] = {k: paired(runs, k, "two_raw_loops") for k in runs}
+    best = max(contestants, key=lambda k: res["agent_steps_per_s"][k]) if contestants else None
+    res["best"] = best
+    res["target_ray_best_vs_two_raw_loops"] = res["vs_two_raw_loops"].get(best) if best else None
+    return res, runs
+
+
+# ---------------------------------------------------------------- report
+
+
+def fmt(v, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}{unit}" if abs(v) >= 100 else f"{v:.2f}{unit}"
+
+
+def verdict(v: float | None, target: float) -> str:
+    if v is None:
+        return "not measured"
+    return f"{v:.2f}x vs >= {target}x: {'met' if v >= target else 'NOT met'}"
+
+
+LABELS = {
+    "ceiling_gymnasium": "engine alone: gymnasium (random actions)",
+    "ceiling_ale_vector": "engine alone: ale_vector (random actions)",
+    "ceiling_envpool": "engine alone: envpool (random actions)",
+    "raw_gymnasium": "raw loop, step-then-infer: gymnasium",
+    "raw_ale_vector": "raw loop, step-then-infer: ale_vector",
+    "raw_envpool": "raw loop, step-then-infer: envpool",
+    "overlap_envpool": "raw loop, overlap: envpool async, 2 halves",
+    "fleetrl_gymnasium": "fleetrl SyncDataCollector: gymnasium",
+    "fleetrl_ale_vector": "fleetrl SyncDataCollector: ale_vector",
+    "fleetrl_envpool": "fleetrl SyncDataCollector: envpool",
+    "torchrl": "torchrl Collector: GymWrapper(gymnasium)",
+    "two_raw_loops": "limit: 2 raw loops in 2 processes",
+    "ray_sync": "fleetrl RayCollector 2 workers, sync",
+    "ray_async": "fleetrl RayCollector 2 workers, async",
+    "ray_async_lz4": "fleetrl RayCollector 2 workers, async, lz4",
+}
+
+
+def report(args, single: dict, ray_res: dict | None, frame_skip: int) -> None:
+    med = single["agent_steps_per_s"]
+    print(
+        f"\n{ENV_ID}, {args.envs} envs, 4x84x84 uint8, Nature CNN, 1 torch thread; "
+        f"limit = raw loop over {single['limit_engine']}"
+    )
+    rows = [
+        [
+            LABELS.get(k, k),
+            fmt(v),
+            fmt(v * frame_skip),
+            fmt(single["vs_limit"][k], "x"),
+            fmt(single["vs_torchrl"][k], "x"),
+        ]
+        for k, v in med.items()
+    ]
+    print_table(
+        ["contestant", "agent steps/s", "emulator frames/s", "vs limit", "vs torchrl"], rows
+    )
+    print(
+        f"\noverlap / step-then-infer (envpool, paired): "
+        f"{fmt(single['overlap_vs_step_then_infer'], 'x')}"
+    )
+    if ray_res is not None:
+        print(f"\nRay, {NUM_WORKERS} workers x {args.envs} envs, engine {ray_res['engine']}")
+        rm = ray_res["agent_steps_per_s"]
+        rows = [
+            [
+                LABELS.get(k, k),
+                fmt(v),
+                fmt(v * frame_skip),
+                fmt(ray_res["vs_two_raw_loops"][k], "x"),
+            ]
+            for k, v in rm.items()
+        ]
+        print_table(["contestant", "agent steps/s", "emulator frames/s", "vs 2 raw loops"], rows)
+        if ray_res.get("transfer"):
+            print()
+            rows = [
+                [
+                    codec,
+                    t["frames_per_batch"],
+                    fmt(t["bytes_raw_per_frame"]),
+                    fmt(t["bytes_sent_per_frame"]),
+                    f"{t['transfer_s_per_batch'] * 1e3:.1f} ms",
+                ]
+                for codec, t in ray_res["transfer"].items()
+            ]
+            print_table(
+                [
+                    "compress",
+                    "frames/batch",
+                    "bytes/frame raw",
+                    "bytes/frame sent",
+                    "transfer/batch",
+                ],
+                rows,
+            )
+        if ray_res.get("lz4_stats"):
+            s = ray_res["lz4_stats"]
+            print(
+                f"RayCollector(compress='lz4').stats(): {fmt(s['bytes_raw_per_frame'])} -> "
+                f"{fmt(s['bytes_sent_per_frame'])} bytes/frame over {s['frames']:,} frames"
+            )
+    t = single["targets"]
+    print("\ntargets (issue 11):")
+    print(f"  fleetrl best ({single['fleetrl_best_engine']}) vs raw loop: ", end="")
+    print(verdict(t["fleetrl_best_vs_raw_loop"], 1.0))
+    print(f"  fleetrl best vs torchrl Collector: {verdict(t['fleetrl_best_vs_torchrl'], 1.5)}")
+    ray_v = ray_res["target_ray_best_vs_two_raw_loops"] if ray_res else None
+    print(f"  RayCollector best vs two raw loops: {verdict(ray_v, 0.8)}")
+    print("  RLlib: not run (needs its own virtualenv and a run of its own)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=8, help="envs per process (even)")
+    parser.add_argument("--steps", type=int, default=64, help="vector steps per batch")
+    parser.add_argument("--rounds", type=int, default=5, help="phase 1: median over rounds")
+    parser.add_argument("--ray-rounds", type=int, default=3, help="phase 2: median over rounds")
+    parser.add_argument(
+        "--ray-batches", type=int, default=4, help="timed batches per Ray contestant per round"
+    )
+    parser.add_argument("--transfer-repeats", type=int, default=5)
+    parser.add_argument(
+        "--env-threads", type=int, default=0, help="C++ engine threads (0: one per core)"
+    )
+    parser.add_argument("--no-ray", action="store_true", help="phase 1 only")
+    args = parser.parse_args()
+    if args.envs < 2 or args.envs % 2:
+        parser.error(f"--envs={args.envs} is invalid: the overlap loop needs an even count >= 2")
+    torch.set_num_threads(1)
+    errors: dict[str, str] = {}
+    start = time.perf_counter()
+    single, runs = single_process(args, errors)
+    ray_res, ray_runs = None, None
+    if not args.no_ray and single["fastest_engine"] is not None:
+        ray_res, ray_runs = ray_phase(args, single["fastest_engine"], errors)
+    frame_skip = atari_spec("gymnasium", 0).atari.frame_skip
+    report(args, single, ray_res, frame_skip)
+    path = write_json(
+        "atari_throughput",
+        {
+            "machine": machine(),
+            "args": vars(args),
+            "env_id": ENV_ID,
+            "frame_skip": frame_skip,
+            "single_process": single,
+            "ray": ray_res,
+            "runs": {"single_process": runs, "ray": ray_runs},
+            "rllib": "not run: needs its own virtualenv and a run of its own",
+            "errors": errors,
+            "wall_s": time.perf_counter() - start,
+        },
+    )
+    print(f"\nwrote {path} ({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
