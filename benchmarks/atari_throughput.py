@@ -31,8 +31,8 @@ A frame here is a collector frame: one agent step of one env (one transition);
 emulator frames are agent steps x frame skip (4). Writes
 ``benchmarks/results/atari_throughput.json``.
 
-    python benchmarks/atari_throughput.py [--envs 8] [--steps 64] [--rounds 5]
-        [--ray-batches 4] [--ray-rounds 3] [--env-threads 0]
+    python benchmarks/atari_throughput.py [--envs 8] [--steps 64] [--rounds 7]
+        [--ray-batches 6] [--ray-rounds 5] [--env-threads 0]
 
 Targets (issue 11): fleetrl's best >= 1.0x the step-then-infer raw loop and
 >= 1.5x torchrl's Collector; RayCollector with 2 workers >= 0.8x two raw loops.
@@ -506,7 +506,7 @@ def fmt(v, unit: str = "") -> str:
 def verdict(v: float | None, target: float) -> str:
     if v is None:
         return "not measured"
-    return f"{v:.2f}x vs >= {target}x: {'met' if v >= target else 'NOT met'}"
+    return f"{v:.3f}x vs >= {target}x: {'met' if v >= target else 'NOT met'}"
 
 
 LABELS = {
@@ -606,10 +606,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=8, help="envs per process (even)")
     parser.add_argument("--steps", type=int, default=64, help="vector steps per batch")
-    parser.add_argument("--rounds", type=int, default=5, help="phase 1: median over rounds")
-    parser.add_argument("--ray-rounds", type=int, default=3, help="phase 2: median over rounds")
+    parser.add_argument("--rounds", type=int, default=7, help="phase 1: median over rounds")
+    parser.add_argument("--ray-rounds", type=int, default=5, help="phase 2: median over rounds")
     parser.add_argument(
-        "--ray-batches", type=int, default=4, help="timed batches per Ray contestant per round"
+        "--ray-batches", type=int, default=6, help="timed batches per Ray contestant per round"
     )
     parser.add_argument("--transfer-repeats", type=int, default=5)
     parser.add_argument(
