@@ -10,8 +10,9 @@ of each, back to back) with medians over rounds:
    - engine ceiling: each engine alone with random actions;
    - raw loop (the limit): step-then-infer over each engine with the same CNN,
      preallocated tensors, no TensorDict; the fastest is the limit;
-   - overlap: envpool's async mode, two halves of the envs, the CNN running on
-     one half while the engine's threads step the other (measurement only);
+   - overlap: the C++ engines' async mode (ale_vector, envpool), two halves of
+     the envs, the CNN running on one half while the engine's threads step the
+     other (measurement only);
    - fleetrl ``SyncDataCollector`` with each engine;
    - torchrl's ``Collector`` over torchrl's ``GymWrapper`` of the same gymnasium
      vector env (gymnasium's ``AtariPreprocessing``): torchrl's envpool wrapper is
@@ -141,45 +142,75 @@ class AtariRawLoop:
         self.batched.close()
 
 
-class OverlapLoop:
-    """The raw loop with env steps overlapped with inference: envpool's async mode.
+def _async_engine(spec: AtariEnv, num_envs: int, batch_size: int):
+    """A C++ engine answering ``batch_size`` of ``num_envs`` envs per ``recv``.
 
-    ``num_envs`` envs answer in batches of half: while the CNN runs on one half,
-    envpool's threads step the other half (Sample Factory's double buffering).
-    Same buffers and work per agent step as :class:`AtariRawLoop`.
+    The options are those of ``fleetrl.engines.AleVectorEnv`` / ``EnvPoolEnv``
+    (the same preprocessing), plus ``batch_size``, which those classes fix to
+    ``num_envs``.
     """
+    from fleetrl.engines import _envpool_task, _game
 
-    def __init__(self, spec: AtariEnv, net: torch.nn.Module, num_envs: int, steps: int):
-        import envpool
+    a = spec.atari
+    if spec.engine == "ale_vector":
+        from ale_py.vector_env import AtariVectorEnv
 
-        from fleetrl.engines import _envpool_task
-
-        a = spec.atari
-        half = num_envs // 2
-        # the options of fleetrl.engines.EnvPoolEnv (same preprocessing), with batch_size=half
-        self.env = envpool.make(
-            _envpool_task(spec.env_id),
-            env_type="gymnasium",
-            num_envs=num_envs,
-            batch_size=half,
+        return AtariVectorEnv(
+            _game(spec.env_id),
+            num_envs,
+            batch_size=batch_size,
             num_threads=spec.num_threads,
-            seed=0,
-            max_episode_steps=a.max_episode_frames // a.frame_skip,
+            max_num_frames_per_episode=a.max_episode_frames,
             repeat_action_probability=a.repeat_action_probability,
             full_action_space=a.full_action_space,
             img_height=a.screen_size,
             img_width=a.screen_size,
-            gray_scale=True,
             stack_num=a.frame_stack,
-            frame_skip=a.frame_skip,
-            noop_max=a.noop_max + 1,
-            episodic_life=False,
-            reward_clip=False,
+            frameskip=a.frame_skip,
+            noop_max=a.noop_max,
+            reward_clipping=False,
             use_fire_reset=False,
-            use_inter_area_resize=True,
         )
-        self.net, self.num_envs, self.half = net, num_envs, half
+    import envpool
+
+    return envpool.make(
+        _envpool_task(spec.env_id),
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=batch_size,
+        num_threads=spec.num_threads,
+        seed=0,
+        max_episode_steps=a.max_episode_frames // a.frame_skip,
+        repeat_action_probability=a.repeat_action_probability,
+        full_action_space=a.full_action_space,
+        img_height=a.screen_size,
+        img_width=a.screen_size,
+        gray_scale=True,
+        stack_num=a.frame_stack,
+        frame_skip=a.frame_skip,
+        noop_max=a.noop_max + 1,
+        episodic_life=False,
+        reward_clip=False,
+        use_fire_reset=False,
+        use_inter_area_resize=True,
+    )
+
+
+class OverlapLoop:
+    """The raw loop with env steps overlapped with inference: a C++ engine's async mode.
+
+    ``num_envs`` envs answer in batches of half: while the CNN runs on one half,
+    the engine's threads step the other (Sample Factory's double buffering).
+    Same buffers and work per agent step as :class:`AtariRawLoop`.
+    """
+
+    def __init__(self, spec: AtariEnv, net: torch.nn.Module, num_envs: int, steps: int):
+        half = num_envs // 2
+        self.env = _async_engine(spec, num_envs, half)
+        self.net, self.half = net, half
+        self.envpool = spec.engine == "envpool"  # envpool's send takes the env ids too
         self.calls = 2 * steps  # as many agent steps per run as the raw loop's
+        a = spec.atari
         shape = (a.frame_stack, a.screen_size, a.screen_size)
         self.obs_buf = torch.empty(self.calls, half, *shape, dtype=torch.uint8)
         self.act_buf = torch.empty(self.calls, half, dtype=torch.int64)
@@ -187,43 +218,42 @@ class OverlapLoop:
         self.logp_buf = torch.empty(self.calls, half)
         self.rew_buf = torch.empty(self.calls, half)
         self.done_buf = torch.empty(self.calls, half, dtype=torch.bool)
-        self.env.async_reset()
+        if self.envpool:
+            self.env.async_reset()
+            self.first = None
+        else:  # ALE's reset answers the first half; the other half waits for recv
+            obs, info = self.env.reset()
+            zeros = np.zeros(half, dtype=bool)
+            self.first = (obs, np.zeros(half, np.float32), zeros, zeros, info)
         self.run()
 
     def run(self) -> float:
-        net, env = self.net, self.env
+        net, env, first = self.net, self.env, self.first
         start = time.perf_counter()
         with torch.inference_mode():
             for t in range(self.calls):
-                obs_np, rew, term, trunc, info = env.recv()  # the half that finished stepping
+                # the half that finished stepping while the CNN ran on the other half
+                obs_np, rew, term, trunc, info = first if first is not None else env.recv()
+                first = None
                 ids = info["env_id"]
                 obs = torch.from_numpy(obs_np)
                 dist = torch.distributions.Categorical(logits=net(obs))
                 action = dist.sample()
-                env.send(action.numpy(), ids)  # steps in envpool's threads from here
+                if self.envpool:
+                    env.send(action.numpy(), ids)  # steps in the engine's threads from here
+                else:
+                    env.send(action.numpy())
                 self.logp_buf[t] = dist.log_prob(action)
                 self.obs_buf[t] = obs
                 self.act_buf[t] = action
-                self.id_buf[t] = torch.from_numpy(ids)
+                self.id_buf[t] = torch.from_numpy(np.asarray(ids, dtype=np.int32))
                 self.rew_buf[t] = torch.from_numpy(np.asarray(rew, dtype=np.float32))
                 self.done_buf[t] = torch.from_numpy(np.logical_or(term, trunc))
+        self.first = None
         return self.calls * self.half / (time.perf_counter() - start)
 
     def shutdown(self) -> None:
         self.env.close()
-
-
-class Timed:
-    """One batch of a collector per ``run()``, as agent steps/s."""
-
-    def __init__(self, collector, frames_per_batch: int):
-        self.timer = IterTimer(collector, frames_per_batch)
-
-    def run(self) -> float:
-        return self.timer.run()
-
-    def shutdown(self) -> None:
-        self.timer.shutdown()
 
 
 def torchrl_collector(spec: AtariEnv, policy, num_envs: int, fpb: int):
@@ -262,17 +292,16 @@ def single_process(args, errors: dict) -> tuple[dict, dict]:
         spec = atari_spec(engine, args.env_threads)
         builders[f"ceiling_{engine}"] = lambda s=spec: EngineCeiling(s, n, steps)
         builders[f"raw_{engine}"] = lambda s=spec: AtariRawLoop(s, cnn_policy(s)[1], n, steps)
-    envpool_spec = atari_spec("envpool", args.env_threads)
-    builders["overlap_envpool"] = lambda: OverlapLoop(
-        envpool_spec, cnn_policy(envpool_spec)[1], n, steps
-    )
+    for engine in ("ale_vector", "envpool"):
+        spec = atari_spec(engine, args.env_threads)
+        builders[f"overlap_{engine}"] = lambda s=spec: OverlapLoop(s, cnn_policy(s)[1], n, steps)
     for engine in ENGINES:
         spec = atari_spec(engine, args.env_threads)
-        builders[f"fleetrl_{engine}"] = lambda s=spec: Timed(
+        builders[f"fleetrl_{engine}"] = lambda s=spec: IterTimer(
             SyncDataCollector(s, cnn_policy(s)[0], frames_per_batch=fpb, num_envs=n), fpb
         )
     gym_spec = atari_spec("gymnasium", args.env_threads)
-    builders["torchrl"] = lambda: Timed(
+    builders["torchrl"] = lambda: IterTimer(
         torchrl_collector(gym_spec, cnn_policy(gym_spec)[0], n, fpb), fpb
     )
 
@@ -302,7 +331,9 @@ def single_process(args, errors: dict) -> tuple[dict, dict]:
     limit = f"raw_{res['limit_engine']}"
     res["vs_limit"] = {name: paired(runs, name, limit) for name in runs}
     res["vs_torchrl"] = {name: paired(runs, name, "torchrl") for name in runs}
-    res["overlap_vs_step_then_infer"] = paired(runs, "overlap_envpool", "raw_envpool")
+    res["overlap_vs_step_then_infer"] = {
+        e: paired(runs, f"overlap_{e}", f"raw_{e}") for e in ("ale_vector", "envpool")
+    }
     best = f"fleetrl_{res['fleetrl_best_engine']}"
     res["targets"] = {
         "fleetrl_best_vs_raw_loop": paired(runs, best, limit),
@@ -516,6 +547,7 @@ LABELS = {
     "raw_gymnasium": "raw loop, step-then-infer: gymnasium",
     "raw_ale_vector": "raw loop, step-then-infer: ale_vector",
     "raw_envpool": "raw loop, step-then-infer: envpool",
+    "overlap_ale_vector": "raw loop, overlap: ale_vector async, 2 halves",
     "overlap_envpool": "raw loop, overlap: envpool async, 2 halves",
     "fleetrl_gymnasium": "fleetrl SyncDataCollector: gymnasium",
     "fleetrl_ale_vector": "fleetrl SyncDataCollector: ale_vector",
@@ -547,10 +579,8 @@ def report(args, single: dict, ray_res: dict | None, frame_skip: int) -> None:
     print_table(
         ["contestant", "agent steps/s", "emulator frames/s", "vs limit", "vs torchrl"], rows
     )
-    print(
-        f"\noverlap / step-then-infer (envpool, paired): "
-        f"{fmt(single['overlap_vs_step_then_infer'], 'x')}"
-    )
+    for engine, v in single["overlap_vs_step_then_infer"].items():
+        print(f"overlap / step-then-infer ({engine}, paired): {fmt(v, 'x')}")
     if ray_res is not None:
         print(f"\nRay, {NUM_WORKERS} workers x {args.envs} envs, engine {ray_res['engine']}")
         rm = ray_res["agent_steps_per_s"]
