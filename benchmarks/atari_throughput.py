@@ -368,6 +368,7 @@ class TwoRawLoops:
             ctx.Process(
                 target=_raw_process,
                 args=(engine, env_threads, n, steps, rounds, self.barrier, self.queue),
+                daemon=True,  # a failed run must not hang at exit on a process at the barrier
             )
             for _ in range(NUM_WORKERS)
         ]
