@@ -143,57 +143,11 @@ class AtariRawLoop:
 
 
 def _async_engine(spec: AtariEnv, num_envs: int, batch_size: int):
-    """A C++ engine answering ``batch_size`` of ``num_envs`` envs per ``recv``.
+    """A C++ engine answering ``batch_size`` of ``num_envs`` envs per ``recv``, with the
+    collectors' preprocessing (``fleetrl.engines.make_cpp_engine``)."""
+    from fleetrl.engines import make_cpp_engine
 
-    The options are those of ``fleetrl.engines.AleVectorEnv`` / ``EnvPoolEnv``
-    (the same preprocessing), plus ``batch_size``, which those classes fix to
-    ``num_envs``.
-    """
-    from fleetrl.engines import _envpool_task, _game
-
-    a = spec.atari
-    if spec.engine == "ale_vector":
-        from ale_py.vector_env import AtariVectorEnv
-
-        return AtariVectorEnv(
-            _game(spec.env_id),
-            num_envs,
-            batch_size=batch_size,
-            num_threads=spec.num_threads,
-            max_num_frames_per_episode=a.max_episode_frames,
-            repeat_action_probability=a.repeat_action_probability,
-            full_action_space=a.full_action_space,
-            img_height=a.screen_size,
-            img_width=a.screen_size,
-            stack_num=a.frame_stack,
-            frameskip=a.frame_skip,
-            noop_max=a.noop_max,
-            reward_clipping=False,
-            use_fire_reset=False,
-        )
-    import envpool
-
-    return envpool.make(
-        _envpool_task(spec.env_id),
-        env_type="gymnasium",
-        num_envs=num_envs,
-        batch_size=batch_size,
-        num_threads=spec.num_threads,
-        seed=0,
-        max_episode_steps=a.max_episode_frames // a.frame_skip,
-        repeat_action_probability=a.repeat_action_probability,
-        full_action_space=a.full_action_space,
-        img_height=a.screen_size,
-        img_width=a.screen_size,
-        gray_scale=True,
-        stack_num=a.frame_stack,
-        frame_skip=a.frame_skip,
-        noop_max=a.noop_max + 1,
-        episodic_life=False,
-        reward_clip=False,
-        use_fire_reset=False,
-        use_inter_area_resize=True,
-    )
+    return make_cpp_engine(spec, num_envs, batch_size=batch_size)
 
 
 class OverlapLoop:

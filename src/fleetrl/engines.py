@@ -45,7 +45,14 @@ from fleetrl.config import AtariConfig, EnvConfig
 from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, StepResult
 from fleetrl.errors import ConfigError, EnvError
 
-__all__ = ["AtariEnv", "EnvEngine", "check_engine_config", "env_spec", "is_atari_id"]
+__all__ = [
+    "AtariEnv",
+    "EnvEngine",
+    "check_engine_config",
+    "env_spec",
+    "is_atari_id",
+    "make_cpp_engine",
+]
 
 
 class EnvEngine(str, enum.Enum):
@@ -280,6 +287,69 @@ def _gym_vector(env_id: str, a: AtariConfig, num_envs: int) -> gym.vector.Vector
 # ---------------------------------------------------------------- next-step engines
 
 
+def make_cpp_engine(
+    spec: AtariEnv, num_envs: int, *, batch_size: int | None = None, seed: int = 0
+) -> Any:
+    """The raw C++ vector env of an ``ale_vector`` or ``envpool`` spec, preprocessing as configured.
+
+    ``batch_size`` below ``num_envs`` gives the engine's async mode (each call
+    answers the first ``batch_size`` envs ready); the collectors use the sync
+    mode (``batch_size = num_envs``) through :class:`AleVectorEnv` and
+    :class:`EnvPoolEnv`, which add fleetrl's episode-boundary handling.
+    """
+    a = spec.atari
+    batch_size = num_envs if batch_size is None else batch_size
+    if spec.engine is EnvEngine.ALE_VECTOR:
+        from ale_py.vector_env import AtariVectorEnv
+
+        return AtariVectorEnv(
+            _game(spec.env_id),
+            num_envs,
+            batch_size=batch_size,
+            num_threads=spec.num_threads,
+            # ALE's own limit counts the reset no-ops and cuts the last agent step short;
+            # AleVectorEnv truncates at max_episode_frames / frame_skip agent steps instead
+            max_num_frames_per_episode=a.max_episode_frames + (a.noop_max + 2) * a.frame_skip,
+            repeat_action_probability=a.repeat_action_probability,
+            full_action_space=a.full_action_space,
+            img_height=a.screen_size,
+            img_width=a.screen_size,
+            grayscale=True,
+            stack_num=a.frame_stack,
+            frameskip=a.frame_skip,
+            maxpool=True,
+            noop_max=a.noop_max,
+            episodic_life=False,
+            reward_clipping=False,  # rewards as the game gives them, as in the gymnasium engine
+            use_fire_reset=False,  # AtariPreprocessing does not press FIRE at reset either
+        )
+    import envpool
+
+    return envpool.make(
+        _envpool_task(spec.env_id),
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=batch_size,
+        num_threads=spec.num_threads,
+        seed=seed,  # env i is seeded with seed + i
+        max_episode_steps=a.max_episode_frames // a.frame_skip,
+        repeat_action_probability=a.repeat_action_probability,
+        full_action_space=a.full_action_space,
+        img_height=a.screen_size,
+        img_width=a.screen_size,
+        gray_scale=True,
+        stack_num=a.frame_stack,
+        frame_skip=a.frame_skip,
+        # envpool draws the no-ops from [0, noop_max) and crashes on noop_max=0 (1.2.5);
+        # noop_max + 1 gives [0, noop_max], the closest to gymnasium's [1, noop_max]
+        noop_max=a.noop_max + 1,
+        episodic_life=False,
+        reward_clip=False,
+        use_fire_reset=False,
+        use_inter_area_resize=True,  # cv2.INTER_AREA, as AtariPreprocessing resizes
+    )
+
+
 class _NextStepEnv(BatchedEnv):
     """A C++ vector env with next-step autoreset, reset right after each episode end.
 
@@ -347,29 +417,8 @@ class AleVectorEnv(_NextStepEnv):
     """ale-py's ``AtariVectorEnv``: C++ threads step and preprocess the games."""
 
     def __init__(self, spec: AtariEnv, num_envs: int):
-        from ale_py.vector_env import AtariVectorEnv
-
         a = spec.atari
-        self.env = AtariVectorEnv(
-            _game(spec.env_id),
-            num_envs,
-            num_threads=spec.num_threads,
-            # ALE's own limit counts the reset no-ops and cuts the last agent step short;
-            # we truncate at max_episode_frames / frame_skip agent steps instead (_step)
-            max_num_frames_per_episode=a.max_episode_frames + (a.noop_max + 2) * a.frame_skip,
-            repeat_action_probability=a.repeat_action_probability,
-            full_action_space=a.full_action_space,
-            img_height=a.screen_size,
-            img_width=a.screen_size,
-            grayscale=True,
-            stack_num=a.frame_stack,
-            frameskip=a.frame_skip,
-            maxpool=True,
-            noop_max=a.noop_max,
-            episodic_life=False,
-            reward_clipping=False,  # rewards as the game gives them, as in the gymnasium engine
-            use_fire_reset=False,  # AtariPreprocessing does not press FIRE at reset either
-        )
+        self.env = make_cpp_engine(spec, num_envs)
         super().__init__(spec, num_envs, int(self.env.single_action_space.n))
 
         #: agent steps since each env's reset (zero padding in young stacks; the time limit)
@@ -414,42 +463,13 @@ class EnvPoolEnv(_NextStepEnv):
     """envpool's Atari envs in sync mode (every env stepped each call)."""
 
     def __init__(self, spec: AtariEnv, num_envs: int):
-        self.env = self._make(spec, num_envs, seed=0)
+        self.env = make_cpp_engine(spec, num_envs, seed=0)
         super().__init__(spec, num_envs, int(self.env.action_space.n))
-
-    @staticmethod
-    def _make(spec: AtariEnv, num_envs: int, seed: int) -> Any:
-        import envpool
-
-        a = spec.atari
-        return envpool.make(
-            _envpool_task(spec.env_id),
-            env_type="gymnasium",
-            num_envs=num_envs,
-            batch_size=num_envs,
-            num_threads=spec.num_threads,
-            seed=seed,  # env i is seeded with seed + i
-            max_episode_steps=a.max_episode_frames // a.frame_skip,
-            repeat_action_probability=a.repeat_action_probability,
-            full_action_space=a.full_action_space,
-            img_height=a.screen_size,
-            img_width=a.screen_size,
-            gray_scale=True,
-            stack_num=a.frame_stack,
-            frame_skip=a.frame_skip,
-            # envpool draws the no-ops from [0, noop_max) and crashes on noop_max=0 (1.2.5);
-            # noop_max + 1 gives [0, noop_max], the closest to gymnasium's [1, noop_max]
-            noop_max=a.noop_max + 1,
-            episodic_life=False,
-            reward_clip=False,
-            use_fire_reset=False,
-            use_inter_area_resize=True,  # cv2.INTER_AREA, as AtariPreprocessing resizes
-        )
 
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
         if seed is not None:  # envpool takes its seeds when built
             self.env.close()
-            self.env = self._make(self.spec, self.num_envs, seed)
+            self.env = make_cpp_engine(self.spec, self.num_envs, seed=seed)
         obs, info = self.env.reset()
         self._obs = _in_env_order(obs, info["env_id"]).copy()
         return {"observation": self._obs}
