@@ -374,11 +374,11 @@ def _transfer_probe(spec: AtariEnv, n: int, steps: int, repeats: int) -> dict:
             collector.shutdown()
 
         def batch_of(self, codec):
-            return self.batch if codec is None else pack_batch(self.batch, codec)[0]
+            return pack_batch(self.batch, codec)[0]  # as CollectorWorker sends it
 
         def sizes(self, codec):
             raw = sum(v.numel() * v.element_size() for v in self.batch.values(True, True))
-            sent = raw if codec is None else pack_batch(self.batch, codec)[2]
+            sent = pack_batch(self.batch, codec)[2]
             return self.batch.numel(), raw, sent, sorted(map(str, self.batch.keys(True, True)))
 
     probe = Probe.remote(spec, cnn_policy(spec)[0], n, steps)
@@ -389,7 +389,7 @@ def _transfer_probe(spec: AtariEnv, n: int, steps: int, repeats: int) -> dict:
         for _ in range(repeats):
             t0 = time.perf_counter()
             got = ray.get(probe.batch_of.remote(codec))
-            batch = got if codec is None else unpack_batch(got)
+            batch = unpack_batch(got)  # as RayCollector's async path receives it (one copy)
             batch["observation"].sum()  # touch the frames: the batch is usable here
             times.append(time.perf_counter() - t0)
         out[str(codec)] = {

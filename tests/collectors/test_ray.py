@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
 import torch
@@ -596,6 +597,71 @@ def test_compression_is_lossless_and_reports_savings(codec):
         assert b.names == a.names
     assert comp["codec"] == codec
     assert comp["bytes_saved"] > 0 and comp["bytes_raw"] == comp["bytes_saved"] + comp["bytes_sent"]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_uncompressed_batches_match_local_collector_bit_for_bit_and_are_writable(sync):
+    torch.manual_seed(0)
+    policy = categorical_actor()
+    local = SyncDataCollector(
+        "CartPole-v1", policy, frames_per_batch=120, total_frames=240, num_envs=3
+    )
+    local.set_seed(5)
+    expected = list(local)
+    local.shutdown()
+    with RayCollector(
+        "CartPole-v1",
+        policy,
+        frames_per_batch=120,
+        total_frames=240,
+        num_collectors=1,
+        num_workers_per_collector=3,
+        sync=sync,
+    ) as c:
+        c.set_seed(5)
+        batches = list(c)
+    assert len(batches) == len(expected) == 2
+    mask = ("collector", "mask")
+    for got, want in zip(batches, expected):
+        if sync:  # one worker: the round is its batch, stacked, with a mask of ones
+            assert got.names == [None, None, "time"]
+            assert got[mask].all() and got[mask].shape == (1, 3, 40)
+            got = got.exclude(mask)[0]
+        assert got.names == want.names == [None, "time"]
+        assert got.batch_size == want.batch_size == (3, 40)
+        assert set(got.keys(True, True)) == set(want.keys(True, True))
+        for key in want.keys(True, True):
+            assert got[key].dtype == want[key].dtype, key
+            assert torch.equal(got[key], want[key]), key
+    for batch in batches:  # fresh memory, not Ray's read-only object store
+        for key, value in batch.items(True, True):
+            changed = ~value if value.dtype == torch.bool else value + 1
+            value.copy_(changed)  # in place
+            assert torch.equal(batch[key], changed), key
+
+
+def test_unpack_batch_copies_uncompressed_leaves_unless_told_not_to():
+    from fleetrl.collectors.worker import pack_batch, unpack_batch
+
+    batch = TensorDict(
+        {"observation": torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4)},
+        batch_size=(2, 3),
+        names=[None, "time"],
+    )
+    batch["next", "reward"] = torch.randn(2, 3, 1)
+    packed, raw, sent = pack_batch(batch, None)
+    assert raw == sent == 24 + 2 * 3 * 4
+    assert all(isinstance(v, np.ndarray) for v in packed["leaves"].values())
+    for leaf in packed["leaves"].values():  # as Ray hands them over from its object store
+        leaf.flags.writeable = False
+    copied = unpack_batch(packed)
+    mapped = unpack_batch(packed, copy=False)
+    for key, leaf in packed["leaves"].items():
+        assert torch.equal(copied[key], batch[key]) and torch.equal(mapped[key], batch[key])
+        assert copied[key].dtype == batch[key].dtype
+        assert not np.shares_memory(copied[key].numpy(), leaf), key
+        assert np.shares_memory(mapped[key].numpy(), leaf), key
+    assert copied.names == mapped.names == [None, "time"]
 
 
 def test_torchrl_collector_class():

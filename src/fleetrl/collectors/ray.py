@@ -589,8 +589,10 @@ class RayCollector(DataCollectorBase):
             self._issued += task.frames
         return True
 
-    def _receive(self, result: TaskResult, worker: int) -> TensorDictBase:
-        batch = unpack_batch(result.batch) if self.compress else result.batch
+    def _receive(self, result: TaskResult, worker: int, copy: bool = True) -> TensorDictBase:
+        # copy=False leaves uncompressed leaves on read-only object-store memory: only for
+        # _stack, whose torch.stack copies them into the fresh round batch
+        batch = unpack_batch(result.batch, copy=copy)
         slot = self._slots[worker]
         slot.frames += result.frames
         st = self._stats
@@ -724,7 +726,7 @@ class RayCollector(DataCollectorBase):
         return results
 
     def _stack(self, rnd: _Round, results: dict[int, TaskResult]) -> tuple[TensorDictBase, int]:
-        batches = {w: self._receive(r, w) for w, r in results.items()}
+        batches = {w: self._receive(r, w, copy=False) for w, r in results.items()}
         steps = max(b.shape[-1] for b in batches.values())
         frames = sum(r.frames for r in results.values())
         template = next(iter(batches.values()))

@@ -5,14 +5,18 @@ weights when the worker lacks the newest version, and the sync round it
 belongs to. The actor has two concurrency groups: collection runs one task at a
 time, while ``preempt`` (group ``control``) can stop a running rollout.
 
-Batches can travel compressed (lz4 or zstd, lossless), packed as
-``{key: (dtype, shape, bytes)}``; :func:`unpack_batch` restores the TensorDict.
+Batches never cross Ray as pickled TensorDicts. Uncompressed, a batch
+travels as ``{key: ndarray}``: Ray writes numpy arrays out-of-band into its
+object store (one copy, on the worker) and the driver maps them without a
+copy. Compressed (lz4 or zstd, lossless), it travels as
+``{key: (dtype, shape, bytes)}``. :func:`unpack_batch` restores the TensorDict.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,15 +61,25 @@ class Compression:
         return zstandard.ZstdDecompressor().decompress(data)
 
 
-def pack_batch(batch: TensorDictBase, codec: str) -> tuple[dict[str, Any], int, int]:
-    """Compress every leaf of a CPU batch. Returns (packed, raw bytes, packed bytes)."""
+def pack_batch(batch: TensorDictBase, codec: str | None) -> tuple[dict[str, Any], int, int]:
+    """Pack the leaves of a CPU batch for Ray. Returns (packed, raw bytes, sent bytes).
+
+    With ``codec=None`` the leaves stay numpy arrays (views of the batch's
+    tensors), which Ray serialises out-of-band: a pickled TensorDict would be
+    copied through the pickle stream instead (about 100 ms for a 29 MB pixel
+    batch against a fraction of that as numpy).
+    """
     leaves = {}
     raw = packed = 0
     for key, value in batch.items(include_nested=True, leaves_only=True):
         arr = value.detach().cpu().contiguous().numpy()
+        raw += arr.nbytes
+        if codec is None:
+            leaves[key] = arr
+            packed += arr.nbytes
+            continue
         blob = Compression.compress(codec, arr.tobytes())
         leaves[key] = (arr.dtype.str, arr.shape, blob)
-        raw += arr.nbytes
         packed += len(blob)
     meta = {
         "codec": codec,
@@ -76,11 +90,33 @@ def pack_batch(batch: TensorDictBase, codec: str) -> tuple[dict[str, Any], int, 
     return meta, raw, packed
 
 
-def unpack_batch(meta: dict[str, Any]) -> TensorDict:
+def unpack_batch(meta: dict[str, Any], copy: bool = True) -> TensorDict:
+    """The TensorDict of a packed batch, with the keys, dtypes, shapes and names it had.
+
+    Args:
+        meta: what :func:`pack_batch` returned (after its trip through Ray).
+        copy: for an uncompressed batch, copy each leaf into a fresh tensor.
+            Ray maps uncompressed leaves read-only from its object store, so
+            a tensor over them must not be written to; pass ``False`` only
+            when the caller copies the batch itself (as the sync round's
+            stack does) and drops it right after. Decompressed leaves are
+            always fresh and writable.
+    """
     td = TensorDict(batch_size=meta["batch_size"])
-    for key, (dtype, shape, blob) in meta["leaves"].items():
-        buf = bytearray(Compression.decompress(meta["codec"], blob))
-        td.set(key, torch.from_numpy(np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape)))
+    codec = meta["codec"]
+    for key, leaf in meta["leaves"].items():
+        if codec is None:
+            if copy or leaf.flags.writeable:
+                tensor = torch.from_numpy(np.array(leaf, copy=copy))
+            else:
+                with warnings.catch_warnings():  # read-only on purpose: the caller copies
+                    warnings.filterwarnings("ignore", message="The given NumPy array")
+                    tensor = torch.from_numpy(leaf)
+        else:
+            dtype, shape, blob = leaf
+            buf = bytearray(Compression.decompress(codec, blob))
+            tensor = torch.from_numpy(np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape))
+        td.set(key, tensor)
     td.names = meta["names"]
     return td
 
@@ -89,7 +125,7 @@ def unpack_batch(meta: dict[str, Any]) -> TensorDict:
 class TaskResult:
     """What a worker returns for one task."""
 
-    batch: Any  # TensorDict, or a packed dict when compressed
+    batch: Any  # a dict packed by pack_batch
     frames: int
     policy_version: int
     collect_s: float
@@ -243,8 +279,10 @@ class CollectorWorker:
             collect_s=time.perf_counter() - start,
             preempted=preempted,
         )
-        if self.compress is not None:
-            result.batch, result.bytes_raw, result.bytes_sent = pack_batch(batch, self.compress)
+        packed, raw, sent = pack_batch(batch, self.compress)
+        result.batch = packed
+        if self.compress is not None:  # stats()["compression"] counts compressed traffic only
+            result.bytes_raw, result.bytes_sent = raw, sent
         return result
 
     def _next_foreign(self, frames: int) -> TensorDictBase:
