@@ -18,12 +18,15 @@ The env and the policy are RLlib's own, sized like fleetrl's:
   so the filters are given. Sampling computes the action and its log-prob
   (``forward_exploration``), as fleetrl's collectors do.
 
-Two ways, each timed over ``--rounds`` calls after one warm-up call, medians:
+Sampling is PPO's own (``synchronous_parallel_sample`` over the algorithm's
+env-runner group, ``--steps`` per env per runner and call), timed over
+``--rounds`` calls after one warm-up call, medians, three ways:
 
-- ``local``: the algorithm's local env runner (``num_env_runners=0``) with
-  ``--envs`` envs, ``EnvRunner.sample(num_timesteps=envs * steps)`` in this process;
-- ``remote``: ``--runners`` remote env runners x ``--envs`` envs, all sampling at
-  once through ``EnvRunnerGroup.foreach_env_runner``; steps summed over runners.
+- ``local_random``: the local env runner (``num_env_runners=0``) with ``--envs``
+  envs and random actions: RLlib's env path alone, no model;
+- ``local``: the same with the policy, in this process;
+- ``remote``: ``--runners`` remote env runners x ``--envs`` envs sampling at
+  once, their episodes sent back to this process; steps summed.
 
 Only sampling is timed, never learning. Every process runs torch on one thread.
 
@@ -93,28 +96,31 @@ def steps_in(episodes) -> int:
     return sum(len(e) for e in episodes)
 
 
-def time_local(algo, timesteps: int, rounds: int) -> list[float]:
-    runner = algo.env_runner
-    runner.sample(num_timesteps=timesteps)  # warm-up: envs reset, module traced
+def time_sampling(algo, env_steps: int, rounds: int, random_actions: bool = False) -> list[float]:
+    """Agent steps/s of PPO's own sampling step, ``rounds`` times after a warm-up.
+
+    ``synchronous_parallel_sample`` is what PPO's ``training_step`` calls: every
+    remote env runner samples at once and its episodes come back to this
+    process (like fleetrl's batches to the driver); with no remote runner, the
+    local one samples here.
+    """
+    from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
+
+    def sample() -> int:
+        episodes = synchronous_parallel_sample(
+            worker_set=algo.env_runner_group,
+            max_env_steps=env_steps,
+            random_actions=random_actions,
+            _uses_new_env_runners=True,
+            concat=True,
+        )
+        return steps_in(episodes)
+
+    sample()  # warm-up: envs reset, first forward passes
     out = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        steps = steps_in(runner.sample(num_timesteps=timesteps))
-        out.append(steps / (time.perf_counter() - t0))
-    return out
-
-
-def time_remote(algo, timesteps: int, rounds: int) -> list[float]:
-    group = algo.env_runner_group
-
-    def sample(runner):
-        return steps_in(runner.sample(num_timesteps=timesteps))
-
-    group.foreach_env_runner(sample, local_env_runner=False)  # warm-up
-    out = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        steps = sum(group.foreach_env_runner(sample, local_env_runner=False))
+        steps = sample()
         out.append(steps / (time.perf_counter() - t0))
     return out
 
@@ -174,10 +180,11 @@ def main() -> None:
     }
     algo = build(0, args.envs, args.steps, args.seed)
     result["model"] = describe(algo)
-    result["runs"]["local"] = time_local(algo, timesteps, args.rounds)
+    result["runs"]["local_random"] = time_sampling(algo, timesteps, args.rounds, True)
+    result["runs"]["local"] = time_sampling(algo, timesteps, args.rounds)
     algo.stop()
     algo = build(args.runners, args.envs, args.steps, args.seed)
-    result["runs"]["remote"] = time_remote(algo, timesteps, args.rounds)
+    result["runs"]["remote"] = time_sampling(algo, timesteps * args.runners, args.rounds)
     algo.stop()
     ray.shutdown()
     result["agent_steps_per_s"] = {k: statistics.median(v) for k, v in result["runs"].items()}

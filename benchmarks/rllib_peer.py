@@ -20,6 +20,7 @@ from common import ensure_rllib_venv, print_table
 
 SAMPLER = Path(__file__).resolve().parent / "rllib_atari_sampler.py"
 LABELS = {
+    "local_random": "rllib: local env runner, {envs} envs, random actions",
     "local": "rllib: local env runner, {envs} envs",
     "remote": "rllib: {runners} remote env runners x {envs} envs",
 }
