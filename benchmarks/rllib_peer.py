@@ -68,11 +68,14 @@ def rllib_ratios(single: dict | None, ray_res: dict | None, rllib: dict) -> dict
     med = rllib["agent_steps_per_s"]
     sync_key, sync = best_of(single["agent_steps_per_s"], "fleetrl_") if single else (None, None)
     ray_key, ray_v = best_of(ray_res["agent_steps_per_s"], "ray_") if ray_res else (None, None)
+    # the same kind of engine as RLlib's: ALE in a gymnasium vector env, preprocessed in Python
+    gym_v = single["agent_steps_per_s"].get("fleetrl_gymnasium") if single else None
     return {
         "fleetrl_sync_row": sync_key,
         "fleetrl_ray_row": ray_key,
         "fleetrl_sync_vs_rllib_local": sync / med["local"] if sync else None,
         "fleetrl_ray_vs_rllib_remote": ray_v / med["remote"] if ray_v else None,
+        "fleetrl_gymnasium_vs_rllib_local": gym_v / med["local"] if gym_v else None,
     }
 
 
@@ -114,7 +117,9 @@ def report_rllib(res: dict, frame_skip: int) -> None:
     for key, row, peer in (
         ("fleetrl_sync_vs_rllib_local", "fleetrl_sync_row", "local env runner"),
         ("fleetrl_ray_vs_rllib_remote", "fleetrl_ray_row", "remote env runners"),
+        ("fleetrl_gymnasium_vs_rllib_local", None, "local env runner, same kind of engine"),
     ):
         value = r[key]
         text = f"{value:.2f}x" if value is not None else "- (fleetrl row not measured in this run)"
-        print(f"fleetrl best ({r[row] or '-'}) / RLlib {peer}: {text}")
+        name = f"fleetrl best ({r[row] or '-'})" if row else "fleetrl_gymnasium"
+        print(f"{name} / RLlib {peer}: {text}")
