@@ -31,9 +31,7 @@ TINY = [
     f"trainer.total_frames={BATCHES * FRAMES}",
     "trainer.test_every=0",
     "trainer.checkpoint_every=1",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
+]  # logging as shipped: progress bar, CSV, TensorBoard, learning curve
 #: what each algorithm needs to learn within the tiny budget
 TINY_ALGO = {
     "ppo": ["ppo.num_epochs=1", "ppo.num_mini_batch=2"],
@@ -65,7 +63,7 @@ def train(tmp_path: Path, algo: str, capsys) -> tuple[Path, str]:
 
 
 def check_run(run: Path, err: str, algo: str) -> dict:
-    """Progress bar, metrics rows, config and checkpoint of a run of BATCHES x FRAMES."""
+    """Progress bar, logs, config and checkpoint of a run of BATCHES x FRAMES."""
     total = BATCHES * FRAMES
     # tqdm's last refresh: the whole budget, with the return and fps the trainer posts
     bar = re.findall(rf"{algo} ALE/Pong-v5: 100%\|.*\| {total}/{total} \[.*fps=", err)
@@ -75,6 +73,8 @@ def check_run(run: Path, err: str, algo: str) -> dict:
     assert [int(float(r["train/updates"])) for r in metrics] == [1, 2]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert (saved["env"]["id"], saved["env"]["engine"]) == ("ALE/Pong-v5", "ale_vector")
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run / "learning_curve.png").stat().st_size > 0
     assert latest_checkpoint(run).name == f"checkpoint_{total:012d}.pt"
     state = load_checkpoint(latest_checkpoint(run))
     assert (state["frames"], state["updates"]) == (total, BATCHES)
