@@ -24,16 +24,19 @@ of each, back to back) with medians over rounds:
    takes through Ray and its transfer time (worker-side packing, object store,
    driver-side unpacking), with ``compress=None`` and ``"lz4"``.
 
-RLlib is not run: its env runners need their own virtualenv (as
-``time_to_solve.py`` builds) and a run of their own, which this short default
-run has no time for.
+3. With ``--rllib``: RLlib's env runners on the same Pong and policy size
+   (``rllib_peer.py``, ``rllib_atari_sampler.py``), in RLlib's own virtualenv
+   (``benchmarks/.rllib-venv``, installed on first use): a local env runner with
+   ``--envs`` envs and 2 remote env runners x ``--envs`` envs, sampling only;
+   fleetrl's best SyncDataCollector and RayCollector rows over RLlib's.
+   ``--rllib-only`` skips phases 1 and 2.
 
 A frame here is a collector frame: one agent step of one env (one transition);
 emulator frames are agent steps x frame skip (4). Writes
 ``benchmarks/results/atari_throughput.json``.
 
     python benchmarks/atari_throughput.py [--envs 8] [--steps 64] [--rounds 7]
-        [--ray-batches 6] [--ray-rounds 5] [--env-threads 0]
+        [--ray-batches 6] [--ray-rounds 5] [--env-threads 0] [--rllib | --rllib-only]
 
 Targets (issue 11): fleetrl's best >= 1.0x the step-then-infer raw loop and
 >= 1.5x torchrl's Collector; RayCollector with 2 workers >= 0.8x two raw loops.
@@ -55,6 +58,7 @@ from common import IterTimer, machine, print_table, write_json
 from fleetrl import SyncDataCollector
 from fleetrl.algorithms.models import env_info, make_actor_critic
 from fleetrl.engines import AtariEnv
+from rllib_peer import report_rllib, rllib_phase
 
 warnings.filterwarnings("ignore")
 
@@ -584,7 +588,6 @@ def report(args, single: dict, ray_res: dict | None, frame_skip: int) -> None:
     print(f"  fleetrl best vs torchrl Collector: {verdict(t['fleetrl_best_vs_torchrl'], 1.5)}")
     ray_v = ray_res["target_ray_best_vs_two_raw_loops"] if ray_res else None
     print(f"  RayCollector best vs two raw loops: {verdict(ray_v, 0.8)}")
-    print("  RLlib: not run (needs its own virtualenv and a run of its own)")
 
 
 def main() -> None:
@@ -601,18 +604,31 @@ def main() -> None:
         "--env-threads", type=int, default=0, help="C++ engine threads (0: one per core)"
     )
     parser.add_argument("--no-ray", action="store_true", help="phase 1 only")
+    parser.add_argument(
+        "--rllib", action="store_true", help="also RLlib's env runners (installs on first use)"
+    )
+    parser.add_argument("--rllib-only", action="store_true", help="RLlib's env runners only")
+    parser.add_argument("--rllib-rounds", type=int, default=5, help="RLlib: median over rounds")
     args = parser.parse_args()
     if args.envs < 2 or args.envs % 2:
         parser.error(f"--envs={args.envs} is invalid: the overlap loop needs an even count >= 2")
     torch.set_num_threads(1)
     errors: dict[str, str] = {}
     start = time.perf_counter()
-    single, runs = single_process(args, errors)
-    ray_res, ray_runs = None, None
-    if not args.no_ray and single["fastest_engine"] is not None:
+    single, runs, ray_res, ray_runs, rllib = None, None, None, None, None
+    if not args.rllib_only:
+        single, runs = single_process(args, errors)
+    if not args.rllib_only and not args.no_ray and single["fastest_engine"] is not None:
         ray_res, ray_runs = ray_phase(args, single["fastest_engine"], errors)
+    if args.rllib or args.rllib_only:
+        rllib = rllib_phase(args, NUM_WORKERS, single, ray_res)
     frame_skip = atari_spec("gymnasium", 0).atari.frame_skip
-    report(args, single, ray_res, frame_skip)
+    if single is not None:
+        report(args, single, ray_res, frame_skip)
+    if rllib is not None:
+        report_rllib(rllib, frame_skip)
+    else:
+        print("\nRLlib: not run (pass --rllib)")
     path = write_json(
         "atari_throughput",
         {
@@ -623,7 +639,7 @@ def main() -> None:
             "single_process": single,
             "ray": ray_res,
             "runs": {"single_process": runs, "ray": ray_runs},
-            "rllib": "not run: needs its own virtualenv and a run of its own",
+            "rllib": rllib if rllib is not None else {"not_run": "--rllib not given"},
             "errors": errors,
             "wall_s": time.perf_counter() - start,
         },

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,9 @@ from torchrl.modules import ProbabilisticActor
 from fleetrl.envs import make_gym_vector_env
 
 ENV_ID = "CartPole-v1"
+RLLIB_VENV = Path(__file__).resolve().parent / ".rllib-venv"
+# what the venv holds, one requirement a line: later calls install only what is missing
+RLLIB_VENV_STAMP = RLLIB_VENV / "fleetrl-requirements.txt"
 
 
 def mlp(obs_dim: int = 4, num_actions: int = 2, hidden: int = 64) -> nn.Module:
@@ -48,6 +54,35 @@ def categorical_policy(net: nn.Module | None = None) -> ProbabilisticActor:
 def gym_env(num_envs: int):
     """The env every contestant steps: gymnasium SyncVectorEnv, same-step autoreset."""
     return make_gym_vector_env(ENV_ID, num_envs)
+
+
+def ensure_rllib_venv(extra: Sequence[str] = ()) -> Path:
+    """RLlib's own virtualenv (``benchmarks/.rllib-venv``, git-ignored); its python.
+
+    Created on first use: torch 2.13.0 first, so pip takes the CPU wheel and no
+    later requirement pulls a multi-GB CUDA build, then ``ray[rllib]`` at our Ray
+    version and gymnasium, then ``extra`` (e.g. ale-py for Atari). A later call
+    with more ``extra`` installs only what the stamp file does not list yet.
+    """
+    import ray
+
+    python = RLLIB_VENV / "bin" / "python"
+    wanted = [f"ray[rllib]=={ray.__version__}", "gymnasium[classic-control]", *extra]
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    if not python.exists():
+        print(
+            f"creating {RLLIB_VENV} with ray[rllib]=={ray.__version__} (first use only)...",
+            flush=True,
+        )
+        subprocess.run([sys.executable, "-m", "venv", str(RLLIB_VENV)], check=True)
+        subprocess.run([*pip, "torch==2.13.0"], check=True)  # the CPU wheel first: no CUDA
+    have = RLLIB_VENV_STAMP.read_text().split() if RLLIB_VENV_STAMP.exists() else []
+    missing = [r for r in wanted if r not in have]
+    if missing:
+        print(f"installing {' '.join(missing)} into {RLLIB_VENV}...", flush=True)
+        subprocess.run([*pip, *missing], check=True)
+        RLLIB_VENV_STAMP.write_text("\n".join([*have, *missing]) + "\n")
+    return python
 
 
 class RawLoop:

@@ -29,10 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, print_table, write_json
+from common import ensure_rllib_venv, machine, print_table, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-RLLIB_VENV = Path(__file__).resolve().parent / ".rllib-venv"
 TARGET = 475.0
 
 RLLIB_SCRIPT = r"""
@@ -108,24 +107,6 @@ def run_fleetrl(
             "updates_per_s": float(last["time/updates_per_s"]),
             "updates": int(float(last["train/policy_version"])),
         }
-
-
-def ensure_rllib_venv() -> Path:
-    python = RLLIB_VENV / "bin" / "python"
-    if not python.exists():
-        import ray
-
-        print(
-            f"creating {RLLIB_VENV} with ray[rllib]=={ray.__version__} (first use only)...",
-            flush=True,
-        )
-        subprocess.run([sys.executable, "-m", "venv", str(RLLIB_VENV)], check=True)
-        pip = [str(python), "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, "torch==2.13.0"], check=True)  # the CPU wheel first: no CUDA download
-        subprocess.run(
-            [*pip, f"ray[rllib]=={ray.__version__}", "gymnasium[classic-control]"], check=True
-        )
-    return python
 
 
 def run_rllib(python: Path, seed: int, budget: int, runners: int) -> dict:
