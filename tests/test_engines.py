@@ -15,6 +15,7 @@ import torch
 from fleetrl import ConfigError, EnvError, RayCollector, SyncDataCollector, make_env
 from fleetrl.algorithms.models import env_info
 from fleetrl.build import make_collector
+from fleetrl.collectors.overlap import HalvedEnv
 from fleetrl.config import AtariConfig, config_from_dict
 from fleetrl.engines import (
     ATARI_KWARGS_MSG,
@@ -264,7 +265,9 @@ def test_make_collector_and_evaluate_use_the_configured_engine():
     )
     collector = make_collector(cfg, None, total_frames=8, seed=0)
     try:
-        assert isinstance(collector.env, EnvPoolEnv)
+        # the configured engine steps the envs, in two halves: overlapped collection is the default
+        assert isinstance(collector.env, HalvedEnv) and collector.overlap
+        assert all(isinstance(half, EnvPoolEnv) for half in collector.env.halves)
         (batch,) = list(collector)
         assert batch["observation"].shape == (2, 4, 4, 84, 84)
     finally:
