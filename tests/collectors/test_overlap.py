@@ -140,8 +140,8 @@ def test_random_frames_then_policy_are_identical(engine):
     want, _ = collect(engine, False, **kwargs)
     got, _ = collect(engine, True, **kwargs)
     assert_same(got, want)
-    assert "sample_log_prob" not in got[0].keys()  # a random batch holds the action only
-    assert "sample_log_prob" in got[1].keys()
+    assert "sample_log_prob" not in got[0]  # a random batch holds the action only
+    assert "sample_log_prob" in got[1]
 
 
 def test_recurrent_state_is_carried_per_half():
