@@ -12,7 +12,8 @@ import torch
 from tensordict.nn import TensorDictModule
 from torchrl.data import Unbounded
 
-from fleetrl import ConfigError, SyncDataCollector
+from fleetrl import ConfigError, RayCollector, SyncDataCollector
+from fleetrl.build import make_collector
 from fleetrl.collectors.overlap import (
     OVERLAP_ENV_MSG,
     OVERLAP_NUM_ENVS_MSG,
@@ -20,8 +21,9 @@ from fleetrl.collectors.overlap import (
     HalvedEnv,
     Overlap,
 )
-from fleetrl.config import AtariConfig
+from fleetrl.config import AtariConfig, config_from_dict
 from fleetrl.engines import AtariEnv
+from policies import atari_row_policy, frame_hash
 
 try:
     import envpool  # noqa: F401  (no wheel outside Linux x86_64)
@@ -38,23 +40,6 @@ N = 4  # envs: two halves of 2
 STEPS = 40  # per batch
 
 
-def _hash(obs: torch.Tensor) -> torch.Tensor:
-    """An integer per env row of a frame stack: exact, whatever the batch it is computed in."""
-    return obs[:, -1, ::6, ::6].to(torch.int64).sum((-1, -2)) * 40503 + obs[:, 0, 40, 40]
-
-
-def _act(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    h = _hash(obs)
-    return (h >> 3) % 4, -(h % 97).float() / 97, (h % 13).float()
-
-
-def row_policy() -> TensorDictModule:
-    """Action, log-prob and value from each env's observation alone (Breakout: 4 actions)."""
-    return TensorDictModule(
-        _act, in_keys=["observation"], out_keys=["action", "sample_log_prob", "state_value"]
-    )
-
-
 class StepCounter(TensorDictModule):
     """A recurrent policy in exact arithmetic: its state counts the steps of the episode."""
 
@@ -68,7 +53,7 @@ class StepCounter(TensorDictModule):
     @staticmethod
     def _forward(obs, count, is_init):
         count = torch.where(is_init, 0, count)
-        return (_hash(obs) + count[:, 0]) % 4, count + 1
+        return (frame_hash(obs) + count[:, 0]) % 4, count + 1
 
     def make_tensordict_primer(self):
         from torchrl.envs import TensorDictPrimer
@@ -83,7 +68,7 @@ def spec(engine: str, **atari) -> AtariEnv:
 def collect(engine, overlap, *, batches=2, atari=None, policy=None, **kwargs):
     with SyncDataCollector(
         spec(engine, **(atari or {})),
-        policy or row_policy(),
+        policy or atari_row_policy(),
         frames_per_batch=N * STEPS,
         total_frames=batches * N * STEPS,
         num_envs=N,
@@ -166,7 +151,7 @@ def _through_checkpoint(obj):
 
 def test_state_dict_round_trip_and_versions():
     with SyncDataCollector(
-        spec("ale_vector"), row_policy(), frames_per_batch=N * 8, num_envs=N, overlap=True
+        spec("ale_vector"), atari_row_policy(), frames_per_batch=N * 8, num_envs=N, overlap=True
     ) as first:
         first.set_seed(0)
         first.next()
@@ -175,7 +160,7 @@ def test_state_dict_round_trip_and_versions():
         state = _through_checkpoint(first.state_dict())
     assert state["env"] is None  # C++ engines cannot be saved: counters and episodes only
     with SyncDataCollector(
-        spec("ale_vector"), row_policy(), frames_per_batch=N * 8, num_envs=N, overlap=True
+        spec("ale_vector"), atari_row_policy(), frames_per_batch=N * 8, num_envs=N, overlap=True
     ) as second:
         second.load_state_dict(state)
         assert (second.frames, second.policy_version) == (2 * N * 8, 5)
@@ -200,7 +185,11 @@ def test_preemption_stops_where_the_plain_loop_stops(engine):
     batches, calls = {}, {}
     for overlap in (False, True):
         with SyncDataCollector(
-            spec(engine), row_policy(), frames_per_batch=N * STEPS, num_envs=N, overlap=overlap
+            spec(engine),
+            atari_row_policy(),
+            frames_per_batch=N * STEPS,
+            num_envs=N,
+            overlap=overlap,
         ) as c:
             c.set_seed(1)
             stop = StopAfter(3)
@@ -269,3 +258,70 @@ def test_overlap_errors_name_the_argument():
         create_env_fn="CartPole-v1",
         overlap="sideways",
     )
+
+
+def test_ray_workers_overlap_with_bit_identical_batches(ray_session):
+    atari = {"max_episode_frames": 4 * 15}
+    want, _ = collect("ale_vector", False, batches=1, atari=atari)
+    with RayCollector(
+        spec("ale_vector", **atari),
+        atari_row_policy(),
+        frames_per_batch=N * STEPS,
+        total_frames=N * STEPS,
+        num_collectors=1,
+        num_workers_per_collector=N,
+        collector_kwargs={"overlap": True},
+    ) as c:
+        c.set_seed(3)
+        got = list(c)
+    assert_same(got, want)
+
+
+def test_ray_refuses_overlap_before_any_actor_starts(ray_session):
+    message = OVERLAP_NUM_ENVS_MSG.format(n=3, even=4)
+    with pytest.raises(
+        ConfigError, match=re.escape(f"collector_kwargs['overlap']=True is invalid: {message}")
+    ):
+        RayCollector(
+            spec("ale_vector"),
+            None,
+            frames_per_batch=12,
+            num_collectors=1,
+            num_workers_per_collector=3,
+            collector_kwargs={"overlap": True},
+        )
+
+
+def test_config_collector_overlap():
+    def config(overlap, engine="ale_vector", num_envs=2):
+        return config_from_dict(
+            {
+                "algorithm": "ppo",
+                "env": {"id": "ALE/Breakout-v5", "engine": engine, "num_envs": num_envs},
+                "collector": {"num_collectors": 0, "frames_per_batch": 4, "overlap": overlap},
+                "trainer": {"total_frames": 4},
+            }
+        )
+
+    assert config_from_dict({"algorithm": "ppo"}).collector.overlap == "auto"
+    for value, expected in (("auto", True), (None, True), ("off", False), (False, False)):
+        collector = make_collector(config(value), None, total_frames=4, seed=0)
+        try:
+            assert collector.overlap is expected
+        finally:
+            collector.shutdown()
+    with pytest.raises(ConfigError) as err:
+        config("sideways")
+    assert err.value.problems == [
+        "collector.overlap='sideways' is invalid: must be auto (or null), on (or true) or off "
+        "(or false)"
+    ]
+    with pytest.raises(ConfigError) as err:
+        config("on", engine="gymnasium")
+    assert err.value.problems == [
+        "collector.overlap='on' is invalid: steps two halves of a C++ Atari engine: needs "
+        "env.engine 'ale_vector' or 'envpool' and an even env.num_envs >= 2 (here "
+        "env.engine='gymnasium', env.num_envs=2); use auto or off"
+    ]
+    with pytest.raises(ConfigError, match=re.escape("env.num_envs=3); use auto or off")):
+        config(True, num_envs=3)

@@ -44,7 +44,14 @@ if TYPE_CHECKING:
     from fleetrl.collectors.sync import SyncDataCollector
     from fleetrl.engines import AtariEnv
 
-__all__ = ["HalvedEnv", "Overlap", "as_overlap", "overlap_spec", "overlapped_rollout"]
+__all__ = [
+    "HalvedEnv",
+    "Overlap",
+    "as_overlap",
+    "check_overlap_kwargs",
+    "overlap_spec",
+    "overlapped_rollout",
+]
 
 OVERLAP_VALUE_MSG = (
     "must be None (automatic), True (required), False (off), or one of 'auto', 'on', 'off'"
@@ -90,11 +97,12 @@ def overlap_spec(
     create_env_kwargs: dict[str, Any] | None,
     overlap: Overlap,
     problems: Problems,
+    arg: str = "overlap",
 ) -> AtariEnv | None:
     """The Atari spec whose envs the collector steps in two halves, or None (the plain loop).
 
     With :attr:`Overlap.ON`, an env that cannot be split is a problem naming
-    ``overlap``; with :attr:`Overlap.AUTO` it quietly gets the plain loop.
+    ``arg``; with :attr:`Overlap.AUTO` it quietly gets the plain loop.
     """
     from fleetrl.engines import AtariEnv, EnvEngine, is_atari_id
 
@@ -114,11 +122,33 @@ def overlap_spec(
     even = isinstance(n, int) and n >= 2 and n % 2 == 0
     if overlap is Overlap.ON:
         if not splittable:
-            problems.add("overlap", True, OVERLAP_ENV_MSG.format(env=create_env_fn))
+            problems.add(arg, True, OVERLAP_ENV_MSG.format(env=create_env_fn))
         elif not even:
             even_n = max(2, n + n % 2) if isinstance(n, int) else 2
-            problems.add("overlap", True, OVERLAP_NUM_ENVS_MSG.format(n=n, even=even_n))
+            problems.add(arg, True, OVERLAP_NUM_ENVS_MSG.format(n=n, even=even_n))
     return spec if splittable and even else None
+
+
+def check_overlap_kwargs(
+    problems: Problems, env_fns: list[Any], kwargs_list: list[Any], num_envs: Any
+) -> None:
+    """RayCollector: refuse a ``collector_kwargs['overlap']`` that its workers' envs cannot
+    honour, before any actor starts (each distinct problem once)."""
+    arg = "collector_kwargs['overlap']"
+    for env_fn, kwargs in zip(env_fns, kwargs_list):
+        if not isinstance(kwargs, dict) or "overlap" not in kwargs:
+            continue
+        p = Problems()
+        n = num_envs if isinstance(num_envs, int) and not isinstance(num_envs, bool) else None
+        overlap_spec(
+            env_fn,
+            n,
+            kwargs.get("create_env_kwargs"),
+            as_overlap(kwargs["overlap"], p, arg),
+            p,
+            arg,
+        )
+        problems.items.extend(item for item in p.items if item not in problems.items)
 
 
 class HalvedEnv(BatchedEnv):
