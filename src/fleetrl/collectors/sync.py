@@ -44,6 +44,7 @@ from fleetrl.collectors.base import (
     as_exploration_type,
     check_common_arguments,
 )
+from fleetrl.collectors.episodes import episode_columns
 from fleetrl.collectors.overlap import (
     HalvedEnv,
     Overlap,
@@ -545,49 +546,6 @@ class SyncDataCollector(DataCollectorBase):
         if self._use_is_init:
             self._step_td.get("is_init").fill_(True)
 
-    def _episode_bookkeeping(self, views: dict[NestedKey, np.ndarray]) -> None:
-        """Fill done, running episode return and length, and trajectory ids for a batch.
-
-        Done once per batch with numpy cumulative sums instead of five writes
-        per step in the hot loop. Episodes carried over from the previous batch
-        continue their return, length and trajectory id.
-        """
-        term = views[("next", "terminated")][..., 0]
-        done = views[("next", "done")][..., 0]
-        np.logical_or(term, views[("next", "truncated")][..., 0], out=done)
-        n, steps = done.shape
-        reward = views[("next", "reward")][..., 0].astype(np.float64)
-        tpos = np.arange(steps)
-        # index of the last episode end strictly before t (-1: none in this batch)
-        ends = np.where(done, tpos, -1)
-        prev_end = np.empty_like(ends)
-        prev_end[:, 0] = -1
-        np.maximum.accumulate(ends[:, :-1], axis=1, out=prev_end[:, 1:])
-        started_here = prev_end >= 0
-        rows = np.arange(n)[:, None]
-        csum = np.cumsum(reward, axis=1)
-        base = np.where(
-            started_here, csum[rows, np.maximum(prev_end, 0)], -self._ep_return[:, None]
-        )
-        running = csum - base
-        views[("next", "episode_return")][..., 0] = running
-        views[("next", "episode_length")][..., 0] = np.where(
-            started_here, tpos - prev_end, tpos + 1 + self._ep_length[:, None]
-        )
-        # trajectory ids: segment k >= 1 of row i gets next_id + (segments in rows < i) + k - 1
-        segment = np.cumsum(done, axis=1) - done
-        ends_per_row = done.sum(axis=1)
-        offset = np.concatenate([[0], np.cumsum(ends_per_row)[:-1]]) + self._next_traj_id
-        views[("collector", "traj_ids")][:] = np.where(
-            segment == 0, self._traj_ids[:, None], offset[:, None] + segment - 1
-        )
-        # carry the episodes in progress into the next batch
-        last_done = done[:, -1]
-        self._ep_return = np.where(last_done, 0.0, running[:, -1])
-        self._ep_length = np.where(last_done, 0, views[("next", "episode_length")][:, -1, 0])
-        self._traj_ids = np.where(ends_per_row > 0, offset + ends_per_row - 1, self._traj_ids)
-        self._next_traj_id += int(ends_per_row.sum())
-
     def _alloc(
         self, steps: int, out_keys: list[NestedKey]
     ) -> tuple[TensorDict, dict[NestedKey, np.ndarray]]:
@@ -708,7 +666,10 @@ class SyncDataCollector(DataCollectorBase):
             td = td[:, :done_steps]
             views = {k: v[:, :done_steps] for k, v in views.items()}
             steps = done_steps
-        self._episode_bookkeeping(views)
+        # once per batch with numpy cumulative sums, not five writes per step in the hot loop
+        self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id = episode_columns(
+            views, self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id
+        )
         td.set(
             ("collector", "policy_version"),
             torch.full((n, steps), self.policy_version, dtype=torch.int64),
