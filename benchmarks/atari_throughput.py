@@ -21,8 +21,9 @@ of each, back to back) with medians over rounds:
      broken as shipped and its ``Resize`` needs torchvision, which has no CPU
      wheel here.
 2. Ray, 2 workers x ``--envs`` envs over the fastest engine: fleetrl
-   ``RayCollector`` (its workers' default collection mode) sync, async and async with ``compress="lz4"``, against two
-   raw loops run in two processes at once; then the bytes per frame a batch
+   ``RayCollector`` (its workers' default collection mode: overlap on the C++
+   engines) sync, async and async with ``compress="lz4"``, and async with
+   ``overlap=False``, against two raw loops run in two processes at once; then the bytes per frame a batch
    takes through Ray and its transfer time (worker-side packing, object store,
    driver-side unpacking), with ``compress=None`` and ``"lz4"``.
 
@@ -437,7 +438,7 @@ def ray_phase(args, engine: str, errors: dict) -> tuple[dict, dict]:
         log_to_driver=False,
     )
 
-    def make(sync: bool, compress: str | None):
+    def make(sync: bool, compress: str | None, overlap: bool | None):
         return RayCollector(
             spec,
             policy,
@@ -447,15 +448,19 @@ def ray_phase(args, engine: str, errors: dict) -> tuple[dict, dict]:
             sync=sync,
             compress=compress,
             num_threads=1,
+            collector_kwargs={"overlap": overlap},
         )
 
     contestants = {}
-    for name, sync, compress in (
-        ("ray_sync", True, None),
-        ("ray_async", False, None),
-        ("ray_async_lz4", False, "lz4"),
+    for name, sync, compress, overlap in (  # overlap None: the workers' default
+        ("ray_sync", True, None, None),
+        ("ray_async", False, None, None),
+        ("ray_async_lz4", False, "lz4", None),
+        ("ray_async_no_overlap", False, None, False),
     ):
-        c = guarded(name, lambda s=sync, z=compress: RayContestant(make(s, z)), errors)
+        c = guarded(
+            name, lambda s=sync, z=compress, o=overlap: RayContestant(make(s, z, o)), errors
+        )
         if c is not None:
             contestants[name] = c
     runs: dict[str, list[float]] = {"two_raw_loops": [], **{k: [] for k in contestants}}
@@ -530,6 +535,7 @@ LABELS = {
     "ray_sync": "fleetrl RayCollector 2 workers, sync",
     "ray_async": "fleetrl RayCollector 2 workers, async",
     "ray_async_lz4": "fleetrl RayCollector 2 workers, async, lz4",
+    "ray_async_no_overlap": "fleetrl RayCollector 2 workers, async, overlap=False",
 }
 
 
