@@ -20,6 +20,9 @@ from fleetrl.collectors.overlap import (
     OVERLAP_VALUE_MSG,
     HalvedEnv,
     Overlap,
+    available_cores,
+    pays_off,
+    worker_overlap,
 )
 from fleetrl.config import AtariConfig, config_from_dict
 from fleetrl.engines import AtariEnv
@@ -212,7 +215,19 @@ def test_preemption_stops_where_the_plain_loop_stops(engine):
 )
 def test_automatic_overlap_where_the_envs_split(engine, num_envs, expected):
     with SyncDataCollector(spec(engine), None, frames_per_batch=num_envs, num_envs=num_envs) as c:
-        assert c.overlap is expected
+        # automatic overlap also needs a core for the engine besides the policy's
+        assert c.overlap is (expected and pays_off(1, available_cores()))
+
+
+def test_ray_workers_overlap_automatically_only_with_a_core_each_for_their_engines():
+    assert pays_off(1, 2) and pays_off(2, 4) and not pays_off(2, 2) and not pays_off(1, 1)
+    # 2 workers on 2 cores: measured slower with overlap, so automatic becomes off
+    assert worker_overlap(None, 2, 2) is Overlap.OFF
+    assert worker_overlap("auto", 2, 3) is Overlap.OFF
+    assert worker_overlap(None, 2, 4) is None  # stays automatic: each worker decides
+    assert worker_overlap("auto", 1, 2) == "auto"
+    assert worker_overlap(True, 2, 2) is True  # asked for: kept
+    assert worker_overlap(False, 1, 8) is False
 
 
 def test_an_ale_id_with_a_cpp_engine_overlaps():
@@ -304,7 +319,8 @@ def test_config_collector_overlap():
         )
 
     assert config_from_dict({"algorithm": "ppo"}).collector.overlap == "auto"
-    for value, expected in (("auto", True), (None, True), ("off", False), (False, False)):
+    auto = pays_off(1, available_cores())
+    for value, expected in (("auto", auto), (None, auto), ("off", False), (False, False)):
         collector = make_collector(config(value), None, total_frames=4, seed=0)
         try:
             assert collector.overlap is expected
