@@ -100,6 +100,8 @@ CASES = {
     "engine_time_limit": dict(atari={"max_episode_frames": 4 * 15}),
     # the collector truncates at 17 steps (max_frames_per_traj), across the batch border too
     "max_frames_per_traj": dict(max_frames_per_traj=17),
+    # every env reset (unseeded) at each batch start
+    "reset_at_each_iter": dict(atari={"max_episode_frames": 4 * 15}, reset_at_each_iter=True),
 }
 
 
@@ -115,7 +117,7 @@ def test_overlap_batches_are_bit_identical(engine, case):
     assert {"sample_log_prob", "state_value"} <= set(batch.keys())
     truncated = batch["next", "truncated"][..., 0]
     assert truncated.sum(1).min() >= 2  # every env ended episodes inside the batch
-    length = 15 if case == "engine_time_limit" else 17
+    length = 17 if case == "max_frames_per_traj" else 15
     assert batch["next", "episode_length"][truncated].eq(length).all()
     for key in ("frames", "next_traj_id", "traj_ids", "episode_length", "episode_return"):
         assert torch.equal(torch.as_tensor(got_state[key]), torch.as_tensor(want_state[key])), key
