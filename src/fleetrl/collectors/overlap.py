@@ -196,6 +196,15 @@ class HalvedEnv(BatchedEnv):
     Args:
         spec: an ``ale_vector`` or ``envpool`` :class:`~fleetrl.engines.AtariEnv`.
         num_envs: an even number of envs >= 2.
+
+    Examples:
+        >>> from fleetrl.engines import AtariEnv
+        >>> env = HalvedEnv(AtariEnv("ALE/Pong-v5", engine="ale_vector", num_threads=1), 4)
+        >>> env.rows
+        (slice(0, 2, None), slice(2, 4, None))
+        >>> env.reset(seed=0)["observation"].shape
+        (4, 4, 84, 84)
+        >>> env.close()
     """
 
     def __init__(self, spec: AtariEnv, num_envs: int):
