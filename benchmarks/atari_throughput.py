@@ -13,14 +13,17 @@ of each, back to back) with medians over rounds:
    - overlap: the C++ engines' async mode (ale_vector, envpool), two halves of
      the envs, the CNN running on one half while the engine's threads step the
      other (measurement only);
-   - fleetrl ``SyncDataCollector`` with each engine;
+   - fleetrl ``SyncDataCollector`` with each engine (``overlap=False``: the
+     step-then-infer loop), and with each C++ engine and ``overlap=True``
+     (two engine halves, the policy on one while the other steps);
    - torchrl's ``Collector`` over torchrl's ``GymWrapper`` of the same gymnasium
      vector env (gymnasium's ``AtariPreprocessing``): torchrl's envpool wrapper is
      broken as shipped and its ``Resize`` needs torchvision, which has no CPU
      wheel here.
 2. Ray, 2 workers x ``--envs`` envs over the fastest engine: fleetrl
-   ``RayCollector`` sync, async and async with ``compress="lz4"``, against two
-   raw loops run in two processes at once; then the bytes per frame a batch
+   ``RayCollector`` (its workers' default collection mode: no overlap where 2
+   workers share 2 cores) sync, async and async with ``compress="lz4"``, and
+   async with ``overlap=True``, against two raw loops run in two processes at once; then the bytes per frame a batch
    takes through Ray and its transfer time (worker-side packing, object store,
    driver-side unpacking), with ``compress=None`` and ``"lz4"``.
 
@@ -256,7 +259,14 @@ def single_process(args, errors: dict) -> tuple[dict, dict]:
     for engine in ENGINES:
         spec = atari_spec(engine, args.env_threads)
         builders[f"fleetrl_{engine}"] = lambda s=spec: IterTimer(
-            SyncDataCollector(s, cnn_policy(s)[0], frames_per_batch=fpb, num_envs=n), fpb
+            SyncDataCollector(s, cnn_policy(s)[0], frames_per_batch=fpb, num_envs=n, overlap=False),
+            fpb,
+        )
+    for engine in ("ale_vector", "envpool"):
+        spec = atari_spec(engine, args.env_threads)
+        builders[f"fleetrl_overlap_{engine}"] = lambda s=spec: IterTimer(
+            SyncDataCollector(s, cnn_policy(s)[0], frames_per_batch=fpb, num_envs=n, overlap=True),
+            fpb,
         )
     gym_spec = atari_spec("gymnasium", args.env_threads)
     builders["torchrl"] = lambda: IterTimer(
@@ -278,19 +288,26 @@ def single_process(args, errors: dict) -> tuple[dict, dict]:
 
     med = {name: statistics.median(v) for name, v in runs.items()}
     raws = [e for e in ENGINES if f"raw_{e}" in med]
-    fleets = [e for e in ENGINES if f"fleetrl_{e}" in med]
+    fleets = [name for name in med if name.startswith("fleetrl_")]  # plain and overlap
     ceilings = [e for e in ENGINES if f"ceiling_{e}" in med]
     res: dict = {"agent_steps_per_s": med}
     res["limit_engine"] = max(raws, key=lambda e: med[f"raw_{e}"]) if raws else None
     res["fastest_engine"] = (
         max(ceilings, key=lambda e: med[f"ceiling_{e}"]) if ceilings else res["limit_engine"]
     )
-    res["fleetrl_best_engine"] = max(fleets, key=lambda e: med[f"fleetrl_{e}"]) if fleets else None
+    best = max(fleets, key=lambda name: med[name]) if fleets else None
+    res["fleetrl_best_engine"] = best.removeprefix("fleetrl_") if best else None
     limit = f"raw_{res['limit_engine']}"
     res["vs_limit"] = {name: paired(runs, name, limit) for name in runs}
     res["vs_torchrl"] = {name: paired(runs, name, "torchrl") for name in runs}
     res["overlap_vs_step_then_infer"] = {
         e: paired(runs, f"overlap_{e}", f"raw_{e}") for e in ("ale_vector", "envpool")
+    }
+    res["fleetrl_overlap_vs_plain"] = {
+        e: paired(runs, f"fleetrl_overlap_{e}", f"fleetrl_{e}") for e in ("ale_vector", "envpool")
+    }
+    res["fleetrl_overlap_vs_step_then_infer"] = {
+        e: paired(runs, f"fleetrl_overlap_{e}", f"raw_{e}") for e in ("ale_vector", "envpool")
     }
     best = f"fleetrl_{res['fleetrl_best_engine']}"
     res["targets"] = {
@@ -425,7 +442,7 @@ def ray_phase(args, engine: str, errors: dict) -> tuple[dict, dict]:
         log_to_driver=False,
     )
 
-    def make(sync: bool, compress: str | None):
+    def make(sync: bool, compress: str | None, overlap: bool | None):
         return RayCollector(
             spec,
             policy,
@@ -435,15 +452,19 @@ def ray_phase(args, engine: str, errors: dict) -> tuple[dict, dict]:
             sync=sync,
             compress=compress,
             num_threads=1,
+            collector_kwargs={"overlap": overlap},
         )
 
     contestants = {}
-    for name, sync, compress in (
-        ("ray_sync", True, None),
-        ("ray_async", False, None),
-        ("ray_async_lz4", False, "lz4"),
+    for name, sync, compress, overlap in (  # overlap None: the workers' default
+        ("ray_sync", True, None, None),
+        ("ray_async", False, None, None),
+        ("ray_async_lz4", False, "lz4", None),
+        ("ray_async_overlap", False, None, True),
     ):
-        c = guarded(name, lambda s=sync, z=compress: RayContestant(make(s, z)), errors)
+        c = guarded(
+            name, lambda s=sync, z=compress, o=overlap: RayContestant(make(s, z, o)), errors
+        )
         if c is not None:
             contestants[name] = c
     runs: dict[str, list[float]] = {"two_raw_loops": [], **{k: [] for k in contestants}}
@@ -511,11 +532,14 @@ LABELS = {
     "fleetrl_gymnasium": "fleetrl SyncDataCollector: gymnasium",
     "fleetrl_ale_vector": "fleetrl SyncDataCollector: ale_vector",
     "fleetrl_envpool": "fleetrl SyncDataCollector: envpool",
+    "fleetrl_overlap_ale_vector": "fleetrl SyncDataCollector: ale_vector, overlap",
+    "fleetrl_overlap_envpool": "fleetrl SyncDataCollector: envpool, overlap",
     "torchrl": "torchrl Collector: GymWrapper(gymnasium)",
     "two_raw_loops": "limit: 2 raw loops in 2 processes",
     "ray_sync": "fleetrl RayCollector 2 workers, sync",
     "ray_async": "fleetrl RayCollector 2 workers, async",
     "ray_async_lz4": "fleetrl RayCollector 2 workers, async, lz4",
+    "ray_async_overlap": "fleetrl RayCollector 2 workers, async, overlap=True",
 }
 
 
@@ -540,6 +564,12 @@ def report(args, single: dict, ray_res: dict | None, frame_skip: int) -> None:
     )
     for engine, v in single["overlap_vs_step_then_infer"].items():
         print(f"overlap / step-then-infer ({engine}, paired): {fmt(v, 'x')}")
+    for engine, v in single["fleetrl_overlap_vs_plain"].items():
+        raw = single["fleetrl_overlap_vs_step_then_infer"][engine]
+        print(
+            f"fleetrl overlap / fleetrl plain ({engine}, paired): {fmt(v, 'x')}; "
+            f"/ raw step-then-infer: {fmt(raw, 'x')}"
+        )
     if ray_res is not None:
         print(f"\nRay, {NUM_WORKERS} workers x {args.envs} envs, engine {ray_res['engine']}")
         rm = ray_res["agent_steps_per_s"]

@@ -15,6 +15,7 @@ import torch
 from fleetrl import ConfigError, EnvError, RayCollector, SyncDataCollector, make_env
 from fleetrl.algorithms.models import env_info
 from fleetrl.build import make_collector
+from fleetrl.collectors.overlap import HalvedEnv, available_cores, pays_off
 from fleetrl.config import AtariConfig, config_from_dict
 from fleetrl.engines import (
     ATARI_KWARGS_MSG,
@@ -264,7 +265,12 @@ def test_make_collector_and_evaluate_use_the_configured_engine():
     )
     collector = make_collector(cfg, None, total_frames=8, seed=0)
     try:
-        assert isinstance(collector.env, EnvPoolEnv)
+        # the configured engine steps the envs, in two halves where overlapped collection (the
+        # default) pays off: with a core for the engine besides the policy's
+        assert collector.overlap is pays_off(1, available_cores())
+        halves = collector.env.halves if collector.overlap else (collector.env,)
+        assert all(isinstance(env, EnvPoolEnv) for env in halves)
+        assert isinstance(collector.env, HalvedEnv) is collector.overlap
         (batch,) = list(collector)
         assert batch["observation"].shape == (2, 4, 4, 84, 84)
     finally:

@@ -49,6 +49,7 @@ def make_collector(
             num_envs=e.num_envs,
             max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,
+            overlap=c.overlap,
         )
     else:
         from fleetrl.collectors import RayCollector
@@ -70,6 +71,7 @@ def make_collector(
             num_threads=c.num_threads,
             max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,
+            collector_kwargs={"overlap": c.overlap},
             remote_configs={"num_cpus": c.num_cpus_per_collector},
             ray_init_config={"address": c.address} if c.address else None,
         )

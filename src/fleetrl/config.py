@@ -124,6 +124,10 @@ class CollectorConfig:
     num_threads: int | None = 1
     """remote collectors: torch threads in each worker process (null: torch's default; one
     because workers share the cores, and two threads made CNN inference many times slower)."""
+    overlap: str | bool | None = "auto"
+    """step one half of the envs while the policy acts on the other: 'auto' (or null) where
+    measured faster (env.engine ale_vector or envpool, an even env.num_envs), 'on' (or true)
+    required, 'off' (or false)."""
 
 
 @dataclass
@@ -479,6 +483,22 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         c.compress,
         "must be null, 'lz4' or 'zstd'",
     )
+    check(
+        c.overlap in (None, True, False, "auto", "on", "off"),
+        "collector.overlap",
+        c.overlap,
+        "must be auto (or null), on (or true) or off (or false)",
+    )
+    if c.overlap in ("on", True):
+        e = cfg.env
+        check(
+            e.engine in ("ale_vector", "envpool") and e.num_envs >= 2 and e.num_envs % 2 == 0,
+            "collector.overlap",
+            c.overlap,
+            "steps two halves of a C++ Atari engine: needs env.engine 'ale_vector' or "
+            f"'envpool' and an even env.num_envs >= 2 (here env.engine={e.engine!r}, "
+            f"env.num_envs={e.num_envs}); use auto or off",
+        )
     per_round = max(
         1, c.num_collectors * cfg.env.num_envs if c.sync and c.num_collectors else cfg.env.num_envs
     )

@@ -12,6 +12,10 @@ into a :class:`~fleetrl.envs.BatchedEnv`. It is a plain picklable spec, so a
 - ``ale_vector``: ale-py's ``AtariVectorEnv`` (C++ threads, preprocessing in C++).
 - ``envpool``: ``envpool.make(..., env_type="gymnasium")`` in sync mode.
 
+The C++ engines step asynchronously too: ``send(action)`` returns at once
+while the engine's threads step, ``recv()`` finishes the step (``step`` is the
+two), which the overlapped collector (:mod:`fleetrl.collectors.overlap`) uses.
+
 The two C++ engines reset an env on the step *after* its episode ended
 (next-step autoreset): that step ignores the action and returns the reset
 observation, a transition spanning two episodes. :class:`_NextStepEnv` resets
@@ -157,14 +161,15 @@ class AtariEnv:
         self.engine = EnvEngine(self.engine)
         self.atari = dataclasses.replace(self.atari)  # never share the caller's section
 
-    def make(self, num_envs: int) -> BatchedEnv:
-        """Build ``num_envs`` envs in this engine."""
+    def make(self, num_envs: int, *, seed_offset: int = 0) -> BatchedEnv:
+        """Build ``num_envs`` envs in this engine (C++ engines: env i seeded as env
+        ``seed_offset + i`` of a larger batch)."""
         _register_ale()  # an unpickled spec (a Ray worker) skipped __post_init__
         if self.engine == EnvEngine.GYMNASIUM:
             return GymVectorEnv(_gym_vector(self.env_id, self.atari, num_envs))
         if self.engine == EnvEngine.ALE_VECTOR:
-            return AleVectorEnv(self, num_envs)
-        return EnvPoolEnv(self, num_envs)
+            return AleVectorEnv(self, num_envs, seed_offset)
+        return EnvPoolEnv(self, num_envs, seed_offset)
 
     @classmethod
     def from_kwargs(cls, env_id: str, kwargs: dict[str, Any]) -> AtariEnv:
@@ -372,8 +377,12 @@ class _NextStepEnv(BatchedEnv):
         self._obs: np.ndarray | None = None  # the policy's current input, for reset_envs
 
     @abc.abstractmethod
-    def _step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
-        """obs, reward, terminated, truncated, in env order."""
+    def _send(self, action: np.ndarray) -> None:
+        """Start stepping every env with ``action`` (returns at once; the engine's threads step)."""
+
+    @abc.abstractmethod
+    def _recv(self) -> tuple[np.ndarray, ...]:
+        """Wait for the step :meth:`_send` started: obs, reward, terminated, truncated, in env order."""
 
     @abc.abstractmethod
     def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
@@ -387,10 +396,19 @@ class _NextStepEnv(BatchedEnv):
         return {"observation": obs}
 
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
+        self.send(action)
+        return self.recv()
+
+    def send(self, action: np.ndarray | torch.Tensor) -> None:
+        """Start a step of every env and return at once: the engine's threads step while
+        the caller works (the overlapped collector runs the policy on the other half)."""
         if isinstance(action, torch.Tensor):
             action = action.numpy()
-        action = np.ascontiguousarray(action, dtype=np.int64).reshape(self.num_envs)
-        next_obs, reward, terminated, truncated = self._step(action)
+        self._send(np.ascontiguousarray(action, dtype=np.int64).reshape(self.num_envs))
+
+    def recv(self) -> StepResult:
+        """Finish the step :meth:`send` started, with the episode-boundary handling."""
+        next_obs, reward, terminated, truncated = self._recv()
         done = terminated | truncated
         obs = next_obs
         if done.any():
@@ -414,11 +432,17 @@ class _NextStepEnv(BatchedEnv):
 
 
 class AleVectorEnv(_NextStepEnv):
-    """ale-py's ``AtariVectorEnv``: C++ threads step and preprocess the games."""
+    """ale-py's ``AtariVectorEnv``: C++ threads step and preprocess the games.
 
-    def __init__(self, spec: AtariEnv, num_envs: int):
+    ``seed_offset``: this engine's env i is seeded as env ``seed_offset + i`` of
+    a larger batch (the overlapped collector's second half), so a batch split in
+    engines plays exactly the games of the unsplit one.
+    """
+
+    def __init__(self, spec: AtariEnv, num_envs: int, seed_offset: int = 0):
         a = spec.atari
         self.env = make_cpp_engine(spec, num_envs)
+        self.seed_offset = seed_offset
         super().__init__(spec, num_envs, int(self.env.single_action_space.n))
 
         #: agent steps since each env's reset (zero padding in young stacks; the time limit)
@@ -430,14 +454,19 @@ class AleVectorEnv(_NextStepEnv):
     # frame_stack - 1 steps are touched), so the engines' observations mean the same.
 
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
+        if seed is not None:
+            seed += self.seed_offset
         obs, _ = self.env.reset(seed=seed)  # an int seeds env i with seed + i
         obs[:, :-1] = obs[:, -1:]
         self._age[:] = 0
         self._obs = obs
         return {"observation": obs}
 
-    def _step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
-        obs, reward, terminated, truncated, _ = self.env.step(action)
+    def _send(self, action: np.ndarray) -> None:
+        self.env.send(action)
+
+    def _recv(self) -> tuple[np.ndarray, ...]:
+        obs, reward, terminated, truncated, _ = self.env.recv()
         self._age += 1
         stack = self.spec.atari.frame_stack
         for age in range(1, stack - 1):  # a no-op once every env is frame_stack - 1 steps old
@@ -460,22 +489,29 @@ class AleVectorEnv(_NextStepEnv):
 
 
 class EnvPoolEnv(_NextStepEnv):
-    """envpool's Atari envs in sync mode (every env stepped each call)."""
+    """envpool's Atari envs in sync mode (every env stepped each call).
 
-    def __init__(self, spec: AtariEnv, num_envs: int):
-        self.env = make_cpp_engine(spec, num_envs, seed=0)
+    ``seed_offset``: as :class:`AleVectorEnv`'s (env i seeded as env ``seed_offset + i``).
+    """
+
+    def __init__(self, spec: AtariEnv, num_envs: int, seed_offset: int = 0):
+        self.seed_offset = seed_offset
+        self.env = make_cpp_engine(spec, num_envs, seed=seed_offset)
         super().__init__(spec, num_envs, int(self.env.action_space.n))
 
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
         if seed is not None:  # envpool takes its seeds when built
             self.env.close()
-            self.env = make_cpp_engine(self.spec, self.num_envs, seed=seed)
+            self.env = make_cpp_engine(self.spec, self.num_envs, seed=seed + self.seed_offset)
         obs, info = self.env.reset()
         self._obs = _in_env_order(obs, info["env_id"]).copy()
         return {"observation": self._obs}
 
-    def _step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
+    def _send(self, action: np.ndarray) -> None:
+        self.env.send(action, None)  # None: every env, as the sync mode steps them
+
+    def _recv(self) -> tuple[np.ndarray, ...]:
+        obs, reward, terminated, truncated, info = self.env.recv(reset=False, return_info=True)
         ids = info["env_id"]
         return tuple(_in_env_order(x, ids) for x in (obs, reward, terminated, truncated))
 

@@ -76,6 +76,7 @@ from tensordict import TensorDictBase, pad
 from torchrl.envs.utils import ExplorationType
 
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
+from fleetrl.collectors.overlap import available_cores, worker_overlap
 from fleetrl.collectors.ray_checks import (
     SET_BY_RAY,
     check_arguments,
@@ -385,6 +386,10 @@ class RayCollector(DataCollectorBase):
             if kwargs.get("max_frames_per_traj") is None:
                 kwargs["max_frames_per_traj"] = -1
         kwargs.update(slot.kwargs)
+        if self.native:  # automatic overlap only where each worker leaves a core to its engine
+            kwargs["overlap"] = worker_overlap(
+                kwargs.get("overlap"), len(self._slots), available_cores()
+            )
         return kwargs
 
     def _task_frames(self) -> int:

@@ -20,6 +20,7 @@ import ray
 from torchrl.envs.utils import ExplorationType
 
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
+from fleetrl.collectors.overlap import check_overlap_kwargs
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.worker import Compression
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
@@ -135,6 +136,8 @@ def check_arguments(
         p.add("collector_class", collector_class, COLLECTOR_CLASS_MSG)
     else:
         check_collector_kwargs(p, collector_class, kwargs_list, SET_BY_RAY)
+        if native:
+            check_overlap_kwargs(p, env_fns, kwargs_list, num_workers_per_collector)
     if sync and count and isinstance(frames_per_batch, int) and frames_per_batch % count:
         p.add(
             "frames_per_batch",

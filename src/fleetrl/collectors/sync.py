@@ -44,6 +44,14 @@ from fleetrl.collectors.base import (
     as_exploration_type,
     check_common_arguments,
 )
+from fleetrl.collectors.episodes import episode_columns
+from fleetrl.collectors.overlap import (
+    HalvedEnv,
+    Overlap,
+    as_overlap,
+    overlap_spec,
+    overlapped_rollout,
+)
 from fleetrl.envs import BatchedEnv, NestedKey, TorchRLEnv, make_env
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
 from fleetrl.policies import (
@@ -109,6 +117,10 @@ class SyncDataCollector(DataCollectorBase):
         worker_id: written to ``("collector", "worker_id")``.
         traj_id_start: first trajectory id (a RayCollector gives each worker
             its own range so trajectory ids are unique across workers).
+        overlap: step one half of the envs while the policy acts on the other
+            (:mod:`fleetrl.collectors.overlap`): ``None`` (default) where measured
+            faster (a C++ Atari engine, an even ``num_envs``), ``True`` required
+            (a ConfigError where the envs cannot be split), ``False`` off.
 
     Examples:
         >>> import torch
@@ -145,6 +157,7 @@ class SyncDataCollector(DataCollectorBase):
         storing_device: Any = None,
         worker_id: int = 0,
         traj_id_start: int = 0,
+        overlap: bool | Overlap | str | None = None,
     ):
         super().__init__()
         p = Problems()
@@ -164,6 +177,7 @@ class SyncDataCollector(DataCollectorBase):
             max_frames_per_traj=max_frames_per_traj,
             init_random_frames=init_random_frames,
         )
+        split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
         p.raise_if_any()
 
         self.frames_per_batch = frames_per_batch
@@ -180,7 +194,13 @@ class SyncDataCollector(DataCollectorBase):
         self._next_traj_id = traj_id_start
 
         skip_absent_pandas_probe()
-        self.env: BatchedEnv = make_env(create_env_fn, num_envs, create_env_kwargs)
+        self.env: BatchedEnv = (
+            make_env(create_env_fn, num_envs, create_env_kwargs)
+            if split is None
+            else HalvedEnv(split, num_envs)
+        )
+        #: whether policy batches overlap env steps with inference
+        self.overlap = split is not None
         try:
             self._check_env_sizes()
             self._setup_policy(user_policy)
@@ -480,9 +500,14 @@ class SyncDataCollector(DataCollectorBase):
                 ]
             )
         min_steps = frames // n if min_frames is None else max(1, -(-min_frames // n))
-        batch = self._rollout(
-            frames // n, random=random, min_steps=min_steps, should_stop=should_stop
-        )
+        if self.overlap and not random and self.policy is not self._random_policy:
+            batch = overlapped_rollout(
+                self, frames // n, min_steps=min_steps, should_stop=should_stop
+            )
+        else:
+            batch = self._rollout(
+                frames // n, random=random, min_steps=min_steps, should_stop=should_stop
+            )
         if self.split_trajs:
             from torchrl.collectors.utils import split_trajectories
 
@@ -521,49 +546,6 @@ class SyncDataCollector(DataCollectorBase):
         if self._use_is_init:
             self._step_td.get("is_init").fill_(True)
 
-    def _episode_bookkeeping(self, views: dict[NestedKey, np.ndarray]) -> None:
-        """Fill done, running episode return and length, and trajectory ids for a batch.
-
-        Done once per batch with numpy cumulative sums instead of five writes
-        per step in the hot loop. Episodes carried over from the previous batch
-        continue their return, length and trajectory id.
-        """
-        term = views[("next", "terminated")][..., 0]
-        done = views[("next", "done")][..., 0]
-        np.logical_or(term, views[("next", "truncated")][..., 0], out=done)
-        n, steps = done.shape
-        reward = views[("next", "reward")][..., 0].astype(np.float64)
-        tpos = np.arange(steps)
-        # index of the last episode end strictly before t (-1: none in this batch)
-        ends = np.where(done, tpos, -1)
-        prev_end = np.empty_like(ends)
-        prev_end[:, 0] = -1
-        np.maximum.accumulate(ends[:, :-1], axis=1, out=prev_end[:, 1:])
-        started_here = prev_end >= 0
-        rows = np.arange(n)[:, None]
-        csum = np.cumsum(reward, axis=1)
-        base = np.where(
-            started_here, csum[rows, np.maximum(prev_end, 0)], -self._ep_return[:, None]
-        )
-        running = csum - base
-        views[("next", "episode_return")][..., 0] = running
-        views[("next", "episode_length")][..., 0] = np.where(
-            started_here, tpos - prev_end, tpos + 1 + self._ep_length[:, None]
-        )
-        # trajectory ids: segment k >= 1 of row i gets next_id + (segments in rows < i) + k - 1
-        segment = np.cumsum(done, axis=1) - done
-        ends_per_row = done.sum(axis=1)
-        offset = np.concatenate([[0], np.cumsum(ends_per_row)[:-1]]) + self._next_traj_id
-        views[("collector", "traj_ids")][:] = np.where(
-            segment == 0, self._traj_ids[:, None], offset[:, None] + segment - 1
-        )
-        # carry the episodes in progress into the next batch
-        last_done = done[:, -1]
-        self._ep_return = np.where(last_done, 0.0, running[:, -1])
-        self._ep_length = np.where(last_done, 0, views[("next", "episode_length")][:, -1, 0])
-        self._traj_ids = np.where(ends_per_row > 0, offset + ends_per_row - 1, self._traj_ids)
-        self._next_traj_id += int(ends_per_row.sum())
-
     def _alloc(
         self, steps: int, out_keys: list[NestedKey]
     ) -> tuple[TensorDict, dict[NestedKey, np.ndarray]]:
@@ -600,7 +582,7 @@ class SyncDataCollector(DataCollectorBase):
         min_steps: int | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> TensorDictBase:
-        env, n = self.env, self.env.num_envs
+        env = self.env
         if self.reset_at_each_iter:
             self._reset_episodes(env.reset())
         # Everything below is decided once per batch, not per step.
@@ -673,11 +655,21 @@ class SyncDataCollector(DataCollectorBase):
             for key, _ in carried:
                 step_td.set(key, step_td.get(key).clone())
 
+        return self._finish_batch(td, views, steps, done_steps)
+
+    def _finish_batch(
+        self, td: TensorDict, views: dict[NestedKey, np.ndarray], steps: int, done_steps: int
+    ) -> TensorDictBase:
+        """Episode bookkeeping, version and worker tags, names and device of a rollout's batch."""
+        n = self.env.num_envs
         if done_steps < steps:  # preempted: keep the steps collected
             td = td[:, :done_steps]
             views = {k: v[:, :done_steps] for k, v in views.items()}
             steps = done_steps
-        self._episode_bookkeeping(views)
+        # once per batch with numpy cumulative sums, not five writes per step in the hot loop
+        self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id = episode_columns(
+            views, self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id
+        )
         td.set(
             ("collector", "policy_version"),
             torch.full((n, steps), self.policy_version, dtype=torch.int64),
@@ -685,8 +677,8 @@ class SyncDataCollector(DataCollectorBase):
         td.set(
             ("collector", "worker_id"), torch.full((n, steps), self.worker_id, dtype=torch.int64)
         )
-        if env.batch_shape != torch.Size([n]):
-            td = td.reshape(*env.batch_shape, steps)
+        if self.env.batch_shape != torch.Size([n]):
+            td = td.reshape(*self.env.batch_shape, steps)
         td.names = [None] * (td.batch_dims - 1) + ["time"]
         if self.storing_device is not None and self.storing_device.type != "cpu":
             td = td.to(self.storing_device)
