@@ -200,7 +200,8 @@ def unpack_batch(
             td.set(key, _decode(leaf, codec, copy))
         for key in compact["keys"]:
             obs = td.get(_inner(key))
-            td.set(key, torch.empty_like(obs))
+            # numpy's allocator, as for the copied leaves: fresh memory costs the same in both layouts
+            td.set(key, torch.from_numpy(np.empty(tuple(obs.shape), obs.numpy().dtype)))
     else:
         td = out
         for key, leaf in meta["leaves"].items():
@@ -251,12 +252,14 @@ def empty_round(meta: dict[str, Any], num: int, steps: int) -> TensorDict:
     specs = {}
     for key, leaf in meta["leaves"].items():
         if codec is None:
-            specs[key] = (leaf.shape[dims:], torch.from_numpy(leaf[:0].copy()).dtype)
+            specs[key] = (leaf.shape[dims:], leaf.dtype)
         else:
             dtype, shape, _ = leaf
-            specs[key] = (tuple(shape[dims:]), torch.from_numpy(np.empty(0, dtype)).dtype)
+            specs[key] = (tuple(shape[dims:]), np.dtype(dtype))
     for key in (meta.get("compact") or {"keys": {}})["keys"]:
         specs[key] = specs[_inner(key)]
     for key, (feat, dtype) in specs.items():
-        td.set(key, torch.empty(*lead, *feat, dtype=dtype))
+        # numpy's allocator, as unpack_batch's copies: first touching torch.empty's large
+        # buffers measured several times slower here (a 2 x 8,192-frame Pong round: ~360 ms)
+        td.set(key, torch.from_numpy(np.empty((*lead, *feat), dtype)))
     return td
