@@ -5,8 +5,8 @@ pixel env whose episodes end at different steps in each env) is packed as a
 worker packs it, with its leaves made read-only as Ray maps them, and
 unpacked as ``RayCollector`` unpacks it: into fresh tensors (async mode) and
 two batches straight into one round (sync mode); plus the sync path before
-the compact layout (unpack without a copy, then ``torch.stack``). Layouts are
-timed interleaved, medians over repeats.
+the compact layout (unpack without a copy, then ``torch.stack``). Each repeat
+times them all in a shuffled order; medians over repeats.
 
     python benchmarks/wire_unpack.py [--envs 8] [--steps 1024] [--repeats 9]
 """
@@ -94,14 +94,25 @@ def main() -> None:
             unpack_batch(meta, out=rnd[i])
         return rnd
 
-    for _ in range(args.repeats):
-        timed(
+    runs = [
+        (
             "full, sync round (2 batches) by torch.stack (before)",
             lambda: stack_round(metas["full"], 2),
         )
-        for name, meta in metas.items():
-            timed(f"{name}, async: one batch into fresh tensors", lambda m=meta: unpack_batch(m))
-            timed(f"{name}, sync round (2 batches) unpacked in place", lambda m=meta: into_round(m))
+    ]
+    for name, meta in metas.items():
+        runs.append(
+            (f"{name}, async: one batch into fresh tensors", lambda m=meta: unpack_batch(m))
+        )
+        runs.append(
+            (f"{name}, sync round (2 batches) unpacked in place", lambda m=meta: into_round(m))
+        )
+    rng = np.random.default_rng(0)
+    # a shuffled order each repeat: fresh memory's cost depends on what the allocator freed last
+    for _ in range(args.repeats):
+        for i in rng.permutation(len(runs)):
+            timed(*runs[i])
+    times = {name: times[name] for name, _ in runs}
     ends = int(batch["next", "done"][:, :-1].sum())
     print(
         f"{n * steps} frames of {SHAPE} uint8, {ends} episode ends inside, medians of {args.repeats}:"
