@@ -194,7 +194,10 @@ class RayCollector(DataCollectorBase):
         fraction_workers: sync mode; once this fraction of the collectors have
             finished a round, the others are preempted.
         compress: ``None``, ``"lz4"`` or ``"zstd"``: lossless compression of
-            batches sent by workers; bytes saved are in :meth:`stats`.
+            batches sent by workers; bytes saved are in :meth:`stats`. Either
+            way, batches of fleetrl's collector cross Ray in the compact
+            layout of :mod:`fleetrl.collectors.wire` (each observation once)
+            and arrive in the full one.
         max_policy_lag: ``None`` (no bound) or k >= 0: a batch collected with
             weights more than k versions older than the newest published is
             not served; its frames are collected again with the current
