@@ -25,7 +25,8 @@ of each, back to back) with medians over rounds:
    workers share 2 cores) sync, async and async with ``compress="lz4"``, and
    async with ``overlap=True``, against two raw loops run in two processes at once; then the bytes per frame a batch
    takes through Ray and its transfer time (worker-side packing, object store,
-   driver-side unpacking), with ``compress=None`` and ``"lz4"``.
+   driver-side unpacking), for the full and the compact wire layout
+   (:mod:`fleetrl.collectors.wire`), each with ``compress=None`` and ``"lz4"``.
 
 3. With ``--rllib``: RLlib's env runners on the same Pong and policy size
    (``rllib_peer.py``, ``rllib_atari_sampler.py``), in RLlib's own virtualenv
@@ -39,7 +40,8 @@ emulator frames are agent steps x frame skip (4). Writes
 ``benchmarks/results/atari_throughput.json``.
 
     python benchmarks/atari_throughput.py [--envs 8] [--steps 64] [--rounds 7]
-        [--ray-batches 6] [--ray-rounds 5] [--env-threads 0] [--rllib | --rllib-only]
+        [--ray-batches 6] [--ray-rounds 5] [--env-threads 0] [--ray-only ENGINE]
+        [--rllib | --rllib-only]
 
 Targets (issue 11): fleetrl's best >= 1.0x the step-then-infer raw loop and
 >= 1.5x torchrl's Collector; RayCollector with 2 workers >= 0.8x two raw loops.
@@ -380,11 +382,26 @@ class RayContestant:
         self.collector.shutdown()
 
 
+#: wire layouts the transfer probe compares: (name, compact, codec)
+WIRE_LAYOUTS = (
+    ("full", False, None),
+    ("compact", True, None),
+    ("full+lz4", False, "lz4"),
+    ("compact+lz4", True, "lz4"),
+)
+
+
 def _transfer_probe(spec: AtariEnv, n: int, steps: int, repeats: int) -> dict:
-    """Bytes per frame of one worker batch through Ray and its transfer time, by codec."""
+    """Bytes per frame of one worker batch through Ray and its transfer time, by wire layout.
+
+    ``transfer`` is what the async path pays per batch: the task's return through Ray's object
+    store (worker-side packing included) and the driver's unpacking into fresh tensors;
+    ``unpack`` is the driver's unpacking alone, ``round_unpack`` the sync path's (two such
+    batches unpacked straight into one round). Full and compact unpack in one copy per leaf.
+    """
     import ray
 
-    from fleetrl.collectors.worker import pack_batch, unpack_batch
+    from fleetrl.collectors.wire import empty_round, pack_batch, unpack_batch
 
     @ray.remote(num_cpus=1)
     class Probe:
@@ -392,33 +409,49 @@ def _transfer_probe(spec: AtariEnv, n: int, steps: int, repeats: int) -> dict:
             torch.set_num_threads(1)
             collector = SyncDataCollector(spec, policy, frames_per_batch=n * steps, num_envs=n)
             self.batch = next(iter(collector))
+            self.keys = collector.compact_keys
             collector.shutdown()
 
-        def batch_of(self, codec):
-            return pack_batch(self.batch, codec)[0]  # as CollectorWorker sends it
+        def batch_of(self, compact, codec):  # as CollectorWorker sends it
+            return pack_batch(self.batch, codec, self.keys if compact else None)[0]
 
-        def sizes(self, codec):
-            raw = sum(v.numel() * v.element_size() for v in self.batch.values(True, True))
-            sent = pack_batch(self.batch, codec)[2]
-            return self.batch.numel(), raw, sent, sorted(map(str, self.batch.keys(True, True)))
+        def sizes(self, compact, codec):
+            t0 = time.perf_counter()
+            _, raw, sent = pack_batch(self.batch, codec, self.keys if compact else None)
+            pack_s = time.perf_counter() - t0
+            ends = int(self.batch["next", "done"][..., :-1, :].sum())
+            return self.batch.numel(), raw, sent, pack_s, ends
 
     probe = Probe.remote(spec, cnn_policy(spec)[0], n, steps)
     out = {}
-    for codec in (None, "lz4"):
-        frames, raw, sent, keys = ray.get(probe.sizes.remote(codec))
-        times = []
+    for name, compact, codec in WIRE_LAYOUTS:
+        frames, raw, sent, pack_s, ends = ray.get(probe.sizes.remote(compact, codec))
+        times, unpack, rounds = [], [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            got = ray.get(probe.batch_of.remote(codec))
+            got = ray.get(probe.batch_of.remote(compact, codec))
+            t1 = time.perf_counter()
             batch = unpack_batch(got)  # as RayCollector's async path receives it (one copy)
+            t2 = time.perf_counter()
             batch["observation"].sum()  # touch the frames: the batch is usable here
             times.append(time.perf_counter() - t0)
-        out[str(codec)] = {
+            unpack.append(t2 - t1)
+            del batch
+            t0 = time.perf_counter()
+            rnd = empty_round(got, NUM_WORKERS, got["batch_size"][-1])
+            for i in range(NUM_WORKERS):  # as RayCollector's sync path receives a round
+                unpack_batch(got, out=rnd[i])
+            rounds.append(time.perf_counter() - t0)
+            del rnd, got
+        out[name] = {
             "frames_per_batch": frames,
+            "episode_ends_inside": ends,
             "bytes_raw_per_frame": raw / frames,
             "bytes_sent_per_frame": sent / frames,
+            "pack_s_per_batch": pack_s,
             "transfer_s_per_batch": statistics.median(times),
-            "keys": keys,
+            "unpack_s_per_batch": statistics.median(unpack),
+            "round_unpack_s_per_round": statistics.median(rounds),
         }
     ray.kill(probe)
     return out
@@ -489,6 +522,14 @@ def ray_phase(args, engine: str, errors: dict) -> tuple[dict, dict]:
             "bytes_raw_per_frame": comp["bytes_raw"] / max(1, st["frames"]),
             "bytes_sent_per_frame": comp["bytes_sent"] / max(1, st["frames"]),
             "ratio": comp["ratio"],
+        }
+    res["wire_stats"] = {}
+    for name, c in contestants.items():
+        st = c.collector.stats()
+        res["wire_stats"][name] = {
+            "bytes_full_per_frame": st["wire"]["bytes_full"] / max(1, st["frames"]),
+            "bytes_sent_per_frame": st["wire"]["bytes_sent"] / max(1, st["frames"]),
+            "compact_batches": st["wire"]["compact_batches"],
         }
     for c in contestants.values():
         c.shutdown()
@@ -571,46 +612,7 @@ def report(args, single: dict, ray_res: dict | None, frame_skip: int) -> None:
             f"/ raw step-then-infer: {fmt(raw, 'x')}"
         )
     if ray_res is not None:
-        print(f"\nRay, {NUM_WORKERS} workers x {args.envs} envs, engine {ray_res['engine']}")
-        rm = ray_res["agent_steps_per_s"]
-        rows = [
-            [
-                LABELS.get(k, k),
-                fmt(v),
-                fmt(v * frame_skip),
-                fmt(ray_res["vs_two_raw_loops"][k], "x"),
-            ]
-            for k, v in rm.items()
-        ]
-        print_table(["contestant", "agent steps/s", "emulator frames/s", "vs 2 raw loops"], rows)
-        if ray_res.get("transfer"):
-            print()
-            rows = [
-                [
-                    codec,
-                    t["frames_per_batch"],
-                    fmt(t["bytes_raw_per_frame"]),
-                    fmt(t["bytes_sent_per_frame"]),
-                    f"{t['transfer_s_per_batch'] * 1e3:.1f} ms",
-                ]
-                for codec, t in ray_res["transfer"].items()
-            ]
-            print_table(
-                [
-                    "compress",
-                    "frames/batch",
-                    "bytes/frame raw",
-                    "bytes/frame sent",
-                    "transfer/batch",
-                ],
-                rows,
-            )
-        if ray_res.get("lz4_stats"):
-            s = ray_res["lz4_stats"]
-            print(
-                f"RayCollector(compress='lz4').stats(): {fmt(s['bytes_raw_per_frame'])} -> "
-                f"{fmt(s['bytes_sent_per_frame'])} bytes/frame over {s['frames']:,} frames"
-            )
+        report_ray(args, ray_res, frame_skip)
     t = single["targets"]
     print("\ntargets (issue 11):")
     print(f"  fleetrl best ({single['fleetrl_best_engine']}) vs raw loop: ", end="")
@@ -618,6 +620,61 @@ def report(args, single: dict, ray_res: dict | None, frame_skip: int) -> None:
     print(f"  fleetrl best vs torchrl Collector: {verdict(t['fleetrl_best_vs_torchrl'], 1.5)}")
     ray_v = ray_res["target_ray_best_vs_two_raw_loops"] if ray_res else None
     print(f"  RayCollector best vs two raw loops: {verdict(ray_v, 0.8)}")
+
+
+def report_ray(args, ray_res: dict, frame_skip: int) -> None:
+    """Phase 2's tables: throughput against two raw loops, and the wire layouts' bytes and times."""
+    print(f"\nRay, {NUM_WORKERS} workers x {args.envs} envs, engine {ray_res['engine']}")
+    rm = ray_res["agent_steps_per_s"]
+    rows = [
+        [
+            LABELS.get(k, k),
+            fmt(v),
+            fmt(v * frame_skip),
+            fmt(ray_res["vs_two_raw_loops"][k], "x"),
+        ]
+        for k, v in rm.items()
+    ]
+    print_table(["contestant", "agent steps/s", "emulator frames/s", "vs 2 raw loops"], rows)
+    if ray_res.get("transfer"):
+        print()
+        rows = [
+            [
+                layout,
+                t["frames_per_batch"],
+                fmt(t["bytes_raw_per_frame"]),
+                fmt(t["bytes_sent_per_frame"]),
+                f"{t['pack_s_per_batch'] * 1e3:.1f} ms",
+                f"{t['transfer_s_per_batch'] * 1e3:.1f} ms",
+                f"{t['unpack_s_per_batch'] * 1e3:.1f} ms",
+                f"{t['round_unpack_s_per_round'] * 1e3:.1f} ms",
+            ]
+            for layout, t in ray_res["transfer"].items()
+        ]
+        print_table(
+            [
+                "wire",
+                "frames/batch",
+                "bytes/frame raw",
+                "bytes/frame sent",
+                "pack",
+                "transfer/batch",
+                "of which unpack",
+                f"sync round unpack ({NUM_WORKERS} batches)",
+            ],
+            rows,
+        )
+    for name, w in ray_res.get("wire_stats", {}).items():
+        print(
+            f"{name}.stats()['wire']: {fmt(w['bytes_full_per_frame'])} bytes/frame in full layout, "
+            f"{fmt(w['bytes_sent_per_frame'])} sent; {w['compact_batches']} batches compact"
+        )
+    if ray_res.get("lz4_stats"):
+        s = ray_res["lz4_stats"]
+        print(
+            f"RayCollector(compress='lz4').stats(): {fmt(s['bytes_raw_per_frame'])} -> "
+            f"{fmt(s['bytes_sent_per_frame'])} bytes/frame over {s['frames']:,} frames"
+        )
 
 
 def main() -> None:
@@ -635,6 +692,9 @@ def main() -> None:
     )
     parser.add_argument("--no-ray", action="store_true", help="phase 1 only")
     parser.add_argument(
+        "--ray-only", choices=ENGINES, help="phase 2 only, over this engine (skips phase 1)"
+    )
+    parser.add_argument(
         "--rllib", action="store_true", help="also RLlib's env runners (installs on first use)"
     )
     parser.add_argument("--rllib-only", action="store_true", help="RLlib's env runners only")
@@ -645,14 +705,19 @@ def main() -> None:
     torch.set_num_threads(1)
     errors: dict[str, str] = {}
     start = time.perf_counter()
+    frame_skip = atari_spec("gymnasium", 0).atari.frame_skip
     single, runs, ray_res, ray_runs, rllib = None, None, None, None, None
-    if not args.rllib_only:
+    if args.ray_only:
+        ray_res, ray_runs = ray_phase(args, args.ray_only, errors)
+        report_ray(args, ray_res, frame_skip)
+        ray_v = ray_res["target_ray_best_vs_two_raw_loops"]
+        print(f"\ntarget (issue 11): RayCollector best vs two raw loops: {verdict(ray_v, 0.8)}")
+    elif not args.rllib_only:
         single, runs = single_process(args, errors)
-    if not args.rllib_only and not args.no_ray and single["fastest_engine"] is not None:
-        ray_res, ray_runs = ray_phase(args, single["fastest_engine"], errors)
+        if not args.no_ray and single["fastest_engine"] is not None:
+            ray_res, ray_runs = ray_phase(args, single["fastest_engine"], errors)
     if args.rllib or args.rllib_only:
         rllib = rllib_phase(args, NUM_WORKERS, single, ray_res)
-    frame_skip = atari_spec("gymnasium", 0).atari.frame_skip
     if single is not None:
         report(args, single, ray_res, frame_skip)
     if rllib is not None:

@@ -221,6 +221,18 @@ class PixelEnv(gym.Env):
         return frame, float(int(action) == 0), self.t >= self.length, False, {}
 
 
+def pixel_vec(lengths: list[int]) -> gym.vector.VectorEnv:
+    """PixelEnvs with their own episode lengths, so episodes end at different steps per env."""
+    fns = [lambda n=n: PixelEnv(n) for n in lengths]
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def invert_next_observation(batch):
+    """A postproc that breaks ``("next", "observation")[t] == observation[t + 1]``."""
+    batch.set(("next", "observation"), 255 - batch.get(("next", "observation")))
+    return batch
+
+
 PIXEL_SHAPE = (4, 84, 84)
 #: the id the CLI and collectors use (registered here, and in every Ray worker of the test
 #: session by ``register_fake_envs``, its worker setup hook: workers do not import tests/)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -16,7 +17,7 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from fakes import CountingEnv, ExitOnBuild, GatedEnv
+from fakes import CountingEnv, ExitOnBuild, GatedEnv, invert_next_observation, pixel_vec
 from fleetrl import (
     ConfigError,
     RayCollector,
@@ -566,6 +567,11 @@ def test_straggler_is_preempted_and_round_is_masked():
     slow_steps = int(mask[1].sum())
     assert 20 <= slow_steps < 200  # at least fraction_samples of its share, not all of it
     assert (first["next", "reward"][1][~mask[1]] == 0).all()  # padding
+    for key in ("observation", ("next", "observation")):  # the compact wire's padding too
+        assert (first[key][1][~mask[1]] == 0).all(), key
+    # CountingEnv of 1000 steps: the next observation, rebuilt from the compact wire, is obs + 1
+    obs, nxt = first["observation"][mask], first["next", "observation"][mask]
+    assert torch.equal(nxt, obs + 1) and obs.shape == (200 + slow_steps, 1)
     assert stats["preempted_tasks"] >= 1
     assert len(batches) > math.ceil(800 / 400)
 
@@ -599,28 +605,56 @@ def test_compression_is_lossless_and_reports_savings(codec):
     assert comp["bytes_saved"] > 0 and comp["bytes_raw"] == comp["bytes_saved"] + comp["bytes_sent"]
 
 
+# episodes end at different steps in each env, inside each batch (a partial: workers get fakes')
+_pixel_envs = functools.partial(pixel_vec, [3, 5, 7])
+#: case -> (env, num_envs, policy or None, RayCollector compress, worker postproc)
+BIT_FOR_BIT_CASES = {
+    "cartpole": ("CartPole-v1", 3, categorical_actor, None, None),
+    "pixel_compact": (_pixel_envs, None, None, None, None),
+    "pixel_compact_lz4": (_pixel_envs, None, None, "lz4", None),
+    "pixel_postproc_sent_in_full": (_pixel_envs, None, None, None, invert_next_observation),
+}
+
+
+@pytest.mark.parametrize("case", list(BIT_FOR_BIT_CASES))
 @pytest.mark.parametrize("sync", [False, True])
-def test_uncompressed_batches_match_local_collector_bit_for_bit_and_are_writable(sync):
+def test_uncompressed_batches_match_local_collector_bit_for_bit_and_are_writable(sync, case):
+    env, num_envs, make_policy, compress, postproc = BIT_FOR_BIT_CASES[case]
     torch.manual_seed(0)
-    policy = categorical_actor()
+    policy = None if make_policy is None else make_policy()
     local = SyncDataCollector(
-        "CartPole-v1", policy, frames_per_batch=120, total_frames=240, num_envs=3
+        env, policy, frames_per_batch=120, total_frames=240, num_envs=num_envs, postproc=postproc
     )
     local.set_seed(5)
     expected = list(local)
     local.shutdown()
     with RayCollector(
-        "CartPole-v1",
+        env,
         policy,
         frames_per_batch=120,
         total_frames=240,
         num_collectors=1,
-        num_workers_per_collector=3,
+        num_workers_per_collector=num_envs or 1,
         sync=sync,
+        compress=compress,
+        collector_kwargs=None if postproc is None else {"postproc": postproc},
     ) as c:
         c.set_seed(5)
         batches = list(c)
+        wire = c.stats()["wire"]
     assert len(batches) == len(expected) == 2
+    # what crossed Ray: compact unless a postproc ran on the worker; uncompressed, the next
+    # observations cost the last step (3 envs) and the episode ends (t < T-1) with their positions
+    full = sum(v.numel() * v.element_size() for b in expected for v in b.values(True, True))
+    obs = expected[0]["observation"][0, 0]
+    ends = sum(int(b["next", "done"][:, :-1].sum()) for b in expected)
+    compact = full - (240 - 2 * 3 - ends) * obs.numel() * obs.element_size() + 8 * ends
+    assert wire["bytes_full"] == full
+    assert wire["compact_batches"] == (0 if postproc else 2)
+    if compress is None:
+        assert wire["bytes_sent"] == (full if postproc else compact)
+    else:
+        assert wire["bytes_sent"] < compact / 2  # lz4 on the compact leaves
     mask = ("collector", "mask")
     for got, want in zip(batches, expected):
         if sync:  # one worker: the round is its batch, stacked, with a mask of ones
@@ -633,6 +667,8 @@ def test_uncompressed_batches_match_local_collector_bit_for_bit_and_are_writable
         for key in want.keys(True, True):
             assert got[key].dtype == want[key].dtype, key
             assert torch.equal(got[key], want[key]), key
+        if case.startswith("pixel"):  # episodes ended inside the batch, in every env
+            assert want["next", "done"][:, :-1].any(dim=1).all()
     for batch in batches:  # fresh memory, not Ray's read-only object store
         for key, value in batch.items(True, True):
             changed = ~value if value.dtype == torch.bool else value + 1

@@ -72,7 +72,7 @@ from typing import Any
 import ray
 import torch
 from ray.exceptions import RayActorError, RayTaskError
-from tensordict import TensorDictBase, pad
+from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
@@ -92,7 +92,8 @@ from fleetrl.collectors.ray_checks import (
 from fleetrl.collectors.restarts import DEFAULT_MAX_RESTART_ATTEMPTS, RestartPolicy
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.weights import WeightStore
-from fleetrl.collectors.worker import CollectorWorker, TaskResult, unpack_batch
+from fleetrl.collectors.wire import empty_round, unpack_batch
+from fleetrl.collectors.worker import CollectorWorker, TaskResult
 from fleetrl.errors import ConfigError, Problems, WorkerError, WorkerLostError
 from fleetrl.policies import as_weights, policy_weights
 
@@ -194,7 +195,10 @@ class RayCollector(DataCollectorBase):
         fraction_workers: sync mode; once this fraction of the collectors have
             finished a round, the others are preempted.
         compress: ``None``, ``"lz4"`` or ``"zstd"``: lossless compression of
-            batches sent by workers; bytes saved are in :meth:`stats`.
+            batches sent by workers; bytes saved are in :meth:`stats`. Either
+            way, batches of fleetrl's collector cross Ray in the compact
+            layout of :mod:`fleetrl.collectors.wire` (each observation once)
+            and arrive in the full one.
         max_policy_lag: ``None`` (no bound) or k >= 0: a batch collected with
             weights more than k versions older than the newest published is
             not served; its frames are collected again with the current
@@ -336,8 +340,11 @@ class RayCollector(DataCollectorBase):
             "lag_last": 0,
             "stale_batches": 0,
             "stale_frames": 0,
-            "bytes_raw": 0,
+            "bytes_raw": 0,  # compressed traffic only
             "bytes_sent": 0,
+            "wire_full": 0,  # all traffic
+            "wire_sent": 0,
+            "compact_batches": 0,
             "preempted_tasks": 0,
             "collect_s": 0.0,
         }
@@ -594,10 +601,12 @@ class RayCollector(DataCollectorBase):
             self._issued += task.frames
         return True
 
-    def _receive(self, result: TaskResult, worker: int, copy: bool = True) -> TensorDictBase:
-        # copy=False leaves uncompressed leaves on read-only object-store memory: only for
-        # _stack, whose torch.stack copies them into the fresh round batch
-        batch = unpack_batch(result.batch, copy=copy)
+    def _receive(self, result: TaskResult, worker: int) -> TensorDictBase:
+        self._account(result, worker)
+        return unpack_batch(result.batch)  # one copy per leaf, into fresh writable memory
+
+    def _account(self, result: TaskResult, worker: int) -> None:
+        """Count a served batch: frames per worker, policy lag, bytes, preemption, time."""
         slot = self._slots[worker]
         slot.frames += result.frames
         st = self._stats
@@ -606,11 +615,14 @@ class RayCollector(DataCollectorBase):
         st["lag_sum"] += lag
         st["lag_max"] = max(st["lag_max"], lag)
         st["lag_last"] = lag
-        st["bytes_raw"] += result.bytes_raw
-        st["bytes_sent"] += result.bytes_sent
+        if self.compress is not None:  # stats()["compression"] counts compressed traffic only
+            st["bytes_raw"] += result.bytes_raw
+            st["bytes_sent"] += result.bytes_sent
+        st["wire_full"] += result.bytes_raw
+        st["wire_sent"] += result.bytes_sent
+        st["compact_batches"] += int(result.compact)
         st["preempted_tasks"] += int(result.preempted)
         st["collect_s"] += result.collect_s
-        return batch
 
     # ------------------------------------------------------------ iteration
     def _next_batch(self) -> TensorDictBase | None:
@@ -731,22 +743,24 @@ class RayCollector(DataCollectorBase):
         return results
 
     def _stack(self, rnd: _Round, results: dict[int, TaskResult]) -> tuple[TensorDictBase, int]:
-        batches = {w: self._receive(r, w, copy=False) for w, r in results.items()}
-        steps = max(b.shape[-1] for b in batches.values())
+        for w, r in results.items():
+            self._account(r, w)
+        metas = {w: r.batch for w, r in results.items()}
+        steps = max(m["batch_size"][-1] for m in metas.values())
         frames = sum(r.frames for r in results.values())
-        template = next(iter(batches.values()))
-        padded = []
+        # each batch is unpacked straight into its slice of the round: one copy per leaf from
+        # Ray's memory (an unpack, a pad and a stack would copy a rebuilt next observation twice)
+        out = empty_round(next(iter(metas.values())), len(self._slots), steps)
+        mask = torch.zeros(out.shape, dtype=torch.bool)
         for slot in self._slots:
-            b = batches.get(slot.worker_id)
-            if b is None:  # no share this round (tiny last round)
-                b = torch.zeros_like(template)[..., :0]
-            t = b.shape[-1]
-            b = b.set(("collector", "mask"), torch.ones(b.shape, dtype=torch.bool))
-            if t < steps:
-                b = pad(b, [0, 0] * (b.batch_dims - 1) + [0, steps - t])
-            b.names = None
-            padded.append(b)
-        out = torch.stack(padded, 0)
+            i, meta = slot.worker_id, metas.get(slot.worker_id)
+            t = 0 if meta is None else meta["batch_size"][-1]  # None: no share this round
+            if meta is not None:
+                unpack_batch(meta, out=out[i][..., :t])
+                mask[i, ..., :t] = True
+            if t < steps:  # padded steps (a preempted straggler, no share) are zeros, as pad() does
+                out[i][..., t:].zero_()
+        out.set(("collector", "mask"), mask)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out, frames
 
@@ -873,7 +887,9 @@ class RayCollector(DataCollectorBase):
         ``max``, ``count``) and the ``bound`` (``max_policy_lag``); ``stale_batches`` /
         ``stale_frames`` count batches discarded for breaking it; ``pending`` counts tasks
         issued and not yet returned (those lost with a dead worker included) and the frames
-        issued and not yet served.
+        issued and not yet served. ``wire`` counts every batch served: its bytes in the full
+        layout, the bytes that crossed Ray (compact and/or compressed, see
+        :mod:`fleetrl.collectors.wire`) and how many batches came compact.
         """
         st = self._stats
         count = st["lag_count"]
@@ -906,6 +922,11 @@ class RayCollector(DataCollectorBase):
                 "bytes_sent": sent,
                 "bytes_saved": raw - sent,
                 "ratio": raw / sent if sent else None,
+            },
+            "wire": {
+                "bytes_full": st["wire_full"],
+                "bytes_sent": st["wire_sent"],
+                "compact_batches": st["compact_batches"],
             },
         }
 

@@ -385,6 +385,22 @@ class SyncDataCollector(DataCollectorBase):
     def num_envs(self) -> int:
         return self.env.num_envs
 
+    @property
+    def compact_keys(self) -> list[NestedKey]:
+        """Observation keys ``k`` whose ``("next", k)`` in :meth:`collect`'s batches is ``k``
+        shifted by one step, wherever the step did not end an episode.
+
+        In a rollout, ``("next", k)[..., t]`` is ``k[..., t + 1]`` for ``t < T - 1``
+        unless ``("next", "done")[..., t]``: every engine's ``StepResult.obs`` is its
+        ``next_obs`` where no episode ended. A RayCollector worker sends such keys in
+        the compact wire layout (:mod:`fleetrl.collectors.wire`). Empty with
+        ``split_trajs`` or a ``postproc``, which may change the batch; a subclass
+        that changes batches after the rollout must return an empty list.
+        """
+        if self.split_trajs or self.postproc is not None:
+            return []
+        return list(self.env.observation_spec)
+
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed the envs (env i gets ``seed + i``), the random-action sampler and torch.
 

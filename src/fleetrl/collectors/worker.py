@@ -5,120 +5,31 @@ weights when the worker lacks the newest version, and the sync round it
 belongs to. The actor has two concurrency groups: collection runs one task at a
 time, while ``preempt`` (group ``control``) can stop a running rollout.
 
-Batches never cross Ray as pickled TensorDicts. Uncompressed, a batch
-travels as ``{key: ndarray}``: Ray writes numpy arrays out-of-band into its
-object store (one copy, on the worker) and the driver maps them without a
-copy. Compressed (lz4 or zstd, lossless), it travels as
-``{key: (dtype, shape, bytes)}``. :func:`unpack_batch` restores the TensorDict.
+Batches cross Ray in the wire format of :mod:`fleetrl.collectors.wire`:
+numpy leaves (or compressed ones), and for a fleetrl collector's batches the
+compact layout, which sends each observation once instead of twice.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import ray
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.weights import from_wire
+from fleetrl.collectors.wire import Compression, pack_batch, unpack_batch
 
 __all__ = ["CollectorWorker", "Compression", "TaskResult", "pack_batch", "unpack_batch"]
 
 #: each worker incarnation owns 2**32 trajectory ids; workers own 2**40
 TRAJ_IDS_PER_INCARNATION = 1 << 32
 TRAJ_IDS_PER_WORKER = 1 << 40
-
-
-class Compression:
-    """Lossless codecs for batches in transit: ``lz4`` (fast) and ``zstd`` (smaller)."""
-
-    NAMES = ("lz4", "zstd")
-
-    @staticmethod
-    def compress(codec: str, data: bytes) -> bytes:
-        if codec == "lz4":
-            import lz4.frame
-
-            return lz4.frame.compress(data)
-        import zstandard
-
-        return zstandard.ZstdCompressor(level=3).compress(data)
-
-    @staticmethod
-    def decompress(codec: str, data: bytes) -> bytes:
-        if codec == "lz4":
-            import lz4.frame
-
-            return lz4.frame.decompress(data)
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompress(data)
-
-
-def pack_batch(batch: TensorDictBase, codec: str | None) -> tuple[dict[str, Any], int, int]:
-    """Pack the leaves of a CPU batch for Ray. Returns (packed, raw bytes, sent bytes).
-
-    With ``codec=None`` the leaves stay numpy arrays (views of the batch's
-    tensors), which Ray serialises out-of-band: a pickled TensorDict would be
-    copied through the pickle stream instead (about 100 ms for a 29 MB pixel
-    batch against a fraction of that as numpy).
-    """
-    leaves = {}
-    raw = packed = 0
-    for key, value in batch.items(include_nested=True, leaves_only=True):
-        arr = value.detach().cpu().contiguous().numpy()
-        raw += arr.nbytes
-        if codec is None:
-            leaves[key] = arr
-            packed += arr.nbytes
-            continue
-        blob = Compression.compress(codec, arr.tobytes())
-        leaves[key] = (arr.dtype.str, arr.shape, blob)
-        packed += len(blob)
-    meta = {
-        "codec": codec,
-        "leaves": leaves,
-        "batch_size": tuple(batch.batch_size),
-        "names": batch.names,
-    }
-    return meta, raw, packed
-
-
-def unpack_batch(meta: dict[str, Any], copy: bool = True) -> TensorDict:
-    """The TensorDict of a packed batch, with the keys, dtypes, shapes and names it had.
-
-    Args:
-        meta: what :func:`pack_batch` returned (after its trip through Ray).
-        copy: for an uncompressed batch, copy each leaf into a fresh tensor.
-            Ray maps uncompressed leaves read-only from its object store, so
-            a tensor over them must not be written to; pass ``False`` only
-            when the caller copies the batch itself (as the sync round's
-            stack does) and drops it right after. Decompressed leaves are
-            always fresh and writable.
-    """
-    td = TensorDict(batch_size=meta["batch_size"])
-    codec = meta["codec"]
-    for key, leaf in meta["leaves"].items():
-        if codec is None:
-            if copy or leaf.flags.writeable:
-                tensor = torch.from_numpy(np.array(leaf, copy=copy))
-            else:
-                with warnings.catch_warnings():  # read-only on purpose: the caller copies
-                    warnings.filterwarnings("ignore", message="The given NumPy array")
-                    tensor = torch.from_numpy(leaf)
-        else:
-            dtype, shape, blob = leaf
-            buf = bytearray(Compression.decompress(codec, blob))
-            tensor = torch.from_numpy(np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape))
-        td.set(key, tensor)
-    td.names = meta["names"]
-    return td
 
 
 @dataclass
@@ -129,8 +40,9 @@ class TaskResult:
     frames: int
     policy_version: int
     collect_s: float
-    bytes_raw: int = 0
-    bytes_sent: int = 0
+    bytes_raw: int = 0  # the batch's leaves in the full layout
+    bytes_sent: int = 0  # what the wire holds (compact and/or compressed)
+    compact: bool = False  # sent in the compact layout
     preempted: bool = False
 
 
@@ -279,10 +191,12 @@ class CollectorWorker:
             collect_s=time.perf_counter() - start,
             preempted=preempted,
         )
-        packed, raw, sent = pack_batch(batch, self.compress)
+        # only a fleetrl collector vouches for the rollout layout the compact wire relies on
+        compact_keys = self.collector.compact_keys if self.native else None
+        packed, raw, sent = pack_batch(batch, self.compress, compact_keys)
         result.batch = packed
-        if self.compress is not None:  # stats()["compression"] counts compressed traffic only
-            result.bytes_raw, result.bytes_sent = raw, sent
+        result.bytes_raw, result.bytes_sent = raw, sent
+        result.compact = packed["compact"] is not None
         return result
 
     def _next_foreign(self, frames: int) -> TensorDictBase:
