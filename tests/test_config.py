@@ -8,6 +8,7 @@ from fleetrl import ConfigError
 from fleetrl.config import config_from_dict, load_config
 
 CONFIGS = sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml"))
+PPO_CARTPOLE = Path(__file__).parent.parent / "configs" / "ppo_cartpole.yaml"
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -18,7 +19,7 @@ def test_shipped_configs_load(path):
 
 def test_overrides_are_typed_and_applied():
     cfg = load_config(
-        CONFIGS[0],
+        PPO_CARTPOLE,  # a PPO config: ppo.* overrides of an a2c config are refused
         [
             "ppo.lr=1e-3",
             "collector.num_collectors=4",
