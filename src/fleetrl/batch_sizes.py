@@ -11,10 +11,11 @@ multiple of ``num_collectors x envs per collector``. The config
 so the rule and its message are the same everywhere; only the names differ
 (a config user reads config keys, a Python caller reads argument names).
 
-"No limit" is ``None`` inside fleetrl (config files write ``null``). The
-collectors also accept torchrl's ``-1`` at their API edge (``total_frames=-1``,
-``max_frames_per_traj=-1``, ``init_random_frames=-1``) and mean the same by it;
-:func:`is_unlimited` is the one test for both spellings.
+"No limit" is ``None`` in configs (``null`` in YAML) and in what collectors
+report (``remaining_frames``). The collectors' Python arguments keep torchrl's
+``-1`` (``total_frames=-1``; ``max_frames_per_traj`` and ``init_random_frames``
+take ``None`` too), for parity with torchrl's collectors; :func:`is_unlimited`
+is the one test for both spellings.
 
 Examples:
     >>> batch_size_problems(frames_per_batch=10, total_frames=None, num_envs=4)
