@@ -12,22 +12,14 @@ its name (``config.ppo`` when ``algorithm: ppo``). Overrides use dotted paths:
 Values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``).
 
 Modes and schedules are Enums inside (:class:`Schedule`,
-:class:`GradCommunication`, :class:`~fleetrl.algorithms.models.ModelKind`);
-YAML and the command line write their values (``linear``, ``async``), which
-are converted when the config is loaded.
+:class:`GradCommunication`, ``ModelKind``), written as their values in YAML
+and on the command line. A config is validated as a whole: every problem is
+reported at once, with the value and what is allowed.
 
-A config is validated as a whole: :func:`load_config` reports every problem
-at once (unknown keys with the closest known one, wrong types, out-of-range
-values), each with the value and what is allowed.
-
-Sections of other algorithms: a file or saved config that holds them (a run's
-``config.yaml`` written before a config held one section, or one file shared
-by several algorithms and switched with ``algorithm=...``) still loads; the
-sections are dropped with one logged warning naming them. An override of
-another algorithm's section (``dqn.lr=...`` while training PPO) is an error:
-it would change nothing. ``trainer.clip_schedule`` moved to
-``ppo.clip_schedule``; a file that still has it loads with the same warning
-(the value moves to PPO's section), an override naming it is an error.
+Sections of other algorithms in a file (an older run's ``config.yaml``, or a
+file switched with ``algorithm=...``) are dropped with one logged warning, and
+so is ``trainer.clip_schedule`` (now ``ppo.clip_schedule``, where its value
+moves); an override naming either is an error, as it would change nothing.
 
 Examples:
     >>> cfg = config_from_dict({"algorithm": "ppo", "env": {"id": "CartPole-v1"}})
@@ -39,22 +31,20 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import logging
-import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.errors import ConfigError
 from fleetrl.typed_yaml import (
     Checks,
-    allowed_values,
+    check_fields,
     deep_copy,
     enum_of,
     enum_value,
@@ -277,14 +267,12 @@ class AlgorithmConfig:
     checked here.
     """
 
-    #: Enum-typed fields a caller may set by value (``model="cnn"``), converted on init
-    enum_fields: ClassVar[tuple[str, ...]] = ()
-
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for name in self.enum_fields:
-            with contextlib.suppress(ValueError):  # an unknown value is validate()'s to report
-                setattr(self, name, enum_of(hints[name])(getattr(self, name)))
+        # an Enum field set by value in code (model="cnn") becomes its member, as from YAML
+        for name, hint in typing.get_type_hints(type(self)).items():
+            member = enum_value(hint, getattr(self, name)) if enum_of(hint) else None
+            if member is not None:  # an unknown value is left for the checks to report
+                setattr(self, name, member)
 
     def validate(self, config: Config, check: Checks) -> None:
         """Append this section's problems (``check`` prefixes the keys with the section)."""
@@ -302,24 +290,11 @@ class AlgorithmConfig:
             self.max_grad_norm,
             "must be > 0, or null: off",
         )
-        for name, hint in typing.get_type_hints(type(self)).items():
-            enum_cls = enum_of(hint)
-            if enum_cls is not None and name in {f.name for f in dataclasses.fields(self)}:
-                value = getattr(self, name)
-                check(
-                    enum_value(enum_cls, value) is not None, name, value, allowed_values(enum_cls)
-                )
 
 
 @dataclass
 class Config:
-    """A whole training run: env, collectors, trainer, scheme, logging and one algorithm.
-
-    Args:
-        algorithm: which algorithm trains: a key of :data:`fleetrl.algorithms.ALGORITHMS`.
-        algo: that algorithm's section (None: its defaults); also reachable as
-            ``config.<algorithm>``.
-    """
+    """A whole training run: env, collectors, trainer, scheme, logging and one algorithm."""
 
     algorithm: str = "ppo"
     """which algorithm trains: a key of fleetrl.algorithms.ALGORITHMS."""
@@ -329,7 +304,8 @@ class Config:
     scheme: SchemeConfig = field(default_factory=SchemeConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     algo: AlgorithmConfig | None = None
-    """the chosen algorithm's section, written under its name (``ppo:``) in YAML."""
+    """the chosen algorithm's section (None: its defaults), written under its name (``ppo:``)
+    in YAML and reachable by it (``config.ppo``)."""
 
     def __post_init__(self) -> None:
         cls = _algorithm_classes().get(self.algorithm)
@@ -391,15 +367,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "trainer.seed": (_at_least(0), "must be >= 0"),
     "trainer.test_every": (_at_least(0), "must be >= 0 (0: off)"),
     "trainer.checkpoint_every": (_at_least(0), "must be >= 0 (0: off)"),
-    "trainer.lr_schedule": (
-        lambda v: enum_value(Schedule, v) is not None,
-        allowed_values(Schedule),
-    ),
     "scheme.num_grad_workers": (_at_least(1), "must be >= 1"),
-    "scheme.grad_communication": (
-        lambda v: enum_value(GradCommunication, v) is not None,
-        allowed_values(GradCommunication),
-    ),
     "scheme.max_policy_lag": (_at_least(0), "must be >= 0"),
     "scheme.num_threads_per_grad_worker": (
         _at_least(1, null=True),
@@ -417,20 +385,12 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 # ------------------------------------------------------------------ loading
 
 
-def _check_finite(obj: Any, prefix: str, problems: list[str]) -> None:
-    """Every float field must be a number: ``.nan`` and ``.inf`` pass ``> 0``-style checks."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        name = obj.algorithm if isinstance(obj, Config) and f.name == "algo" else f.name
-        if dataclasses.is_dataclass(value):
-            _check_finite(value, f"{prefix}{name}.", problems)
-        elif isinstance(value, float) and not math.isfinite(value):
-            problems.append(f"{prefix}{name}={value!r} is invalid: must be a finite number")
-
-
 def _validate(cfg: Config, problems: list[str]) -> None:
     check = Checks(problems)
-    _check_finite(cfg, "", problems)
+    for f in dataclasses.fields(cfg):  # finite floats, Enum values, in every section
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            check_fields(value, check.section(cfg.algorithm if f.name == "algo" else f.name))
     classes = _algorithm_classes()
     check(cfg.algorithm in classes, "algorithm", cfg.algorithm, f"must be one of {sorted(classes)}")
     for key, (ok, allowed) in RANGES.items():
@@ -502,7 +462,7 @@ def _validate_scheme(cfg: Config, check: Checks) -> None:
         )
         return
     classes = _algorithm_classes()
-    on_policy = sorted(name for name, cls in classes.items() if cls.on_policy)
+    on_policy = [name for name, cls in classes.items() if cls.on_policy]
     cls = classes.get(cfg.algorithm)
     check(
         cls is None or cls.on_policy or mode is not GradCommunication.ASYNC,

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import difflib
 import enum
+import math
 import types
 import typing
 from pathlib import Path
@@ -39,6 +40,7 @@ from fleetrl.errors import ConfigError
 __all__ = [
     "Checks",
     "allowed_values",
+    "check_fields",
     "deep_copy",
     "enum_of",
     "enum_value",
@@ -249,3 +251,18 @@ def deep_copy(data: Any) -> Any:
     if isinstance(data, list):
         return [deep_copy(v) for v in data]
     return data
+
+
+def check_fields(obj: Any, check: Checks) -> None:
+    """What holds for every field of a dataclass, nested ones too: a float is finite (``.nan``
+    and ``.inf`` pass ``> 0``-style checks) and an Enum-typed field holds one of its values."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        enum_cls = enum_of(hints[f.name])
+        if dataclasses.is_dataclass(value):
+            check_fields(value, check.section(f.name))
+        elif isinstance(value, float) and not math.isfinite(value):
+            check(False, f.name, value, "must be a finite number")
+        elif enum_cls is not None:
+            check(enum_value(enum_cls, value) is not None, f.name, value, allowed_values(enum_cls))

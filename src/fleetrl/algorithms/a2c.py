@@ -24,8 +24,6 @@ __all__ = ["A2C", "A2CConfig"]
 class A2CConfig(ActorCriticConfig):
     """The ``a2c`` section of a config (checks: :class:`ActorCriticConfig`'s)."""
 
-    enum_fields: ClassVar[tuple[str, ...]] = ("model",)
-
     lr: float = 7e-4
     """RMSprop/Adam learning rate."""
     gamma: float = 0.99

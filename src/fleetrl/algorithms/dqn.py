@@ -33,8 +33,6 @@ __all__ = ["DQN", "DQNConfig"]
 class DQNConfig(ReplayConfig):
     """The ``dqn`` section of a config."""
 
-    enum_fields: ClassVar[tuple[str, ...]] = ("model",)
-
     lr: float = 5e-4
     """Adam learning rate."""
     gamma: float = 0.99

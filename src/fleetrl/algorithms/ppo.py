@@ -27,8 +27,6 @@ __all__ = ["PPO", "PPOConfig"]
 class PPOConfig(ActorCriticConfig):
     """The ``ppo`` section of a config."""
 
-    enum_fields: ClassVar[tuple[str, ...]] = ("model", "clip_schedule")
-
     lr: float = 3e-4
     """Adam learning rate."""
     gamma: float = 0.99
