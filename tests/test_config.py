@@ -1,13 +1,39 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
+import yaml
 
-from fleetrl import ConfigError
-from fleetrl.config import config_from_dict, load_config
+from fleetrl import ConfigError, RayCollector, SyncDataCollector
+from fleetrl.algorithms import (
+    A2C,
+    ALGORITHMS,
+    DQN,
+    PPO,
+    SAC,
+    A2CConfig,
+    DQNConfig,
+    PPOConfig,
+    SACConfig,
+)
+from fleetrl.algorithms.models import ModelKind
+from fleetrl.config import (
+    Config,
+    EnvConfig,
+    GradCommunication,
+    Schedule,
+    check_config,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+)
 
 CONFIGS = sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml"))
+PPO_CARTPOLE = Path(__file__).parent.parent / "configs" / "ppo_cartpole.yaml"
+#: collect in this process: no Ray, and a config valid with any env count
+LOCAL = ["collector.num_collectors=0", "logging.tensorboard=false", "logging.progress_bar=false"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -18,7 +44,7 @@ def test_shipped_configs_load(path):
 
 def test_overrides_are_typed_and_applied():
     cfg = load_config(
-        CONFIGS[0],
+        PPO_CARTPOLE,  # a PPO config: ppo.* overrides of an a2c config are refused
         [
             "ppo.lr=1e-3",
             "collector.num_collectors=4",
@@ -59,3 +85,262 @@ def test_missing_file_and_bad_override():
         load_config("nope.yaml")
     with pytest.raises(ConfigError, match=r"override 'ppo.lr' is invalid: write key=value"):
         load_config(CONFIGS[0], ["ppo.lr"])
+
+
+# ------------------------------------------------- algorithms own their config
+
+
+def test_a_run_dir_config_yaml_holds_only_the_chosen_section(tmp_path):
+    from fleetrl.trainer import Trainer
+
+    cfg = load_config(PPO_CARTPOLE, [*LOCAL, "ppo.clip_schedule=linear"])
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    trainer.metrics.close()
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert sorted(saved) == ["algorithm", "collector", "env", "logging", "ppo", "scheme", "trainer"]
+    assert saved["ppo"]["clip_schedule"] == "linear" and saved["ppo"]["model"] == "auto"
+    assert "clip_schedule" not in saved["trainer"]
+    # it loads back to the same config, with no warning about other sections
+    again = config_from_dict(saved)
+    assert config_to_dict(again) == saved
+    assert again.ppo.clip_schedule is Schedule.LINEAR
+
+
+def test_the_chosen_section_is_config_algo_and_its_name_only():
+    cfg = config_from_dict({"algorithm": "dqn", "env": {"id": "CartPole-v1"}}, LOCAL)
+    assert cfg.algo is cfg.dqn and type(cfg.algo) is DQNConfig
+    assert cfg.algorithm_class is ALGORITHMS["dqn"]
+    with pytest.raises(AttributeError, match=r"config.ppo: this config trains algorithm='dqn'"):
+        _ = cfg.ppo
+    assert "ppo" not in config_to_dict(cfg) and config_to_dict(cfg)["dqn"]["lr"] == 5e-4
+
+
+def test_one_registry_knows_each_config_class_and_behaviour():
+    assert ALGORITHMS == {"ppo": PPO, "a2c": A2C, "dqn": DQN, "sac": SAC}
+    configs = {name: cls.config_class for name, cls in ALGORITHMS.items()}
+    assert configs == {"ppo": PPOConfig, "a2c": A2CConfig, "dqn": DQNConfig, "sac": SACConfig}
+    assert {name for name, cls in ALGORITHMS.items() if cls.on_policy} == {"ppo", "a2c"}
+    assert {name for name, cls in ALGORITHMS.items() if cls.random_start} == {"sac"}
+
+
+ALGORITHM_PROBLEMS = [
+    ("ppo", "CartPole-v1", "ppo.clip_epsilon=0", "ppo.clip_epsilon=0.0 is invalid: must be > 0"),
+    (
+        "ppo",
+        "CartPole-v1",
+        "ppo.num_mini_batch=3",
+        "ppo.num_mini_batch=3 is invalid: must be > 0 and divide collector.frames_per_batch (64)",
+    ),
+    (
+        "ppo",
+        "CartPole-v1",
+        "ppo.clip_schedule=cosine",
+        "ppo.clip_schedule='cosine' is invalid: must be 'constant' or 'linear'",
+    ),
+    (
+        "ppo",
+        "CartPole-v1",
+        "ppo.clip_value=0",
+        "ppo.clip_value=0.0 is invalid: must be > 0, or null: off",
+    ),
+    (
+        "a2c",
+        "CartPole-v1",
+        "a2c.gae_lambda=1.5",
+        "a2c.gae_lambda=1.5 is invalid: must be in [0, 1]",
+    ),
+    ("a2c", "CartPole-v1", "a2c.entropy_coef=-1", "a2c.entropy_coef=-1.0 is invalid: must be >= 0"),
+    (
+        "a2c",
+        "CartPole-v1",
+        "a2c.model=resnet",
+        "a2c.model='resnet' is invalid: must be one of ['auto', 'mlp', 'cnn', 'impala']",
+    ),
+    ("dqn", "CartPole-v1", "dqn.buffer_size=0", "dqn.buffer_size=0 is invalid: must be > 0"),
+    (
+        "dqn",
+        "CartPole-v1",
+        "dqn.eps_end=1.5",
+        "dqn.eps_end=1.5 is invalid: must satisfy 0 <= eps_end <= eps_init <= 1",
+    ),
+    (
+        "dqn",
+        "CartPole-v1",
+        "dqn.learning_starts=-1",
+        "dqn.learning_starts=-1 is invalid: must be >= 0",
+    ),
+    ("sac", "Pendulum-v1", "sac.tau=2", "sac.tau=2.0 is invalid: must be in (0, 1]"),
+    ("sac", "Pendulum-v1", "sac.alpha_init=0", "sac.alpha_init=0.0 is invalid: must be > 0"),
+    ("sac", "Pendulum-v1", "sac.lr=0", "sac.lr=0.0 is invalid: must be > 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "env_id", "override", "problem"),
+    ALGORITHM_PROBLEMS,
+    ids=[case[2] for case in ALGORITHM_PROBLEMS],
+)
+def test_each_algorithm_checks_its_own_section(algorithm, env_id, override, problem):
+    data = {"algorithm": algorithm, "env": {"id": env_id, "num_envs": 4}}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data, [*LOCAL, "collector.frames_per_batch=64", override])
+    assert info.value.problems == [problem]
+
+
+def test_a_config_built_by_hand_is_checked_by_its_algorithm():
+    cfg = Config(algorithm="sac", env=EnvConfig(id="Pendulum-v1"), algo=SACConfig(tau=0.0))
+    cfg.collector.num_collectors = 0
+    with pytest.raises(ConfigError) as info:
+        check_config(cfg)
+    assert info.value.problems == ["sac.tau=0.0 is invalid: must be in (0, 1]"]
+    cfg = Config(algorithm="sac", env=EnvConfig(id="Pendulum-v1"), algo=PPOConfig())
+    with pytest.raises(ConfigError, match=r"sac='PPOConfig' is invalid: must be a SACConfig"):
+        check_config(cfg)
+
+
+def test_modes_and_schedules_are_enums_inside_and_values_outside():
+    cfg = config_from_dict(
+        {"algorithm": "ppo"},
+        [
+            "trainer.lr_schedule=linear",
+            "ppo.clip_schedule=linear",
+            "ppo.model=mlp",
+            "scheme.num_grad_workers=2",
+            "scheme.grad_communication=async",
+        ],
+    )
+    assert cfg.trainer.lr_schedule is Schedule.LINEAR and cfg.ppo.clip_schedule is Schedule.LINEAR
+    assert cfg.ppo.model is ModelKind.MLP
+    assert cfg.scheme.grad_communication is GradCommunication.ASYNC
+    plain = config_to_dict(cfg)
+    assert (plain["trainer"]["lr_schedule"], plain["scheme"]["grad_communication"]) == (
+        "linear",
+        "async",
+    )
+    assert yaml.safe_load(yaml.safe_dump(plain)) == plain  # safe_dump refuses Enum members
+    assert PPOConfig(model="cnn").model is ModelKind.CNN  # by value in code too
+
+
+def test_sections_of_other_algorithms_load_with_one_warning(tmp_path, caplog):
+    path = tmp_path / "old.yaml"
+    path.write_text(
+        "algorithm: ppo\n"
+        "trainer: {clip_schedule: linear}\n"
+        "ppo: {lr: 0.001}\n"
+        "dqn: {lr: 0.5}\n"
+        "sac: {tau: 0.1}\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="fleetrl.config"):
+        cfg = load_config(path, LOCAL)
+    assert [r.getMessage() for r in caplog.records] == [
+        "config: ignored the dqn section, the sac section, trainer.clip_schedule (moved to "
+        "ppo.clip_schedule) (this config trains algorithm='ppo' and holds only its section; a "
+        "run's config.yaml now keeps just that one)"
+    ]
+    assert cfg.ppo.lr == 0.001 and cfg.ppo.clip_schedule is Schedule.LINEAR
+    assert sorted(config_to_dict(cfg)) == sorted(
+        ["algorithm", "collector", "env", "logging", "ppo", "scheme", "trainer"]
+    )
+
+
+def test_overrides_of_another_section_or_a_moved_key_are_refused():
+    with pytest.raises(ConfigError) as info:
+        load_config(PPO_CARTPOLE, ["dqn.lr=1e-3", "trainer.clip_schedule=linear"])
+    assert info.value.problems == [
+        "dqn.lr is invalid here: the dqn section belongs to algorithm='dqn' and this config "
+        "trains algorithm='ppo'; set ppo.lr instead, or train dqn with algorithm=dqn",
+        "trainer.clip_schedule is invalid: it moved to ppo.clip_schedule; write "
+        "ppo.clip_schedule=linear instead",
+    ]
+    # switching the algorithm on the command line: the file's ppo section is dropped
+    cfg = load_config(PPO_CARTPOLE, ["algorithm=a2c", "a2c.lr=1e-3"])
+    assert cfg.a2c.lr == 1e-3 and type(cfg.algo) is A2CConfig
+
+
+# ---------------------------------------------------------- one rule per fact
+
+
+#: PPO's minibatches divide any batch: only the batch-size rule speaks
+ONE_MINIBATCH = ["ppo.num_mini_batch=1"]
+
+
+def _as_arguments(problem: str) -> str:
+    """A config problem in the collectors' argument names."""
+    return (
+        problem.replace("collector.sync=true", "sync=True")
+        .replace("collector.", "")
+        .replace("trainer.", "")
+    )
+
+
+def test_batch_size_rule_says_the_same_in_config_and_local_collector():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {"algorithm": "ppo"},
+            [
+                *LOCAL,
+                *ONE_MINIBATCH,
+                "env.num_envs=4",
+                "collector.frames_per_batch=10",
+                "trainer.total_frames=30",
+            ],
+        )
+    assert info.value.problems == [
+        "collector.frames_per_batch=10 is invalid: must be a multiple of the number of envs (4); "
+        "use 8 or 12",
+        "trainer.total_frames=30 is invalid: must be a multiple of the number of envs (4); "
+        "use 28 or 32",
+    ]
+    with pytest.raises(ConfigError) as local:
+        SyncDataCollector("CartPole-v1", None, frames_per_batch=10, total_frames=30, num_envs=4)
+    assert local.value.problems == [_as_arguments(p) for p in info.value.problems]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_batch_size_rule_says_the_same_in_config_and_ray_collector():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {"algorithm": "ppo"},
+            [
+                *ONE_MINIBATCH,
+                "collector.num_collectors=2",
+                "env.num_envs=4",
+                "collector.frames_per_batch=60",
+            ],
+        )
+    assert info.value.problems == [
+        "collector.frames_per_batch=60 is invalid: collector.sync=true splits each batch across "
+        "the 2 collectors: collector.frames_per_batch / collector.num_collectors = 30 frames per "
+        "collector must be a multiple of each collector's 4 envs; use "
+        "collector.frames_per_batch=56 or 64"
+    ]
+    with pytest.raises(ConfigError) as remote:
+        RayCollector(
+            "CartPole-v1",
+            None,
+            frames_per_batch=60,
+            num_collectors=2,
+            sync=True,
+            num_workers_per_collector=4,
+        )
+    assert remote.value.problems == [_as_arguments(p) for p in info.value.problems]
+    # first ready: each collector gathers whole batches, as a local one does
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {"algorithm": "ppo"},
+            [
+                *ONE_MINIBATCH,
+                "collector.num_collectors=2",
+                "collector.sync=false",
+                "env.num_envs=4",
+                "collector.frames_per_batch=10",
+            ],
+        )
+    with pytest.raises(ConfigError) as remote:
+        RayCollector(
+            "CartPole-v1", None, frames_per_batch=10, num_collectors=2, num_workers_per_collector=4
+        )
+    assert remote.value.problems == [_as_arguments(p) for p in info.value.problems]
+    assert remote.value.problems == [
+        "frames_per_batch=10 is invalid: must be a multiple of the number of envs (4); use 8 or 12"
+    ]

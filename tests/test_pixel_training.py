@@ -11,11 +11,10 @@ import torch
 import yaml
 
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
-from fleetrl.algorithms import PPO, env_info
+from fleetrl.algorithms import PPO, PPOConfig, env_info
 from fleetrl.checkpoint import load_checkpoint
 from fleetrl.cli import main
 from fleetrl.collectors import RayCollector
-from fleetrl.config import PPOConfig
 from fleetrl.preflight import FROZEN_MSG
 from fleetrl.trainer import latest_checkpoint
 

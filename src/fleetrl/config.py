@@ -1,47 +1,69 @@
 """Typed training configs, loaded from YAML with ``key=value`` overrides.
 
 A config file has one section per dataclass below (``env``, ``collector``,
-``trainer``, ``logging``) and one for the algorithm, named after it
-(``ppo``, ``a2c``, ...). Overrides use dotted paths:
+``trainer``, ``scheme``, ``logging``) and one for the algorithm, named after
+it (``ppo``, ``a2c``, ...). Each algorithm owns its section: the dataclass and
+its validation live in its file (``fleetrl/algorithms/ppo.py`` defines
+``PPOConfig``), and the registry :data:`fleetrl.algorithms.ALGORITHMS` maps a
+name to the algorithm class, which knows its config class. A :class:`Config`
+holds the chosen algorithm's section only: ``config.algo``, also reachable by
+its name (``config.ppo`` when ``algorithm: ppo``). Overrides use dotted paths:
 ``fleetrl train configs/ppo_cartpole.yaml ppo.lr=1e-3 collector.num_collectors=4``.
 Values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``).
 
-A config is validated as a whole: :func:`load_config` reports every problem
-at once (unknown keys with the closest known one, wrong types, out-of-range
-values), each with the value and what is allowed.
+Modes and schedules are Enums inside (:class:`Schedule`,
+:class:`GradCommunication`, ``ModelKind``), written as their values in YAML
+and on the command line. A config is validated as a whole: every problem is
+reported at once, with the value and what is allowed.
+
+Sections of other algorithms in a file (an older run's ``config.yaml``, or a
+file switched with ``algorithm=...``) are dropped with one logged warning, and
+so is ``trainer.clip_schedule`` (now ``ppo.clip_schedule``, where its value
+moves); an override naming either is an error, as it would change nothing.
 
 Examples:
     >>> cfg = config_from_dict({"algorithm": "ppo", "env": {"id": "CartPole-v1"}})
     >>> cfg.algorithm, cfg.env.id, cfg.ppo.clip_epsilon
     ('ppo', 'CartPole-v1', 0.2)
+    >>> sorted(config_to_dict(cfg))
+    ['algorithm', 'collector', 'env', 'logging', 'ppo', 'scheme', 'trainer']
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import difflib
-import math
-import types
+import enum
+import logging
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.errors import ConfigError
+from fleetrl.typed_yaml import (
+    Checks,
+    check_fields,
+    deep_copy,
+    enum_of,
+    enum_value,
+    fill_dataclass,
+    parse_override,
+    read_yaml_mapping,
+    to_plain,
+)
 
 __all__ = [
-    "A2CConfig",
+    "AlgorithmConfig",
     "AtariConfig",
+    "Checks",
     "CollectorConfig",
     "Config",
-    "DQNConfig",
     "EnvConfig",
+    "GradCommunication",
     "LoggingConfig",
-    "PPOConfig",
-    "SACConfig",
+    "Schedule",
     "SchemeConfig",
     "TrainerConfig",
     "check_config",
@@ -50,6 +72,46 @@ __all__ = [
     "load_config",
     "read_yaml_mapping",
 ]
+
+log = logging.getLogger(__name__)
+
+OTHER_SECTION_MSG = (
+    "{key} is invalid here: the {section} section belongs to algorithm={section!r} and this "
+    "config trains algorithm={algorithm!r}; set {algorithm}.{rest} instead, or train {section} "
+    "with algorithm={section}"
+)
+MOVED_KEY_MSG = "{key} is invalid: it moved to {new}; write {new}={value} instead"
+IGNORED_WARNING = (
+    "config: ignored %s (this config trains algorithm=%r and holds only its section; a run's "
+    "config.yaml now keeps just that one)"
+)
+UNKNOWN_ATTR_MSG = (
+    "config.{name}: this config trains algorithm={algorithm!r} and holds only its section "
+    "(config.{algorithm}, also config.algo)"
+)
+#: keys that moved: old dotted key -> (the new key, the algorithm it applies to)
+MOVED_KEYS = {"trainer.clip_schedule": ("ppo.clip_schedule", "ppo")}
+#: the batch-size rule in config keys (fleetrl.batch_sizes)
+CONFIG_NAMES = BatchSizeNames(
+    frames_per_batch="collector.frames_per_batch",
+    total_frames="trainer.total_frames",
+    num_collectors="collector.num_collectors",
+    sync="collector.sync=true",
+)
+
+
+class Schedule(str, enum.Enum):
+    """How a hyperparameter changes over a run."""
+
+    CONSTANT = "constant"
+    LINEAR = "linear"  # decays to 0 at trainer.total_frames
+
+
+class GradCommunication(str, enum.Enum):
+    """How the update worker combines the gradient workers' gradients."""
+
+    SYNC = "sync"  # average every worker's gradients per step
+    ASYNC = "async"  # apply each worker's gradients first ready
 
 
 @dataclass
@@ -102,10 +164,12 @@ class CollectorConfig:
     frames_per_batch: int = 2048
     """frames per training batch (sync: summed over collectors)."""
     sync: bool = True
-    """stack all collectors' batches (True) or serve the first ready (False)."""
+    """stack all collectors' batches (True) or serve the first ready (False). RayCollector's
+    own default is False, torchrl's; a training run defaults to the on-policy setting."""
     prefetch: int = 0
     """batches each worker may collect ahead of the learner (0: on-policy in sync mode;
-    async lag is bounded only by max_policy_lag)."""
+    async lag is bounded only by max_policy_lag). RayCollector's own default is 1, for
+    throughput; a training run defaults to no lag, which on-policy algorithms need."""
     num_cpus_per_collector: float = 1.0
     """Ray CPUs reserved per collector."""
     compress: str | None = None
@@ -150,10 +214,9 @@ class TrainerConfig:
     """write a checkpoint every this many updates (0: only at the end)."""
     keep_checkpoints: int = 3
     """checkpoints kept on disk (the newest)."""
-    lr_schedule: str = "constant"
-    """'constant' or 'linear' (decays to 0 at total_frames)."""
-    clip_schedule: str = "constant"
-    """'constant' or 'linear' decay of PPO's clip epsilon."""
+    lr_schedule: Schedule = Schedule.CONSTANT
+    """'constant' or 'linear' (decays to 0 at total_frames). PPO's clip epsilon schedule is
+    ``ppo.clip_schedule``."""
 
 
 @dataclass
@@ -168,7 +231,7 @@ class SchemeConfig:
 
     num_grad_workers: int = 1
     """gradient workers (Ray actors); 1: the central learner, in this process."""
-    grad_communication: str = "sync"
+    grad_communication: GradCommunication = GradCommunication.SYNC
     """'sync': average all workers' gradients per step; 'async': apply them first ready."""
     decentralized_update: bool = False
     """all-reduce gradients among the workers (gloo) and step every replica (DD-PPO)."""
@@ -199,298 +262,179 @@ class LoggingConfig:
 
 
 @dataclass
-class PPOConfig:
-    lr: float = 3e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
-    clip_epsilon: float = 0.2
-    """PPO ratio clipping."""
-    entropy_coef: float = 0.0
-    """entropy bonus coefficient."""
-    critic_coef: float = 0.5
-    """value loss coefficient."""
-    num_epochs: int = 4
-    """passes over each batch."""
-    num_mini_batch: int = 4
-    """minibatches per epoch."""
-    normalize_advantage: bool = True
-    """normalize advantages per minibatch."""
-    clip_value: float | None = None
-    """clip the value update to this range around the old value (None: off)."""
-    max_grad_norm: float | None = 0.5
-    """clip the gradient norm (None: off)."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """hidden layers of the actor and critic MLPs."""
-    model: str = "auto"
-    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
+class AlgorithmConfig:
+    """Base of the algorithms' config sections (each defined in its algorithm's file).
 
+    A subclass declares its fields (each with a doc line) and extends
+    :meth:`validate` with its own ranges and cross-checks; the fields every
+    algorithm has (``lr``, ``gamma``, ``hidden_sizes``, ``max_grad_norm``) are
+    checked here.
+    """
 
-@dataclass
-class A2CConfig:
-    lr: float = 7e-4
-    """RMSprop/Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    gae_lambda: float = 1.0
-    """GAE lambda (1.0: n-step returns)."""
-    entropy_coef: float = 0.01
-    """entropy bonus coefficient."""
-    critic_coef: float = 0.5
-    """value loss coefficient."""
-    max_grad_norm: float | None = 0.5
-    """clip the gradient norm (None: off)."""
-    normalize_advantage: bool = False
-    """normalize advantages per batch."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """hidden layers of the actor and critic MLPs."""
-    model: str = "auto"
-    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
+    def __post_init__(self) -> None:
+        # an Enum field set by value in code (model="cnn") becomes its member, as from YAML
+        for name, hint in typing.get_type_hints(type(self)).items():
+            member = enum_value(hint, getattr(self, name)) if enum_of(hint) else None
+            if member is not None:  # an unknown value is left for the checks to report
+                setattr(self, name, member)
 
-
-@dataclass
-class DQNConfig:
-    lr: float = 5e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    double_dqn: bool = True
-    """double-DQN targets."""
-    buffer_size: int = 50_000
-    """replay buffer capacity (frames)."""
-    batch_size: int = 128
-    """transitions per gradient step."""
-    learning_starts: int = 2_000
-    """frames collected before the first gradient step."""
-    updates_per_batch: int = 16
-    """gradient steps after each collected batch."""
-    target_update_interval: int = 250
-    """gradient steps between hard target-network updates."""
-    eps_init: float = 1.0
-    """initial epsilon of epsilon-greedy."""
-    eps_end: float = 0.05
-    """final epsilon."""
-    eps_anneal_frames: int = 30_000
-    """frames over which epsilon decays linearly."""
-    max_grad_norm: float | None = 10.0
-    """clip the gradient norm (None: off)."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
-    """hidden layers of the Q network."""
-    model: str = "auto"
-    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
-
-
-@dataclass
-class SACConfig:
-    lr: float = 3e-4
-    """Adam learning rate (actor, Q networks, temperature)."""
-    gamma: float = 0.99
-    """discount factor."""
-    tau: float = 0.005
-    """soft target-update rate."""
-    alpha_init: float = 1.0
-    """initial entropy temperature (learned)."""
-    buffer_size: int = 100_000
-    """replay buffer capacity (frames)."""
-    batch_size: int = 256
-    """transitions per gradient step."""
-    start_steps: int = 5_000
-    """frames of uniform random actions before the policy acts and learning starts."""
-    updates_per_batch: int = 64
-    """gradient steps after each collected batch."""
-    max_grad_norm: float | None = None
-    """clip the gradient norm (None: off)."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    """hidden layers of the actor and Q networks."""
-
-
-#: algorithms that learn from the batch just collected (the others keep a replay buffer)
-ON_POLICY = ("ppo", "a2c")
-#: values of ``<algo>.model`` (fleetrl.algorithms.models.ModelKind; kept here so that
-#: loading a config imports no torch)
-MODEL_KINDS = ("auto", "mlp", "cnn", "impala")
-
-ALGORITHM_CONFIGS: dict[str, type] = {
-    "ppo": PPOConfig,
-    "a2c": A2CConfig,
-    "dqn": DQNConfig,
-    "sac": SACConfig,
-}
+    def validate(self, config: Config, check: Checks) -> None:
+        """Append this section's problems (``check`` prefixes the keys with the section)."""
+        check(self.lr > 0, "lr", self.lr, "must be > 0")
+        check(0 < self.gamma <= 1, "gamma", self.gamma, "must be in (0, 1]")
+        check(
+            all(h > 0 for h in self.hidden_sizes),
+            "hidden_sizes",
+            self.hidden_sizes,
+            "must be positive ints",
+        )
+        check(
+            self.max_grad_norm is None or self.max_grad_norm > 0,
+            "max_grad_norm",
+            self.max_grad_norm,
+            "must be > 0, or null: off",
+        )
 
 
 @dataclass
 class Config:
+    """A whole training run: env, collectors, trainer, scheme, logging and one algorithm."""
+
     algorithm: str = "ppo"
-    """which algorithm trains: one of the keys of ALGORITHM_CONFIGS."""
+    """which algorithm trains: a key of fleetrl.algorithms.ALGORITHMS."""
     env: EnvConfig = field(default_factory=EnvConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     scheme: SchemeConfig = field(default_factory=SchemeConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    a2c: A2CConfig = field(default_factory=A2CConfig)
-    dqn: DQNConfig = field(default_factory=DQNConfig)
-    sac: SACConfig = field(default_factory=SACConfig)
+    algo: AlgorithmConfig | None = None
+    """the chosen algorithm's section (None: its defaults), written under its name (``ppo:``)
+    in YAML and reachable by it (``config.ppo``)."""
+
+    def __post_init__(self) -> None:
+        cls = _algorithm_classes().get(self.algorithm)
+        if self.algo is None and cls is not None:
+            self.algo = cls.config_class()
+
+    def __getattr__(self, name: str) -> Any:
+        # called only when normal lookup fails: config.ppo is the chosen section by its name
+        algorithm = self.__dict__.get("algorithm")
+        if algorithm is not None and name == algorithm:
+            return self.__dict__.get("algo")
+        if algorithm is not None and name in _algorithm_classes():
+            raise AttributeError(UNKNOWN_ATTR_MSG.format(name=name, algorithm=algorithm))
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
-    def algo(self) -> Any:
-        """The config section of the chosen algorithm."""
-        return getattr(self, self.algorithm)
+    def algorithm_class(self) -> type | None:
+        """The algorithm class of ``algorithm`` (None when the name is unknown)."""
+        return _algorithm_classes().get(self.algorithm)
+
+
+def _algorithm_classes() -> dict[str, type]:
+    # the registry imports torch and torchrl; imported when first needed, and the
+    # algorithm files import this module for their config base
+    from fleetrl.algorithms import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def _at_least(low: float, *, null: bool = False) -> Callable[[Any], bool]:
+    return lambda v: (null and v is None) or (v is not None and v >= low)
+
+
+def _above(low: float, *, null: bool = False) -> Callable[[Any], bool]:
+    return lambda v: (null and v is None) or (v is not None and v > low)
+
+
+#: the ranges of single keys (the cross-checks follow in _validate)
+RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "env.num_envs": (_above(0), "must be > 0"),
+    "env.max_episode_steps": (_above(0, null=True), "must be > 0, or null for the env's own limit"),
+    "collector.num_collectors": (_at_least(0), "must be >= 0 (0: local, no Ray)"),
+    "collector.prefetch": (_at_least(0), "must be >= 0"),
+    "collector.num_threads": (_at_least(1, null=True), "must be >= 1, or null for torch's default"),
+    "collector.num_cpus_per_collector": (_at_least(0), "must be >= 0"),
+    "collector.max_policy_lag": (_at_least(0, null=True), "must be null (no bound) or >= 0"),
+    "collector.max_restart_attempts": (
+        _at_least(0),
+        "must be >= 0 (0: a collector worker's death ends the run)",
+    ),
+    "collector.fraction_samples": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "collector.fraction_workers": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
+    "collector.overlap": (
+        lambda v: v in (None, True, False, "auto", "on", "off"),
+        "must be auto (or null), on (or true) or off (or false)",
+    ),
+    "trainer.weight_update_interval": (_above(0), "must be > 0"),
+    "trainer.num_test_episodes": (_above(0), "must be > 0"),
+    "trainer.return_window": (_above(0), "must be > 0"),
+    "trainer.keep_checkpoints": (_above(0), "must be > 0"),
+    # gymnasium refuses negative seeds, but only once the envs reset, after start-up
+    "trainer.seed": (_at_least(0), "must be >= 0"),
+    "trainer.test_every": (_at_least(0), "must be >= 0 (0: off)"),
+    "trainer.checkpoint_every": (_at_least(0), "must be >= 0 (0: off)"),
+    "scheme.num_grad_workers": (_at_least(1), "must be >= 1"),
+    "scheme.max_policy_lag": (_at_least(0), "must be >= 0"),
+    "scheme.num_threads_per_grad_worker": (
+        _at_least(1, null=True),
+        "must be >= 1, or null for torch's default",
+    ),
+    "scheme.max_restart_attempts": (
+        _at_least(0),
+        "must be >= 0 (0: a gradient worker's death ends the run)",
+    ),
+    "scheme.num_cpus_per_grad_worker": (_at_least(0), "must be >= 0"),
+    "scheme.collective_timeout_s": (_above(0), "must be > 0"),
+}
 
 
 # ------------------------------------------------------------------ loading
 
 
-def _type_ok(value: Any, hint: Any) -> bool:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is dict:
-        key_hint, value_hint = typing.get_args(hint) or (Any, Any)
-        return isinstance(value, dict) and all(
-            _type_ok(k, key_hint) and _type_ok(v, value_hint) for k, v in value.items()
-        )
-    if origin is list:
-        (inner,) = typing.get_args(hint) or (Any,)
-        return isinstance(value, list) and all(_type_ok(v, inner) for v in value)
-    if hint is Any:
-        return True
-    return isinstance(value, hint)
-
-
-def _fill(cls: type, data: dict[str, Any], prefix: str, problems: list[str]) -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    obj = cls()
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known: {names}"
-            problems.append(f"{path} is not a config key{hint}")
-            continue
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint):
-            if not isinstance(value, dict):
-                problems.append(
-                    f"{path}={value!r} is invalid: must be a mapping of {hint.__name__} fields"
-                )
-                continue
-            setattr(obj, key, _fill(hint, value, f"{path}.", problems))
-            continue
-        if isinstance(value, int) and not isinstance(value, bool) and hint in (float, float | None):
-            value = float(value)
-        if not _type_ok(value, hint):
-            problems.append(f"{path}={value!r} is invalid: must be {_hint_name(hint)}")
-            continue
-        setattr(obj, key, value)
-    return obj
-
-
-def _hint_name(hint: Any) -> str:
-    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
-
-
-def _check_finite(obj: Any, prefix: str, problems: list[str]) -> None:
-    """Every float field must be a number: ``.nan`` and ``.inf`` pass ``> 0``-style checks."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            _check_finite(value, f"{prefix}{f.name}.", problems)
-        elif isinstance(value, float) and not math.isfinite(value):
-            problems.append(f"{prefix}{f.name}={value!r} is invalid: must be a finite number")
-
-
 def _validate(cfg: Config, problems: list[str]) -> None:
-    def check(ok: bool, path: str, value: Any, allowed: str) -> None:
-        # one problem per key: a .nan lr is not finite, and need not also be "not > 0"
-        if not ok and not any(p.startswith(f"{path}=") for p in problems):
-            problems.append(f"{path}={value!r} is invalid: {allowed}")
+    check = Checks(problems)
+    for f in dataclasses.fields(cfg):  # finite floats, Enum values, in every section
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            check_fields(value, check.section(cfg.algorithm if f.name == "algo" else f.name))
+    classes = _algorithm_classes()
+    check(cfg.algorithm in classes, "algorithm", cfg.algorithm, f"must be one of {sorted(classes)}")
+    for key, (ok, allowed) in RANGES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        check(ok(value), key, value, allowed)
+    _validate_collector(cfg.collector, check.section("collector"))
+    _validate_overlap(cfg, check)
+    _validate_batch_sizes(cfg, check)
+    _validate_scheme(cfg, check.section("scheme"))
+    cls = classes.get(cfg.algorithm)
+    if cls is None:
+        return
+    if not isinstance(cfg.algo, cls.config_class):
+        got = type(cfg.algo).__name__
+        check(False, cfg.algorithm, got, f"must be a {cls.config_class.__name__}")
+        return
+    cfg.algo.validate(cfg, check.section(cfg.algorithm))
 
-    _check_finite(cfg, "", problems)
 
-    check(
-        cfg.algorithm in ALGORITHM_CONFIGS,
-        "algorithm",
-        cfg.algorithm,
-        f"must be one of {sorted(ALGORITHM_CONFIGS)}",
-    )
-    check(cfg.env.num_envs > 0, "env.num_envs", cfg.env.num_envs, "must be > 0")
-    check(
-        cfg.env.max_episode_steps is None or cfg.env.max_episode_steps > 0,
-        "env.max_episode_steps",
-        cfg.env.max_episode_steps,
-        "must be > 0, or null for the env's own limit",
-    )
-    c, t = cfg.collector, cfg.trainer
-    check(
-        c.num_collectors >= 0,
-        "collector.num_collectors",
-        c.num_collectors,
-        "must be >= 0 (0: local, no Ray)",
-    )
-    check(c.prefetch >= 0, "collector.prefetch", c.prefetch, "must be >= 0")
-    check(
-        c.num_threads is None or c.num_threads >= 1,
-        "collector.num_threads",
-        c.num_threads,
-        "must be >= 1, or null for torch's default",
-    )
-    check(
-        c.num_cpus_per_collector >= 0,
-        "collector.num_cpus_per_collector",
-        c.num_cpus_per_collector,
-        "must be >= 0",
-    )
-    check(
-        c.max_policy_lag is None or c.max_policy_lag >= 0,
-        "collector.max_policy_lag",
-        c.max_policy_lag,
-        "must be null (no bound) or >= 0",
-    )
-    check(
-        c.max_restart_attempts >= 0,
-        "collector.max_restart_attempts",
-        c.max_restart_attempts,
-        "must be >= 0 (0: a collector worker's death ends the run)",
-    )
+def _validate_collector(c: CollectorConfig, check: Checks) -> None:
     for name in ("fraction_samples", "fraction_workers"):
         value = getattr(c, name)
-        check(0 < value <= 1, f"collector.{name}", value, "must be in (0, 1]")
-        if value < 1:
+        if 0 < value < 1:
             check(
                 c.sync and c.num_collectors >= 2,
-                f"collector.{name}",
+                name,
                 value,
                 "preempts straggling remote collectors: needs collector.sync=true and "
                 "collector.num_collectors >= 2",
             )
-    _validate_scheme(cfg, check)
-    check(
-        c.compress in (None, "lz4", "zstd"),
-        "collector.compress",
-        c.compress,
-        "must be null, 'lz4' or 'zstd'",
-    )
-    check(
-        c.overlap in (None, True, False, "auto", "on", "off"),
-        "collector.overlap",
-        c.overlap,
-        "must be auto (or null), on (or true) or off (or false)",
-    )
+
+
+def _validate_overlap(cfg: Config, check: Checks) -> None:
+    c, e = cfg.collector, cfg.env
     if c.overlap in ("on", True):
-        e = cfg.env
         check(
             e.engine in ("ale_vector", "envpool") and e.num_envs >= 2 and e.num_envs % 2 == 0,
             "collector.overlap",
@@ -499,203 +443,63 @@ def _validate(cfg: Config, problems: list[str]) -> None:
             f"'envpool' and an even env.num_envs >= 2 (here env.engine={e.engine!r}, "
             f"env.num_envs={e.num_envs}); use auto or off",
         )
-    per_round = max(
-        1, c.num_collectors * cfg.env.num_envs if c.sync and c.num_collectors else cfg.env.num_envs
-    )
-    check(
-        c.frames_per_batch > 0 and c.frames_per_batch % per_round == 0,
-        "collector.frames_per_batch",
-        c.frames_per_batch,
-        f"must be a positive multiple of {per_round} "
-        f"({'num_collectors x ' if c.sync else ''}env.num_envs), e.g. {max(per_round, c.frames_per_batch // per_round * per_round)}",
-    )
-    check(
-        t.total_frames > 0 and t.total_frames % max(1, cfg.env.num_envs) == 0,
-        "trainer.total_frames",
-        t.total_frames,
-        f"must be a positive multiple of env.num_envs ({cfg.env.num_envs})",
-    )
-    for name in (
-        "weight_update_interval",
-        "num_test_episodes",
-        "return_window",
-        "keep_checkpoints",
+
+
+def _validate_batch_sizes(cfg: Config, check: Checks) -> None:
+    """The one batch-size rule (fleetrl.batch_sizes), in config keys."""
+    c, t = cfg.collector, cfg.trainer
+    check(c.frames_per_batch > 0, "collector.frames_per_batch", c.frames_per_batch, "must be > 0")
+    check(t.total_frames > 0, "trainer.total_frames", t.total_frames, "must be > 0")
+    remote_sync = c.sync and c.num_collectors > 0  # a sync RayCollector splits each batch
+    for problem in batch_size_problems(
+        frames_per_batch=c.frames_per_batch,
+        total_frames=t.total_frames,
+        num_envs=cfg.env.num_envs if cfg.env.num_envs > 0 else None,
+        split=c.num_collectors if remote_sync else 1,
+        names=CONFIG_NAMES,
     ):
-        check(getattr(t, name) > 0, f"trainer.{name}", getattr(t, name), "must be > 0")
-    # gymnasium refuses negative seeds, but only once the envs reset, after start-up
-    check(t.seed >= 0, "trainer.seed", t.seed, "must be >= 0")
-    for name in ("test_every", "checkpoint_every"):
-        check(getattr(t, name) >= 0, f"trainer.{name}", getattr(t, name), "must be >= 0 (0: off)")
-    for name in ("lr_schedule", "clip_schedule"):
-        check(
-            getattr(t, name) in ("constant", "linear"),
-            f"trainer.{name}",
-            getattr(t, name),
-            "must be 'constant' or 'linear'",
-        )
-    if cfg.algorithm in ALGORITHM_CONFIGS:
-        algo = cfg.algo
-        prefix = cfg.algorithm
-        check(algo.lr > 0, f"{prefix}.lr", algo.lr, "must be > 0")
-        check(0 < algo.gamma <= 1, f"{prefix}.gamma", algo.gamma, "must be in (0, 1]")
-        if hasattr(algo, "gae_lambda"):  # on-policy only
-            check(
-                0 <= algo.gae_lambda <= 1,
-                f"{prefix}.gae_lambda",
-                algo.gae_lambda,
-                "must be in [0, 1]",
-            )
-        check(
-            all(h > 0 for h in algo.hidden_sizes),
-            f"{prefix}.hidden_sizes",
-            algo.hidden_sizes,
-            "must be positive ints",
-        )
-        for name in (
-            "buffer_size",
-            "batch_size",
-            "updates_per_batch",
-            "target_update_interval",
-            "eps_anneal_frames",
-        ):
-            if hasattr(algo, name):
-                check(
-                    getattr(algo, name) > 0, f"{prefix}.{name}", getattr(algo, name), "must be > 0"
-                )
-        _validate_algorithm_ranges(algo, prefix, check)
-        if hasattr(algo, "model"):
-            check(
-                algo.model in MODEL_KINDS,
-                f"{prefix}.model",
-                algo.model,
-                f"must be one of {list(MODEL_KINDS)}",
-            )
-        if isinstance(algo, DQNConfig):
-            check(
-                0 <= algo.eps_end <= algo.eps_init <= 1,
-                "dqn.eps_end",
-                algo.eps_end,
-                "must satisfy 0 <= eps_end <= eps_init <= 1",
-            )
-        if isinstance(algo, SACConfig):
-            check(0 < algo.tau <= 1, "sac.tau", algo.tau, "must be in (0, 1]")
-        if isinstance(algo, PPOConfig):
-            check(algo.clip_epsilon > 0, "ppo.clip_epsilon", algo.clip_epsilon, "must be > 0")
-            check(algo.num_epochs > 0, "ppo.num_epochs", algo.num_epochs, "must be > 0")
-            check(
-                algo.num_mini_batch > 0 and c.frames_per_batch % algo.num_mini_batch == 0,
-                "ppo.num_mini_batch",
-                algo.num_mini_batch,
-                f"must be > 0 and divide collector.frames_per_batch ({c.frames_per_batch})",
-            )
+        key = problem.split("=", 1)[0]
+        if not any(p.startswith(f"{key}=") for p in check.problems):
+            check.problems.append(problem)
 
 
-def _validate_algorithm_ranges(algo: Any, prefix: str, check: Any) -> None:
-    """Ranges of the fields several algorithms share (a field an algorithm lacks is skipped)."""
-    for name in ("entropy_coef", "critic_coef", "learning_starts", "start_steps"):
-        if hasattr(algo, name):
-            value = getattr(algo, name)
-            check(value >= 0, f"{prefix}.{name}", value, "must be >= 0")
-    for name in ("max_grad_norm", "clip_value"):
-        if hasattr(algo, name):
-            value = getattr(algo, name)
-            check(
-                value is None or value > 0, f"{prefix}.{name}", value, "must be > 0, or null: off"
-            )
-    if hasattr(algo, "alpha_init"):
-        check(algo.alpha_init > 0, f"{prefix}.alpha_init", algo.alpha_init, "must be > 0")
-
-
-def _validate_scheme(cfg: Config, check: Any) -> None:
+def _validate_scheme(cfg: Config, check: Checks) -> None:
     s = cfg.scheme
-    check(s.num_grad_workers >= 1, "scheme.num_grad_workers", s.num_grad_workers, "must be >= 1")
-    check(
-        s.grad_communication in ("sync", "async"),
-        "scheme.grad_communication",
-        s.grad_communication,
-        "must be 'sync' or 'async'",
-    )
-    check(s.max_policy_lag >= 0, "scheme.max_policy_lag", s.max_policy_lag, "must be >= 0")
-    check(
-        s.num_threads_per_grad_worker is None or s.num_threads_per_grad_worker >= 1,
-        "scheme.num_threads_per_grad_worker",
-        s.num_threads_per_grad_worker,
-        "must be >= 1, or null for torch's default",
-    )
-    check(
-        s.max_restart_attempts >= 0,
-        "scheme.max_restart_attempts",
-        s.max_restart_attempts,
-        "must be >= 0 (0: a gradient worker's death ends the run)",
-    )
-    check(
-        s.num_cpus_per_grad_worker >= 0,
-        "scheme.num_cpus_per_grad_worker",
-        s.num_cpus_per_grad_worker,
-        "must be >= 0",
-    )
+    mode = enum_value(GradCommunication, s.grad_communication)
     for name, amount in s.grad_worker_resources.items():
-        check(
-            amount >= 0,
-            f"scheme.grad_worker_resources.{name}",
-            amount,
-            "must be >= 0",
-        )
-    check(
-        s.collective_timeout_s > 0,
-        "scheme.collective_timeout_s",
-        s.collective_timeout_s,
-        "must be > 0",
-    )
+        check(amount >= 0, f"grad_worker_resources.{name}", amount, "must be >= 0")
     if s.num_grad_workers == 1:
         # one worker at a level runs in the driver: the central learner, nothing distributed
         check(
-            s.grad_communication == "sync",
-            "scheme.grad_communication",
+            mode is not GradCommunication.ASYNC,
+            "grad_communication",
             s.grad_communication,
             "'async' needs scheme.num_grad_workers >= 2 (1 is the central learner)",
         )
         check(
             not s.decentralized_update,
-            "scheme.decentralized_update",
+            "decentralized_update",
             s.decentralized_update,
             "needs scheme.num_grad_workers >= 2 (1 is the central learner)",
         )
         return
+    classes = _algorithm_classes()
+    on_policy = [name for name, cls in classes.items() if cls.on_policy]
+    cls = classes.get(cfg.algorithm)
     check(
-        cfg.algorithm in ON_POLICY or s.grad_communication == "sync",
-        "scheme.grad_communication",
+        cls is None or cls.on_policy or mode is not GradCommunication.ASYNC,
+        "grad_communication",
         s.grad_communication,
-        f"'async' runs the on-policy algorithms {list(ON_POLICY)}: a replica of "
+        f"'async' runs the on-policy algorithms {on_policy}: a replica of "
         f"algorithm={cfg.algorithm!r} must see every update for its target network to follow "
         "the master's; use 'sync'",
     )
     check(
-        not (s.decentralized_update and s.grad_communication == "async"),
-        "scheme.decentralized_update",
+        not (s.decentralized_update and mode is GradCommunication.ASYNC),
+        "decentralized_update",
         s.decentralized_update,
         "all-reduce is synchronous: needs scheme.grad_communication='sync'",
     )
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"ppo.lr=1e-3"`` -> (["ppo", "lr"], 0.001)."""
-    if "=" not in text:
-        raise ConfigError([f"override {text!r} is invalid: write key=value, e.g. ppo.lr=1e-3"])
-    key, raw = text.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as err:
-        raise ConfigError(
-            [
-                f"override {text!r} is invalid: its value is not YAML ({_yaml_problem(err)}); "
-                "close brackets and quotes, e.g. ppo.hidden_sizes=[64, 64]"
-            ]
-        ) from None
-    if isinstance(value, str):  # YAML reads "1e-3" as a string
-        with contextlib.suppress(ValueError):
-            value = float(value) if any(ch in value for ch in ".eE") else value
-    return key.strip().split("."), value
 
 
 def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> Config:
@@ -703,17 +507,29 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -
 
     Besides types and ranges, the env is checked: ``env.id`` must be a
     registered gymnasium id whose env can be made, and its actions must suit
-    the algorithm (see :func:`fleetrl.preflight.check_env`).
+    the algorithm (see :func:`fleetrl.preflight.check_env`). Sections of other
+    algorithms, and keys that moved, are dropped with one logged warning (see
+    the module docstring); overrides naming them are problems.
     """
     if data is not None and not isinstance(data, dict):
         raise ConfigError([f"config={data!r} is invalid: must be a mapping of config sections"])
-    data = _deep_copy(data or {})
+    data = deep_copy(data or {})
     problems: list[str] = []
+    parsed = []
     for text in overrides or []:
         try:
-            path, value = parse_override(text)
+            parsed.append((text, *parse_override(text)))
         except ConfigError as err:
             problems.extend(err.problems)
+    algorithm = data.get("algorithm", Config.algorithm)
+    for _, path, value in parsed:
+        if path == ["algorithm"]:
+            algorithm = value
+    _drop_other_sections(data, algorithm)
+    for text, path, value in parsed:
+        problem = _override_problem(path, value, algorithm)
+        if problem:
+            problems.append(problem)
             continue
         node = data
         for part in path[:-1]:
@@ -723,9 +539,60 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -
                 break
         else:
             node[path[-1]] = value
-    cfg = _fill(Config, data, "", problems)  # a field with a bad type keeps its default...
+    cfg = _fill_config(data, problems)  # a field with a bad type keeps its default...
     check_config(cfg, problems)  # ...so the range checks can run on the rest at the same time
     return cfg
+
+
+def _fill_config(data: dict[str, Any], problems: list[str]) -> Config:
+    classes = _algorithm_classes()
+    algorithm = data.get("algorithm", Config.algorithm)
+    cls = classes.get(algorithm) if isinstance(algorithm, str) else None
+    section = data.pop(algorithm, {}) if cls is not None else {}
+    cfg = fill_dataclass(Config, data, "", problems, hidden=("algo",))
+    if cls is None:
+        cfg.algo = None  # the unknown name is reported by the range checks
+    elif not isinstance(section, dict):
+        problems.append(
+            f"{algorithm}={section!r} is invalid: must be a mapping of "
+            f"{cls.config_class.__name__} fields"
+        )
+        cfg.algo = cls.config_class()
+    else:
+        cfg.algo = fill_dataclass(cls.config_class, section, f"{algorithm}.", problems)
+    return cfg
+
+
+def _drop_other_sections(data: dict[str, Any], algorithm: Any) -> None:
+    """Drop what a config of ``algorithm`` no longer holds; one warning names all of it."""
+    dropped = []
+    for key in [k for k in data if k in _algorithm_classes() and k != algorithm]:
+        del data[key]
+        dropped.append(f"the {key} section")
+    for old, (new, owner) in MOVED_KEYS.items():
+        section, name = old.split(".")
+        if not isinstance(data.get(section), dict) or name not in data[section]:
+            continue
+        value = data[section].pop(name)
+        new_section, new_name = new.split(".")
+        if owner == algorithm and isinstance(data.setdefault(new_section, {}), dict):
+            data[new_section].setdefault(new_name, value)
+            dropped.append(f"{old} (moved to {new})")
+        else:
+            dropped.append(f"{old} (now {new}, for algorithm={owner})")
+    if dropped:
+        log.warning(IGNORED_WARNING, ", ".join(dropped), algorithm)
+
+
+def _override_problem(path: list[str], value: Any, algorithm: Any) -> str | None:
+    key = ".".join(path)
+    if key in MOVED_KEYS:
+        return MOVED_KEY_MSG.format(key=key, new=MOVED_KEYS[key][0], value=value)
+    if len(path) > 1 and path[0] != algorithm and path[0] in _algorithm_classes():
+        return OTHER_SECTION_MSG.format(
+            key=key, section=path[0], algorithm=algorithm, rest=".".join(path[1:])
+        )
+    return None
 
 
 def check_config(cfg: Config, problems: list[str] | None = None) -> None:
@@ -747,61 +614,17 @@ def check_config(cfg: Config, problems: list[str] | None = None) -> None:
         raise ConfigError(problems)
 
 
-def read_yaml_mapping(path: str | Path, arg: str) -> dict[str, Any]:
-    """The mapping a YAML file holds; ConfigError naming ``arg`` and the file otherwise.
-
-    Refuses a missing file, a YAML syntax error (with its line and column), an
-    empty file (which would silently train the defaults) and a file that holds
-    something other than a mapping.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError([f"{arg}={str(path)!r} is invalid: no such file"])
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(
-            [f"{arg}={str(path)!r} is invalid: {path} is not valid YAML ({_yaml_problem(err)})"]
-        ) from None
-    if data is None:
-        raise ConfigError(
-            [
-                f"{arg}={str(path)!r} is invalid: {path} holds no settings; a config names at "
-                "least the algorithm and env.id (start from one in configs/)"
-            ]
-        )
-    if not isinstance(data, dict):
-        raise ConfigError(
-            [
-                f"{arg}={str(path)!r} is invalid: {path} must hold a mapping of config sections "
-                f"(algorithm, env, collector, ...), not a {type(data).__name__}"
-            ]
-        )
-    return data
-
-
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     """Load a YAML config file, apply ``key=value`` overrides, validate everything."""
     return config_from_dict(read_yaml_mapping(path, "config"), overrides)
 
 
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    """'<problem> at line L, column C' of a YAML error (lines counted from 1)."""
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    context = getattr(err, "context", None)
-    mark = getattr(err, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{context + ': ' if context else ''}{problem}{where}"
-
-
 def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """Plain dict (YAML- and ``torch.load(weights_only=True)``-safe)."""
-    return dataclasses.asdict(cfg)
-
-
-def _deep_copy(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: _deep_copy(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_deep_copy(v) for v in data]
-    return data
+    """Plain dict (YAML- and ``torch.load(weights_only=True)``-safe): the sections and the
+    chosen algorithm's, under its name; Enums as their values."""
+    out = {
+        f.name: to_plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name != "algo"
+    }
+    if cfg.algo is not None:
+        out[cfg.algorithm] = to_plain(cfg.algo)
+    return out

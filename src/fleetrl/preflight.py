@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import ALGORITHM_CONFIGS, Config, config_from_dict, config_to_dict
+from fleetrl.config import Config, config_from_dict, config_to_dict
 from fleetrl.errors import ConfigError
 
 __all__ = [
@@ -138,10 +138,10 @@ def _model_problems(cfg: Config, info: Any) -> list[str]:
     """A conv ``<algo>.model`` on an env without image observations or discrete actions."""
     from fleetrl.algorithms.models import ModelKind, conv_problems
 
-    model = getattr(cfg.algo, "model", None) if cfg.algorithm in ALGORITHM_CONFIGS else None
-    if model not in {k.value for k in ModelKind}:
+    model = getattr(cfg.algo, "model", None)
+    if not isinstance(model, ModelKind):
         return []  # unset, or already reported as an invalid value
-    return conv_problems(cfg.algorithm, model, cfg.env.id, info)
+    return conv_problems(cfg.algorithm, model.value, cfg.env.id, info)
 
 
 def _close_ids(env_id: str) -> str:
@@ -170,6 +170,8 @@ def check_resume_overrides(
     old, new = config_to_dict(before), config_to_dict(after)
     problems = []
     for pattern, what in FROZEN_ON_RESUME.items():
+        if "{algo}" in pattern and after.algorithm != before.algorithm:
+            continue  # the new algorithm has none of the old one's section: "algorithm" says it
         key = pattern.format(algo=before.algorithm)
         was, now = _get(old, key), _get(new, key)
         if was != now:

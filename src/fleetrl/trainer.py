@@ -45,7 +45,7 @@ from fleetrl.checkpoint import (
     save_checkpoint,
 )
 from fleetrl.collectors import SyncDataCollector
-from fleetrl.config import Config, check_config, config_to_dict, read_yaml_mapping
+from fleetrl.config import Config, Schedule, check_config, config_to_dict, read_yaml_mapping
 from fleetrl.engines import env_spec
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.metrics import MetricLogger
@@ -226,9 +226,10 @@ class Trainer:
     def _apply_schedules(self, target: Any) -> None:
         t = self.config.trainer
         progress = min(1.0, self.frames / t.total_frames)
-        if t.lr_schedule == "linear":
+        if t.lr_schedule == Schedule.LINEAR:
             target.update_algorithm_parameter("lr", max(1e-8, self._base_lr * (1.0 - progress)))
-        if t.clip_schedule == "linear" and self._base_clip is not None:
+        clip_schedule = getattr(self.config.algo, "clip_schedule", Schedule.CONSTANT)  # PPO's
+        if clip_schedule == Schedule.LINEAR and self._base_clip is not None:
             target.update_algorithm_parameter(
                 "clip_epsilon", max(1e-3, self._base_clip * (1.0 - progress))
             )

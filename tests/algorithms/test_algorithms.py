@@ -5,8 +5,7 @@ import torch
 from tensordict import TensorDict
 
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.algorithms import A2C, PPO, env_info
-from fleetrl.config import A2CConfig, PPOConfig
+from fleetrl.algorithms import A2C, PPO, A2CConfig, PPOConfig, env_info
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +83,7 @@ def test_seed_properties_and_state_round_trip(cartpole_batch):
 
 
 def test_dqn_checkpoint_keeps_the_target_update_schedule():
-    from fleetrl.algorithms import DQN
-    from fleetrl.config import DQNConfig
+    from fleetrl.algorithms import DQN, DQNConfig
 
     cfg = DQNConfig(
         learning_starts=32, updates_per_batch=3, target_update_interval=5, batch_size=16
@@ -119,8 +117,7 @@ def test_continuous_actions_on_pendulum():
 
 
 def test_algorithm_on_the_wrong_action_space_speaks_the_python_api():
-    from fleetrl.algorithms import DQN, SAC
-    from fleetrl.config import DQNConfig, SACConfig
+    from fleetrl.algorithms import DQN, SAC, DQNConfig, SACConfig
 
     with pytest.raises(ConfigError) as info:
         SAC(SACConfig(), env_info("CartPole-v1"))

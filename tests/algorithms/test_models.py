@@ -10,7 +10,7 @@ from torch import nn
 
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.algorithms import A2C, DQN, PPO, env_info
+from fleetrl.algorithms import A2C, DQN, PPO, A2CConfig, DQNConfig, PPOConfig, env_info
 from fleetrl.algorithms.models import (
     CONV_ACTIONS_MSG,
     CONV_OBS_MSG,
@@ -21,7 +21,7 @@ from fleetrl.algorithms.models import (
     make_actor_critic,
     make_qnet,
 )
-from fleetrl.config import MODEL_KINDS, A2CConfig, DQNConfig, PPOConfig, config_from_dict
+from fleetrl.config import config_from_dict
 
 ALGOS = {"ppo": (PPO, PPOConfig), "a2c": (A2C, A2CConfig), "dqn": (DQN, DQNConfig)}
 
@@ -61,7 +61,7 @@ def test_env_info_reads_shape_and_dtype(pixel_info):
 
 
 def test_config_model_values_are_the_model_kinds():
-    assert tuple(kind.value for kind in ModelKind) == MODEL_KINDS
+    assert tuple(kind.value for kind in ModelKind) == ("auto", "mlp", "cnn", "impala")
     for _, cfg in ALGOS.values():
         assert cfg().model == "auto"
 

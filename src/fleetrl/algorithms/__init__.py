@@ -4,16 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetrl.algorithms.a2c import A2C
+from fleetrl.algorithms.a2c import A2C, A2CConfig
 from fleetrl.algorithms.base import Algorithm
-from fleetrl.algorithms.dqn import DQN
+from fleetrl.algorithms.dqn import DQN, DQNConfig
 from fleetrl.algorithms.models import EnvInfo, env_info
-from fleetrl.algorithms.ppo import PPO
-from fleetrl.algorithms.sac import SAC
+from fleetrl.algorithms.ppo import PPO, PPOConfig
+from fleetrl.algorithms.sac import SAC, SACConfig
 
-__all__ = ["A2C", "DQN", "PPO", "SAC", "Algorithm", "EnvInfo", "env_info", "make_algorithm"]
+__all__ = [
+    "A2C",
+    "ALGORITHMS",
+    "DQN",
+    "PPO",
+    "SAC",
+    "A2CConfig",
+    "Algorithm",
+    "DQNConfig",
+    "EnvInfo",
+    "PPOConfig",
+    "SACConfig",
+    "env_info",
+    "make_algorithm",
+]
 
-ALGORITHMS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "sac": SAC}
+#: the one registry: a config's ``algorithm`` -> the class (which knows its config class,
+#: whether it is on-policy and whether it starts with random actions)
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, A2C, DQN, SAC)}
 
 
 def make_algorithm(name: str, config: Any, info: EnvInfo, **modules: Any) -> Algorithm:

@@ -1,11 +1,12 @@
 """A2C: torchrl's A2CLoss with GAE, one gradient step per collected batch.
 
-Reads top to bottom: config (``fleetrl.config.A2CConfig``), networks, loss and
+Reads top to bottom: config (:class:`A2CConfig`, with its checks), networks, loss and
 value estimator, update.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -13,11 +14,35 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import A2CLoss
 
-from fleetrl.algorithms.actor_critic import ActorCritic
-from fleetrl.algorithms.models import EnvInfo, make_actor_critic
-from fleetrl.config import A2CConfig
+from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
+from fleetrl.algorithms.models import EnvInfo, ModelKind, make_actor_critic
 
-__all__ = ["A2C"]
+__all__ = ["A2C", "A2CConfig"]
+
+
+@dataclass
+class A2CConfig(ActorCriticConfig):
+    """The ``a2c`` section of a config (checks: :class:`ActorCriticConfig`'s)."""
+
+    lr: float = 7e-4
+    """RMSprop/Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1.0: n-step returns)."""
+    entropy_coef: float = 0.01
+    """entropy bonus coefficient."""
+    critic_coef: float = 0.5
+    """value loss coefficient."""
+    max_grad_norm: float | None = 0.5
+    """clip the gradient norm (None: off)."""
+    normalize_advantage: bool = False
+    """normalize advantages per batch."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """hidden layers of the actor and critic MLPs."""
+    model: ModelKind = ModelKind.AUTO
+    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
+    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
 
 
 class A2C(ActorCritic):
@@ -31,6 +56,7 @@ class A2C(ActorCritic):
     """
 
     name = "a2c"
+    config_class = A2CConfig
     tunable: ClassVar[tuple[str, ...]] = ("entropy_coef", "critic_coef")
 
     def __init__(

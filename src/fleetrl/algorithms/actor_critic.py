@@ -16,12 +16,25 @@ from tensordict import TensorDictBase
 from torchrl.objectives.value import GAE
 
 from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid
+from fleetrl.config import AlgorithmConfig, Checks, Config
 
-__all__ = ["ActorCritic"]
+__all__ = ["ActorCritic", "ActorCriticConfig"]
+
+
+class ActorCriticConfig(AlgorithmConfig):
+    """What PPO's and A2C's sections share: GAE and the loss coefficients (checked here)."""
+
+    def validate(self, config: Config, check: Checks) -> None:
+        super().validate(config, check)
+        check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
+        for name in ("entropy_coef", "critic_coef"):
+            check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
 
 
 class ActorCritic(Algorithm):
     """On-policy base: subclasses build the loss and call :meth:`init_gae`."""
+
+    on_policy = True
 
     #: tunable name -> the loss module's buffer holding it
     loss_buffers: ClassVar[dict[str, str]] = {

@@ -25,6 +25,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from fleetrl.config import AlgorithmConfig
 from fleetrl.errors import ConfigError
 
 __all__ = ["Algorithm", "flatten_valid"]
@@ -80,6 +81,13 @@ class Algorithm(abc.ABC):
     """
 
     name: ClassVar[str] = "algorithm"
+    #: the dataclass of this algorithm's config section (defined in its file)
+    config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    #: learns from the batch just collected (False: from a replay buffer)
+    on_policy: ClassVar[bool] = True
+    #: acts uniformly at random for its first ``start_steps`` frames (the collectors'
+    #: ``init_random_frames``), before the policy acts
+    random_start: ClassVar[bool] = False
     #: hyperparameters that update_algorithm_parameter may change, besides "lr"
     tunable: ClassVar[tuple[str, ...]] = ()
 

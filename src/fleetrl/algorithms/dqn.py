@@ -1,6 +1,6 @@
 """DQN: torchrl's DQNLoss (double DQN), hard target updates, epsilon-greedy annealing, replay buffer.
 
-Reads top to bottom: config (``fleetrl.config.DQNConfig``), the Q network and
+Reads top to bottom: config (:class:`DQNConfig`, with its checks), the Q network and
 its epsilon-greedy acting policy, loss and target updater; learning is
 :class:`~fleetrl.algorithms.replay.ReplayAlgorithm`'s (store the batch, then
 ``updates_per_batch`` sampled steps). Epsilon is a buffer of the acting policy,
@@ -10,6 +10,7 @@ learner, by frames collected.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -20,12 +21,59 @@ from torchrl.data import Categorical
 from torchrl.modules import EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
-from fleetrl.algorithms.models import EnvInfo, make_qnet
-from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.config import DQNConfig
+from fleetrl.algorithms.models import EnvInfo, ModelKind, make_qnet
+from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
+from fleetrl.config import Checks, Config
 from fleetrl.errors import ConfigError
 
-__all__ = ["DQN"]
+__all__ = ["DQN", "DQNConfig"]
+
+
+@dataclass
+class DQNConfig(ReplayConfig):
+    """The ``dqn`` section of a config."""
+
+    lr: float = 5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    double_dqn: bool = True
+    """double-DQN targets."""
+    buffer_size: int = 50_000
+    """replay buffer capacity (frames)."""
+    batch_size: int = 128
+    """transitions per gradient step."""
+    learning_starts: int = 2_000
+    """frames collected before the first gradient step."""
+    updates_per_batch: int = 16
+    """gradient steps after each collected batch."""
+    target_update_interval: int = 250
+    """gradient steps between hard target-network updates."""
+    eps_init: float = 1.0
+    """initial epsilon of epsilon-greedy."""
+    eps_end: float = 0.05
+    """final epsilon."""
+    eps_anneal_frames: int = 30_000
+    """frames over which epsilon decays linearly."""
+    max_grad_norm: float | None = 10.0
+    """clip the gradient norm (None: off)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
+    """hidden layers of the Q network."""
+    model: ModelKind = ModelKind.AUTO
+    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
+    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
+
+    def validate(self, config: Config, check: Checks) -> None:
+        super().validate(config, check)
+        for name in ("target_update_interval", "eps_anneal_frames"):
+            check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
+        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
+        check(
+            0 <= self.eps_end <= self.eps_init <= 1,
+            "eps_end",
+            self.eps_end,
+            "must satisfy 0 <= eps_end <= eps_init <= 1",
+        )
 
 
 class DQN(ReplayAlgorithm):
@@ -39,6 +87,7 @@ class DQN(ReplayAlgorithm):
     """
 
     name = "dqn"
+    config_class = DQNConfig
     tunable: ClassVar[tuple[str, ...]] = ("epsilon",)
 
     def __init__(self, config: DQNConfig, info: EnvInfo, *, qnet: nn.Module | None = None):

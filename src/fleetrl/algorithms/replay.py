@@ -21,8 +21,9 @@ from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.algorithms.base import Algorithm, flatten_valid
+from fleetrl.config import AlgorithmConfig, Checks, Config
 
-__all__ = ["TRANSITION_KEYS", "ReplayAlgorithm"]
+__all__ = ["TRANSITION_KEYS", "ReplayAlgorithm", "ReplayConfig"]
 
 #: what an off-policy loss reads from a transition (policy outputs are not stored)
 TRANSITION_KEYS = (
@@ -36,8 +37,19 @@ TRANSITION_KEYS = (
 )
 
 
+class ReplayConfig(AlgorithmConfig):
+    """What DQN's and SAC's sections share: the buffer and the sampled steps (checked here)."""
+
+    def validate(self, config: Config, check: Checks) -> None:
+        super().validate(config, check)
+        for name in ("buffer_size", "batch_size", "updates_per_batch"):
+            check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
+
+
 class ReplayAlgorithm(Algorithm):
     """Off-policy base: subclasses set ``target_updater`` and call :meth:`init_replay`."""
+
+    on_policy = False
 
     target_updater: Any
 

@@ -1,6 +1,6 @@
 """SAC: torchrl's SACLoss (two Q networks, learned temperature), soft target updates, replay buffer.
 
-Reads top to bottom: config (``fleetrl.config.SACConfig``), the TanhNormal
+Reads top to bottom: config (:class:`SACConfig`, with its checks), the TanhNormal
 actor and the Q networks, loss and target updater; learning is
 :class:`~fleetrl.algorithms.replay.ReplayAlgorithm`'s. ``start_steps`` frames of
 uniform random actions come first (the collectors' ``init_random_frames``);
@@ -9,6 +9,7 @@ learning starts after them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -18,11 +19,43 @@ from torchrl.modules import MLP, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
 
 from fleetrl.algorithms.models import EnvInfo, make_actor
-from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.config import SACConfig
+from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
+from fleetrl.config import Checks, Config
 from fleetrl.errors import ConfigError
 
-__all__ = ["SAC"]
+__all__ = ["SAC", "SACConfig"]
+
+
+@dataclass
+class SACConfig(ReplayConfig):
+    """The ``sac`` section of a config."""
+
+    lr: float = 3e-4
+    """Adam learning rate (actor, Q networks, temperature)."""
+    gamma: float = 0.99
+    """discount factor."""
+    tau: float = 0.005
+    """soft target-update rate."""
+    alpha_init: float = 1.0
+    """initial entropy temperature (learned)."""
+    buffer_size: int = 100_000
+    """replay buffer capacity (frames)."""
+    batch_size: int = 256
+    """transitions per gradient step."""
+    start_steps: int = 5_000
+    """frames of uniform random actions before the policy acts and learning starts."""
+    updates_per_batch: int = 64
+    """gradient steps after each collected batch."""
+    max_grad_norm: float | None = None
+    """clip the gradient norm (None: off)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """hidden layers of the actor and Q networks."""
+
+    def validate(self, config: Config, check: Checks) -> None:
+        super().validate(config, check)
+        check(self.start_steps >= 0, "start_steps", self.start_steps, "must be >= 0")
+        check(self.alpha_init > 0, "alpha_init", self.alpha_init, "must be > 0")
+        check(0 < self.tau <= 1, "tau", self.tau, "must be in (0, 1]")
 
 
 class SAC(ReplayAlgorithm):
@@ -36,6 +69,8 @@ class SAC(ReplayAlgorithm):
     """
 
     name = "sac"
+    config_class = SACConfig
+    random_start = True
     tunable: ClassVar[tuple[str, ...]] = ("tau",)
 
     def __init__(

@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl.batch_sizes import is_unlimited
 from fleetrl.errors import CollectorClosedError, Problems
 
 __all__ = ["CollectorState", "DataCollectorBase", "EpisodeStats", "episode_stats", "frames_in"]
@@ -104,7 +105,7 @@ class DataCollectorBase(abc.ABC):
     @property
     def remaining_frames(self) -> int | None:
         """Frames left in the budget, or None when collection is endless."""
-        if self.total_frames == -1:
+        if is_unlimited(self.total_frames):
             return None
         return self.total_frames - self._frames
 

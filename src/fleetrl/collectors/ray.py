@@ -75,6 +75,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl.batch_sizes import batch_size_problems
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
 from fleetrl.collectors.overlap import available_cores, worker_overlap
 from fleetrl.collectors.ray_checks import (
@@ -866,12 +867,12 @@ class RayCollector(DataCollectorBase):
             p, env_fn, kwargs, remote, num_collectors
         )
         total = len(self._slots) + count
-        if self.sync and self.frames_per_batch % total:
-            p.add(
-                "num_collectors",
-                num_collectors,
-                f"sync=True: frames_per_batch={self.frames_per_batch} must split evenly over the "
-                f"{total} collectors",
+        if self.sync:
+            p.items += batch_size_problems(
+                frames_per_batch=self.frames_per_batch,
+                total_frames=None,
+                num_envs=None,
+                split=total,
             )
         check_collector_kwargs(p, self.collector_class, kwargs_list, SET_BY_RAY)
         p.raise_if_any()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import ray
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl.batch_sizes import batch_size_problems
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.overlap import check_overlap_kwargs
 from fleetrl.collectors.sync import SyncDataCollector
@@ -53,16 +53,9 @@ NODE_RESOURCES_MSG = (
     "collector {index} asks for {asked:g} {name} but no Ray node has more than {have:g}; "
     "lower remote_configs[{index}]['{key}']"
 )
-SYNC_SHARE_MSG = (
-    "sync=True splits each batch evenly: frames_per_batch / num_collectors = {share} frames per "
-    "collector must be a multiple of each collector's {n} envs; use frames_per_batch={lo} or {hi}"
-)
 SYNC_ENVS_MSG = (
     "sync=True stacks the collectors' batches, so every collector needs the same number of envs; "
     "got {counts}"
-)
-TOTAL_ENVS_MSG = (
-    "total_frames={total} is not a multiple of the collectors' {n} envs; use {lo} or {hi}"
 )
 
 UNKNOWN_KWARG_MSG = (
@@ -138,13 +131,9 @@ def check_arguments(
         check_collector_kwargs(p, collector_class, kwargs_list, SET_BY_RAY)
         if native:
             check_overlap_kwargs(p, env_fns, kwargs_list, num_workers_per_collector)
-    if sync and count and isinstance(frames_per_batch, int) and frames_per_batch % count:
-        p.add(
-            "frames_per_batch",
-            frames_per_batch,
-            f"sync=True splits each batch across the {count} collectors: must be a multiple of "
-            f"num_collectors ({count}); use {max(count, frames_per_batch // count * count)} "
-            f"or {(frames_per_batch // count + 1) * count}",
+    if sync and count:  # the env counts are checked once known (check_env_counts)
+        p.items += batch_size_problems(
+            frames_per_batch=frames_per_batch, total_frames=None, num_envs=None, split=count
         )
     for name, value in (
         ("fraction_samples", fraction_samples),
@@ -292,34 +281,15 @@ def check_env_counts(
     if None in counts:
         return
     p = Problems()
-    if sync:
-        if len(set(counts)) > 1:
-            p.add("collector_kwargs", "<per collector>", SYNC_ENVS_MSG.format(counts=counts))
-        n, m = counts[0], len(counts)
-        share = frames_per_batch // m
-        if share % n:
-            lo = max(m * n, frames_per_batch // (m * n) * (m * n))
-            p.add(
-                "frames_per_batch",
-                frames_per_batch,
-                SYNC_SHARE_MSG.format(share=share, n=n, lo=lo, hi=lo + m * n),
-            )
-    else:
-        for worker_id, n in enumerate(counts):
-            if frames_per_batch % n:
-                p.add(
-                    "frames_per_batch",
-                    frames_per_batch,
-                    f"must be a multiple of collector {worker_id}'s {n} envs",
-                )
-    n = math.lcm(*counts)
-    if total_frames != -1 and total_frames % n:
-        lo = max(n, total_frames // n * n)
-        p.add(
-            "total_frames",
-            total_frames,
-            TOTAL_ENVS_MSG.format(total=total_frames, n=n, lo=lo, hi=lo + n),
-        )
+    if sync and len(set(counts)) > 1:
+        p.add("collector_kwargs", "<per collector>", SYNC_ENVS_MSG.format(counts=counts))
+    p.items += batch_size_problems(
+        frames_per_batch=frames_per_batch,
+        total_frames=total_frames,
+        # sync: the batch splits evenly, then each share over one collector's envs
+        num_envs=counts[0] if sync else counts,
+        split=len(counts) if sync else 1,
+    )
     p.raise_if_any()
 
 

@@ -38,6 +38,7 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from fleetrl._perf import skip_absent_pandas_probe
+from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.base import (
     DataCollectorBase,
     as_device,
@@ -73,10 +74,8 @@ NO_ACTION_MSG = (
 ACTION_SHAPE_MSG = (
     "policy={policy!r} wrote an 'action' of shape {got} and dtype {dtype}; the env needs {want}"
 )
-DIVISIBLE_MSG = (
-    "must be a multiple of the number of envs ({n}) so that every env steps the same number of "
-    "times; use {lo} or {hi}"
-)
+#: collect(frames): the rule of frames_per_batch, for one call
+FRAMES_NAMES = BatchSizeNames(frames_per_batch="frames")
 GYM_DEVICE_MSG = "gymnasium envs run on the CPU; leave env_device=None or 'cpu'"
 
 
@@ -213,22 +212,9 @@ class SyncDataCollector(DataCollectorBase):
     def _check_env_sizes(self) -> None:
         n = self.env.num_envs
         p = Problems()
-        if self.frames_per_batch % n:
-            p.add(
-                "frames_per_batch",
-                self.frames_per_batch,
-                DIVISIBLE_MSG.format(
-                    n=n, lo=_lo(self.frames_per_batch, n), hi=_lo(self.frames_per_batch, n) + n
-                ),
-            )
-        if self.total_frames != -1 and self.total_frames % n:
-            p.add(
-                "total_frames",
-                self.total_frames,
-                DIVISIBLE_MSG.format(
-                    n=n, lo=_lo(self.total_frames, n), hi=_lo(self.total_frames, n) + n
-                ),
-            )
+        p.items += batch_size_problems(
+            frames_per_batch=self.frames_per_batch, total_frames=self.total_frames, num_envs=n
+        )
         if not isinstance(self.env, TorchRLEnv) and self.env_device not in (
             None,
             torch.device("cpu"),
@@ -505,16 +491,11 @@ class SyncDataCollector(DataCollectorBase):
         """
         self._check_open()
         n = self.env.num_envs
-        if frames <= 0 or frames % n:
-            raise ConfigError(
-                [
-                    bad_value(
-                        "frames",
-                        frames,
-                        DIVISIBLE_MSG.format(n=n, lo=_lo(frames, n), hi=_lo(frames, n) + n),
-                    )
-                ]
-            )
+        problems = batch_size_problems(
+            frames_per_batch=frames, total_frames=None, num_envs=n, names=FRAMES_NAMES
+        )
+        if frames <= 0 or problems:
+            raise ConfigError(problems or [bad_value("frames", frames, "must be > 0")])
         min_steps = frames // n if min_frames is None else max(1, -(-min_frames // n))
         if self.overlap and not random and self.policy is not self._random_policy:
             batch = overlapped_rollout(
@@ -702,10 +683,6 @@ class SyncDataCollector(DataCollectorBase):
 
 
 _NONE = torch.empty(0)
-
-
-def _lo(value: int, n: int) -> int:
-    return max(n, value // n * n)
 
 
 def _next(key: NestedKey) -> tuple[str, ...]:

@@ -73,7 +73,7 @@ class CentralLearner:
             self.approximate_resume = APPROX_NO_STATE_MSG
         elif collector_state.get("env") is None:
             self.approximate_resume = APPROX_ENV_MSG.format(env=config.env.id)
-        sac = config.algorithm == "sac"
+        random_start = algorithm.random_start
         if self.approximate_resume is None:
             # the straight run's collector: the whole budget and the same random-action phase;
             # its frame count, envs and episodes come from the saved state
@@ -82,7 +82,7 @@ class CentralLearner:
                 algorithm.policy,
                 total_frames=config.trainer.total_frames,
                 seed=None,
-                init_random_frames=algorithm.start_steps if sac else -1,
+                init_random_frames=algorithm.start_steps if random_start else -1,
             )
             try:
                 self.collector.load_state_dict(collector_state)
@@ -90,8 +90,8 @@ class CentralLearner:
                 self.collector.shutdown()
                 self.approximate_resume = APPROX_MISMATCH_MSG.format(err=err)
         if self.approximate_resume is not None:
-            # off-policy algorithms act uniformly at random for their first start_steps frames
-            random_frames = max(0, algorithm.start_steps - frames) if sac else -1
+            # a random-start algorithm acts uniformly at random for its first start_steps frames
+            random_frames = max(0, algorithm.start_steps - frames) if random_start else -1
             self.collector = make_collector(
                 config,
                 algorithm.policy,

@@ -70,8 +70,8 @@ class GradWorker:
         random_frames = -1
         if hasattr(self.algorithm, "frame_scale"):  # a replay algorithm: its own buffer
             self.algorithm.frame_scale = world
-            # SAC acts uniformly at random for its share of start_steps
-            if self.config.algorithm == "sac":
+            # a random-start algorithm (SAC) acts uniformly at random for its share of start_steps
+            if self.algorithm.random_start:
                 share = -(-self.algorithm.start_steps // world)
                 random_frames = max(0, share - self.algorithm.frames_seen)
         self.collector = make_collector(
