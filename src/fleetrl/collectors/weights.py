@@ -11,8 +11,12 @@ For a bound on staleness beyond that, the store also posts each version on a
 (``max_weight_update_interval``): a task queued before the learner published
 still starts with the newest weights.
 
+A version is the caller's number: a learner passes its optimizer-step count
+(:mod:`fleetrl.scheme.versions`); without one, the store counts publishes
+(the newest version + 1). Versions only move forward.
+
 A publish can also target some workers only (torchrl's ``worker_ids=``): the
-version counter still moves by one, but only the named workers receive that
+version still moves forward, but only the named workers receive that
 version; the others keep theirs until the next publish that includes them. A
 targeted version is not posted on the board.
 """
@@ -84,12 +88,19 @@ class WeightStore:
             else None
         )
 
-    def publish(self, weights: TensorDictBase | None, worker_ids: list[int] | None = None) -> int:
+    def publish(
+        self,
+        weights: TensorDictBase | None,
+        worker_ids: list[int] | None = None,
+        version: int | None = None,
+    ) -> int:
         """Store a new version (one ``ray.put``) and return its number. Does not wait for workers.
 
-        With ``worker_ids``, only those workers get this version (see the module docstring).
+        ``version``: the new version's number, greater than :attr:`version` (the
+        caller checks; default: :attr:`version` + 1). With ``worker_ids``, only
+        those workers get this version (see the module docstring).
         """
-        self.version += 1
+        self.version = self.version + 1 if version is None else int(version)
         if worker_ids is not None:
             ref = ray.put(to_wire(weights)) if weights is not None else self.ref
             for worker_id in worker_ids:
