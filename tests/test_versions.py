@@ -14,12 +14,15 @@ publishes for remote collectors.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from fleetrl.build import make_learner
 from fleetrl.config import config_from_dict
+from fleetrl.errors import FleetError
 from fleetrl.scheme import Scheme
+from fleetrl.scheme.report import METRIC_COLUMNS, UNKNOWN_COLUMNS_MSG, metrics_row
 from fleetrl.scheme.versions import PolicyLag, batch_version
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -49,7 +52,9 @@ def lag_of(metrics):
 
 def run(cfg, iterations=3, tags=None):
     """The metrics of ``iterations`` iterations of the configured scheme; the central
-    learner's batch tags are appended to ``tags`` as the batches are learned from."""
+    learner's batch tags are appended to ``tags`` as the batches are learned from.
+
+    Every scheme reports the same columns, in the same order (the metric schema)."""
     algorithm = make_learner(cfg, cfg.trainer.seed)
     scheme = Scheme(cfg, algorithm, seed=cfg.trainer.seed)
     try:
@@ -64,6 +69,13 @@ def run(cfg, iterations=3, tags=None):
             scheme.learner._batches = tagged()
         results = [scheme.run_iteration()["metrics"] for _ in range(iterations)]
         assert algorithm.num_updates == scheme.learner.version
+        assert all(list(m) == list(METRIC_COLUMNS) for m in results)
+        central = cfg.scheme.num_grad_workers == 1
+        # the central learner measures its update whole; gradient workers, its parts
+        absent = {"train/grad_workers_restarted", "time/grad_s", "time/update_s"}
+        if not central:
+            absent = {"time/learn_s"}
+        assert {k for k, v in results[-1].items() if math.isnan(v)} == absent
         return results
     finally:
         scheme.shutdown()
@@ -77,6 +89,17 @@ def test_policy_lag_counts_optimizer_steps():
     assert lag.metrics() == ONE_PUBLISH_BEHIND
     lag.add(first_version=12, steps=2, batch_version=12)
     assert lag.metrics() == {"train/policy_lag": (22 + 1) / 6, "train/policy_lag_max": 7.0}
+
+
+def test_metrics_row_is_the_schema():
+    row = metrics_row({"train/policy_version": 4, "time/collect_s": 0.5})
+    assert list(row) == list(METRIC_COLUMNS)
+    assert row["train/policy_version"] == 4.0 and row["time/collect_s"] == 0.5
+    assert all(
+        math.isnan(v) for k, v in row.items() if k not in ("train/policy_version", "time/collect_s")
+    )
+    with pytest.raises(FleetError, match=re.escape(UNKNOWN_COLUMNS_MSG.format(names=["time/x"]))):
+        metrics_row({"time/x": 1.0})
 
 
 @pytest.mark.parametrize(

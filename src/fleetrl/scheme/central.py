@@ -26,6 +26,7 @@ from fleetrl.build import make_collector
 from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config
 from fleetrl.errors import EnvError
+from fleetrl.scheme.report import metrics_row
 from fleetrl.scheme.versions import PolicyLag, batch_version
 
 __all__ = ["CentralLearner"]
@@ -148,14 +149,21 @@ class CentralLearner:
             "returns": stats.returns.tolist(),
             "lengths": stats.lengths.tolist(),
             "info": info,
-            "metrics": {
-                **lag.metrics(),
-                "train/policy_version": float(self.version),
-                "time/collect_s": collect_s,
-                "time/learn_s": learn_s,
-                "time/broadcast_s": publish_s,
-                "time/collect_to_process": collect_s / (learn_s + publish_s),
-            },
+            "metrics": metrics_row(
+                {
+                    **lag.metrics(),
+                    "train/policy_version": self.version,
+                    # one learner: every gradient is applied to the weights it was computed on
+                    "train/grad_asynchrony": 0.0,
+                    "train/grad_asynchrony_max": 0.0,
+                    "train/dropped_gradients": 0.0,
+                    "time/collect_s": collect_s,
+                    "time/learn_s": learn_s,
+                    "time/broadcast_s": publish_s,
+                    "time/collect_to_process": collect_s / (learn_s + publish_s),
+                    "time/iteration_s": time.perf_counter() - start,
+                }
+            ),
         }
 
     def update_algorithm_parameter(self, name: str, value: float) -> None:

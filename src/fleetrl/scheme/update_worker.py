@@ -44,6 +44,7 @@ from fleetrl.collectors.restarts import RestartPolicy
 from fleetrl.config import Config, config_to_dict
 from fleetrl.errors import ConfigError, WorkerError, WorkerLostError
 from fleetrl.scheme.grad_worker import GradWorker, StepReport
+from fleetrl.scheme.report import metrics_row
 from fleetrl.scheme.versions import PolicyLag
 from fleetrl.scheme.wire import ParamCodec
 
@@ -97,7 +98,7 @@ class _Iteration:
             self.info[k] = self.info.get(k, 0.0) + v * weight
         self.info_steps += weight
 
-    def result(self, num_workers: int) -> dict[str, Any]:
+    def result(self, num_workers: int, version: int, restarts: int) -> dict[str, Any]:
         def mean(values: list[int]) -> float:
             return sum(values) / len(values) if values else 0.0
 
@@ -109,18 +110,22 @@ class _Iteration:
             "returns": self.returns,
             "lengths": self.lengths,
             "info": {k: v / max(1, self.info_steps) for k, v in self.info.items()},
-            "metrics": {
-                **self.lag.metrics(),
-                "train/grad_asynchrony": mean(self.asynchrony),
-                "train/grad_asynchrony_max": float(max(self.asynchrony, default=0)),
-                "train/dropped_gradients": float(self.dropped),
-                "time/collect_s": collect,
-                "time/grad_s": grad,
-                "time/update_s": self.update_s,
-                "time/broadcast_s": self.broadcast_s,
-                "time/collect_to_process": collect / process if process else float("nan"),
-                "time/iteration_s": time.perf_counter() - self.start,
-            },
+            "metrics": metrics_row(
+                {
+                    **self.lag.metrics(),
+                    "train/policy_version": version,
+                    "train/grad_asynchrony": mean(self.asynchrony),
+                    "train/grad_asynchrony_max": float(max(self.asynchrony, default=0)),
+                    "train/dropped_gradients": self.dropped,
+                    "train/grad_workers_restarted": restarts,
+                    "time/collect_s": collect,
+                    "time/grad_s": grad,
+                    "time/update_s": self.update_s,
+                    "time/broadcast_s": self.broadcast_s,
+                    "time/collect_to_process": collect / process if process else float("nan"),
+                    "time/iteration_s": time.perf_counter() - self.start,
+                }
+            ),
         }
 
 
@@ -350,10 +355,7 @@ class UpdateWorker:
         else:
             self._run_decentralized(it)
         self._check_pending_calls()
-        result = it.result(self.num_workers)
-        result["metrics"]["train/grad_workers_restarted"] = float(sum(self.restarts))
-        result["metrics"]["train/policy_version"] = float(self.version)
-        return result
+        return it.result(self.num_workers, self.version, sum(self.restarts))
 
     def _run_sync(self, it: _Iteration) -> None:
         for _ in range(self.algorithm.steps_per_batch):
