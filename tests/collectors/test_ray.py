@@ -175,13 +175,19 @@ def test_update_policy_weights_with_a_version_tags_the_batches_after_it():
         third = next(it)
         tags = third["collector", "policy_version"]
         assert [tags[w].unique().tolist() for w in (0, 1)] == [[17], [20]]
-        for bad in (20, 3, 21.0, True):  # versions only move forward, as ints
+        for bad in (19, 3, 21.0, True):  # versions never go back, and are ints
             with pytest.raises(
                 ConfigError,
                 match=re.escape(bad_value("version", bad, VERSION_MSG.format(current=20))),
             ):
                 c.update_policy_weights_(version=bad)
         assert c.policy_version == 20
+        # the same version again: weights changed without an optimizer step (DQN's epsilon)
+        policy.module.value.data.fill_(0.0)
+        assert c.update_policy_weights_(version=20) == 20
+        fourth = next(it)
+        assert (fourth["action"] == 0).all()  # every worker loaded them
+        assert (fourth["collector", "policy_version"] == 20).all()
 
 
 def test_max_policy_lag_counts_the_published_versions():

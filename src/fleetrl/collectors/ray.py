@@ -126,7 +126,7 @@ class _Slot:
     remote_config: dict[str, Any]
     handle: Any = None
     incarnation: int = 0
-    version: int = 0  # newest weights version sent to it
+    publish: int = 0  # the newest publish of weights sent to it (WeightStore.publishes)
     num_envs: int | None = None
     node_id: str | None = None
     inflight: list[Any] = field(default_factory=list)
@@ -490,7 +490,7 @@ class RayCollector(DataCollectorBase):
             policy.wait(slot.deaths)
             slot.incarnation += 1
             slot.restarts += 1
-            slot.version = 0
+            slot.publish = 0
             logger.warning(
                 "collector worker %d died; starting incarnation %d (attempt %d of %d)",
                 slot.worker_id,
@@ -537,7 +537,7 @@ class RayCollector(DataCollectorBase):
 
     def _submit(self, task: _Task) -> Any:
         slot = self._slots[task.worker]
-        version, weights_ref = self._weights.for_worker(slot.version, slot.worker_id)
+        publish, version, weights_ref = self._weights.for_worker(slot.publish, slot.worker_id)
         ref = slot.handle.collect.remote(
             task.frames,
             version,
@@ -546,7 +546,7 @@ class RayCollector(DataCollectorBase):
             round_id=task.round_id,
             min_frames=task.min_frames,
         )
-        slot.version = version
+        slot.publish = publish
         slot.inflight.append(ref)
         self._pending[ref] = task
         return ref
@@ -783,8 +783,11 @@ class RayCollector(DataCollectorBase):
         optimizer-step count (:mod:`fleetrl.scheme.versions`), so tags, lag and
         ``max_policy_lag`` count optimizer steps. Default: the newest published
         version + 1 (the count of publishes, when no caller gives versions).
-        Versions only move forward: a ``version`` not greater than
-        :attr:`policy_version` is a :class:`~fleetrl.errors.ConfigError`.
+        Versions never go back: a ``version`` below :attr:`policy_version` is
+        a :class:`~fleetrl.errors.ConfigError`. The same version again
+        republishes weights that changed without an optimizer step (DQN's
+        epsilon is a buffer of the acting policy): every worker loads them with
+        its next task, and its batches keep the tag.
 
         One ``ray.put``; does not wait for any worker. Each worker receives the
         new version with its next task. With ``worker_ids``, the version moves

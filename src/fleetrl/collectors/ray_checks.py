@@ -77,9 +77,9 @@ WEIGHTS_TWICE_MSG = "pass the weights once: as the first argument, as weights= o
 MODEL_ID_MSG = "RayCollector carries one model, the policy: leave model_id=None or use 'policy'"
 WORKER_IDS_MSG = "must be a worker id or a list of worker ids, each in range({n})"
 VERSION_MSG = (
-    "must be None (the newest published version + 1) or an int greater than the newest "
-    "published version, {current}: versions only move forward (a learner publishes its "
-    "optimizer-step count, which grows)"
+    "must be None (the newest published version + 1) or an int >= the newest published "
+    "version, {current}: versions never go back (a learner publishes its optimizer-step "
+    "count; the same count again republishes weights changed without a step)"
 )
 #: an error raised in a worker that is one of these arrives as its own type
 RETYPED_ERRORS = (ConfigError, EnvError, PolicyError)
@@ -416,7 +416,9 @@ def check_weight_update(
         p.check(ok, "worker_ids", worker_ids, WORKER_IDS_MSG.format(n=num_workers))
     if version is not None:
         ok = (
-            isinstance(version, int) and not isinstance(version, bool) and version > current_version
+            isinstance(version, int)
+            and not isinstance(version, bool)
+            and version >= current_version
         )
         p.check(ok, "version", version, VERSION_MSG.format(current=current_version))
     p.raise_if_any()

@@ -108,7 +108,8 @@ class CentralLearner:
         self._batches = iter(self.collector)
         self.remote = hasattr(self.collector, "worker_handles")
         # a resumed learner is past version 0: its collectors act with its current weights
-        self._publish()
+        if self.version > self.collector.policy_version:
+            self._publish()
 
     @property
     def version(self) -> int:
@@ -116,12 +117,12 @@ class CentralLearner:
         return self.algorithm.num_updates
 
     def _publish(self) -> None:
-        """Give the collector the current version (remote: with the weights), if it is newer.
+        """Give the collector the current version (remote: with the weights).
 
-        No optimizer step since the last publish means the same weights: nothing to send.
+        The same version again when no optimizer step was taken since the last
+        publish: the acting policy's buffers (DQN's epsilon) may have changed.
         """
-        if self.version > self.collector.policy_version:
-            self.collector.update_policy_weights_(version=self.version)
+        self.collector.update_policy_weights_(version=self.version)
 
     def run_iteration(self) -> dict[str, Any] | None:
         """One collected batch and the update on it; None once the collector is exhausted."""

@@ -130,11 +130,15 @@ class GradWorker:
     def _publish_to_collectors(self) -> None:
         """Give our collectors our version: a local one (acting with our own modules) before
         every batch, as a tag; remote ones with the weights, every
-        ``weight_update_interval`` batches (and before the first, for a replica that starts
-        past version 0). Not when no step was taken since the last: same weights."""
-        interval = self.config.trainer.weight_update_interval
-        due = not self._remote or self._batches_collected % interval == 0
-        if due and self.version > self.collector.policy_version:
+        ``weight_update_interval`` batches (the same version again when no step was taken
+        since: the acting policy's buffers, DQN's epsilon, may have changed). Before the
+        first batch, only a replica that starts past version 0 has something to say."""
+        if self._batches_collected == 0:
+            due = self.version > self.collector.policy_version
+        else:
+            interval = self.config.trainer.weight_update_interval
+            due = not self._remote or self._batches_collected % interval == 0
+        if due:
             self.collector.update_policy_weights_(version=self.version)
 
     def _new_report(self, **timings: float) -> StepReport:
