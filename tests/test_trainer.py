@@ -150,7 +150,10 @@ def test_local_collection_without_ray(tmp_path):
     assert rc == 0
     metrics = rows(run)
     assert [int(float(r["train/frames"])) for r in metrics] == [256, 512]
-    assert {float(r["train/policy_lag"]) for r in metrics} == {0.0}
+    # on-policy, in optimizer steps: each batch tagged with the version it is learned from,
+    # over 10 epochs x 8 minibatches, so lags 0..79 (this pinned a hard-coded 0 before)
+    assert {float(r["train/policy_lag"]) for r in metrics} == {39.5}
+    assert {float(r["train/policy_lag_max"]) for r in metrics} == {79.0}
 
 
 def test_bad_config_lists_problems_and_exits_2(tmp_path, capsys):

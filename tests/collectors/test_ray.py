@@ -27,6 +27,7 @@ from fleetrl import (
     episode_stats,
 )
 from fleetrl.collectors.ray import MAX_POLICY_LAG_ALLOWED, MAX_RESTART_ATTEMPTS_ALLOWED
+from fleetrl.collectors.ray_checks import VERSION_MSG
 from fleetrl.collectors.restarts import GAVE_UP_MSG
 from fleetrl.errors import bad_value
 from policies import categorical_actor, constant_policy
@@ -147,6 +148,70 @@ def test_weights_versions_reach_workers():
         third = next(it)
         assert (third["action"] == 0).all() and (third["collector", "policy_version"] == 2).all()
         assert c.stats()["policy_lag"]["max"] == 0
+
+
+def test_update_policy_weights_with_a_version_tags_the_batches_after_it():
+    """A learner publishes its optimizer-step count: batches carry it, lag counts it."""
+    policy = constant_policy(0)
+    with RayCollector(
+        counting(50),
+        policy,
+        frames_per_batch=10,
+        total_frames=-1,
+        num_collectors=2,
+        sync=True,
+        prefetch=0,
+    ) as c:
+        it = iter(c)
+        assert (next(it)["collector", "policy_version"] == 0).all()
+        policy.module.value.data.fill_(1.0)
+        assert c.update_policy_weights_(version=16) == 16 == c.policy_version
+        second = next(it)
+        assert (second["action"] == 1).all()  # the weights came with the version
+        assert (second["collector", "policy_version"] == 16).all()
+        assert c.update_policy_weights_() == 17  # default: the newest + 1, as SyncDataCollector
+        assert (next(it)["collector", "policy_version"] == 17).all()
+        # a targeted publish moves the version for the named workers only
+        assert c.update_policy_weights_(worker_ids=[1], version=20) == 20
+        third = next(it)
+        tags = third["collector", "policy_version"]
+        assert [tags[w].unique().tolist() for w in (0, 1)] == [[17], [20]]
+        for bad in (19, 3, 21.0, True):  # versions never go back, and are ints
+            with pytest.raises(
+                ConfigError,
+                match=re.escape(bad_value("version", bad, VERSION_MSG.format(current=20))),
+            ):
+                c.update_policy_weights_(version=bad)
+        assert c.policy_version == 20
+        # the same version again: weights changed without an optimizer step (DQN's epsilon)
+        policy.module.value.data.fill_(0.0)
+        assert c.update_policy_weights_(version=20) == 20
+        fourth = next(it)
+        assert (fourth["action"] == 0).all()  # every worker loaded them
+        assert (fourth["collector", "policy_version"] == 20).all()
+
+
+def test_max_policy_lag_counts_the_published_versions():
+    """With a learner's versions (optimizer steps), the bound is in optimizer steps."""
+    with RayCollector(
+        counting(50),
+        constant_policy(0),
+        frames_per_batch=10,
+        total_frames=-1,
+        num_collectors=1,
+        sync=True,
+        prefetch=1,
+        max_policy_lag=4,
+    ) as c:
+        it = iter(c)
+        tags = [int(next(it)["collector", "policy_version"].min())]  # the next round starts
+        c.update_policy_weights_(version=4)
+        tags.append(int(next(it)["collector", "policy_version"].min()))  # 4 behind: served
+        c.update_policy_weights_(version=9)
+        tags.append(int(next(it)["collector", "policy_version"].min()))  # 5 behind: again
+        stats = c.stats()
+    assert tags == [0, 0, 9]
+    assert stats["stale_batches"] == 1 and stats["policy_lag"]["max"] == 4
 
 
 @pytest.mark.parametrize(("prefetch", "max_lag"), [(0, 0), (1, 1)])

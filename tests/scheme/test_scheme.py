@@ -399,9 +399,7 @@ def test_sac_decentralized_replicas_identical_and_buffers_resume(update_worker):
     uw.shutdown()
     master = make_learner(config, 0)
     master.load_state_dict(state)
-    resumed = UpdateWorker(
-        config, master, version=master.num_updates, seed=11, replica_states=state["replicas"]
-    )
+    resumed = UpdateWorker(config, master, seed=11, replica_states=state["replicas"])
     try:
         resumed.run_iteration()
         after = resumed.state_dict()

@@ -21,22 +21,26 @@ delivered is counted once.
 
 Pipelining (``prefetch``): with ``prefetch=1`` (the default) a worker starts
 its next batch as soon as it has handed one over, while the learner works on
-it. Policy lag is the number of versions published between the weights a
-batch was collected with and the batch being served. In sync mode, with one
-publish per batch, the lag is at most ``prefetch`` (``prefetch=0``: strictly
+it. Policy lag here is how far the newest published version is ahead of the
+version a batch was collected with when the batch is served (versions are
+publishes, or the learner's optimizer steps when it passes ``version=``; the
+lag a learner logs is measured at learning time, see
+:mod:`fleetrl.scheme.versions`). In sync mode, with one publish per batch, a
+batch is at most ``prefetch`` publishes behind (``prefetch=0``: strictly
 on-policy), however slow a worker is: a round waits for all. In async mode
 every worker always has ``max(1, prefetch)`` tasks in flight and batches are
 served first ready, so the lag grows with the number of workers and tasks in
 flight, even when they are equally fast, and is unbounded with a slow worker,
 even with ``prefetch=0``. ``max_policy_lag=k``
-enforces a bound in both modes: a batch older than k versions is not served;
+enforces a bound in both modes: a batch more than k versions behind is not served;
 it is counted in ``stats()["stale_batches"]``/``["stale_frames"]`` and its
 task is issued again with the current weights, so frames stay exact (the
 discarded frames are collected again, never counted). With k below
 ``prefetch`` most prefetched batches are discarded: choose ``k >= prefetch``.
 
 Weights: :meth:`update_policy_weights_` (torchrl's arguments: a module, a
-TensorDict, nothing, ``worker_ids=``) publishes a version with one
+TensorDict, nothing, ``worker_ids=``; and ``version=``, the learner's
+optimizer-step count, default the newest + 1) publishes a version with one
 ``ray.put``; each worker receives it with its next task, only if it lacks it.
 ``max_weight_update_interval=k`` also makes a worker check for a newer
 version at the start of a task at least every k tasks, so a task queued
@@ -125,7 +129,7 @@ class _Slot:
     remote_config: dict[str, Any]
     handle: Any = None
     incarnation: int = 0
-    version: int = 0  # newest weights version sent to it
+    publish: int = 0  # the newest publish of weights sent to it (WeightStore.publishes)
     num_envs: int | None = None
     node_id: str | None = None
     inflight: list[Any] = field(default_factory=list)
@@ -499,7 +503,7 @@ class RayCollector(DataCollectorBase):
             policy.wait(slot.deaths)
             slot.incarnation += 1
             slot.restarts += 1
-            slot.version = 0
+            slot.publish = 0
             logger.warning(
                 "collector worker %d died; starting incarnation %d (attempt %d of %d)",
                 slot.worker_id,
@@ -546,7 +550,7 @@ class RayCollector(DataCollectorBase):
 
     def _submit(self, task: _Task) -> Any:
         slot = self._slots[task.worker]
-        version, weights_ref = self._weights.for_worker(slot.version, slot.worker_id)
+        publish, version, weights_ref = self._weights.for_worker(slot.publish, slot.worker_id)
         ref = slot.handle.collect.remote(
             task.frames,
             version,
@@ -555,7 +559,7 @@ class RayCollector(DataCollectorBase):
             round_id=task.round_id,
             min_frames=task.min_frames,
         )
-        slot.version = version
+        slot.publish = publish
         slot.inflight.append(ref)
         self._pending[ref] = task
         return ref
@@ -782,6 +786,7 @@ class RayCollector(DataCollectorBase):
         policy: Any = None,
         worker_ids: int | list[int] | None = None,
         model_id: str | None = None,
+        version: int | None = None,
     ) -> int:
         """Publish a new version of the policy weights; returns its number.
 
@@ -791,15 +796,28 @@ class RayCollector(DataCollectorBase):
         TensorDict of weights or a ``state_dict``, positionally or as
         ``policy=`` / ``weights=``.
 
+        ``version``, as :meth:`SyncDataCollector.update_policy_weights_
+        <fleetrl.collectors.SyncDataCollector.update_policy_weights_>` takes it:
+        the number of this version, which batches collected with these weights
+        carry in ``("collector", "policy_version")``. A learner passes its
+        optimizer-step count (:mod:`fleetrl.scheme.versions`), so tags, lag and
+        ``max_policy_lag`` count optimizer steps. Default: the newest published
+        version + 1 (the count of publishes, when no caller gives versions).
+        Versions never go back: a ``version`` below :attr:`policy_version` is
+        a :class:`~fleetrl.errors.ConfigError`. The same version again
+        republishes weights that changed without an optimizer step (DQN's
+        epsilon is a buffer of the acting policy): every worker loads them with
+        its next task, and its batches keep the tag.
+
         One ``ray.put``; does not wait for any worker. Each worker receives the
-        new version with its next task. The version counts publishes: with
-        ``worker_ids``, the count moves by one but only those workers get the
-        new version (and its weights); the others keep the version they had
-        until a later publish includes them, and their batches show it in
-        ``("collector", "policy_version")``.
+        new version with its next task. With ``worker_ids``, the version moves
+        forward but only those workers get the new version (and its weights);
+        the others keep the version they had until a later publish includes
+        them, and their batches show it in ``("collector", "policy_version")``.
 
         Examples:
             >>> collector.update_policy_weights_(policy)  # doctest: +SKIP
+            >>> collector.update_policy_weights_(policy, version=learner.num_updates)  # doctest: +SKIP
             >>> collector.update_policy_weights_(TensorDict.from_module(policy), worker_ids=[0])  # doctest: +SKIP
         """
         self._check_open()
@@ -810,6 +828,8 @@ class RayCollector(DataCollectorBase):
             worker_ids=worker_ids,
             model_id=model_id,
             num_workers=len(self._slots),
+            version=version,
+            current_version=self.policy_version,
         )
         ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
         if value is None:
@@ -817,7 +837,7 @@ class RayCollector(DataCollectorBase):
             source = None if source is None else source.detach().cpu()
         else:
             source = as_weights(value)
-        return self._weights.publish(source, None if ids is None else list(ids))
+        return self._weights.publish(source, None if ids is None else list(ids), version)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed."""

@@ -70,6 +70,11 @@ SET_BY_RAY = frozenset({"create_env_fn", "policy", "frames_per_batch", "total_fr
 WEIGHTS_TWICE_MSG = "pass the weights once: as the first argument, as weights= or as policy="
 MODEL_ID_MSG = "RayCollector carries one model, the policy: leave model_id=None or use 'policy'"
 WORKER_IDS_MSG = "must be a worker id or a list of worker ids, each in range({n})"
+VERSION_MSG = (
+    "must be None (the newest published version + 1) or an int >= the newest published "
+    "version, {current}: versions never go back (a learner publishes its optimizer-step "
+    "count; the same count again republishes weights changed without a step)"
+)
 #: an error raised in a worker that is one of these arrives as its own type
 RETYPED_ERRORS = (ConfigError, EnvError, PolicyError)
 
@@ -366,8 +371,11 @@ def check_weight_update(
     worker_ids: Any,
     model_id: Any,
     num_workers: int,
+    version: Any = None,
+    current_version: int = 0,
 ) -> Any:
-    """Check ``update_policy_weights_``'s arguments (torchrl's names); return the one weights source."""
+    """Check ``update_policy_weights_``'s arguments (torchrl's names, and ``version`` against
+    the newest published ``current_version``); return the one weights source."""
     p = Problems()
     given = [v for v in (policy_or_weights, weights, policy) if v is not None]
     if len(given) > 1:
@@ -379,6 +387,13 @@ def check_weight_update(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_workers for i in ids
         )
         p.check(ok, "worker_ids", worker_ids, WORKER_IDS_MSG.format(n=num_workers))
+    if version is not None:
+        ok = (
+            isinstance(version, int)
+            and not isinstance(version, bool)
+            and version >= current_version
+        )
+        p.check(ok, "version", version, VERSION_MSG.format(current=current_version))
     p.raise_if_any()
     return given[0] if given else None
 

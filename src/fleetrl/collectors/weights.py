@@ -11,8 +11,18 @@ For a bound on staleness beyond that, the store also posts each version on a
 (``max_weight_update_interval``): a task queued before the learner published
 still starts with the newest weights.
 
+A version is the caller's number, the tag of the batches collected with the
+weights: a learner passes its optimizer-step count
+(:mod:`fleetrl.scheme.versions`); without one, the newest version + 1.
+Versions never go back, but a learner may publish the same version again:
+weights can change without an optimizer step (DQN's epsilon is a buffer of the
+acting policy). So whether a worker must load is decided by publishes, which
+the store counts (:attr:`WeightStore.publishes`), not by versions. A
+same-version publish is not posted on the board; it reaches each worker with
+its next task.
+
 A publish can also target some workers only (torchrl's ``worker_ids=``): the
-version counter still moves by one, but only the named workers receive that
+version still moves, but only the named workers receive that
 version; the others keep theirs until the next publish that includes them. A
 targeted version is not posted on the board.
 """
@@ -73,30 +83,39 @@ class WeightStore:
     """The latest published weights, as one Ray object per version."""
 
     def __init__(self, *, with_board: bool = False):
-        self.version = 0
+        self.version = 0  # the newest version: what batches collected with it are tagged
+        self.publishes = 0  # what a worker's copy is compared by (a version can be republished)
         self.ref: ray.ObjectRef | None = None
-        # worker id -> (version, ref) of a targeted publish newer than the last broadcast
-        self._targeted: dict[int, tuple[int, ray.ObjectRef | None]] = {}
-        self._broadcast = 0  # the newest version every worker gets
+        # worker id -> (publish, version, ref) of a targeted publish newer than the last broadcast
+        self._targeted: dict[int, tuple[int, int, ray.ObjectRef | None]] = {}
+        self._broadcast = (0, 0)  # the newest (publish, version) every worker gets
         self.board = (
             ray.remote(num_cpus=0)(VersionBoard).options(max_concurrency=8).remote()
             if with_board
             else None
         )
 
-    def publish(self, weights: TensorDictBase | None, worker_ids: list[int] | None = None) -> int:
+    def publish(
+        self,
+        weights: TensorDictBase | None,
+        worker_ids: list[int] | None = None,
+        version: int | None = None,
+    ) -> int:
         """Store a new version (one ``ray.put``) and return its number. Does not wait for workers.
 
-        With ``worker_ids``, only those workers get this version (see the module docstring).
+        ``version``: the new version's number, at least :attr:`version` (the
+        caller checks; default: :attr:`version` + 1). With ``worker_ids``, only
+        those workers get this version (see the module docstring).
         """
-        self.version += 1
+        self.version = self.version + 1 if version is None else int(version)
+        self.publishes += 1
         if worker_ids is not None:
             ref = ray.put(to_wire(weights)) if weights is not None else self.ref
             for worker_id in worker_ids:
-                self._targeted[worker_id] = (self.version, ref)
+                self._targeted[worker_id] = (self.publishes, self.version, ref)
             return self.version
         self._targeted.clear()
-        self._broadcast = self.version
+        self._broadcast = (self.publishes, self.version)
         if weights is not None:
             self.ref = ray.put(to_wire(weights))
             if self.board is not None:
@@ -104,19 +123,19 @@ class WeightStore:
         return self.version
 
     def for_worker(
-        self, worker_version: int, worker_id: int | None = None
-    ) -> tuple[int, ray.ObjectRef | None]:
-        """What a task for a worker at ``worker_version`` should carry: the ref only if it is newer.
+        self, worker_publish: int, worker_id: int | None = None
+    ) -> tuple[int, int, ray.ObjectRef | None]:
+        """What a task for a worker last sent publish ``worker_publish`` should carry.
 
-        Returns the version the worker holds once the task starts, and the
-        weights' ref when it must load them.
+        Returns the publish the worker holds once the task starts, the version
+        to tag its batches with, and the weights' ref only when it must load them.
         """
-        version, ref = self.version, self.ref
+        publish, version, ref = self.publishes, self.version, self.ref
         if self._targeted:  # the newest version is not for everyone
-            version, ref = self._targeted.get(worker_id, (self._broadcast, self.ref))
-        if ref is not None and worker_version < version:
-            return version, ref
-        return max(version, worker_version), None
+            publish, version, ref = self._targeted.get(worker_id, (*self._broadcast, self.ref))
+        if ref is not None and worker_publish < publish:
+            return publish, version, ref
+        return max(publish, worker_publish), version, None
 
     def close(self) -> None:
         if self.board is not None:

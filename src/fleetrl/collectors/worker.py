@@ -166,7 +166,9 @@ class CollectorWorker:
         min_frames: int | None = None,
     ) -> TaskResult:
         start = time.perf_counter()
-        if weights is not None and version > self.version:
+        # the driver sends weights only to a worker that lacks that publish; >=: a learner may
+        # republish a version whose weights changed without an optimizer step (DQN's epsilon)
+        if weights is not None and version >= self.version:
             self._load_weights(weights, version)
         elif weights is None and version > self.version and self.native:
             # a version was published without weights (random policy): only the tag moves

@@ -2,7 +2,11 @@
 
 The scheme with one gradient worker: collect a batch, run the whole update on
 it (:meth:`~fleetrl.algorithms.Algorithm.learn`), publish the weights to the
-collectors every ``trainer.weight_update_interval`` updates.
+collectors every ``trainer.weight_update_interval`` batches. The version
+published is the algorithm's optimizer-step count; a local collector (acting
+with the learner's own module) is told it before each batch, so its batches
+carry it too, and the policy lag is measured from the tags
+(:mod:`fleetrl.scheme.versions`).
 
 Resume is exact with local collection (``collector.num_collectors: 0``) and
 an env whose state can be saved (:mod:`fleetrl.env_state`): the collector is
@@ -22,6 +26,8 @@ from fleetrl.build import make_collector
 from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config
 from fleetrl.errors import EnvError
+from fleetrl.scheme.report import metrics_row
+from fleetrl.scheme.versions import PolicyLag, batch_version
 
 __all__ = ["CentralLearner"]
 
@@ -63,7 +69,7 @@ class CentralLearner:
     ):
         self.config = config
         self.algorithm = algorithm
-        self.updates = 0
+        self.batches_learned = 0  # for publishing every weight_update_interval batches
         n = config.collector.num_collectors
         #: why resuming from a checkpoint is approximate here; None where it is exact
         self.approximate_resume: str | None = None
@@ -101,13 +107,27 @@ class CentralLearner:
             )
         self._batches = iter(self.collector)
         self.remote = hasattr(self.collector, "worker_handles")
+        # a resumed learner is past version 0: its collectors act with its current weights
+        if self.version > self.collector.policy_version:
+            self._publish()
 
     @property
     def version(self) -> int:
+        """The learner's optimizer-step count (the algorithm's ``num_updates``)."""
         return self.algorithm.num_updates
+
+    def _publish(self) -> None:
+        """Give the collector the current version (remote: with the weights).
+
+        The same version again when no optimizer step was taken since the last
+        publish: the acting policy's buffers (DQN's epsilon) may have changed.
+        """
+        self.collector.update_policy_weights_(version=self.version)
 
     def run_iteration(self) -> dict[str, Any] | None:
         """One collected batch and the update on it; None once the collector is exhausted."""
+        if not self.remote:  # acts with our own module: only its tag must follow
+            self._publish()
         start = time.perf_counter()
         batch = next(self._batches, None)
         if batch is None:
@@ -115,28 +135,36 @@ class CentralLearner:
         collect_s = time.perf_counter() - start
         stats = episode_stats(batch)
         learn_start = time.perf_counter()
+        first_version = self.version
         info = self.algorithm.learn(batch)
-        self.updates += 1
+        lag = PolicyLag()
+        lag.add(first_version, self.version - first_version, batch_version(batch))
+        self.batches_learned += 1
         learn_s = time.perf_counter() - learn_start
         publish_start = time.perf_counter()
-        if self.updates % self.config.trainer.weight_update_interval == 0 and self.remote:
-            self.collector.update_policy_weights_()
+        if self.remote and self.batches_learned % self.config.trainer.weight_update_interval == 0:
+            self._publish()
         publish_s = time.perf_counter() - publish_start
-        # a local collector acts with the learner's own module: never behind
-        lag = self.collector.stats()["policy_lag"]["last"] if self.remote else 0
         return {
             "frames": frames_in(batch),
             "returns": stats.returns.tolist(),
             "lengths": stats.lengths.tolist(),
             "info": info,
-            "metrics": {
-                "train/policy_lag": float(lag),
-                "train/policy_version": float(self.version),
-                "time/collect_s": collect_s,
-                "time/learn_s": learn_s,
-                "time/broadcast_s": publish_s,
-                "time/collect_to_process": collect_s / (learn_s + publish_s),
-            },
+            "metrics": metrics_row(
+                {
+                    **lag.metrics(),
+                    "train/policy_version": self.version,
+                    # one learner: every gradient is applied to the weights it was computed on
+                    "train/grad_asynchrony": 0.0,
+                    "train/grad_asynchrony_max": 0.0,
+                    "train/dropped_gradients": 0.0,
+                    "time/collect_s": collect_s,
+                    "time/learn_s": learn_s,
+                    "time/broadcast_s": publish_s,
+                    "time/collect_to_process": collect_s / (learn_s + publish_s),
+                    "time/iteration_s": time.perf_counter() - start,
+                }
+            ),
         }
 
     def update_algorithm_parameter(self, name: str, value: float) -> None:

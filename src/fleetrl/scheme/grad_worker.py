@@ -4,7 +4,8 @@ A gradient worker owns a replica of the algorithm and its collectors (a
 RayCollector, or with ``collector.num_collectors: 0`` a SyncDataCollector in
 its own process). Each :meth:`GradWorker.step` computes the gradient of one
 minibatch and returns it as a TensorDict with the weights version it was
-computed on; when the current batch is used up it first collects a new one and
+computed on (the master's optimizer-step count, :mod:`fleetrl.scheme.versions`)
+and the version its batch was collected with (the batch's tag); when the current batch is used up it first collects a new one and
 prepares it (GAE with the current critic). The sequence of minibatches is the
 central learner's: :meth:`~fleetrl.algorithms.Algorithm.gradient_batches`.
 
@@ -26,6 +27,7 @@ from tensordict import TensorDict, TensorDictBase
 from fleetrl.build import make_collector, make_learner
 from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config, config_from_dict
+from fleetrl.scheme.versions import batch_version
 from fleetrl.scheme.wire import ParamCodec
 
 __all__ = ["GradWorker", "StepReport"]
@@ -43,7 +45,7 @@ class GradWorker:
         seed: seeds its torch RNG and its collectors.
         state: the master algorithm's ``state_dict`` to start from (weights,
             optimizer, hyperparameters), so every replica starts identical.
-        version: the weights version ``state`` holds.
+        version: the version (the master's optimizer-step count) ``state`` holds.
         modules: custom networks (``actor``, ``critic``), as for the Trainer.
     """
 
@@ -64,7 +66,8 @@ class GradWorker:
         self.algorithm = make_learner(self.config, seed, **(modules or {}))
         if state is not None:
             self.algorithm.load_state_dict(state)
-        self.version = version
+        # the replica's step count is the master's version of the weights it holds
+        self.algorithm.num_updates = version
         self.codec = ParamCodec(self.algorithm._trainable)
         world = self.config.scheme.num_grad_workers
         random_frames = -1
@@ -85,10 +88,15 @@ class GradWorker:
         self._batches: Iterator[TensorDictBase] = iter(self.collector)
         self._steps: Iterator[TensorDictBase] = iter(())
         self._steps_left = 0
-        self._batch_version = version
+        self._batch_version = version  # the tag of the batch being learned from
         self._batches_collected = 0
-        self._remote_versions: dict[int, int] = {0: version}  # collector version -> ours
         self._world_size = 1
+
+    @property
+    def version(self) -> int:
+        """The version of the weights this replica holds: the master's optimizer-step count
+        (decentralized: its own, the same on every replica)."""
+        return self.algorithm.num_updates
 
     # ------------------------------------------------------------- weights
     def set_weights(self, weights: TensorDictBase | np.ndarray, version: int) -> None:
@@ -102,7 +110,7 @@ class GradWorker:
         # when every version arrives, as in sync mode)
         for _ in range(max(0, int(version) - self.version)):
             self.algorithm.after_update()
-        self.version = int(version)
+        self.algorithm.num_updates = int(version)
 
     def get_weights(self) -> TensorDict:
         return self.algorithm.get_weights()
@@ -120,22 +128,18 @@ class GradWorker:
 
     # ---------------------------------------------------------- collection
     def _publish_to_collectors(self) -> None:
-        """Pass our weights on to remote collectors (a local one acts with our own modules)."""
-        if not self._remote:
-            return
-        interval = self.config.trainer.weight_update_interval
-        if self._batches_collected % interval == 0:
-            remote_version = self.collector.update_policy_weights_()
-            self._remote_versions[remote_version] = self.version
-
-    def _collection_version(self, batch: TensorDictBase) -> int:
-        if not self._remote:
-            return self.version  # local: collected just now with our current weights
-        versions = batch.get(("collector", "policy_version"))
-        mask_key = ("collector", "mask")
-        if mask_key in batch.keys(include_nested=True):
-            versions = versions[batch.get(mask_key)]
-        return min(self._remote_versions.get(int(v), 0) for v in versions.unique())
+        """Give our collectors our version: a local one (acting with our own modules) before
+        every batch, as a tag; remote ones with the weights, every
+        ``weight_update_interval`` batches (the same version again when no step was taken
+        since: the acting policy's buffers, DQN's epsilon, may have changed). Before the
+        first batch, only a replica that starts past version 0 has something to say."""
+        if self._batches_collected == 0:
+            due = self.version > self.collector.policy_version
+        else:
+            interval = self.config.trainer.weight_update_interval
+            due = not self._remote or self._batches_collected % interval == 0
+        if due:
+            self.collector.update_policy_weights_(version=self.version)
 
     def _new_report(self, **timings: float) -> StepReport:
         """An empty report: what this worker collected, and how long it took."""
@@ -149,8 +153,7 @@ class GradWorker:
         }
 
     def _next_batch(self, report: StepReport) -> None:
-        if self._batches_collected:
-            self._publish_to_collectors()
+        self._publish_to_collectors()
         start = time.perf_counter()
         batch = next(self._batches)
         report["collect_s"] += time.perf_counter() - start
@@ -159,7 +162,7 @@ class GradWorker:
         report["frames"] += frames_in(batch)
         report["returns"].extend(stats.returns.tolist())
         report["lengths"].extend(stats.lengths.tolist())
-        self._batch_version = self._collection_version(batch)
+        self._batch_version = batch_version(batch)
         self._steps = self.algorithm.gradient_batches(batch)
         self._steps_left = self.algorithm.steps_per_batch
 
@@ -267,9 +270,8 @@ class GradWorker:
                 n = param.numel()
                 param.grad = flat[offset : offset + n].view_as(param).clone()
                 offset += n
-            norm = self.algorithm.apply_gradients()
+            norm = self.algorithm.apply_gradients()  # moves our version (num_updates) on
             self.algorithm.after_update()
-            self.version += 1
             if norm is not None:
                 info["grad_norm"] = norm
             for k, v in info.items():

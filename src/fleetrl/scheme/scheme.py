@@ -91,7 +91,6 @@ class Scheme:
                 self.learner = UpdateWorker(
                     config,
                     algorithm,
-                    version=algorithm.num_updates,
                     seed=seed,
                     modules=modules,
                     replica_states=replica_states,

@@ -44,6 +44,8 @@ from fleetrl.collectors.restarts import RestartPolicy
 from fleetrl.config import Config, config_to_dict
 from fleetrl.errors import ConfigError, WorkerError, WorkerLostError
 from fleetrl.scheme.grad_worker import GradWorker, StepReport
+from fleetrl.scheme.report import metrics_row
+from fleetrl.scheme.versions import PolicyLag
 from fleetrl.scheme.wire import ParamCodec
 
 __all__ = ["UpdateWorker", "average_flat"]
@@ -74,7 +76,7 @@ class _Iteration:
         self.lengths: list[int] = []
         self.info: dict[str, float] = {}
         self.info_steps = 0
-        self.lags: list[int] = []
+        self.lag = PolicyLag()
         self.asynchrony: list[int] = []
         self.collect_s: dict[int, float] = {}
         self.grad_s: dict[int, float] = {}
@@ -96,7 +98,7 @@ class _Iteration:
             self.info[k] = self.info.get(k, 0.0) + v * weight
         self.info_steps += weight
 
-    def result(self, num_workers: int) -> dict[str, Any]:
+    def result(self, num_workers: int, version: int, restarts: int) -> dict[str, Any]:
         def mean(values: list[int]) -> float:
             return sum(values) / len(values) if values else 0.0
 
@@ -108,19 +110,22 @@ class _Iteration:
             "returns": self.returns,
             "lengths": self.lengths,
             "info": {k: v / max(1, self.info_steps) for k, v in self.info.items()},
-            "metrics": {
-                "train/policy_lag": mean(self.lags),
-                "train/policy_lag_max": float(max(self.lags, default=0)),
-                "train/grad_asynchrony": mean(self.asynchrony),
-                "train/grad_asynchrony_max": float(max(self.asynchrony, default=0)),
-                "train/dropped_gradients": float(self.dropped),
-                "time/collect_s": collect,
-                "time/grad_s": grad,
-                "time/update_s": self.update_s,
-                "time/broadcast_s": self.broadcast_s,
-                "time/collect_to_process": collect / process if process else float("nan"),
-                "time/iteration_s": time.perf_counter() - self.start,
-            },
+            "metrics": metrics_row(
+                {
+                    **self.lag.metrics(),
+                    "train/policy_version": version,
+                    "train/grad_asynchrony": mean(self.asynchrony),
+                    "train/grad_asynchrony_max": float(max(self.asynchrony, default=0)),
+                    "train/dropped_gradients": self.dropped,
+                    "train/grad_workers_restarted": restarts,
+                    "time/collect_s": collect,
+                    "time/grad_s": grad,
+                    "time/update_s": self.update_s,
+                    "time/broadcast_s": self.broadcast_s,
+                    "time/collect_to_process": collect / process if process else float("nan"),
+                    "time/iteration_s": time.perf_counter() - self.start,
+                }
+            ),
         }
 
 
@@ -130,8 +135,7 @@ class UpdateWorker:
     Args:
         config: the run's config (its ``scheme`` section picks the mode).
         algorithm: the master algorithm (in this process); gradient workers
-            start from its state.
-        version: the version of the master's current weights.
+            start from its state, and its optimizer-step count is the version.
         seed: base seed; worker ``i`` and each of its replacements get their own.
         modules: custom networks (``actor``, ``critic``) for the replicas.
     """
@@ -141,7 +145,6 @@ class UpdateWorker:
         config: Config,
         algorithm: Algorithm,
         *,
-        version: int = 0,
         seed: int = 0,
         modules: dict[str, Any] | None = None,
         replica_states: list[dict[str, Any]] | None = None,
@@ -149,7 +152,6 @@ class UpdateWorker:
         self.config = config
         self.scheme = config.scheme
         self.algorithm = algorithm
-        self.version = version
         self.seed = seed
         self.modules = modules or {}
         self.num_workers = self.scheme.num_grad_workers
@@ -205,6 +207,12 @@ class UpdateWorker:
         except BaseException:
             self.shutdown()
             raise
+
+    @property
+    def version(self) -> int:
+        """The master's optimizer-step count: the version of its weights
+        (:mod:`fleetrl.scheme.versions`)."""
+        return self.algorithm.num_updates
 
     # ------------------------------------------------------------- workers
     def _check_resources(self) -> None:
@@ -303,9 +311,8 @@ class UpdateWorker:
     def _apply(self, flat_grads: np.ndarray, it: _Iteration) -> float | None:
         start = time.perf_counter()
         self.codec.load_grads(flat_grads, self._params)
-        norm = self.algorithm.apply_gradients()
+        norm = self.algorithm.apply_gradients()  # moves the version (num_updates) on
         self.algorithm.after_update()
-        self.version += 1
         self.applied_gradients += 1
         mid = time.perf_counter()
         self._current_weights()
@@ -348,10 +355,7 @@ class UpdateWorker:
         else:
             self._run_decentralized(it)
         self._check_pending_calls()
-        result = it.result(self.num_workers)
-        result["metrics"]["train/grad_workers_restarted"] = float(sum(self.restarts))
-        result["metrics"]["train/policy_version"] = float(self.version)
-        return result
+        return it.result(self.num_workers, self.version, sum(self.restarts))
 
     def _run_sync(self, it: _Iteration) -> None:
         for _ in range(self.algorithm.steps_per_batch):
@@ -365,7 +369,7 @@ class UpdateWorker:
                 reports.append(report)
             for r in reports:
                 it.add(r)
-                it.lags.append(self.version - r["collection_version"])
+                it.lag.add(self.version, 1, r["collection_version"])
                 it.asynchrony.append(self.version - r["version"])
             norm = self.apply_mean_gradients([r["grads"] for r in reports], it)
             self._record(self._mean_info(reports), it, norm)
@@ -390,7 +394,7 @@ class UpdateWorker:
                 self.dropped_gradients += 1
                 it.dropped += 1
             else:
-                it.lags.append(self.version - report["collection_version"])
+                it.lag.add(self.version, 1, report["collection_version"])
                 it.asynchrony.append(asynchrony)
                 norm = self._apply(report["grads"], it)
                 self._record(report["info"], it, norm)
@@ -428,15 +432,15 @@ class UpdateWorker:
         steps = reports[0]["steps"]  # the same on every replica (same frames, same schedule)
         for r in reports:
             it.add(r)
-            base = r["version"] - steps - r["collection_version"]
-            it.lags.extend(base + s for s in range(steps))  # one per step, as in sync mode
+            # each replica took its steps at versions r["version"] - steps, ..., r["version"] - 1
+            it.lag.add(r["version"] - steps, steps, r["collection_version"])
             it.asynchrony.extend([0] * steps)
             it.update_s += r["update_s"] / self.num_workers
             it.broadcast_s += r["reduce_s"] / self.num_workers  # the all-reduce replaces it
         self._record(self._mean_info(reports), it, None, weight=steps)
         # the master mirrors rank 0 (for evaluation and checkpoints)
         self.codec.load_weights(reports[0]["weights"], self._params)
-        self.version = reports[0]["version"]
+        self.algorithm.num_updates = reports[0]["version"]
         self.applied_gradients += steps
 
     # ------------------------------------------------------- parameters
