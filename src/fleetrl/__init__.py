@@ -1,5 +1,6 @@
 """fleetrl: TensorDict-centric distributed RL collection and training on Ray."""
 
+from fleetrl.algorithms import Algorithm
 from fleetrl.collectors import (
     DataCollectorBase,
     EpisodeStats,
@@ -7,6 +8,7 @@ from fleetrl.collectors import (
     SyncDataCollector,
     episode_stats,
 )
+from fleetrl.config import Config, load_config
 from fleetrl.engines import AtariEnv, EnvEngine
 from fleetrl.envs import BatchedEnv, make_env
 from fleetrl.errors import (
@@ -20,12 +22,15 @@ from fleetrl.errors import (
     WorkerLostError,
 )
 from fleetrl.policies import RandomPolicy, as_policy
+from fleetrl.trainer import Trainer
 
 __all__ = [
+    "Algorithm",
     "AtariEnv",
     "BatchedEnv",
     "CheckpointError",
     "CollectorClosedError",
+    "Config",
     "ConfigError",
     "DataCollectorBase",
     "EnvEngine",
@@ -36,10 +41,12 @@ __all__ = [
     "RandomPolicy",
     "RayCollector",
     "SyncDataCollector",
+    "Trainer",
     "WorkerError",
     "WorkerLostError",
     "as_policy",
     "episode_stats",
+    "load_config",
     "make_env",
 ]
 

@@ -615,7 +615,17 @@ def check_config(cfg: Config, problems: list[str] | None = None) -> None:
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config file, apply ``key=value`` overrides, validate everything."""
+    """Load a YAML config file, apply ``key=value`` overrides, validate everything.
+
+    Examples:
+        >>> cfg = load_config("configs/ppo_cartpole.yaml", ["ppo.lr=3e-4", "env.num_envs=4"])
+        >>> cfg.algorithm, cfg.env.id, cfg.env.num_envs, cfg.ppo.lr
+        ('ppo', 'CartPole-v1', 4, 0.0003)
+        >>> load_config("configs/ppo_cartpole.yaml", ["ppo.lr=-1"])
+        Traceback (most recent call last):
+        ...
+        fleetrl.errors.ConfigError: ...ppo.lr=-1.0 is invalid: must be > 0...
+    """
     return config_from_dict(read_yaml_mapping(path, "config"), overrides)
 
 

@@ -121,6 +121,23 @@ class Trainer:
         extra_modules: other modules the algorithm accepts (``qnet`` for DQN, ``qvalue`` for SAC).
         run_dir: where to write; default from ``config.logging.run_dir`` or ``runs/<algo>_<env>_<time>``.
         resume: continue the run in ``run_dir`` from its latest checkpoint.
+
+    Examples:
+        Train PPO on CartPole with local collection (no Ray) for two batches:
+
+        >>> import tempfile
+        >>> from fleetrl import Trainer, load_config
+        >>> config = load_config("configs/ppo_cartpole.yaml", [
+        ...     "collector.num_collectors=0", "collector.frames_per_batch=256",
+        ...     "trainer.total_frames=512", "trainer.test_every=0", "logging.progress_bar=false",
+        ...     "logging.tensorboard=false", "logging.plot=false"])
+        >>> trainer = Trainer(config, run_dir=tempfile.mkdtemp())
+        >>> metrics = trainer.train()
+        >>> trainer.frames, metrics["train/frames"]
+        (512, 512)
+        >>> sorted(p.name for p in trainer.run_dir.glob("*.pt"))
+        ['checkpoint_000000000512.pt']
+        >>> trainer.close()
     """
 
     def __init__(
