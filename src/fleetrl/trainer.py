@@ -135,7 +135,7 @@ class Trainer:
         >>> metrics = trainer.train()
         >>> trainer.frames, metrics["train/frames"]
         (512, 512)
-        >>> sorted(p.name for p in trainer.run_dir.glob("*.pt"))
+        >>> sorted(p.name for p in (trainer.run_dir / "checkpoints").glob("*.pt"))
         ['checkpoint_000000000512.pt']
         >>> trainer.close()
     """
