@@ -125,7 +125,7 @@ class Trainer:
     Examples:
         Train PPO on CartPole with local collection (no Ray) for two batches:
 
-        >>> import tempfile
+        >>> import shutil, tempfile
         >>> from fleetrl import Trainer, load_config
         >>> config = load_config("configs/ppo_cartpole.yaml", [
         ...     "collector.num_collectors=0", "collector.frames_per_batch=256",
@@ -137,7 +137,7 @@ class Trainer:
         (512, 512)
         >>> sorted(p.name for p in (trainer.run_dir / "checkpoints").glob("*.pt"))
         ['checkpoint_000000000512.pt']
-        >>> trainer.close()
+        >>> shutil.rmtree(trainer.run_dir)
     """
 
     def __init__(
