@@ -26,9 +26,13 @@ from fleetrl.collectors.worker import Compression
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
 
 __all__ = [
+    "MAX_POLICY_LAG_ALLOWED",
+    "MAX_RESTART_ATTEMPTS_ALLOWED",
     "SET_BY_RAY",
     "RayArguments",
+    "all_problems",
     "check_arguments",
+    "check_bounds",
     "check_collector_kwargs",
     "check_env_counts",
     "check_resources",
@@ -76,6 +80,8 @@ VERSION_MSG = (
     "count; the same count again republishes weights changed without a step)"
 )
 #: an error raised in a worker that is one of these arrives as its own type
+MAX_POLICY_LAG_ALLOWED = "must be None (no bound) or an int >= 0 (versions)"
+MAX_RESTART_ATTEMPTS_ALLOWED = "must be an int >= 0 (0: a worker's death ends the run)"
 RETYPED_ERRORS = (ConfigError, EnvError, PolicyError)
 
 
@@ -430,3 +436,33 @@ def worker_failure(worker_id: int, err: BaseException) -> FleetError:
     error.worker_id = worker_id  # type: ignore[attr-defined]
     error.cause = text  # type: ignore[attr-defined]
     return error
+
+
+def all_problems(p: Problems, check: Any, **arguments: Any) -> Any:
+    """``check(**arguments)``, raising its problems and those already in ``p`` at once."""
+    try:
+        result = check(**arguments)
+    except ConfigError as err:
+        raise ConfigError(err.problems + p.items) from None
+    p.raise_if_any()
+    return result
+
+
+def check_bounds(p: Problems, max_policy_lag: Any, max_restart_attempts: Any) -> None:
+    """Check the policy-lag bound and the restart attempts (before any actor starts)."""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    p.check(
+        max_policy_lag is None or whole(max_policy_lag),
+        "max_policy_lag",
+        max_policy_lag,
+        MAX_POLICY_LAG_ALLOWED,
+    )
+    p.check(
+        whole(max_restart_attempts),
+        "max_restart_attempts",
+        max_restart_attempts,
+        MAX_RESTART_ATTEMPTS_ALLOWED,
+    )

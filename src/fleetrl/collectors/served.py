@@ -1,0 +1,105 @@
+"""ServedStats: what a :class:`~fleetrl.collectors.RayCollector` counts about the batches it serves.
+
+Policy lag as running aggregates (constant memory however long the run), the
+``max_policy_lag`` bound (a batch that breaks it is counted, not served), bytes
+on the wire (see :mod:`fleetrl.collectors.wire`), preempted tasks and the
+workers' collection time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetrl.collectors.pool import Task
+from fleetrl.collectors.worker import TaskResult
+
+__all__ = ["ServedStats"]
+
+
+class ServedStats:
+    """Running counts over served batches.
+
+    Args:
+        max_policy_lag: ``None`` (no bound) or the versions a served batch may be behind.
+        compress: the collector's codec; ``compression()`` counts compressed traffic only.
+    """
+
+    def __init__(self, max_policy_lag: int | None, compress: str | None):
+        self.max_policy_lag = max_policy_lag
+        self.compress = compress
+        self.counts: dict[str, Any] = {
+            "batches": 0,
+            # policy lag of served batches, as running aggregates (constant memory)
+            "lag_count": 0,
+            "lag_sum": 0,
+            "lag_max": 0,
+            "lag_last": 0,
+            "stale_batches": 0,
+            "stale_frames": 0,
+            "bytes_raw": 0,  # compressed traffic only
+            "bytes_sent": 0,
+            "wire_full": 0,  # all traffic
+            "wire_sent": 0,
+            "compact_batches": 0,
+            "preempted_tasks": 0,
+            "collect_s": 0.0,
+        }
+
+    def stale(self, result: TaskResult, task: Task, version: int) -> bool:
+        """Whether a batch breaks ``max_policy_lag`` at ``version``; such a batch is counted, not served."""
+        if self.max_policy_lag is None or task.random:  # random actions: no policy to lag
+            return False
+        if version - result.policy_version <= self.max_policy_lag:
+            return False
+        self.counts["stale_batches"] += 1
+        self.counts["stale_frames"] += result.frames
+        return True
+
+    def account(self, result: TaskResult, version: int) -> None:
+        """Count a served batch: policy lag against ``version``, bytes, preemption, time."""
+        st = self.counts
+        lag = version - result.policy_version
+        st["lag_count"] += 1
+        st["lag_sum"] += lag
+        st["lag_max"] = max(st["lag_max"], lag)
+        st["lag_last"] = lag
+        if self.compress is not None:  # stats()["compression"] counts compressed traffic only
+            st["bytes_raw"] += result.bytes_raw
+            st["bytes_sent"] += result.bytes_sent
+        st["wire_full"] += result.bytes_raw
+        st["wire_sent"] += result.bytes_sent
+        st["compact_batches"] += int(result.compact)
+        st["preempted_tasks"] += int(result.preempted)
+        st["collect_s"] += result.collect_s
+
+    def policy_lag(self) -> dict[str, Any]:
+        """``last``, ``mean``, ``max``, ``count`` of the lag of served batches, and the ``bound``."""
+        st = self.counts
+        count = st["lag_count"]
+        return {
+            "last": st["lag_last"],
+            "mean": st["lag_sum"] / count if count else 0.0,
+            "max": st["lag_max"],
+            "count": count,
+            "bound": self.max_policy_lag,
+        }
+
+    def compression(self) -> dict[str, Any]:
+        """Bytes before and after the codec, over compressed traffic."""
+        raw, sent = self.counts["bytes_raw"], self.counts["bytes_sent"]
+        return {
+            "codec": self.compress,
+            "bytes_raw": raw,
+            "bytes_sent": sent,
+            "bytes_saved": raw - sent,
+            "ratio": raw / sent if sent else None,
+        }
+
+    def wire(self) -> dict[str, Any]:
+        """Bytes in the full layout, bytes that crossed Ray, and the batches that came compact."""
+        st = self.counts
+        return {
+            "bytes_full": st["wire_full"],
+            "bytes_sent": st["wire_sent"],
+            "compact_batches": st["compact_batches"],
+        }
