@@ -185,8 +185,5 @@ class CentralLearner:
         state.pop("policy_state_dict", None)
         return state
 
-    def stats(self) -> dict[str, Any]:
-        return {"mode": self.mode, "version": self.version}
-
     def shutdown(self) -> None:
         self.collector.shutdown()

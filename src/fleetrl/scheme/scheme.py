@@ -117,9 +117,6 @@ class Scheme:
         """The central learner's local collector state; None for every other scheme."""
         return self.learner.collector_state() if self.mode == "central" else None
 
-    def stats(self) -> dict[str, Any]:
-        return self.learner.stats()
-
     def shutdown(self) -> None:
         self.learner.shutdown()
         self._stop_ray()

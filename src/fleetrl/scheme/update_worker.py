@@ -494,15 +494,6 @@ class UpdateWorker:
             state["replicas"] = ray.get([w.state_dict.remote() for w in self.workers])
         return state
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "version": self.version,
-            "applied_gradients": self.applied_gradients,
-            "dropped_gradients": self.dropped_gradients,
-            "restarts": list(self.restarts),
-        }
-
     def shutdown(self) -> None:
         """Kill the gradient workers; their collector actors share their fate (Ray ownership)."""
         if not ray.is_initialized():
