@@ -26,6 +26,7 @@ from fleetrl.build import make_collector
 from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config
 from fleetrl.errors import EnvError
+from fleetrl.scheme.modes import LearnerMode
 from fleetrl.scheme.report import metrics_row
 from fleetrl.scheme.versions import PolicyLag, batch_version
 
@@ -56,7 +57,7 @@ class CentralLearner:
             checkpoint; loaded instead of seeding where the resume can be exact.
     """
 
-    mode = "central"
+    mode = LearnerMode.CENTRAL
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ from fleetrl.algorithms import Algorithm
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
 from fleetrl.scheme.central import CentralLearner
+from fleetrl.scheme.modes import LearnerMode
 
 __all__ = ["Scheme"]
 
@@ -100,8 +101,8 @@ class Scheme:
                 raise
 
     @property
-    def mode(self) -> str:
-        """'central', 'sync', 'async' or 'decentralized'."""
+    def mode(self) -> LearnerMode:
+        """Which learner runs: central, sync, async or decentralized."""
         return self.learner.mode
 
     def run_iteration(self) -> dict[str, Any] | None:
@@ -115,7 +116,7 @@ class Scheme:
 
     def collector_state(self) -> dict[str, Any] | None:
         """The central learner's local collector state; None for every other scheme."""
-        return self.learner.collector_state() if self.mode == "central" else None
+        return self.learner.collector_state() if self.mode is LearnerMode.CENTRAL else None
 
     def shutdown(self) -> None:
         self.learner.shutdown()

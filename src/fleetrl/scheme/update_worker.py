@@ -44,6 +44,7 @@ from fleetrl.collectors.restarts import RestartPolicy
 from fleetrl.config import Config, config_to_dict
 from fleetrl.errors import ConfigError, WorkerError, WorkerLostError
 from fleetrl.scheme.grad_worker import GradWorker, StepReport
+from fleetrl.scheme.modes import LearnerMode
 from fleetrl.scheme.report import metrics_row
 from fleetrl.scheme.versions import PolicyLag
 from fleetrl.scheme.wire import ParamCodec
@@ -156,11 +157,11 @@ class UpdateWorker:
         self.modules = modules or {}
         self.num_workers = self.scheme.num_grad_workers
         self.mode = (
-            "decentralized"
+            LearnerMode.DECENTRALIZED
             if self.scheme.decentralized_update
-            else "async"
+            else LearnerMode.ASYNC
             if self.scheme.grad_communication == "async"
-            else "sync"
+            else LearnerMode.SYNC
         )
         self._config_dict = config_to_dict(config)
         self._weights_ref: Any = None
@@ -199,7 +200,7 @@ class UpdateWorker:
                 ]
                 self._current_weights()
             ray.get([w.ping.remote() for w in self.workers])
-            if self.mode == "decentralized":
+            if self.mode is LearnerMode.DECENTRALIZED:
                 self._form_group()
         except (RayTaskError, RayActorError) as err:  # a replica or its collectors failed to start
             self.shutdown()
@@ -348,9 +349,9 @@ class UpdateWorker:
         every worker (``steps_per_batch`` all-reduced steps).
         """
         it = _Iteration()
-        if self.mode == "sync":
+        if self.mode is LearnerMode.SYNC:
             self._run_sync(it)
-        elif self.mode == "async":
+        elif self.mode is LearnerMode.ASYNC:
             self._run_async(it)
         else:
             self._run_decentralized(it)
@@ -485,7 +486,7 @@ class UpdateWorker:
         For a replay algorithm it also holds every replica's state under
         ``"replicas"`` (their buffers), which resuming hands back to each worker.
         """
-        if self.mode == "decentralized":
+        if self.mode is LearnerMode.DECENTRALIZED:
             state = ray.get(self.workers[0].state_dict.remote())
             state.pop("version")
         else:
