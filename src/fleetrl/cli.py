@@ -3,7 +3,8 @@
 fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S]
-fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes} [args ...]
+fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes,
+               atari_throughput,wire_unpack} [args ...]
 """
 
 from __future__ import annotations
@@ -142,7 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--seed", type=int, default=12345)
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
     bench.add_argument(
-        "name", choices=["collector_throughput", "ray_throughput", "time_to_solve", "scheme_modes"]
+        "name",
+        choices=[
+            "collector_throughput",
+            "ray_throughput",
+            "time_to_solve",
+            "scheme_modes",
+            "atari_throughput",
+            "wire_unpack",
+        ],
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     args, extra = parser.parse_known_args(argv)
