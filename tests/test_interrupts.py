@@ -165,10 +165,10 @@ def test_sigkill_between_checkpoints_then_resume_keeps_every_row_up_to_the_check
 
 
 def test_a_second_signal_stops_at_once_and_handlers_are_restored():
-    from fleetrl.trainer import _StopOnSignal
+    from fleetrl.run_control import StopOnSignal
 
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    stop = _StopOnSignal()
+    stop = StopOnSignal()
     with pytest.raises(KeyboardInterrupt), stop:
         os.kill(os.getpid(), signal.SIGTERM)  # handled at once: the main thread runs Python
         assert stop.received is signal.SIGTERM
