@@ -70,6 +70,38 @@ def test_cli_trains_each_algorithm_on_a_tiny_budget(tmp_path, config, capsys):
     assert f"frames {2 * fpb:,}" in capsys.readouterr().out
 
 
+def test_a_run_that_evaluates_appends_every_row_to_one_metrics_file(tmp_path):
+    cfg = load_config(
+        ROOT / "configs" / "ppo_cartpole.yaml",
+        [
+            *TINY,
+            "collector.num_collectors=0",
+            "collector.frames_per_batch=128",
+            "trainer.total_frames=512",
+            "trainer.test_every=2",
+            "ppo.num_epochs=1",
+            "logging.tensorboard=false",
+            "logging.plot=false",
+        ],
+    )
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    path = trainer.run_dir / "metrics.csv"
+    inode = path.stat().st_ino
+    trainer.train()
+    # the eval columns are in the header from the first row: the file is appended to, never
+    # rewritten, and each cell keeps the text it was written with
+    assert path.stat().st_ino == inode
+    metrics = rows(trainer.run_dir)
+    assert [(r["train/frames"], r["train/updates"]) for r in metrics] == [
+        ("128", "1"),
+        ("256", "2"),
+        ("384", "3"),
+        ("512", "4"),
+    ]
+    assert [r["eval/return_mean"] != "" for r in metrics] == [False, True, False, True]
+    assert [frames for frames, _ in trainer.eval_history] == [256, 512]
+
+
 def test_checkpoint_then_resume_continues_exactly(tmp_path, capsys):
     run = tmp_path / "run"
     cfg = load_config(

@@ -30,8 +30,10 @@ from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config
 from fleetrl.engines import env_spec
 
-__all__ = ["Evaluator", "evaluate", "plot_learning_curve"]
+__all__ = ["EVAL_METRICS", "Evaluator", "evaluate", "plot_learning_curve"]
 
+#: the metrics of one evaluation
+EVAL_METRICS = ("eval/return_mean", "eval/return_std")
 #: evaluation seeds are this far from the training seed, so the two never share envs' streams
 EVAL_SEED_OFFSET = 100_003
 
@@ -86,6 +88,11 @@ class Evaluator:
         self.config = config
         self.history: list[tuple[int, float]] = list(history or [])
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The metrics this run's evaluations will log (none when it never evaluates)."""
+        return EVAL_METRICS if self.config.trainer.test_every else ()
+
     def due(self, iterations: int) -> bool:
         """Whether the iteration that brought the count to ``iterations`` ends with an evaluation."""
         every = self.config.trainer.test_every
@@ -107,7 +114,7 @@ class Evaluator:
         np.random.set_state(numpy_state)
         mean = float(returns.mean())
         self.history.append((frames, mean))
-        return {"eval/return_mean": mean, "eval/return_std": float(returns.std(unbiased=False))}
+        return dict(zip(EVAL_METRICS, (mean, float(returns.std(unbiased=False)))))
 
 
 def plot_learning_curve(

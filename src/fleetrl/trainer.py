@@ -128,7 +128,10 @@ class Trainer:
             yaml.safe_dump(config_to_dict(config), sort_keys=False)
         )
         self.metrics = MetricLogger(
-            self.run_dir, config.logging.tensorboard, resume_frames=self.frames if resume else None
+            self.run_dir,
+            config.logging.tensorboard,
+            resume_frames=self.frames if resume else None,
+            columns=self.evaluator.columns,  # fixed from the first row: appended, never rewritten
         )
 
     # ------------------------------------------------------------- resume
