@@ -109,7 +109,7 @@ def test_a_signal_writes_a_final_checkpoint_and_resume_logs_no_frame_twice(tmp_p
     assert "Traceback" not in err
     assert checkpoint_frames(run) == [stopped_at]
     state = load_checkpoint(run / "checkpoints" / f"checkpoint_{stopped_at:012d}.pt")
-    assert (state["frames"], state["updates"]) == (stopped_at, stopped_at // FPB)
+    assert (state["frames"], state["iterations"]) == (stopped_at, stopped_at // FPB)
 
     budget = stopped_at + 2 * FPB
     assert main(["train", "--resume", str(run), f"trainer.total_frames={budget}"]) == 0

@@ -23,7 +23,7 @@ leaves a run directory that ``--resume`` and ``fleetrl eval`` can use:
 Examples:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> state = {"algorithm": {}, "frames": 64, "updates": 1, "episodes": 0, "config": {}}
+    >>> state = {"algorithm": {}, "frames": 64, "iterations": 1, "episodes": 0, "config": {}}
     >>> save_checkpoint(state, folder, keep=2).name
     'checkpoint_000000000064.pt'
     >>> path, loaded = newest_checkpoint(folder)
@@ -61,7 +61,9 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_GLOB = "checkpoint_*.pt"
 TMP_GLOB = ".checkpoint_*.pt.tmp"
 # every fleetrl checkpoint has these; the Trainer may add more
-REQUIRED_KEYS = ("algorithm", "frames", "updates", "episodes", "config")
+REQUIRED_KEYS = ("algorithm", "frames", "iterations", "episodes", "config")
+#: old key -> its name now; a checkpoint written before the rename loads as if written after
+RENAMED_KEYS = {"updates": "iterations"}  # the loop's iterations, not optimizer steps
 
 NOT_A_FILE = (
     "checkpoint {path} is invalid: no such file; pass a run directory or a checkpoint_*.pt file"
@@ -146,6 +148,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         # torch.load fails in many ways on bad input (RuntimeError from the zip reader,
         # EOFError, UnpicklingError, OSError, ValueError, ...): all mean "not loadable".
         raise CheckpointError(_why_not_loadable(path, err)) from None
+    if isinstance(state, dict):
+        for old, new in RENAMED_KEYS.items():
+            if old in state and new not in state:
+                state[new] = state.pop(old)
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(MISSING_KEYS.format(path=path, keys=", ".join(map(repr, missing))))
@@ -334,7 +340,7 @@ class RunCheckpoints:
 
         Args:
             algorithm: the algorithm's (or the scheme's) state dict.
-            counters: ``frames``, ``updates``, ``episodes``, ``recent_returns``, ``eval_history``.
+            counters: ``frames``, ``iterations``, ``episodes``, ``recent_returns``, ``eval_history``.
             collector: the local collector's envs and episodes (None: remote collectors or
                 gradient workers).
             config: the run's config as a plain dict.

@@ -202,13 +202,14 @@ class TrainerConfig:
     seed: int = 0
     """seed of torch, the envs and the collectors."""
     weight_update_interval: int = 1
-    """publish weights to the collectors every this many updates."""
+    """publish weights to the collectors every this many batches learned from."""
     test_every: int = 10
-    """evaluate every this many updates (0: never)."""
+    """evaluate every this many training iterations (0: never). An iteration is one metrics
+    row: one batch for the central learner, one batch per gradient worker under a scheme."""
     num_test_episodes: int = 10
     """episodes per evaluation, deterministic actions."""
     checkpoint_every: int = 20
-    """write a checkpoint every this many updates (0: only at the end)."""
+    """write a checkpoint every this many training iterations (0: only at the end)."""
     keep_checkpoints: int = 3
     """checkpoints kept on disk (the newest)."""
     lr_schedule: Schedule = Schedule.CONSTANT

@@ -3,10 +3,13 @@
 The training itself runs in a :class:`~fleetrl.scheme.Scheme` chosen by the
 config's ``scheme`` section: the central learner (one
 :class:`~fleetrl.algorithms.Algorithm` in this process fed by collectors,
-publishing its weights every ``weight_update_interval`` updates), or gradient
+publishing its weights every ``weight_update_interval`` batches), or gradient
 workers under an update worker (sync, async or decentralized). The Trainer
-loop is the same for all of them. Every ``test_every`` updates the policy is
-evaluated with deterministic actions on separate test envs. Metrics go to
+loop is the same for all of them. An *iteration* is one pass of that loop,
+one metrics row (:attr:`Trainer.iterations`, ``train/iterations``); an
+*update* is one optimizer step (the policy version, ``time/updates_per_s``).
+Every ``test_every`` iterations the policy is
+evaluated with deterministic actions on separate test envs (:mod:`fleetrl.evaluate`). Metrics go to
 ``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
 ``time/``. Checkpoints are written atomically and load with
 ``torch.load(weights_only=True)``.
@@ -108,7 +111,7 @@ class Trainer:
         self.algorithm = make_learner(config, config.trainer.seed, **modules)
         self.scheme: Scheme | None = None
         self.frames = 0
-        self.updates = 0
+        self.iterations = 0  # loop iterations (metrics rows), not optimizer steps
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=config.trainer.return_window)
         self.evaluator = Evaluator(config)
@@ -140,16 +143,16 @@ class Trainer:
         self.resumption = resumption = Resumption.newest(self.run_dir)
         state = resumption.state
         self.algorithm.load_state_dict(state["algorithm"])
-        self.frames, self.updates, self.episodes = (
+        self.frames, self.iterations, self.episodes = (
             state["frames"],
-            state["updates"],
+            state["iterations"],
             state["episodes"],
         )
         self.recent_returns.extend(state["recent_returns"])
         self.evaluator.history = [tuple(x) for x in state["eval_history"]]
         resumption.restore_torch_rng()
         logger.info(
-            "resumed %s at %d frames, %d updates", resumption.path, self.frames, self.updates
+            "resumed %s at %d frames, %d iterations", resumption.path, self.frames, self.iterations
         )
 
     @property
@@ -173,7 +176,7 @@ class Trainer:
             algorithm=(self.scheme or self.algorithm).state_dict(),
             counters={
                 "frames": self.frames,
-                "updates": self.updates,
+                "iterations": self.iterations,
                 "episodes": self.episodes,
                 "recent_returns": list(self.recent_returns),
                 "eval_history": [list(x) for x in self.eval_history],
@@ -210,7 +213,7 @@ class Trainer:
             self.config,
             self.algorithm,
             frames=self.frames,
-            seed=self.config.trainer.seed + 7919 * self.updates,
+            seed=self.config.trainer.seed + 7919 * self.iterations,
             modules=self.modules,
             replica_states=self.resumption.replica_states if self.resumption else None,
             collector_state=self.resumption.collector_state if self.resumption else None,
@@ -266,12 +269,12 @@ class Trainer:
                 self.frames += result["frames"]
                 self.recent_returns.extend(result["returns"])
                 self.episodes += len(result["returns"])
-                self.updates += 1
+                self.iterations += 1
                 elapsed = time.perf_counter() - start
                 lengths = result["lengths"]
                 last = {
                     "train/frames": self.frames,
-                    "train/updates": self.updates,
+                    "train/iterations": self.iterations,
                     "train/episodes": self.episodes,
                     "train/episode_return": _mean(self.recent_returns),
                     "train/episode_length": _mean(lengths) if lengths else float("nan"),
@@ -284,11 +287,11 @@ class Trainer:
                 }
                 if hasattr(self.algorithm, "clip_epsilon"):
                     last["train/clip_epsilon"] = self.algorithm.clip_epsilon
-                if self.evaluator.due(self.updates):
+                if self.evaluator.due(self.iterations):
                     last.update(self._evaluate())
                 self.metrics.log(self.frames, last)
                 progress.update(result["frames"], last)
-                if t.checkpoint_every and self.updates % t.checkpoint_every == 0:
+                if t.checkpoint_every and self.iterations % t.checkpoint_every == 0:
                     self.checkpoint()
                 if stop.received is not None:  # between iterations: the state is whole here
                     break
@@ -312,7 +315,7 @@ class Trainer:
         return last
 
     def _evaluate(self) -> dict[str, float]:
-        return self.evaluator(self.algorithm.policy, frames=self.frames, iterations=self.updates)
+        return self.evaluator(self.algorithm.policy, frames=self.frames, iterations=self.iterations)
 
     def plot(self) -> Path:
         """learning_curve.png: training return (and evaluation return) against frames."""
