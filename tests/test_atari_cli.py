@@ -70,14 +70,14 @@ def check_run(run: Path, err: str, algo: str) -> dict:
     assert bar, err[-2000:]
     metrics = rows(run)
     assert [int(float(r["train/frames"])) for r in metrics] == [FRAMES * (i + 1) for i in range(2)]
-    assert [int(float(r["train/updates"])) for r in metrics] == [1, 2]
+    assert [int(float(r["train/iterations"])) for r in metrics] == [1, 2]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert (saved["env"]["id"], saved["env"]["engine"]) == ("ALE/Pong-v5", "ale_vector")
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert (run / "learning_curve.png").stat().st_size > 0
     assert latest_checkpoint(run).name == f"checkpoint_{total:012d}.pt"
     state = load_checkpoint(latest_checkpoint(run))
-    assert (state["frames"], state["updates"]) == (total, BATCHES)
+    assert (state["frames"], state["iterations"]) == (total, BATCHES)
     # the Nature CNN over 4 stacked 84x84 frames: 32 filters of 8x8 on 4 channels first
     assert conv_shapes(state)[:3] == [(32, 4, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3)]
     return {"metrics": metrics, "state": state}

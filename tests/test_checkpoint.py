@@ -46,7 +46,7 @@ def state(frames: int, **extra) -> dict:
     return {
         "algorithm": {"w": torch.full((3,), float(frames))},
         "frames": frames,
-        "updates": frames // 64,
+        "iterations": frames // 64,
         "episodes": 0,
         "config": {},
         **extra,
@@ -142,7 +142,7 @@ def test_checkpoints_named_past_a_resumed_one_are_removed(tmp_path, caplog):
         ("pickle", r"not a fleetrl checkpoint \(UnpicklingError: Unsupported operand"),
         ("pickle2", r"weights_only=True\) refuses: .*unsupported GLOBAL posix.system"),
         ("evil_torch", r"weights_only=True\) refuses: .*unsupported GLOBAL posix.system"),
-        ("foreign", r"not a fleetrl checkpoint \(no 'algorithm', 'frames', 'updates'"),
+        ("foreign", r"not a fleetrl checkpoint \(no 'algorithm', 'frames', 'iterations'"),
     ],
 )
 def test_an_unloadable_file_is_one_line_naming_it(tmp_path, kind, message):
@@ -204,13 +204,27 @@ def copy_run(src: Path, dst: Path) -> Path:
     return dst
 
 
+def test_a_checkpoint_from_before_the_iterations_rename_still_resumes(local_run, tmp_path):
+    run = copy_run(local_run, tmp_path / "run")
+    latest = run / "checkpoints" / "checkpoint_000000000384.pt"
+    old = torch.load(latest, weights_only=True)
+    old["updates"] = old.pop("iterations")  # the counter's name in files written before
+    torch.save(old, latest)
+    assert load_checkpoint(latest)["iterations"] == 3
+    trainer = Trainer.from_run_dir(run, ["trainer.total_frames=512"])
+    assert (trainer.frames, trainer.iterations) == (384, 3)
+    trainer.train()
+    state = load_checkpoint(run / "checkpoints" / "checkpoint_000000000512.pt")
+    assert (state["iterations"], "updates" in state) == (4, False)
+
+
 def test_resume_skips_a_truncated_latest_checkpoint(local_run, tmp_path, caplog):
     run = copy_run(local_run, tmp_path / "run")
     latest = run / "checkpoints" / "checkpoint_000000000384.pt"
     latest.write_bytes(latest.read_bytes()[:500])
     with caplog.at_level(logging.WARNING):
         trainer = Trainer.from_run_dir(run, ["trainer.total_frames=512"])
-    assert (trainer.frames, trainer.updates) == (256, 2)
+    assert (trainer.frames, trainer.iterations) == (256, 2)
     assert f"skipping damaged checkpoint: checkpoint {latest} is invalid" in caplog.text
     assert "dropping 1 rows logged past the checkpoint's 256 frames" in caplog.text
     trainer.train()

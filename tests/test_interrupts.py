@@ -109,7 +109,7 @@ def test_a_signal_writes_a_final_checkpoint_and_resume_logs_no_frame_twice(tmp_p
     assert "Traceback" not in err
     assert checkpoint_frames(run) == [stopped_at]
     state = load_checkpoint(run / "checkpoints" / f"checkpoint_{stopped_at:012d}.pt")
-    assert (state["frames"], state["updates"]) == (stopped_at, stopped_at // FPB)
+    assert (state["frames"], state["iterations"]) == (stopped_at, stopped_at // FPB)
 
     budget = stopped_at + 2 * FPB
     assert main(["train", "--resume", str(run), f"trainer.total_frames={budget}"]) == 0
@@ -165,10 +165,10 @@ def test_sigkill_between_checkpoints_then_resume_keeps_every_row_up_to_the_check
 
 
 def test_a_second_signal_stops_at_once_and_handlers_are_restored():
-    from fleetrl.trainer import _StopOnSignal
+    from fleetrl.run_control import StopOnSignal
 
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    stop = _StopOnSignal()
+    stop = StopOnSignal()
     with pytest.raises(KeyboardInterrupt), stop:
         os.kill(os.getpid(), signal.SIGTERM)  # handled at once: the main thread runs Python
         assert stop.received is signal.SIGTERM

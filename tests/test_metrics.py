@@ -45,13 +45,70 @@ def test_a_new_metric_rewrites_the_file_once_with_the_wider_header(tmp_path):
     assert (tmp_path / "metrics.csv").stat().st_ino == inode
     assert lines(tmp_path) == [
         "eval/return_mean,train/episode_return,train/frames",
-        ",1.0,64.0",
+        ",1.0,64",  # the rewrite keeps each cell's text as written (it read "64.0" before)
         "9.5,2.0,128",
         ",3.0,192",
         "11.0,4.0,256",
     ]
     assert [r.get("eval/return_mean") for r in log.read_rows()] == [None, 9.5, None, 11.0]
     log.close()
+
+
+def test_n_iterations_append_n_rows_without_rewriting_with_declared_columns(tmp_path):
+    path = tmp_path / "metrics.csv"
+    log = MetricLogger(tmp_path, tensorboard=False, columns=["eval/return_mean"])
+    inode = path.stat().st_ino
+    written = []
+    for i in range(1, 7):  # an evaluation every 3rd row: its column was declared up front
+        extra = {"eval/return_mean": i * 1.5} if i % 3 == 0 else {}
+        log.log(64 * i, row(64 * i, **extra))
+        text = path.read_bytes()
+        assert text.startswith(b"".join(written))  # the earlier bytes as they were
+        written = [text]
+        assert path.stat().st_ino == inode  # the same file, appended to
+    log.close()
+    assert lines(tmp_path) == [
+        "eval/return_mean,train/episode_return,train/frames",
+        *[f"{i * 1.5 if i % 3 == 0 else ''},{i / 1.0},{64 * i}" for i in range(1, 7)],
+    ]
+    assert [r.get("eval/return_mean") for r in log.read_rows()] == [
+        None,
+        None,
+        4.5,
+        None,
+        None,
+        9.0,
+    ]
+
+
+def test_a_resume_truncation_keeps_the_old_cells_text_byte_identical(tmp_path):
+    path = tmp_path / "metrics.csv"
+    log = MetricLogger(tmp_path, tensorboard=False)
+    for frames, value in ((64, 768), (128, 0.1 + 0.2), (192, 1e-05), (256, -3)):
+        log.log(frames, {"train/frames": frames, "loss/x": value, "train/lr": 2.5e-4})
+    log.close()
+    before = path.read_bytes()
+    kept = b"".join(before.splitlines(keepends=True)[:3])  # the header and two rows
+    assert b"768," in kept and b"0.30000000000000004" in kept
+    resumed = MetricLogger(tmp_path, tensorboard=False, resume_frames=128)
+    assert path.read_bytes() == kept  # truncated once; every kept cell as it was written
+    resumed.log(192, {"train/frames": 192, "loss/x": 7, "train/lr": 2.5e-4})
+    resumed.close()
+    assert path.read_bytes() == kept + b"7,192,0.00025\n"
+
+
+def test_a_resume_with_nothing_past_the_checkpoint_does_not_rewrite(tmp_path):
+    path = tmp_path / "metrics.csv"
+    log = MetricLogger(tmp_path, tensorboard=False)
+    for frames in (64, 128):
+        log.log(frames, row(frames))
+    log.close()
+    inode, before = path.stat().st_ino, path.read_bytes()
+    resumed = MetricLogger(tmp_path, tensorboard=False, resume_frames=128)
+    resumed.log(192, row(192))
+    resumed.close()
+    assert path.stat().st_ino == inode
+    assert path.read_bytes() == before + b"3.0,192\n"
 
 
 def test_a_new_run_starts_the_file_afresh(tmp_path):
@@ -98,8 +155,8 @@ def test_a_damaged_last_row_is_discarded_with_a_warning(tmp_path, caplog, tail, 
     log.close()
     assert lines(tmp_path) == [
         "train/episode_return,train/frames",
-        "1.0,64.0",
-        "2.0,128.0",
+        "1.0,64",  # the resume's rewrite keeps each cell's text (it read "64.0" before)
+        "2.0,128",
         "3.0,192",
     ]
 

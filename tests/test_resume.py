@@ -236,7 +236,7 @@ def test_resume_with_ray_collection_says_it_is_approximate(tmp_path, caplog, ray
     lines = approximate_lines(caplog)
     assert len(lines) == 1 and APPROX_RAY_MSG.format(n=1) in lines[0]
     state = load_checkpoint(latest_checkpoint(run))
-    assert state["collector"] is None and state["updates"] == 4
+    assert state["collector"] is None and state["iterations"] == 4
 
 
 def test_evaluation_leaves_the_training_random_state_alone(tmp_path):

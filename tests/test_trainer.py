@@ -70,6 +70,38 @@ def test_cli_trains_each_algorithm_on_a_tiny_budget(tmp_path, config, capsys):
     assert f"frames {2 * fpb:,}" in capsys.readouterr().out
 
 
+def test_a_run_that_evaluates_appends_every_row_to_one_metrics_file(tmp_path):
+    cfg = load_config(
+        ROOT / "configs" / "ppo_cartpole.yaml",
+        [
+            *TINY,
+            "collector.num_collectors=0",
+            "collector.frames_per_batch=128",
+            "trainer.total_frames=512",
+            "trainer.test_every=2",
+            "ppo.num_epochs=1",
+            "logging.tensorboard=false",
+            "logging.plot=false",
+        ],
+    )
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    path = trainer.run_dir / "metrics.csv"
+    inode = path.stat().st_ino
+    trainer.train()
+    # the eval columns are in the header from the first row: the file is appended to, never
+    # rewritten, and each cell keeps the text it was written with
+    assert path.stat().st_ino == inode
+    metrics = rows(trainer.run_dir)
+    assert [(r["train/frames"], r["train/iterations"]) for r in metrics] == [
+        ("128", "1"),
+        ("256", "2"),
+        ("384", "3"),
+        ("512", "4"),
+    ]
+    assert [r["eval/return_mean"] != "" for r in metrics] == [False, True, False, True]
+    assert [frames for frames, _ in trainer.eval_history] == [256, 512]
+
+
 def test_checkpoint_then_resume_continues_exactly(tmp_path, capsys):
     run = tmp_path / "run"
     cfg = load_config(
@@ -88,19 +120,19 @@ def test_checkpoint_then_resume_continues_exactly(tmp_path, capsys):
     first = Trainer(cfg, run_dir=run)
     first.train()
     state = load_checkpoint(latest_checkpoint(run))  # weights_only=True
-    assert state["frames"] == 1024 and state["updates"] == 2
+    assert state["frames"] == 1024 and state["iterations"] == 2
     assert len(list((run / "checkpoints").glob("checkpoint_*.pt"))) == 2
     weights = first.algorithm.get_weights()
 
     resumed = Trainer.from_run_dir(run, ["trainer.total_frames=2048"])
-    assert (resumed.frames, resumed.updates) == (1024, 2)
+    assert (resumed.frames, resumed.iterations) == (1024, 2)
     assert (resumed.algorithm.get_weights() == weights).all()
     assert (
         resumed.algorithm.optimizer.state_dict()["state"].keys()
         == first.algorithm.optimizer.state_dict()["state"].keys()
     )
     resumed.train()
-    assert resumed.frames == 2048 and resumed.updates == 4
+    assert resumed.frames == 2048 and resumed.iterations == 4
     assert [int(float(r["train/frames"])) for r in rows(run)] == [512, 1024, 1536, 2048]
 
     assert main(["eval", str(run), "--episodes", "3"]) == 0
@@ -221,7 +253,7 @@ def test_recurrent_policy_trains_a_few_iterations(tmp_path):
     trainer = Trainer(cfg, actor=actor, run_dir=tmp_path / "run")
     before = {k: v.clone() for k, v in lstm.state_dict().items()}
     last = trainer.train()
-    assert trainer.updates == 3 and trainer.frames == 768
+    assert trainer.iterations == 3 and trainer.frames == 768
     assert any(
         not torch.equal(before[k], v) for k, v in lstm.state_dict().items()
     )  # the LSTM learned

@@ -1,9 +1,11 @@
 """Checkpoint files: atomic save, verified load, the newest one that loads, rotation.
 
-What goes *into* a checkpoint is the Trainer's business
-(:meth:`~fleetrl.trainer.Trainer.checkpoint`); this module only writes and
-reads the files, so that a crash at any moment leaves a run directory that
-``--resume`` and ``fleetrl eval`` can use:
+What goes *into* a checkpoint is gathered by the Trainer
+(:meth:`~fleetrl.trainer.Trainer.checkpoint`) and put together here by
+:class:`RunCheckpoints`, which adds the random state and, on resume, hands
+it back in the order a bit-exact resume needs (:class:`Resumption`). The
+functions below write and read the files, so that a crash at any moment
+leaves a run directory that ``--resume`` and ``fleetrl eval`` can use:
 
 - :func:`save_checkpoint` writes to a temporary file, fsyncs it, renames it
   into place with :func:`os.replace` and fsyncs the folder. It then loads the
@@ -21,7 +23,7 @@ reads the files, so that a crash at any moment leaves a run directory that
 Examples:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> state = {"algorithm": {}, "frames": 64, "updates": 1, "episodes": 0, "config": {}}
+    >>> state = {"algorithm": {}, "frames": 64, "iterations": 1, "episodes": 0, "config": {}}
     >>> save_checkpoint(state, folder, keep=2).name
     'checkpoint_000000000064.pt'
     >>> path, loaded = newest_checkpoint(folder)
@@ -37,6 +39,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fleetrl.errors import CheckpointError
@@ -44,6 +47,8 @@ from fleetrl.errors import CheckpointError
 __all__ = [
     "CHECKPOINT_GLOB",
     "REQUIRED_KEYS",
+    "Resumption",
+    "RunCheckpoints",
     "checkpoint_paths",
     "latest_checkpoint",
     "load_checkpoint",
@@ -56,7 +61,9 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_GLOB = "checkpoint_*.pt"
 TMP_GLOB = ".checkpoint_*.pt.tmp"
 # every fleetrl checkpoint has these; the Trainer may add more
-REQUIRED_KEYS = ("algorithm", "frames", "updates", "episodes", "config")
+REQUIRED_KEYS = ("algorithm", "frames", "iterations", "episodes", "config")
+#: old key -> its name now; a checkpoint written before the rename loads as if written after
+RENAMED_KEYS = {"updates": "iterations"}  # the loop's iterations, not optimizer steps
 
 NOT_A_FILE = (
     "checkpoint {path} is invalid: no such file; pass a run directory or a checkpoint_*.pt file"
@@ -84,6 +91,11 @@ STALE_REMOVED = "removing checkpoints named past the new %s (left from before a 
 NOT_VERIFIED = (
     "checkpoint {path} did not load back after saving, so it was deleted and older "
     "checkpoints were kept: {reason}"
+)
+RESUME_INVALID = "resume={run_dir!r} is invalid: {err}"
+APPROXIMATE_RESUME_MSG = (
+    "resume from %s is approximate: %s. Frames, weights, optimizer and schedules continue; the "
+    "run will not match one that never stopped"
 )
 
 
@@ -136,6 +148,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         # torch.load fails in many ways on bad input (RuntimeError from the zip reader,
         # EOFError, UnpicklingError, OSError, ValueError, ...): all mean "not loadable".
         raise CheckpointError(_why_not_loadable(path, err)) from None
+    if isinstance(state, dict):
+        for old, new in RENAMED_KEYS.items():
+            if old in state and new not in state:
+                state[new] = state.pop(old)
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(MISSING_KEYS.format(path=path, keys=", ".join(map(repr, missing))))
@@ -214,3 +230,127 @@ def save_checkpoint(state: dict[str, Any], folder: str | Path, *, keep: int) -> 
     for old in [*older[: max(0, len(older) - (max(1, keep) - 1))], *stale_newer]:
         old.unlink(missing_ok=True)
     return path
+
+
+# ------------------------------------------------------------ a run's checkpoints
+
+
+def numpy_rng_state() -> dict[str, Any]:
+    """numpy's global random state as tensors and numbers (``weights_only`` loads it)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "kind": kind,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+
+
+def set_numpy_rng_state(state: dict[str, Any]) -> None:
+    """Put back numpy's global random state saved by :func:`numpy_rng_state`."""
+    keys = state["keys"].numpy().astype(np.uint32)
+    np.random.set_state(
+        (state["kind"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"])
+    )
+
+
+class Resumption:
+    """What a resumed run takes from its checkpoint, and when.
+
+    The Trainer puts the algorithm and the counters back at once, and torch's
+    random state with :meth:`restore_torch_rng`. The collector's state waits
+    for the next scheme, and the random state (torch's and numpy's) is put
+    back a second time, last, by :meth:`continue_with`: building the scheme
+    and the collector (its policy probe, env construction) drew random
+    numbers that the run that never stopped did not draw.
+
+    Args:
+        path: the checkpoint file.
+        state: its contents (:func:`load_checkpoint`).
+    """
+
+    def __init__(self, path: Path, state: dict[str, Any]):
+        self.path = path
+        self.state = state
+        #: the gradient workers' own state (their replay buffers); None for the central learner
+        self.replica_states: list[dict[str, Any]] | None = state["algorithm"].get("replicas")
+        #: the local collector's state, for the next scheme only (None once it started)
+        self.collector_state: dict[str, Any] | None = state.get("collector")
+        self._rng: dict[str, Any] | None = {
+            "torch": state["torch_rng"],
+            "numpy": state.get("numpy_rng"),
+        }
+
+    @classmethod
+    def newest(cls, run_dir: Path) -> Resumption:
+        """The newest checkpoint of ``run_dir`` that loads; damaged newer ones are skipped.
+
+        Raises:
+            CheckpointError: naming ``resume=<run_dir>`` when none loads.
+        """
+        try:
+            path, state = newest_checkpoint(Path(run_dir) / "checkpoints")
+        except CheckpointError as err:
+            raise CheckpointError(RESUME_INVALID.format(run_dir=str(run_dir), err=err)) from None
+        return cls(path, state)
+
+    def restore_torch_rng(self) -> None:
+        """Put torch's global random state back as it was at the checkpoint."""
+        torch.set_rng_state(self.state["torch_rng"])
+
+    def continue_with(self, approximate: str | None) -> None:
+        """The scheme stands: say if the resume is approximate, and put back the random state.
+
+        Args:
+            approximate: why the scheme cannot continue exactly (None: it can).
+        """
+        if self._rng is None:  # a second train() on the same trainer continues as it is
+            return
+        if approximate is not None:
+            logger.warning(APPROXIMATE_RESUME_MSG, self.path, approximate)
+        torch.set_rng_state(self._rng["torch"])
+        if self._rng["numpy"] is not None:
+            set_numpy_rng_state(self._rng["numpy"])
+        self._rng = None
+        self.collector_state = None
+
+
+class RunCheckpoints:
+    """The checkpoints of one run: what goes into one, written atomically and rotated.
+
+    Args:
+        run_dir: the run directory (checkpoints go to ``run_dir/checkpoints``).
+        keep: how many checkpoints to keep (``trainer.keep_checkpoints``).
+    """
+
+    def __init__(self, run_dir: Path, *, keep: int):
+        self.folder = Path(run_dir) / "checkpoints"
+        self.keep = keep
+
+    def save(
+        self,
+        *,
+        algorithm: dict[str, Any],
+        counters: dict[str, Any],
+        collector: dict[str, Any] | None,
+        config: dict[str, Any],
+    ) -> Path:
+        """Write one checkpoint with torch's and numpy's global random state as they are now.
+
+        Args:
+            algorithm: the algorithm's (or the scheme's) state dict.
+            counters: ``frames``, ``iterations``, ``episodes``, ``recent_returns``, ``eval_history``.
+            collector: the local collector's envs and episodes (None: remote collectors or
+                gradient workers).
+            config: the run's config as a plain dict.
+        """
+        state = {
+            "algorithm": algorithm,
+            **counters,
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": numpy_rng_state(),
+            "collector": collector,
+            "config": config,
+        }
+        return save_checkpoint(state, self.folder, keep=self.keep)

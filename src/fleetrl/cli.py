@@ -41,7 +41,7 @@ def _train(args: argparse.Namespace) -> int:
         )
         return 128 + int(trainer.interrupted)  # the shell's code for "ended by this signal"
     print(
-        f"frames {trainer.frames:,}  updates {trainer.updates}  episodes {trainer.episodes}  "
+        f"frames {trainer.frames:,}  iterations {trainer.iterations}  episodes {trainer.episodes}  "
         f"train return {last.get('train/episode_return', float('nan')):.1f}  "
         f"fps {last.get('time/fps', float('nan')):,.0f}"
     )

@@ -35,12 +35,16 @@ import dataclasses
 import enum
 import logging
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
+from fleetrl.config_checks import (
+    RANGES,
+    validate_batch_sizes,
+    validate_collector,
+    validate_overlap,
+)
 from fleetrl.errors import ConfigError
 from fleetrl.typed_yaml import (
     Checks,
@@ -91,13 +95,6 @@ UNKNOWN_ATTR_MSG = (
 )
 #: keys that moved: old dotted key -> (the new key, the algorithm it applies to)
 MOVED_KEYS = {"trainer.clip_schedule": ("ppo.clip_schedule", "ppo")}
-#: the batch-size rule in config keys (fleetrl.batch_sizes)
-CONFIG_NAMES = BatchSizeNames(
-    frames_per_batch="collector.frames_per_batch",
-    total_frames="trainer.total_frames",
-    num_collectors="collector.num_collectors",
-    sync="collector.sync=true",
-)
 
 
 class Schedule(str, enum.Enum):
@@ -205,13 +202,14 @@ class TrainerConfig:
     seed: int = 0
     """seed of torch, the envs and the collectors."""
     weight_update_interval: int = 1
-    """publish weights to the collectors every this many updates."""
+    """publish weights to the collectors every this many batches learned from."""
     test_every: int = 10
-    """evaluate every this many updates (0: never)."""
+    """evaluate every this many training iterations (0: never). An iteration is one metrics
+    row: one batch for the central learner, one batch per gradient worker under a scheme."""
     num_test_episodes: int = 10
     """episodes per evaluation, deterministic actions."""
     checkpoint_every: int = 20
-    """write a checkpoint every this many updates (0: only at the end)."""
+    """write a checkpoint every this many training iterations (0: only at the end)."""
     keep_checkpoints: int = 3
     """checkpoints kept on disk (the newest)."""
     lr_schedule: Schedule = Schedule.CONSTANT
@@ -339,57 +337,6 @@ def _algorithm_classes() -> dict[str, type]:
     return ALGORITHMS
 
 
-def _at_least(low: float, *, null: bool = False) -> Callable[[Any], bool]:
-    return lambda v: (null and v is None) or (v is not None and v >= low)
-
-
-def _above(low: float, *, null: bool = False) -> Callable[[Any], bool]:
-    return lambda v: (null and v is None) or (v is not None and v > low)
-
-
-#: the ranges of single keys (the cross-checks follow in _validate)
-RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "env.num_envs": (_above(0), "must be > 0"),
-    "env.max_episode_steps": (_above(0, null=True), "must be > 0, or null for the env's own limit"),
-    "collector.num_collectors": (_at_least(0), "must be >= 0 (0: local, no Ray)"),
-    "collector.prefetch": (_at_least(0), "must be >= 0"),
-    "collector.num_threads": (_at_least(1, null=True), "must be >= 1, or null for torch's default"),
-    "collector.num_cpus_per_collector": (_at_least(0), "must be >= 0"),
-    "collector.max_policy_lag": (_at_least(0, null=True), "must be null (no bound) or >= 0"),
-    "collector.max_restart_attempts": (
-        _at_least(0),
-        "must be >= 0 (0: a collector worker's death ends the run)",
-    ),
-    "collector.fraction_samples": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "collector.fraction_workers": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
-    "collector.overlap": (
-        lambda v: v in (None, True, False, "auto", "on", "off"),
-        "must be auto (or null), on (or true) or off (or false)",
-    ),
-    "trainer.weight_update_interval": (_above(0), "must be > 0"),
-    "trainer.num_test_episodes": (_above(0), "must be > 0"),
-    "trainer.return_window": (_above(0), "must be > 0"),
-    "trainer.keep_checkpoints": (_above(0), "must be > 0"),
-    # gymnasium refuses negative seeds, but only once the envs reset, after start-up
-    "trainer.seed": (_at_least(0), "must be >= 0"),
-    "trainer.test_every": (_at_least(0), "must be >= 0 (0: off)"),
-    "trainer.checkpoint_every": (_at_least(0), "must be >= 0 (0: off)"),
-    "scheme.num_grad_workers": (_at_least(1), "must be >= 1"),
-    "scheme.max_policy_lag": (_at_least(0), "must be >= 0"),
-    "scheme.num_threads_per_grad_worker": (
-        _at_least(1, null=True),
-        "must be >= 1, or null for torch's default",
-    ),
-    "scheme.max_restart_attempts": (
-        _at_least(0),
-        "must be >= 0 (0: a gradient worker's death ends the run)",
-    ),
-    "scheme.num_cpus_per_grad_worker": (_at_least(0), "must be >= 0"),
-    "scheme.collective_timeout_s": (_above(0), "must be > 0"),
-}
-
-
 # ------------------------------------------------------------------ loading
 
 
@@ -405,9 +352,9 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         check(ok(value), key, value, allowed)
-    _validate_collector(cfg.collector, check.section("collector"))
-    _validate_overlap(cfg, check)
-    _validate_batch_sizes(cfg, check)
+    validate_collector(cfg.collector, check.section("collector"))
+    validate_overlap(cfg, check)
+    validate_batch_sizes(cfg, check)
     _validate_scheme(cfg, check.section("scheme"))
     cls = classes.get(cfg.algorithm)
     if cls is None:
@@ -417,50 +364,6 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         check(False, cfg.algorithm, got, f"must be a {cls.config_class.__name__}")
         return
     cfg.algo.validate(cfg, check.section(cfg.algorithm))
-
-
-def _validate_collector(c: CollectorConfig, check: Checks) -> None:
-    for name in ("fraction_samples", "fraction_workers"):
-        value = getattr(c, name)
-        if 0 < value < 1:
-            check(
-                c.sync and c.num_collectors >= 2,
-                name,
-                value,
-                "preempts straggling remote collectors: needs collector.sync=true and "
-                "collector.num_collectors >= 2",
-            )
-
-
-def _validate_overlap(cfg: Config, check: Checks) -> None:
-    c, e = cfg.collector, cfg.env
-    if c.overlap in ("on", True):
-        check(
-            e.engine in ("ale_vector", "envpool") and e.num_envs >= 2 and e.num_envs % 2 == 0,
-            "collector.overlap",
-            c.overlap,
-            "steps two halves of a C++ Atari engine: needs env.engine 'ale_vector' or "
-            f"'envpool' and an even env.num_envs >= 2 (here env.engine={e.engine!r}, "
-            f"env.num_envs={e.num_envs}); use auto or off",
-        )
-
-
-def _validate_batch_sizes(cfg: Config, check: Checks) -> None:
-    """The one batch-size rule (fleetrl.batch_sizes), in config keys."""
-    c, t = cfg.collector, cfg.trainer
-    check(c.frames_per_batch > 0, "collector.frames_per_batch", c.frames_per_batch, "must be > 0")
-    check(t.total_frames > 0, "trainer.total_frames", t.total_frames, "must be > 0")
-    remote_sync = c.sync and c.num_collectors > 0  # a sync RayCollector splits each batch
-    for problem in batch_size_problems(
-        frames_per_batch=c.frames_per_batch,
-        total_frames=t.total_frames,
-        num_envs=cfg.env.num_envs if cfg.env.num_envs > 0 else None,
-        split=c.num_collectors if remote_sync else 1,
-        names=CONFIG_NAMES,
-    ):
-        key = problem.split("=", 1)[0]
-        if not any(p.startswith(f"{key}=") for p in check.problems):
-            check.problems.append(problem)
 
 
 def _validate_scheme(cfg: Config, check: Checks) -> None:

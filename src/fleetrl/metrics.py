@@ -3,15 +3,18 @@
 The CSV survives crashes:
 
 - A row is appended and flushed as it is logged (cost: one short write), so
-  logging is linear in run length. Only a metric name that was not in the
-  header yet (``eval/*`` at the first evaluation, say) rewrites the file once,
-  atomically, with the wider header.
+  logging is linear in run length: the columns are fixed at the first row,
+  which holds the metric schema and the ``columns`` declared up front (the
+  Trainer declares ``eval/*`` when it will evaluate). Only a metric name that
+  is in neither rewrites the file, once, atomically, with the wider header.
+- A rewrite (that one, or a resume's below) keeps every earlier cell's text
+  as written: ``768`` stays ``768``, never ``768.0``.
 - :meth:`MetricLogger.sync` fsyncs the file; the Trainer calls it before each
   checkpoint, so every row up to a checkpoint's frame count is on disk before
   the checkpoint is.
 - On resume (``resume_frames``: the loaded checkpoint's frame count), rows with
-  ``train/frames`` past it are dropped: the resumed run logs those frames
-  again. A damaged row (a half-written last line after a kill) is discarded
+  ``train/frames`` past it are dropped, with one rewrite, and none when there
+  is nothing to drop: the resumed run logs those frames again. A damaged row (a half-written last line after a kill) is discarded
   with a warning. TensorBoard resumes at the same step: its writer purges
   every point logged past the checkpoint, so no step appears twice.
 
@@ -34,8 +37,9 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["MetricLogger"]
 
@@ -54,18 +58,24 @@ class MetricLogger:
         tensorboard: also write TensorBoard events.
         resume_frames: the frame count of the checkpoint a resumed run starts
             from; ``None`` for a new run, which starts ``metrics.csv`` afresh.
+        columns: metric names known before the first row (``eval/*`` of a run
+            that evaluates later): they join the header from the first row on,
+            empty until logged, so they never widen the file later.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool, resume_frames: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool,
+        resume_frames: int | None = None,
+        *,
+        columns: Iterable[str] = (),
+    ):
         self.path = Path(run_dir) / "metrics.csv"
         self.fields: list[str] = []
+        self._columns = frozenset(columns)
         if resume_frames is not None and self.path.exists():
-            rows, fields = self._read(self.path)
-            kept = [r for r in rows if r.get(FRAMES_KEY, math.inf) <= resume_frames]
-            if len(kept) < len(rows):
-                logger.warning(DROPPED_ROWS, self.path, len(rows) - len(kept), resume_frames)
-            self.fields = fields
-            self._rewrite(kept)  # once per resume: leaves only whole rows up to the checkpoint
+            self._trim(resume_frames)
         else:
             self.path.write_text("")
         self._file = self.path.open("a", newline="")
@@ -85,21 +95,24 @@ class MetricLogger:
     # ------------------------------------------------------------- writing
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Append one row (flushed, not fsynced) and its TensorBoard points at ``step``."""
-        new = sorted(set(metrics) - set(self.fields))
-        if new:
-            self.fields = sorted({*self.fields, *new})
-            rows, _ = self._read(self.path)
-            self._rewrite([*rows, metrics])
+        if self._file.closed:  # logging again after close(), e.g. a second train()
+            self._file = self.path.open("a", newline="")
+        if not self.fields:  # the first row: its columns and the declared ones are the header
+            self.fields = sorted({*self._columns, *metrics})
+            self._append(_header_line(self.fields), metrics)
+        elif not set(metrics) <= set(self.fields):
+            self._widen(sorted({*self.fields, *metrics}), metrics)
         else:
-            if self._file.closed:  # logging again after close(), e.g. a second train()
-                self._file = self.path.open("a", newline="")
-            # the row in one write, so a kill can only cut its tail
-            self._file.write(_csv_line(self.fields, metrics))
-            self._file.flush()
+            self._append("", metrics)
         if self.writer is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self.writer.add_scalar(key, value, step)
+
+    def _append(self, header: str, metrics: dict[str, Any]) -> None:
+        # the row (with the header, for the first) in one write, so a kill can only cut its tail
+        self._file.write(header + _csv_line(self.fields, metrics))
+        self._file.flush()
 
     def sync(self) -> None:
         """Put every row logged so far on disk (and flush TensorBoard's events)."""
@@ -116,16 +129,34 @@ class MetricLogger:
         if self.writer is not None:
             self.writer.close()
 
-    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
+    def _trim(self, resume_frames: int) -> None:
+        """Keep the whole rows up to the checkpoint; rewrites the file (once) only if any went."""
+        rows, fields = _read_rows(self.path)
+        kept = [r for r in rows if r.values.get(FRAMES_KEY, math.inf) <= resume_frames]
+        if len(kept) < len(rows):
+            logger.warning(DROPPED_ROWS, self.path, len(rows) - len(kept), resume_frames)
+        self.fields = fields
+        whole = "".join([_header_line(fields) if fields else ""] + [r.line for r in kept])
+        if whole != self.path.read_text():  # rows past the checkpoint, or damaged ones
+            self._replace(whole)
+
+    def _widen(self, fields: list[str], metrics: dict[str, Any]) -> None:
+        """Rewrite the file once with a wider header; every earlier cell keeps its text."""
+        self._file.flush()
+        rows, _ = _read_rows(self.path)
+        self.fields = fields
+        header = _header_line(fields)
+        self._replace(
+            header + "".join(_csv_line(fields, r.cells) for r in rows) + _csv_line(fields, metrics)
+        )
+
+    def _replace(self, text: str) -> None:
         # temporary file, fsync, rename: a crash leaves the old file or the new one
         if not self._file_closed():
             self._file.close()
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with tmp.open("w", newline="") as f:
-            if self.fields:
-                writer = csv.DictWriter(f, fieldnames=self.fields, lineterminator="\n")
-                writer.writeheader()
-                writer.writerows(rows)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -139,37 +170,46 @@ class MetricLogger:
         """Every row in ``metrics.csv`` so far, values as floats (empty cells left out)."""
         if not self._file_closed():
             self._file.flush()
-        return self._read(self.path)[0]
+        return [r.values for r in _read_rows(self.path)[0]]
 
-    @staticmethod
-    def _read(path: Path) -> tuple[list[dict[str, float]], list[str]]:
-        """Rows and header of ``path``; damaged rows are discarded with a warning."""
-        text = path.read_text() if path.exists() else ""
-        lines = text.splitlines(keepends=True)
-        if not lines:
-            return [], []
-        if not lines[0].endswith("\n"):
-            logger.warning(DAMAGED_ROW, path, 1, "the header was cut short")
-            return [], []
-        fields = next(csv.reader([lines[0]]))
-        rows: list[dict[str, float]] = []
-        for number, line in enumerate(lines[1:], start=2):
-            values = next(csv.reader([line]), [])
-            problem = None
-            if not line.endswith("\n"):  # every row is written with its line end in one write
-                problem = "cut short"
-            elif len(values) != len(fields):
-                problem = f"{len(values)} values for {len(fields)} columns"
-            else:
-                try:
-                    row = {k: float(v) for k, v in zip(fields, values) if v != ""}
-                except ValueError as err:
-                    problem = str(err)
-            if problem is not None:
-                logger.warning(DAMAGED_ROW, path, number, problem)
-                continue
-            rows.append(row)
-        return rows, fields
+
+class _Row(NamedTuple):
+    line: str
+    """the row's line in the file, as written."""
+    cells: dict[str, str]
+    """each column's text, as written."""
+    values: dict[str, float]
+    """each non-empty cell as a float."""
+
+
+def _read_rows(path: Path) -> tuple[list[_Row], list[str]]:
+    """Rows and header of ``path``; damaged rows are discarded with a warning."""
+    text = path.read_text() if path.exists() else ""
+    lines = text.splitlines(keepends=True)
+    if not lines:
+        return [], []
+    if not lines[0].endswith("\n"):
+        logger.warning(DAMAGED_ROW, path, 1, "the header was cut short")
+        return [], []
+    fields = next(csv.reader([lines[0]]))
+    rows: list[_Row] = []
+    for number, line in enumerate(lines[1:], start=2):
+        cells = next(csv.reader([line]), [])
+        problem = None
+        if not line.endswith("\n"):  # every row is written with its line end in one write
+            problem = "cut short"
+        elif len(cells) != len(fields):
+            problem = f"{len(cells)} values for {len(fields)} columns"
+        else:
+            try:
+                values = {k: float(v) for k, v in zip(fields, cells) if v != ""}
+            except ValueError as err:
+                problem = str(err)
+        if problem is not None:
+            logger.warning(DAMAGED_ROW, path, number, problem)
+            continue
+        rows.append(_Row(line, dict(zip(fields, cells)), values))
+    return rows, fields
 
 
 def _wait_past_event_files(log_dir: Path) -> None:
@@ -192,4 +232,10 @@ def _wait_past_event_files(log_dir: Path) -> None:
 def _csv_line(fields: list[str], row: dict[str, Any]) -> str:
     out = io.StringIO()
     csv.DictWriter(out, fieldnames=fields, lineterminator="\n").writerow(row)
+    return out.getvalue()
+
+
+def _header_line(fields: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(fields)
     return out.getvalue()

@@ -1,0 +1,156 @@
+"""Evaluation: deterministic episodes on separate envs, and the learning curve.
+
+:func:`evaluate` runs ``num_episodes`` episodes with deterministic actions,
+one env per episode, and returns their returns; ``fleetrl eval`` calls it on a
+checkpoint. :class:`Evaluator` is the Trainer's side: every
+``trainer.test_every`` training iterations it evaluates the current policy
+without touching training's random stream, and keeps the history of
+``(frames, mean return)`` that checkpoints hold and :func:`plot_learning_curve`
+draws.
+
+Examples:
+    Two episodes of a random policy (``None``), each cut at 20 steps:
+
+    >>> returns = evaluate(None, "CartPole-v1", 2, seed=0, max_episode_steps=20)
+    >>> returns.shape, bool((returns > 0).all() and (returns <= 20).all())
+    (torch.Size([2]), True)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torchrl.envs.utils import ExplorationType
+
+from fleetrl.collectors import SyncDataCollector
+from fleetrl.config import Config
+from fleetrl.engines import env_spec
+
+__all__ = ["EVAL_METRICS", "Evaluator", "evaluate", "plot_learning_curve"]
+
+#: the metrics of one evaluation
+EVAL_METRICS = ("eval/return_mean", "eval/return_std")
+#: evaluation seeds are this far from the training seed, so the two never share envs' streams
+EVAL_SEED_OFFSET = 100_003
+
+
+def evaluate(
+    policy: Any,
+    env_id: Any,
+    num_episodes: int,
+    *,
+    seed: int = 0,
+    max_episode_steps: int | None = None,
+) -> torch.Tensor:
+    """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode).
+
+    ``env_id``: a gymnasium id or an :class:`fleetrl.engines.AtariEnv` (the engine of training).
+    """
+    returns: list[float] = []
+    with SyncDataCollector(
+        env_id,
+        policy,
+        frames_per_batch=num_episodes * 100,
+        num_envs=num_episodes,
+        exploration_type=ExplorationType.DETERMINISTIC,
+        max_frames_per_traj=max_episode_steps,
+    ) as collector:
+        collector.set_seed(seed)
+        first_done: dict[int, float] = {}
+        while len(first_done) < num_episodes:
+            batch = collector.next()
+            done = batch.get(("next", "done"))[..., 0]
+            ret = batch.get(("next", "episode_return"))[..., 0]
+            for env in range(num_episodes):
+                if env in first_done:
+                    continue
+                ends = done[env].nonzero()
+                if len(ends):
+                    first_done[env] = float(ret[env, int(ends[0])])
+        returns = [first_done[i] for i in range(num_episodes)]
+    return torch.tensor(returns)
+
+
+class Evaluator:
+    """The Trainer's evaluations: when they are due, and their history.
+
+    Args:
+        config: the run's config (``trainer.test_every``, ``trainer.num_test_episodes``,
+            ``trainer.seed``, ``env``).
+        history: ``(frames, mean return)`` of earlier evaluations (from a checkpoint).
+    """
+
+    def __init__(self, config: Config, history: list[tuple[int, float]] | None = None):
+        self.config = config
+        self.history: list[tuple[int, float]] = list(history or [])
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The metrics this run's evaluations will log (none when it never evaluates)."""
+        return EVAL_METRICS if self.config.trainer.test_every else ()
+
+    def due(self, iterations: int) -> bool:
+        """Whether the iteration that brought the count to ``iterations`` ends with an evaluation."""
+        every = self.config.trainer.test_every
+        return bool(every) and iterations % every == 0
+
+    def __call__(self, policy: Any, *, frames: int, iterations: int) -> dict[str, float]:
+        """Evaluate ``policy``; returns the ``eval/`` metrics and records the mean in :attr:`history`."""
+        t = self.config.trainer
+        # evaluation seeds torch for its own envs; training's random stream must not notice
+        numpy_state = np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            returns = evaluate(
+                policy,
+                env_spec(self.config.env),
+                t.num_test_episodes,
+                seed=t.seed + EVAL_SEED_OFFSET + iterations,
+                max_episode_steps=self.config.env.max_episode_steps,
+            )
+        np.random.set_state(numpy_state)
+        mean = float(returns.mean())
+        self.history.append((frames, mean))
+        return dict(zip(EVAL_METRICS, (mean, float(returns.std(unbiased=False)))))
+
+
+def plot_learning_curve(
+    rows: list[dict[str, float]],
+    history: list[tuple[int, float]],
+    *,
+    title: str,
+    path: Path,
+) -> Path:
+    """Draw training return (and evaluation return) against frames into ``path`` (a PNG).
+
+    Args:
+        rows: metrics rows (``train/frames``, ``train/episode_return``).
+        history: ``(frames, mean return)`` of the evaluations.
+        title: the figure's title.
+        path: where to write.
+    """
+    import matplotlib  # only the plot needs it: imported here, not at start-up
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "train/frames" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(
+        [r["train/frames"] for r in rows],
+        [r.get("train/episode_return", float("nan")) for r in rows],
+        label="train (mean of recent episodes)",
+    )
+    if history:
+        ax.plot(*zip(*history), "o-", label="eval (deterministic)")
+    ax.set_xlabel("frames")
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,138 @@
+"""A training run's surroundings: its directory, the stop signals, the progress bar.
+
+- :class:`RunDir` names and makes the run directory and, for a run that never
+  started, removes again what it added (never what was there before).
+- :class:`StopOnSignal` turns SIGINT and SIGTERM into a flag the Trainer loop
+  reads between iterations; a second signal stops at once.
+- :class:`ProgressBar` is a tqdm bar over frames, or nothing when disabled.
+
+Examples:
+    >>> import tempfile
+    >>> run = RunDir(Path(tempfile.mkdtemp()) / "runs" / "a")
+    >>> sorted(p.name for p in run.path.iterdir())
+    ['checkpoints']
+    >>> run.remove_created()
+    >>> run.path.parent.exists()
+    False
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fleetrl.config import Config
+
+__all__ = ["ProgressBar", "RunDir", "StopOnSignal", "default_run_dir"]
+
+logger = logging.getLogger(__name__)
+
+STOPPING = (
+    "received %s: stopping after this iteration and writing a checkpoint "
+    "(send it again to stop at once, without one)"
+)
+
+
+def default_run_dir(config: Config) -> Path:
+    """``runs/<algorithm>_<env>_<time>``, for a run given no directory."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    env_name = config.env.id.replace("/", "-")  # ALE/Pong-v5: one directory, not two
+    return Path("runs") / f"{config.algorithm}_{env_name}_{stamp}"
+
+
+class RunDir:
+    """Makes ``path`` and ``checkpoints/`` in it, remembering what it created.
+
+    That is the topmost folder it created (None if ``path`` existed) and the
+    entries ``path`` held before, which :meth:`remove_created` never removes.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        self._before = frozenset() if missing else frozenset(self.path.iterdir())
+        self._top = missing[-1] if missing else None
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "checkpoints").mkdir(exist_ok=True)
+
+    def remove_created(self) -> None:
+        """Remove what this run added to the disk, for a run that never started."""
+        if self._top is not None:
+            shutil.rmtree(self._top, ignore_errors=True)
+            return
+        for entry in set(self.path.iterdir()) - self._before:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+class StopOnSignal:
+    """SIGINT and SIGTERM set :attr:`received`, which the loop checks between iterations.
+
+    Stopping mid-iteration would checkpoint an algorithm that has learned from
+    a batch its frame count does not include; a second signal still stops at once.
+    Handlers are only installed from the main thread (Python allows no other).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: signal.Signals | None = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            self.__exit__()
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum)
+        logger.warning(STOPPING, self.received.name)
+
+
+class ProgressBar:
+    """tqdm bar over frames with fps and recent return, or nothing when disabled."""
+
+    def __init__(self, config: Config, initial: int):
+        self.bar = None
+        if config.logging.progress_bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=config.trainer.total_frames,
+                initial=initial,
+                unit="frame",
+                unit_scale=True,
+                dynamic_ncols=True,
+                desc=f"{config.algorithm} {config.env.id}",
+            )
+
+    def update(self, frames: int, metrics: dict[str, float]) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(
+                {
+                    "return": f"{metrics['train/episode_return']:.1f}",
+                    "fps": f"{metrics['time/fps']:,.0f}",
+                },
+                refresh=False,
+            )
+            self.bar.update(frames)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
