@@ -131,6 +131,21 @@ def test_trajs_per_batch_yields_whole_trajectories_padded_with_a_mask():
     assert len(set(ids)) == 10
 
 
+def test_trajs_per_batch_with_reset_at_each_iter_drops_the_episodes_cut_by_the_reset():
+    # 4 steps per batch: env 0 ends one 3-step episode per batch, env 1 (5 steps) never ends one
+    with SyncDataCollector(
+        counting_vec([3, 5]),
+        None,
+        frames_per_batch=8,
+        total_frames=24,
+        trajs_per_batch=1,
+        reset_at_each_iter=True,
+    ) as c:
+        batches = list(c)
+        assert c.frames == 24
+    assert [whole_trajectories(b) for b in batches] == [[[0.0, 1.0, 2.0]]] * 3
+
+
 def test_trajs_per_batch_bad_values_are_refused():
     with pytest.raises(ConfigError, match=re.escape(TRAJS_PER_BATCH_MSG)):
         SyncDataCollector("CartPole-v1", None, frames_per_batch=8, trajs_per_batch=0)
@@ -268,6 +283,20 @@ def test_static_seed_seeds_every_env_alike_and_is_not_incremented():
         assert c.set_seed(7) == 10
         obs = c.next()["observation"][:, 0]
         assert not torch.equal(obs[0], obs[1]) and not torch.equal(obs[1], obs[2])
+
+
+def test_static_seed_on_torchrl_env_copies():
+    from torchrl.envs import GymEnv
+
+    with SyncDataCollector(
+        lambda: GymEnv("Pendulum-v1"), None, frames_per_batch=4, num_envs=2
+    ) as c:
+        assert c.set_seed(3, static_seed=True) == 3
+        obs = c.next()["observation"][:, 0]
+        assert torch.equal(obs[0], obs[1])
+        c.set_seed(3)
+        obs = c.next()["observation"][:, 0]
+        assert not torch.equal(obs[0], obs[1])
 
 
 @pytest.mark.usefixtures("ray_session")
