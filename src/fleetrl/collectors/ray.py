@@ -38,10 +38,8 @@ task is issued again with the current weights, so frames stay exact (the
 discarded frames are collected again, never counted). With k below
 ``prefetch`` most prefetched batches are discarded: choose ``k >= prefetch``.
 
-Weights: see :meth:`RayCollector.update_policy_weights_`. torchrl 0.14's
-``policy_factory``, ``trajs_per_batch``, ``compile_policy``,
-``cudagraph_policy`` and ``set_truncated`` have torchrl's meaning
-(:mod:`fleetrl.collectors.arguments`).
+Weights: see :meth:`RayCollector.update_policy_weights_`. torchrl 0.14's newer
+arguments have torchrl's meaning (:mod:`fleetrl.collectors.arguments`).
 
 Fault tolerance: a worker whose actor dies (killed, crashed, node lost) is
 replaced by a new actor with the same worker id; it receives the current
@@ -170,8 +168,7 @@ class RayCollector(DataCollectorBase):
             this process on each yielded batch; ``init_random_frames`` counts
             frames over all collectors.
         policy_factory, compile_policy, cudagraph_policy, set_truncated: as in
-            :class:`SyncDataCollector`, on each worker: the factory (not the
-            policy) is pickled and called there; cudagraph needs CUDA devices.
+            :class:`SyncDataCollector`, on each worker (the factory is called there).
         trajs_per_batch: batches of this many whole trajectories, assembled in
             this process from every worker's batches (``postproc`` runs first).
 
@@ -237,13 +234,12 @@ class RayCollector(DataCollectorBase):
             "cudagraph_policy": cudagraph_policy,
             "set_truncated": set_truncated,
         }
-        acting_device = policy_device if policy_device is not None else device
         check_feature_arguments(
             p,
             policy=policy,
             trajs_per_batch=trajs_per_batch,
             split_trajs=split_trajs,
-            policy_devices=acting_device,
+            policy_devices=policy_device if policy_device is not None else device,
             **features,
         )
         args = all_problems(
