@@ -36,7 +36,6 @@ class TrajectoryBatcher:
     Keyword Args:
         drop_partial: forget the episodes still running after each batch (a
             collector that resets its envs at each batch never continues them).
-
     """
 
     def __init__(self, trajs_per_batch: int, *, drop_partial: bool = False):
