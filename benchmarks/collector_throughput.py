@@ -9,7 +9,10 @@ medians over rounds. Writes ``benchmarks/results/collector_throughput.json``.
     python benchmarks/collector_throughput.py [--envs 1 16 64 256] [--steps 200] [--rounds 7]
 
 Targets (issue 2): fleetrl >= 0.85x raw at 64 envs and >= 2.5x torchrl's
-Collector there; >= 2x torchrl's Collector at 1 env.
+Collector there; >= 2x torchrl's Collector at 1 env. Issue 13: the
+``compiled`` contestant (``SyncDataCollector(..., compile_policy=True)``, the
+same policy module under ``torch.compile``; compiled in its warm-up batch)
+>= 0.9x raw at 64 envs and >= 4x torchrl's Collector.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ def torchrl_collector(policy, num_envs: int, fpb: int):
     return Collector(env, policy, frames_per_batch=fpb, total_frames=-1)
 
 
+def median_ratio(a: list[float], b: list[float]) -> float:
+    """Per round, then the median: each ratio compares the same moment of the machine."""
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 16, 64, 256])
@@ -60,40 +68,50 @@ def main() -> None:
         fpb = n * steps
         raw = RawLoop(net, n, steps)
         fleet = IterTimer(SyncDataCollector(gym_env(n), policy, frames_per_batch=fpb), fpb)
+        compiled = IterTimer(
+            SyncDataCollector(gym_env(n), policy, frames_per_batch=fpb, compile_policy=True), fpb
+        )
         trl = IterTimer(torchrl_collector(policy, n, fpb), fpb)
-        runs: dict[str, list[float]] = {"raw": [], "fleetrl": [], "torchrl": []}
+        runs: dict[str, list[float]] = {"raw": [], "fleetrl": [], "compiled": [], "torchrl": []}
         for _ in range(args.rounds):
             runs["raw"].append(raw.run(steps))
             runs["fleetrl"].append(fleet.run())
+            runs["compiled"].append(compiled.run())
             runs["torchrl"].append(trl.run())
-        for c in (raw, fleet, trl):
+        for c in (raw, fleet, compiled, trl):
             c.shutdown()
         med = {k: statistics.median(v) for k, v in runs.items()}
-        vs_raw = statistics.median(f / r for f, r in zip(runs["fleetrl"], runs["raw"]))
-        vs_trl = statistics.median(f / t for f, t in zip(runs["fleetrl"], runs["torchrl"]))
+
+        ratios = {
+            f"{a}_vs_{b}": median_ratio(runs[a], runs[b])
+            for a in ("fleetrl", "compiled")
+            for b in ("raw", "torchrl")
+        }
         results.append(
-            {
-                "num_envs": n,
-                **{f"{k}_fps": v for k, v in med.items()},
-                "fleetrl_vs_raw": vs_raw,
-                "fleetrl_vs_torchrl": vs_trl,
-                "runs": runs,
-            }
+            {"num_envs": n, **{f"{k}_fps": v for k, v in med.items()}, **ratios, "runs": runs}
         )
         rows.append(
             [
                 n,
-                f"{med['raw']:,.0f}",
-                f"{med['fleetrl']:,.0f}",
-                f"{med['torchrl']:,.0f}",
-                f"{vs_raw:.2f}x",
-                f"{vs_trl:.2f}x",
+                *(f"{med[k]:,.0f}" for k in ("raw", "fleetrl", "compiled", "torchrl")),
+                *(f"{v:.2f}x" for v in ratios.values()),
             ]
         )
         print(f"envs={n}: done", flush=True)
     print()
     print_table(
-        ["envs", "raw fps", "fleetrl fps", "torchrl fps", "fleetrl/raw", "fleetrl/torchrl"], rows
+        [
+            "envs",
+            "raw fps",
+            "fleetrl fps",
+            "compiled fps",
+            "torchrl fps",
+            "fleetrl/raw",
+            "fleetrl/torchrl",
+            "compiled/raw",
+            "compiled/torchrl",
+        ],
+        rows,
     )
     path = write_json(
         "collector_throughput", {"machine": machine(), "args": vars(args), "results": results}

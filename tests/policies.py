@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
@@ -107,3 +109,50 @@ def atari_row_policy() -> TensorDictModule:
     return TensorDictModule(
         RowActs(), in_keys=["observation"], out_keys=["action", "sample_log_prob", "state_value"]
     )
+
+
+class LockedLinear(nn.Module):
+    """A linear argmax policy holding a lock: it cannot be pickled, so it can reach a Ray
+    worker only through ``policy_factory``."""
+
+    def __init__(self, obs_dim: int = 4, num_actions: int = 2):
+        super().__init__()
+        self.lock = threading.Lock()
+        self.linear = nn.Linear(obs_dim, num_actions)
+        with torch.no_grad():  # action 1 everywhere until new weights arrive
+            self.linear.weight.zero_()
+            self.linear.bias.copy_(torch.tensor([0.0, 1.0]))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        with self.lock:
+            return self.linear(obs).argmax(-1)
+
+
+def locked_policy(obs_dim: int = 4) -> TensorDictModule:
+    """A policy factory (picklable: a function) for an unpicklable policy."""
+    return TensorDictModule(LockedLinear(obs_dim), in_keys=["observation"], out_keys=["action"])
+
+
+class CompiledFlag(nn.Module):
+    """Action 1 when run by torch.compile's graph, 0 when run eagerly: shows which one acted.
+
+    ``forward`` reads no module globals: dynamo imports the module of the globals it
+    traces, and this test module travels to Ray workers by value (it is not importable there).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.is_compiling, self.full, self.int64 = (
+            torch.compiler.is_compiling,
+            torch.full,
+            torch.int64,
+        )
+
+    def forward(self, obs):
+        flag = 1 if self.is_compiling() else 0
+        return self.full((obs.shape[0],), flag, dtype=self.int64) + self.weight.long()
+
+
+def compiled_flag() -> TensorDictModule:
+    return TensorDictModule(CompiledFlag(), in_keys=["observation"], out_keys=["action"])

@@ -61,6 +61,10 @@ FACTORY_GYM_MSG = (
     "create_env_fn={value!r} raised gymnasium's {kind}: {err}; check the env id and the "
     "arguments the factory passes to gymnasium"
 )
+STATIC_SEED_MSG = (
+    "set_seed(seed, static_seed=True) seeds every env with the same seed, which {env} cannot "
+    "do (its envs take consecutive seeds); use static_seed=False"
+)
 SPACE_MSG = (
     "create_env_fn: {which} space {space!r} is not supported on the gymnasium fast path "
     "(Box, Discrete, MultiDiscrete, MultiBinary are); wrap the env in torchrl's GymWrapper "
@@ -125,6 +129,10 @@ class BatchedEnv(abc.ABC):
     def close(self) -> None:
         """Release the envs."""
 
+    def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
+        """Reset every env with the same ``seed`` (torchrl's ``set_seed(seed, static_seed=True)``)."""
+        raise EnvError(STATIC_SEED_MSG.format(env=type(self).__name__))
+
     def state_dict(self) -> dict[str, Any] | None:
         """The envs' state (tensors and plain values), or None where it cannot be saved."""
         return None
@@ -169,6 +177,10 @@ class GymVectorEnv(BatchedEnv):
 
     def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(options={"reset_mask": mask})
+        return {"observation": obs}
+
+    def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
+        obs, _ = self.env.reset(seed=[seed] * self.num_envs)  # gymnasium: one seed per env
         return {"observation": obs}
 
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
@@ -251,6 +263,11 @@ class TorchRLEnv(BatchedEnv):
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
         if seed is not None:
             self.env.set_seed(seed)
+        self._td = self.env.reset()
+        return self._obs(self._td)
+
+    def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
+        self.env.set_seed(seed, static_seed=True)
         self._td = self.env.reset()
         return self._obs(self._td)
 

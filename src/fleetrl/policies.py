@@ -22,6 +22,7 @@ __all__ = [
     "PerEnvPolicy",
     "RandomPolicy",
     "ReshapeAction",
+    "accelerated",
     "as_policy",
     "as_weights",
     "policy_weights",
@@ -146,3 +147,27 @@ class ReshapeAction:
 
     def __call__(self, action: torch.Tensor) -> torch.Tensor:
         return action.reshape(self.shape).cpu()
+
+
+def accelerated(
+    policy: Callable[[TensorDictBase], Any],
+    *,
+    compile_options: dict[str, Any] | None,
+    cudagraph_options: dict[str, Any] | None,
+    device: torch.device | None,
+) -> Callable[[TensorDictBase], Any]:
+    """The policy under ``torch.compile`` and/or tensordict's ``CudaGraphModule``, as torchrl's
+    collectors wrap it for ``compile_policy`` / ``cudagraph_policy`` (None: that one is off).
+
+    The wrapper calls the same module: its parameters are the module's, so weights
+    copied into the module in place are the ones the wrapper acts with.
+    """
+    if compile_options is not None:
+        policy = torch.compile(policy, **compile_options)
+    if cudagraph_options is not None:
+        from tensordict.nn import CudaGraphModule
+
+        policy = CudaGraphModule(
+            policy, in_keys=[], out_keys=[], device=device, **cudagraph_options
+        )
+    return policy

@@ -38,13 +38,8 @@ task is issued again with the current weights, so frames stay exact (the
 discarded frames are collected again, never counted). With k below
 ``prefetch`` most prefetched batches are discarded: choose ``k >= prefetch``.
 
-Weights: :meth:`update_policy_weights_` (torchrl's arguments: a module, a
-TensorDict, nothing, ``worker_ids=``; and ``version=``, the learner's
-optimizer-step count, default the newest + 1) publishes a version with one
-``ray.put``; each worker receives it with its next task, only if it lacks it.
-``max_weight_update_interval=k`` also makes a worker check for a newer
-version at the start of a task at least every k tasks, so a task queued
-before a publish still starts with the newest weights.
+Weights: see :meth:`RayCollector.update_policy_weights_`. torchrl 0.14's newer
+arguments have torchrl's meaning (:mod:`fleetrl.collectors.arguments`).
 
 Fault tolerance: a worker whose actor dies (killed, crashed, node lost) is
 replaced by a new actor with the same worker id; it receives the current
@@ -74,25 +69,26 @@ import ray
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.batch_sizes import batch_size_problems
+from fleetrl.collectors.arguments import check_feature_arguments
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
 from fleetrl.collectors.pool import Slot, Task, WorkerPool
 from fleetrl.collectors.ray_checks import (
     MAX_POLICY_LAG_ALLOWED,
     MAX_RESTART_ATTEMPTS_ALLOWED,
-    SET_BY_RAY,
     all_problems,
+    check_added_collectors,
     check_arguments,
     check_bounds,
-    check_collector_kwargs,
     check_resources,
     check_weight_update,
-    per_collector_args,
+    init_ray,
+    put_policy,
 )
 from fleetrl.collectors.restarts import DEFAULT_MAX_RESTART_ATTEMPTS
 from fleetrl.collectors.rounds import SyncRounds
 from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.sync import SyncDataCollector
+from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.wire import unpack_batch
 from fleetrl.collectors.worker import TaskResult
@@ -171,6 +167,10 @@ class RayCollector(DataCollectorBase):
             :class:`SyncDataCollector`. ``split_trajs`` and ``postproc`` run in
             this process on each yielded batch; ``init_random_frames`` counts
             frames over all collectors.
+        policy_factory, compile_policy, cudagraph_policy, set_truncated: as in
+            :class:`SyncDataCollector`, on each worker (the factory is called there).
+        trajs_per_batch: batches of this many whole trajectories, assembled in
+            this process from every worker's batches (``postproc`` runs first).
 
     Examples:
         >>> collector = RayCollector("CartPole-v1", None, frames_per_batch=400,
@@ -214,6 +214,11 @@ class RayCollector(DataCollectorBase):
         max_policy_lag: int | None = None,
         max_restart_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
         num_threads: int | None = 1,
+        policy_factory: Any = None,
+        trajs_per_batch: int | None = None,
+        compile_policy: bool | dict[str, Any] | None = None,
+        cudagraph_policy: bool | dict[str, Any] | None = None,
+        set_truncated: bool = False,
     ):
         super().__init__()
         self.state = CollectorState.CLOSED  # READY once every actor is up
@@ -223,6 +228,20 @@ class RayCollector(DataCollectorBase):
         self._rounds: SyncRounds | None = None  # sync mode's rounds in flight
         p = Problems()
         check_bounds(p, max_policy_lag, max_restart_attempts)
+        features = {
+            "policy_factory": policy_factory,
+            "compile_policy": compile_policy,
+            "cudagraph_policy": cudagraph_policy,
+            "set_truncated": set_truncated,
+        }
+        check_feature_arguments(
+            p,
+            policy=policy,
+            trajs_per_batch=trajs_per_batch,
+            split_trajs=split_trajs,
+            policy_devices=policy_device if policy_device is not None else device,
+            **features,
+        )
         args = all_problems(
             p,
             check_arguments,
@@ -279,15 +298,23 @@ class RayCollector(DataCollectorBase):
             "reset_at_each_iter": reset_at_each_iter,
             "exploration_type": exploration,
         }
+        # torchrl 0.14's arguments reach the workers only when set (any collector class takes them)
+        common.update({k: v for k, v in features.items() if v is not None and v is not False})
+        self.trajs_per_batch = trajs_per_batch
+        self._trajs = (
+            None
+            if trajs_per_batch is None
+            else TrajectoryBatcher(trajs_per_batch, drop_partial=reset_at_each_iter)
+        )
         self._yielded = False
         self._served = ServedStats(max_policy_lag, compress)
         try:
-            self._init_ray(ray_init_config)
+            self._started_ray = init_ray(ray_init_config)
             check_resources(remotes)
             self._weights = WeightStore(with_board=max_weight_update_interval > 0)
             self._pool = WorkerPool(
                 self._weights,
-                ray.put(self.policy),
+                put_policy(self.policy),
                 collector_class=collector_class,
                 native=self.native,
                 num_workers_per_collector=num_workers_per_collector,
@@ -314,20 +341,6 @@ class RayCollector(DataCollectorBase):
             raise
         self.state = CollectorState.READY
 
-    # --------------------------------------------------------------- checks
-    def _init_ray(self, ray_init_config: dict[str, Any] | None) -> None:
-        config = dict(ray_init_config or {})
-        if ray.is_initialized():
-            if config:
-                logger.warning(
-                    "Ray is already initialized; ray_init_config=%r is not applied", config
-                )
-            return
-        if "address" not in config:
-            config.setdefault("include_dashboard", False)
-        ray.init(**config)
-        self._started_ray = True
-
     # ----------------------------------------------------------- budget
     @property
     def _slots(self) -> list[Slot]:
@@ -348,6 +361,16 @@ class RayCollector(DataCollectorBase):
 
     # ------------------------------------------------------------ iteration
     def _next_batch(self) -> TensorDictBase | None:
+        if self._trajs is None:
+            return self._next_frames()
+        while not self._trajs.ready:  # whole trajectories, from whichever workers ended them
+            batch = self._next_frames()
+            if batch is None:
+                return None
+            self._trajs.add(batch)
+        return self._trajs.emit()
+
+    def _next_frames(self) -> TensorDictBase | None:
         self._pool.revive_dead()
         left = self.remaining_frames
         if self.update_after_each_batch and self._yielded and (left is None or left > 0):
@@ -476,7 +499,7 @@ class RayCollector(DataCollectorBase):
             policy=policy,
             worker_ids=worker_ids,
             model_id=model_id,
-            num_workers=len(self._slots),
+            worker_range=range(len(self._slots)),
             version=version,
             current_version=self.policy_version,
         )
@@ -489,12 +512,16 @@ class RayCollector(DataCollectorBase):
         return self._weights.publish(source, None if ids is None else list(ids), version)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed."""
+        """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed.
+
+        ``static_seed=True``: the seed is not incremented (torchrl's meaning), so every
+        env of every worker gets ``seed``, and ``seed`` is returned.
+        """
         self._check_open()
         self._pool.revive_dead()
         for slot in self._slots:
             slot.seed = seed
-            seed = ray.get(slot.handle.set_seed.remote(seed))
+            seed = ray.get(slot.handle.set_seed.remote(seed, static_seed))
         return seed
 
     def state_dict(self) -> dict[str, Any]:
@@ -528,24 +555,16 @@ class RayCollector(DataCollectorBase):
         part from the next round on.
         """
         self._check_open()
-        p = Problems()
-        env_fn = self._slots[0].env_fn if create_env_fn is None else create_env_fn
-        kwargs = self._slots[0].kwargs if collector_kwargs is None else collector_kwargs
-        remote = self._slots[0].remote_config if remote_configs is None else remote_configs
-        env_fns, kwargs_list, remotes, count = per_collector_args(
-            p, env_fn, kwargs, remote, num_collectors
+        env_fns, kwargs_list, remotes = check_added_collectors(
+            self._slots,
+            num_collectors,
+            sync=self.sync,
+            frames_per_batch=self.frames_per_batch,
+            collector_class=self.collector_class,
+            create_env_fn=create_env_fn,
+            collector_kwargs=collector_kwargs,
+            remote_configs=remote_configs,
         )
-        total = len(self._slots) + count
-        if self.sync:
-            p.items += batch_size_problems(
-                frames_per_batch=self.frames_per_batch,
-                total_frames=None,
-                num_envs=None,
-                split=total,
-            )
-        check_collector_kwargs(p, self.collector_class, kwargs_list, SET_BY_RAY)
-        p.raise_if_any()
-        check_resources([s.remote_config for s in self._slots] + remotes)
         slots = self._pool.add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
         return [s.worker_id for s in slots]
 
@@ -561,23 +580,7 @@ class RayCollector(DataCollectorBase):
         layout, the bytes that crossed Ray (compact and/or compressed, see
         :mod:`fleetrl.collectors.wire`) and how many batches came compact.
         """
-        served = self._served
-        return {
-            "frames": self._frames,
-            "batches": served.counts["batches"],
-            "policy_version": self.policy_version,
-            "policy_lag": served.policy_lag(),
-            "stale_batches": served.counts["stale_batches"],
-            "stale_frames": served.counts["stale_frames"],
-            "pending": {"tasks": self._pool.owed_tasks, "frames": self._pool.issued},
-            "frames_per_worker": {s.worker_id: s.frames for s in self._slots},
-            "restarts": {s.worker_id: s.restarts for s in self._slots},
-            "nodes": {s.worker_id: s.node_id for s in self._slots},
-            "preempted_tasks": served.counts["preempted_tasks"],
-            "worker_collect_s": served.counts["collect_s"],
-            "compression": served.compression(),
-            "wire": served.wire(),
-        }
+        return self._served.report(self._frames, self.policy_version, self._pool)
 
     def worker_handles(self) -> list[Any]:
         """The live actor handles, by worker id (for inspection and fault-injection tests)."""

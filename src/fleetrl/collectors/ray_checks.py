@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,13 @@ import ray
 from torchrl.envs.utils import ExplorationType
 
 from fleetrl.batch_sizes import batch_size_problems
+from fleetrl.collectors.arguments import (  # shared with SyncDataCollector; kept importable here
+    MODEL_ID_MSG,
+    VERSION_MSG,
+    WEIGHTS_TWICE_MSG,
+    WORKER_IDS_MSG,
+    check_weight_update,
+)
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.overlap import check_overlap_kwargs
 from fleetrl.collectors.sync import SyncDataCollector
@@ -28,21 +36,30 @@ from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Probl
 __all__ = [
     "MAX_POLICY_LAG_ALLOWED",
     "MAX_RESTART_ATTEMPTS_ALLOWED",
+    "MODEL_ID_MSG",
     "SET_BY_RAY",
+    "VERSION_MSG",
+    "WEIGHTS_TWICE_MSG",
+    "WORKER_IDS_MSG",
     "RayArguments",
     "all_problems",
+    "check_added_collectors",
     "check_arguments",
     "check_bounds",
     "check_collector_kwargs",
     "check_env_counts",
     "check_resources",
     "check_weight_update",
+    "init_ray",
     "is_torchrl_collector_class",
     "per_collector_args",
+    "put_policy",
     "remote_traceback",
     "takes_env_list",
     "worker_failure",
 ]
+
+logger = logging.getLogger(__name__)
 
 COLLECTOR_CLASS_MSG = (
     "must be fleetrl.SyncDataCollector (or a subclass) or a torchrl collector class "
@@ -71,13 +88,10 @@ SET_BY_RAY_MSG = (
 )
 #: collector arguments RayCollector passes itself
 SET_BY_RAY = frozenset({"create_env_fn", "policy", "frames_per_batch", "total_frames"})
-WEIGHTS_TWICE_MSG = "pass the weights once: as the first argument, as weights= or as policy="
-MODEL_ID_MSG = "RayCollector carries one model, the policy: leave model_id=None or use 'policy'"
-WORKER_IDS_MSG = "must be a worker id or a list of worker ids, each in range({n})"
-VERSION_MSG = (
-    "must be None (the newest published version + 1) or an int >= the newest published "
-    "version, {current}: versions never go back (a learner publishes its optimizer-step "
-    "count; the same count again republishes weights changed without a step)"
+POLICY_PICKLE_MSG = (
+    "policy={policy!r} cannot be pickled to reach the Ray workers ({err}); pass "
+    "policy_factory=<a callable returning the policy> instead of policy=, so that each worker "
+    "builds its own"
 )
 #: an error raised in a worker that is one of these arrives as its own type
 MAX_POLICY_LAG_ALLOWED = "must be None (no bound) or an int >= 0 (versions)"
@@ -369,42 +383,61 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def check_weight_update(
-    policy_or_weights: Any,
-    *,
-    weights: Any,
-    policy: Any,
-    worker_ids: Any,
-    model_id: Any,
-    num_workers: int,
-    version: Any = None,
-    current_version: int = 0,
-) -> Any:
-    """Check ``update_policy_weights_``'s arguments (torchrl's names, and ``version`` against
-    the newest published ``current_version``); return the one weights source."""
-    p = Problems()
-    given = [v for v in (policy_or_weights, weights, policy) if v is not None]
-    if len(given) > 1:
-        p.add("policy_or_weights", f"<{len(given)} sources>", WEIGHTS_TWICE_MSG)
-    p.check(model_id in (None, "policy"), "model_id", model_id, MODEL_ID_MSG)
-    if worker_ids is not None:
-        ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
-        ok = isinstance(ids, (list, tuple)) and all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_workers for i in ids
-        )
-        p.check(ok, "worker_ids", worker_ids, WORKER_IDS_MSG.format(n=num_workers))
-    if version is not None:
-        ok = (
-            isinstance(version, int)
-            and not isinstance(version, bool)
-            and version >= current_version
-        )
-        p.check(ok, "version", version, VERSION_MSG.format(current=current_version))
-    p.raise_if_any()
-    return given[0] if given else None
-
-
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def init_ray(ray_init_config: dict[str, Any] | None) -> bool:
+    """Use the running Ray, or start a local one (dashboard off); returns whether it started one."""
+    config = dict(ray_init_config or {})
+    if ray.is_initialized():
+        if config:
+            logger.warning("Ray is already initialized; ray_init_config=%r is not applied", config)
+        return False
+    if "address" not in config:
+        config.setdefault("include_dashboard", False)
+    ray.init(**config)
+    return True
+
+
+def check_added_collectors(
+    slots: list[Any],
+    num_collectors: Any,
+    *,
+    sync: bool,
+    frames_per_batch: int,
+    collector_class: Any,
+    create_env_fn: Any,
+    collector_kwargs: Any,
+    remote_configs: Any,
+) -> tuple[list[Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Check ``add_collectors``' arguments (defaults: the first worker's); returns them per worker."""
+    p = Problems()
+    env_fn = slots[0].env_fn if create_env_fn is None else create_env_fn
+    kwargs = slots[0].kwargs if collector_kwargs is None else collector_kwargs
+    remote = slots[0].remote_config if remote_configs is None else remote_configs
+    env_fns, kwargs_list, remotes, count = per_collector_args(
+        p, env_fn, kwargs, remote, num_collectors
+    )
+    if sync:
+        p.items += batch_size_problems(
+            frames_per_batch=frames_per_batch,
+            total_frames=None,
+            num_envs=None,
+            split=len(slots) + count,
+        )
+    check_collector_kwargs(p, collector_class, kwargs_list, SET_BY_RAY)
+    p.raise_if_any()
+    check_resources([s.remote_config for s in slots] + remotes)
+    return env_fns, kwargs_list, remotes
+
+
+def put_policy(policy: Any) -> Any:
+    """``ray.put`` the policy once for every worker; one that cannot be pickled is refused
+    with the fix (``policy_factory``), before any actor starts."""
+    try:
+        return ray.put(policy)
+    except Exception as err:  # pickling errors come as TypeError, PicklingError, ...
+        raise PolicyError(POLICY_PICKLE_MSG.format(policy=policy, err=err)) from err
 
 
 def remote_traceback(err: BaseException) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetrl.collectors.pool import Task
+from fleetrl.collectors.pool import Task, WorkerPool
 from fleetrl.collectors.worker import TaskResult
 
 __all__ = ["ServedStats"]
@@ -71,6 +71,26 @@ class ServedStats:
         st["compact_batches"] += int(result.compact)
         st["preempted_tasks"] += int(result.preempted)
         st["collect_s"] += result.collect_s
+
+    def report(self, frames: int, version: int, pool: WorkerPool) -> dict[str, Any]:
+        """What :meth:`RayCollector.stats() <fleetrl.collectors.RayCollector.stats>` returns."""
+        slots = pool.slots
+        return {
+            "frames": frames,
+            "batches": self.counts["batches"],
+            "policy_version": version,
+            "policy_lag": self.policy_lag(),
+            "stale_batches": self.counts["stale_batches"],
+            "stale_frames": self.counts["stale_frames"],
+            "pending": {"tasks": pool.owed_tasks, "frames": pool.issued},
+            "frames_per_worker": {s.worker_id: s.frames for s in slots},
+            "restarts": {s.worker_id: s.restarts for s in slots},
+            "nodes": {s.worker_id: s.node_id for s in slots},
+            "preempted_tasks": self.counts["preempted_tasks"],
+            "worker_collect_s": self.counts["collect_s"],
+            "compression": self.compression(),
+            "wire": self.wire(),
+        }
 
     def policy_lag(self) -> dict[str, Any]:
         """``last``, ``mean``, ``max``, ``count`` of the lag of served batches, and the ``bound``."""

@@ -24,10 +24,7 @@ running ``("next", "episode_return")`` / ``("next", "episode_length")`` that
 
 from __future__ import annotations
 
-import copy
 import logging
-import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +36,11 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
+from fleetrl.collectors.arguments import (
+    check_feature_arguments,
+    check_weight_update,
+    compile_options,
+)
 from fleetrl.collectors.base import (
     DataCollectorBase,
     as_device,
@@ -53,27 +55,21 @@ from fleetrl.collectors.overlap import (
     overlap_spec,
     overlapped_rollout,
 )
+from fleetrl.collectors.probe import NO_ACTION_MSG as NO_ACTION_MSG  # tests match it here
+from fleetrl.collectors.probe import accelerate, probe_policy, setup_policy
+from fleetrl.collectors.sync_state import collector_state, load_collector_state, seed_collector
+from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs import BatchedEnv, NestedKey, TorchRLEnv, make_env
-from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
+from fleetrl.errors import ConfigError, Problems, bad_value
 from fleetrl.policies import (
-    PerEnvPolicy,
-    RandomPolicy,
-    ReshapeAction,
+    as_policy,
     as_weights,
-    module_device,
 )
 
 __all__ = ["SyncDataCollector"]
 
 logger = logging.getLogger(__name__)
 
-NO_ACTION_MSG = (
-    "policy={policy!r} did not write 'action' (it wrote {keys}); a policy must write the key "
-    "'action', e.g. TensorDictModule(net, in_keys=['observation'], out_keys=['action'])"
-)
-ACTION_SHAPE_MSG = (
-    "policy={policy!r} wrote an 'action' of shape {got} and dtype {dtype}; the env needs {want}"
-)
 #: collect(frames): the rule of frames_per_batch, for one call
 FRAMES_NAMES = BatchSizeNames(frames_per_batch="frames")
 GYM_DEVICE_MSG = "gymnasium envs run on the CPU; leave env_device=None or 'cpu'"
@@ -120,6 +116,20 @@ class SyncDataCollector(DataCollectorBase):
             (:mod:`fleetrl.collectors.overlap`): ``None`` (default) where measured
             faster (a C++ Atari engine, an even ``num_envs``), ``True`` required
             (a ConfigError where the envs cannot be split), ``False`` off.
+        policy_factory: a callable with no argument returning the policy, called
+            here (for a policy that cannot be pickled, or must be built on this
+            process's device); mutually exclusive with ``policy``, as in torchrl.
+        trajs_per_batch: yield batches of this many whole trajectories,
+            ``[trajs_per_batch, max_len]`` zero-padded with ``("collector", "mask")``
+            (:mod:`fleetrl.collectors.trajectories`); ``total_frames`` then bounds
+            the frames collected, and :attr:`frames` counts them.
+        compile_policy: ``True`` or a dict of ``torch.compile`` options: the
+            policy acts compiled (the same module and parameters).
+        cudagraph_policy: ``True`` or a dict of ``CudaGraphModule`` options;
+            CUDA only (a ConfigError when the policy runs on the CPU).
+        set_truncated: mark the last step of every batch truncated (and done,
+            not terminated), as torchrl does; the env is not reset, so the
+            episode and its trajectory id go on in the next batch.
 
     Examples:
         >>> import torch
@@ -157,6 +167,11 @@ class SyncDataCollector(DataCollectorBase):
         worker_id: int = 0,
         traj_id_start: int = 0,
         overlap: bool | Overlap | str | None = None,
+        policy_factory: Callable[[], Any] | None = None,
+        trajs_per_batch: int | None = None,
+        compile_policy: bool | dict[str, Any] | None = None,
+        cudagraph_policy: bool | dict[str, Any] | None = None,
+        set_truncated: bool = False,
     ):
         super().__init__()
         p = Problems()
@@ -176,6 +191,17 @@ class SyncDataCollector(DataCollectorBase):
             max_frames_per_traj=max_frames_per_traj,
             init_random_frames=init_random_frames,
         )
+        check_feature_arguments(
+            p,
+            policy=policy,
+            policy_factory=policy_factory,
+            trajs_per_batch=trajs_per_batch,
+            split_trajs=split_trajs,
+            compile_policy=compile_policy,
+            cudagraph_policy=cudagraph_policy,
+            set_truncated=set_truncated,
+            policy_devices=self.policy_device,
+        )
         split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
         p.raise_if_any()
 
@@ -191,6 +217,15 @@ class SyncDataCollector(DataCollectorBase):
         self.worker_id = worker_id
         self.policy_version = 0
         self._next_traj_id = traj_id_start
+        self.set_truncated = set_truncated
+        self.trajs_per_batch = trajs_per_batch
+        self._trajs = (
+            None
+            if trajs_per_batch is None
+            else TrajectoryBatcher(trajs_per_batch, drop_partial=reset_at_each_iter)
+        )
+        self._compile = compile_options(compile_policy)
+        self._cudagraph = compile_options(cudagraph_policy)
 
         skip_absent_pandas_probe()
         self.env: BatchedEnv = (
@@ -202,8 +237,11 @@ class SyncDataCollector(DataCollectorBase):
         self.overlap = split is not None
         try:
             self._check_env_sizes()
-            self._setup_policy(user_policy)
-            self._probe_policy()
+            if policy_factory is not None:  # built here, where it acts (torchrl's meaning)
+                user_policy = as_policy(policy_factory())
+            setup_policy(self, user_policy)
+            probe_policy(self)
+            accelerate(self)
         except Exception:
             self.env.close()
             raise
@@ -223,143 +261,6 @@ class SyncDataCollector(DataCollectorBase):
         p.raise_if_any()
         if self.env_device is not None and isinstance(self.env, TorchRLEnv):
             self.env.env = self.env.env.to(self.env_device)
-
-    def _setup_policy(self, user_policy: Any) -> None:
-        self._user_policy = user_policy
-        self._random_policy = RandomPolicy(self.env.random_action)
-        if user_policy is None:
-            self.policy = self._random_policy
-            return
-        current = module_device(user_policy)
-        if self.policy_device is not None and current is not None and current != self.policy_device:
-            # Move a copy: the caller's module stays where it is.
-            self.policy = copy.deepcopy(user_policy).to(self.policy_device)
-        else:
-            self.policy = user_policy
-            if self.policy_device is None:
-                self.policy_device = current
-
-    def _new_step_td(self, obs: dict[NestedKey, np.ndarray]) -> None:
-        """Build the TensorDict the policy reads at every step.
-
-        Observation tensors share memory with ``self._step_np``: refreshing the
-        numpy arrays in place refreshes what the policy sees, at no allocation.
-        """
-        n = self.env.num_envs
-        td = TensorDict(batch_size=[n])
-        self._step_np: dict[NestedKey, np.ndarray] = {}
-        for key, (shape, dtype) in self.env.observation_spec.items():
-            arr = np.empty((n, *shape), dtype=dtype)
-            arr[:] = obs[key]
-            self._step_np[key] = arr
-            td.set(key, torch.from_numpy(arr))
-        self._step_td = td
-
-    def _probe_policy(self) -> None:
-        """Run the policy once (RNG untouched) to learn its output keys and check its action."""
-        obs = self.env.reset()
-        self._new_step_td(obs)
-        self._obs = obs
-        in_keys = set(_leaf_keys(self._step_td))
-        self._use_is_init = "is_init" in _policy_in_keys(self.policy)
-        self._add_recurrent_primers()
-        if self._use_is_init:
-            self._step_td.set("is_init", torch.ones(self.env.num_envs, 1, dtype=torch.bool))
-        with (
-            torch.random.fork_rng(devices=[]),
-            torch.inference_mode(),
-            set_exploration_type(self.exploration_type),
-        ):
-            self._act, out = self._choose_feeding()
-        if not isinstance(out, TensorDictBase):
-            raise PolicyError(
-                f"policy={self.policy!r} returned {type(out).__name__}; it must return a TensorDict"
-            )
-        out_keys = [k for k in _leaf_keys(out) if k not in in_keys]
-        if "action" not in out_keys:
-            raise PolicyError(NO_ACTION_MSG.format(policy=self.policy, keys=out_keys))
-        self._action_to_env = self._check_action(out.get("action"))
-        # ("next", k) outputs whose k the policy reads are carried to the next step (recurrent state)
-        state_keys = [k for k in _leaf_keys(self._step_td) if k not in self.env.observation_spec]
-        self._carried = [
-            (inner, k)
-            for k in out_keys
-            if (inner := _strip_next(k)) is not None and inner in state_keys
-        ]
-        self._state_keys = state_keys  # is_init and recurrent states: recorded as inputs
-        self._out_specs = {k: (tuple(out.get(k).shape[1:]), out.get(k).dtype) for k in out_keys}
-        self._out_keys = out_keys
-        self._reset_episodes(obs)
-
-    def _choose_feeding(self) -> tuple[Callable[[TensorDictBase], Any], Any]:
-        """How the policy is called, and its output on the current step.
-
-        On the env batch, except for envs torchrl would feed one env at a time
-        (an unbatched torchrl env, or fleetrl's copies of one): their policies
-        are often built for one env's shapes (``RandomPolicy(env.action_spec)``),
-        so they get one env's TensorDict per call. Copies use the batch when the
-        policy's action fits it, which is one call per step instead of one per env.
-        """
-        td = self._policy_input()
-        if not self.env.unbatched_copies:
-            return self.policy, self.policy(td.clone())
-        per_env = PerEnvPolicy(self.policy)
-        if self.env.batch_shape != torch.Size([]):
-            want = (self.env.num_envs, *self.env.action_shape)
-            try:
-                out = self.policy(td.clone())
-            except Exception:  # e.g. an action sampled from one env's spec set on the batch
-                out = None
-            if isinstance(out, TensorDictBase) and tuple(out.get("action", _NONE).shape) == want:
-                return self.policy, out
-        return per_env, per_env(td.clone())
-
-    def _add_recurrent_primers(self) -> None:
-        """Zero-initialise recurrent states the policy declares (torchrl's LSTM/GRU modules)."""
-        if not isinstance(self.policy, nn.Module):
-            return
-        from torchrl.modules.utils import get_primers_from_module
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "No primers found" is the common case
-            primers = get_primers_from_module(self.policy)
-        if primers is None:
-            return
-        n = self.env.num_envs
-        for primer in getattr(primers, "transforms", [primers]):  # one primer or a Compose
-            for key in primer.primers.keys(True, True):
-                spec = primer.primers[key]
-                self._step_td.set(key, torch.zeros(n, *spec.shape, dtype=spec.dtype))
-
-    def _check_action(self, action: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """Check the policy's action against the env and return its converter (None: as is)."""
-        env, n = self.env, self.env.num_envs
-        shape, dtype = tuple(action.shape), action.dtype
-        on_cpu = action.device.type == "cpu"
-        if not isinstance(env, TorchRLEnv) and env.num_actions is not None:
-            if shape == (n,) and not dtype.is_floating_point:
-                return None if on_cpu else _to_cpu
-            if shape == (n, env.num_actions):
-                return _argmax if on_cpu else _argmax_cpu
-            want = f"integer actions of shape ({n},) or one-hot actions of shape ({n}, {env.num_actions})"
-        else:
-            want_shape = (n, *env.action_shape)
-            if shape == want_shape:  # torchrl envs take actions as their spec says
-                return None if on_cpu else _to_cpu
-            want = f"actions of shape {want_shape} (num_envs, *action_shape)"
-            if env.unbatched_copies:
-                if shape[:1] == (n,) and math.prod(shape[1:]) == math.prod(env.action_shape):
-                    # torchrl's env reads e.g. a scalar for a [1] spec; we give it the spec's shape
-                    return ReshapeAction(want_shape)
-                # the policy saw one env (torchrl's shapes): report what it wrote for one env
-                shape = shape[1:]
-                want = (
-                    f"actions of shape {tuple(env.action_shape)}: the env has no batch dims, so "
-                    "the policy is fed one env at a time, as torchrl feeds it"
-                )
-        raise PolicyError(
-            ACTION_SHAPE_MSG.format(policy=self.policy, got=shape, dtype=dtype, want=want)
-        )
 
     def _policy_input(self) -> TensorDictBase:
         if self.policy_device is not None and self.policy_device.type != "cpu":
@@ -388,33 +289,50 @@ class SyncDataCollector(DataCollectorBase):
         return list(self.env.observation_spec)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seed the envs (env i gets ``seed + i``), the random-action sampler and torch.
+        """Seed the envs, the random-action sampler and torch; returns the next seed.
 
-        Resets every env, so the episodes in progress end here (their frames
-        already delivered stay valid). Returns the next free seed,
-        ``seed + num_envs``. ``static_seed`` is accepted for torchrl parity.
+        As torchrl's: env i gets ``seed + i`` and ``seed + num_envs`` is returned;
+        with ``static_seed=True`` the seed is not incremented: every env gets
+        ``seed``, and ``seed`` is returned (gymnasium and torchrl envs; other
+        engines refuse it with an ``EnvError``). Resets every env, so the
+        episodes in progress end here (their frames already delivered stay valid).
         """
         self._check_open()
-        torch.manual_seed(seed)
-        self.env.seed_actions(seed)
-        obs = self.env.reset(seed=seed)
-        self._reset_episodes(obs)
-        return seed + self.env.num_envs
+        return seed_collector(self, seed, static_seed)
 
-    def update_policy_weights_(self, weights: Any = None, *, version: int | None = None) -> None:
+    def update_policy_weights_(
+        self,
+        policy_or_weights: Any = None,
+        *,
+        weights: Any = None,
+        policy: Any = None,
+        worker_ids: int | list[int] | None = None,
+        model_id: str | None = None,
+        version: int | None = None,
+    ) -> None:
         """Load new policy weights and advance the policy version.
 
-        Args:
-            weights: a TensorDict keyed like the policy's parameters
-                (``TensorDict.from_module(policy)``), a ``state_dict``, or a
-                policy module whose weights are taken (as torchrl's
-                ``update_policy_weights_(policy)``). ``None`` copies from the
-                module the collector was given when it acts on a copy (another
-                device), and otherwise only advances the version.
-            version: the version these weights are (default: current + 1).
+        Takes torchrl's arguments: a policy module (its weights are taken), a
+        TensorDict keyed like the policy's parameters
+        (``TensorDict.from_module(policy)``) or a ``state_dict``, positionally
+        or as ``policy=`` / ``weights=``. Nothing copies from the module the
+        collector was given when it acts on a copy (another device), and
+        otherwise only advances the version. ``worker_ids``: this collector is
+        one worker, :attr:`worker_id`; naming it (or None) updates it, any
+        other id is a ``ConfigError``. ``version``: the version these weights
+        are (default: current + 1).
         """
         self._check_open()
-        source = weights if isinstance(weights, TensorDictBase) else as_weights(weights, "weights")
+        value = check_weight_update(
+            policy_or_weights,
+            weights=weights,
+            policy=policy,
+            worker_ids=worker_ids,
+            model_id=model_id,
+            worker_range=[self.worker_id],
+            name="SyncDataCollector",
+        )
+        source = value if isinstance(value, TensorDictBase) else as_weights(value)
         if (
             source is None
             and self.policy is not self._user_policy
@@ -439,40 +357,12 @@ class SyncDataCollector(DataCollectorBase):
         policy's random draws come from torch's global generator, which the
         caller saves.
         """
-        state: dict[str, Any] = {
-            "frames": self._frames,
-            "next_traj_id": self._next_traj_id,
-            "policy_version": self.policy_version,
-            "traj_ids": torch.from_numpy(self._traj_ids.copy()),
-            "episode_return": torch.from_numpy(self._ep_return.copy()),
-            "episode_length": torch.from_numpy(self._ep_length.copy()),
-            "obs": [[key, torch.from_numpy(np.array(arr))] for key, arr in self._obs.items()],
-            "step_state": [[key, self._step_td.get(key).clone()] for key in self._state_keys],
-            "env": self.env.state_dict(),
-        }
-        if isinstance(self.policy, nn.Module) and self.policy is not self._random_policy:
-            state["policy_state_dict"] = self.policy.state_dict()
-        return state
+        return collector_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s counters and weights; with a saved env state
         (``state["env"]`` not None), also the envs and the episodes in progress."""
-        self._frames = int(state["frames"])
-        self._next_traj_id = int(state["next_traj_id"])
-        self.policy_version = int(state["policy_version"])
-        if "policy_state_dict" in state:
-            self.policy.load_state_dict(state["policy_state_dict"])
-        if state.get("env") is None:
-            return
-        self.env.load_state_dict(state["env"])
-        self._traj_ids = state["traj_ids"].numpy().copy()
-        self._ep_return = state["episode_return"].numpy().copy()
-        self._ep_length = state["episode_length"].numpy().copy()
-        self._obs = {_as_key(key): value.numpy().copy() for key, value in state["obs"]}
-        for key, arr in self._step_np.items():
-            arr[:] = self._obs[key]
-        for key, value in state["step_state"]:
-            self._step_td.get(_as_key(key)).copy_(value)
+        load_collector_state(self, state)
 
     def collect(
         self,
@@ -514,6 +404,16 @@ class SyncDataCollector(DataCollectorBase):
         return batch
 
     def _next_batch(self) -> TensorDictBase | None:
+        if self._trajs is None:
+            return self._next_frames()
+        while not self._trajs.ready:  # whole trajectories: poll frames_per_batch at a time
+            batch = self._next_frames()
+            if batch is None:
+                return None
+            self._trajs.add(batch)
+        return self._trajs.emit()
+
+    def _next_frames(self) -> TensorDictBase | None:
         remaining = self.remaining_frames
         frames = (
             self.frames_per_batch if remaining is None else min(self.frames_per_batch, remaining)
@@ -667,6 +567,9 @@ class SyncDataCollector(DataCollectorBase):
         self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id = episode_columns(
             views, self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id
         )
+        if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
+            views[("next", "truncated")][:, -1] = True
+            views[("next", "done")][:, -1] = True
         td.set(
             ("collector", "policy_version"),
             torch.full((n, steps), self.policy_version, dtype=torch.int64),
@@ -682,40 +585,5 @@ class SyncDataCollector(DataCollectorBase):
         return td
 
 
-_NONE = torch.empty(0)
-
-
 def _next(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
-
-
-def _strip_next(key: NestedKey) -> NestedKey | None:
-    """``("next", k)`` -> ``k``; anything else -> None."""
-    if not (isinstance(key, tuple) and len(key) > 1 and key[0] == "next"):
-        return None
-    return key[1] if len(key) == 2 else key[1:]
-
-
-def _as_key(key: Any) -> NestedKey:
-    """A nested key as saved (a tuple may come back from a checkpoint as a list)."""
-    return tuple(key) if isinstance(key, list) else key
-
-
-def _leaf_keys(td: TensorDictBase) -> list[NestedKey]:
-    return list(td.keys(include_nested=True, leaves_only=True))
-
-
-def _policy_in_keys(policy: Any) -> list[NestedKey]:
-    return list(getattr(policy, "in_keys", []) or [])
-
-
-def _to_cpu(action: torch.Tensor) -> torch.Tensor:
-    return action.cpu()
-
-
-def _argmax(action: torch.Tensor) -> torch.Tensor:
-    return action.argmax(-1)
-
-
-def _argmax_cpu(action: torch.Tensor) -> torch.Tensor:
-    return action.argmax(-1).cpu()

@@ -216,8 +216,8 @@ class CollectorWorker:
         )
         return batch
 
-    def set_seed(self, seed: int) -> int:
-        return self.collector.set_seed(seed)
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        return self.collector.set_seed(seed, static_seed)
 
     def state_dict(self) -> dict[str, Any]:
         return {"collector": self.collector.state_dict(), "version": self.version}
