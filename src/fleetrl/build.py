@@ -52,10 +52,7 @@ def make_collector(
             overlap=c.overlap,
         )
     else:
-        import ray
-
         from fleetrl.collectors import RayCollector
-        from fleetrl.startup import ray_init_kwargs
 
         collector = RayCollector(
             env_spec(e),
@@ -76,8 +73,7 @@ def make_collector(
             init_random_frames=init_random_frames,
             collector_kwargs={"overlap": c.overlap},
             remote_configs={"num_cpus": c.num_cpus_per_collector},
-            # None where Ray runs already (the Trainer starts it first: fleetrl.startup)
-            ray_init_config=None if ray.is_initialized() else ray_init_kwargs(config),
+            ray_init_config={"address": c.address} if c.address else None,
         )
     if seed is not None:
         collector.set_seed(seed)

@@ -51,7 +51,6 @@ from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.metrics import MetricLogger
 from fleetrl.preflight import check_budget, check_resume_overrides, config_terms
 from fleetrl.scheme import Scheme
-from fleetrl.startup import RayStart
 
 __all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
 
@@ -152,7 +151,8 @@ class Trainer:
         extra_modules: dict[str, Any] | None = None,
     ):
         self._constructed_at = time.perf_counter()  # for startup_s
-        #: seconds from the start of construction to the first batch (set by train())
+        #: seconds from the start of construction to the first batch's arrival, set by train()
+        #: (gradient workers: to the end of their mean collection time in the first iteration)
         self.startup_s: float | None = None
         self.config = config
         run_dir = run_dir or config.logging.run_dir
@@ -166,43 +166,34 @@ class Trainer:
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules
-        # Ray first, so that its workers import fleetrl while the learner is set up
-        # (fleetrl.startup); a constructor that fails leaves no Ray behind
-        self._ray = RayStart(config)
-        try:
-            self.algorithm = make_learner(config, config.trainer.seed, **modules)
-            self.scheme: Scheme | None = None
-            self._replica_states: list[dict[str, Any]] | None = None
-            # from a checkpoint, used once by the next scheme: its collector state and the
-            # random state to restore after the scheme's construction consumed random numbers
-            self._collector_state: dict[str, Any] | None = None
-            self._rng_to_restore: dict[str, Any] | None = None
-            self._resumed_from: Path | None = None
-            self.frames = 0
-            self.updates = 0
-            self.episodes = 0
-            self.recent_returns: deque[float] = deque(maxlen=config.trainer.return_window)
-            self.eval_history: list[tuple[int, float]] = []
-            self._base_lr = config.algo.lr
-            self._base_clip = getattr(config.algo, "clip_epsilon", None)
-            if resume:
-                self._resume()
-                check_budget(self.frames, config, self.run_dir)
-            elif (self.run_dir / "config.yaml").exists():
-                # a new run here would rewrite the old run's metrics and rotate out its checkpoints
-                raise ConfigError([RUN_EXISTS_MSG.format(run_dir=str(self.run_dir))])
-            self._created = _make_run_dir(self.run_dir)
-            (self.run_dir / "config.yaml").write_text(
-                yaml.safe_dump(config_to_dict(config), sort_keys=False)
-            )
-            self.metrics = MetricLogger(
-                self.run_dir,
-                config.logging.tensorboard,
-                resume_frames=self.frames if resume else None,
-            )
-        except BaseException:
-            self._ray.stop()
-            raise
+        self.algorithm = make_learner(config, config.trainer.seed, **modules)
+        self.scheme: Scheme | None = None
+        self._replica_states: list[dict[str, Any]] | None = None
+        # from a checkpoint, used once by the next scheme: its collector state and the
+        # random state to restore after the scheme's construction consumed random numbers
+        self._collector_state: dict[str, Any] | None = None
+        self._rng_to_restore: dict[str, Any] | None = None
+        self._resumed_from: Path | None = None
+        self.frames = 0
+        self.updates = 0
+        self.episodes = 0
+        self.recent_returns: deque[float] = deque(maxlen=config.trainer.return_window)
+        self.eval_history: list[tuple[int, float]] = []
+        self._base_lr = config.algo.lr
+        self._base_clip = getattr(config.algo, "clip_epsilon", None)
+        if resume:
+            self._resume()
+            check_budget(self.frames, config, self.run_dir)
+        elif (self.run_dir / "config.yaml").exists():
+            # a new run here would rewrite the old run's metrics and rotate out its checkpoints
+            raise ConfigError([RUN_EXISTS_MSG.format(run_dir=str(self.run_dir))])
+        self._created = _make_run_dir(self.run_dir)
+        (self.run_dir / "config.yaml").write_text(
+            yaml.safe_dump(config_to_dict(config), sort_keys=False)
+        )
+        self.metrics = MetricLogger(
+            self.run_dir, config.logging.tensorboard, resume_frames=self.frames if resume else None
+        )
 
     # ------------------------------------------------------------- resume
     def _resume(self) -> None:
@@ -297,7 +288,6 @@ class Trainer:
         try:
             return self.make_scheme()
         except BaseException as err:
-            self._ray.stop()
             self.metrics.close()
             _remove_created(self.run_dir, self._created)
             if isinstance(err, ConfigError):
@@ -378,7 +368,6 @@ class Trainer:
         finally:
             stop.__exit__()
             scheme.shutdown()
-            self._ray.stop()
             self.scheme = None
             progress.close()
         if self.config.logging.plot:

@@ -134,9 +134,10 @@ def _ensure_ray(config: Config) -> bool:
     """Start (or attach to ``collector.address``) Ray unless it runs; True if this call did."""
     import ray
 
-    from fleetrl.startup import ray_init_kwargs
-
     if ray.is_initialized():
         return False
-    ray.init(**ray_init_kwargs(config))  # as the Trainer starts it (fleetrl.startup)
+    if config.collector.address:
+        ray.init(address=config.collector.address)
+    else:
+        ray.init(include_dashboard=False)
     return True
