@@ -14,6 +14,14 @@ RLlib: 2 env runners x 8 envs) and local (16 envs sampled in the learner
 process: fleetrl's collector.num_collectors=0, RLlib's num_env_runners=0).
 The ratios are printed like for like and best against best.
 
+The "start-up s" column: fleetrl's constructor-to-first-batch (from the start
+of ``Trainer(...)`` to the first batch's arrival: Ray's start, the actors and
+their imports, the envs and the first rollout; ``Trainer.startup_s``, printed
+by ``fleetrl train``). RLlib's first batch is sampled inside its first
+``train()`` call and cannot be timed from outside, so its column is the time of
+``config.build_algo()`` (Ray's start, env runners up), which stops short of the
+first batch: a lower bound of its constructor-to-first-batch.
+
 Target (issue 4): fleetrl's median wall time at most half of RLlib's.
 """
 
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +42,8 @@ from common import ensure_rllib_venv, machine, print_table, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 475.0
+#: the end of ``fleetrl train``'s summary line: the Trainer's constructor-to-first-batch
+STARTUP_RE = re.compile(r"start-up ([0-9.]+) s")
 
 RLLIB_SCRIPT = r"""
 import json, sys, time
@@ -50,7 +61,9 @@ config = (
     .reporting(metrics_num_episodes_for_smoothing=20)
     .debugging(seed=seed)
 )
+build_start = time.time()
 algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
+build_s = time.time() - build_start
 solved, frames, ret = False, 0, float("nan")
 while frames < budget:
     result = algo.train()
@@ -60,7 +73,8 @@ while frames < budget:
     if ret == ret and ret >= target:
         solved = True
         break
-print(json.dumps({"solved": solved, "frames": int(frames), "return": ret, "wall_s": time.time() - start}))
+print(json.dumps({"solved": solved, "frames": int(frames), "return": ret, "wall_s": time.time() - start,
+                  "startup_s": build_s}))
 algo.stop()
 ray.shutdown()
 """
@@ -95,6 +109,9 @@ def run_fleetrl(
         wall = time.perf_counter() - start
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
+        startup = STARTUP_RE.search(out.stdout)
+        if startup is None:
+            raise RuntimeError(f"no start-up figure in fleetrl train's output: {out.stdout[-500:]}")
         rows = list(csv.DictReader((run / "metrics.csv").open()))
         last = rows[-1]
         ret = float(last["train/episode_return"])
@@ -106,6 +123,7 @@ def run_fleetrl(
             "fps": float(last["time/fps"]),
             "updates_per_s": float(last["time/updates_per_s"]),
             "updates": int(float(last["train/policy_version"])),
+            "startup_s": float(startup.group(1)),
         }
 
 
@@ -154,17 +172,30 @@ def main() -> None:
     for name, runs in results.items():
         wall = statistics.median(r["wall_s"] for r in runs)
         frames = statistics.median(r["frames"] for r in runs)
+        startup = statistics.median(r["startup_s"] for r in runs)
         solved = sum(r["solved"] for r in runs)
         summary[name] = {
             "median_wall_s": wall,
             "median_frames": frames,
+            "median_startup_s": startup,
             "solved": solved,
             "runs": runs,
         }
         per_seed = ", ".join(f"{r['wall_s']:.0f}s" for r in runs)
-        rows.append([name, f"{solved}/{len(runs)}", f"{wall:.1f}", f"{frames:,.0f}", per_seed])
+        rows.append(
+            [
+                name,
+                f"{solved}/{len(runs)}",
+                f"{wall:.1f}",
+                f"{startup:.1f}",
+                f"{frames:,.0f}",
+                per_seed,
+            ]
+        )
     print()
-    print_table(["contestant", "solved", "median wall s", "median frames", "per seed"], rows)
+    print_table(
+        ["contestant", "solved", "median wall s", "start-up s", "median frames", "per seed"], rows
+    )
     if args.rllib:
         f_ray, f_local = (summary[n]["median_wall_s"] for n in FLEETRL_VARIANTS)
         r_ray, r_local = (summary[n]["median_wall_s"] for n in RLLIB_VARIANTS)

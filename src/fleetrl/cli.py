@@ -43,7 +43,8 @@ def _train(args: argparse.Namespace) -> int:
     print(
         f"frames {trainer.frames:,}  iterations {trainer.iterations}  episodes {trainer.episodes}  "
         f"train return {last.get('train/episode_return', float('nan')):.1f}  "
-        f"fps {last.get('time/fps', float('nan')):,.0f}"
+        f"fps {last.get('time/fps', float('nan')):,.0f}  "
+        f"start-up {trainer.startup_s or float('nan'):.2f} s"
     )
     if trainer.eval_history:
         print(f"last evaluation return {trainer.eval_history[-1][1]:.1f}")

@@ -101,6 +101,10 @@ class Trainer:
         resume: bool = False,
         extra_modules: dict[str, Any] | None = None,
     ):
+        self._constructed_at = time.perf_counter()  # for startup_s
+        #: seconds from the start of construction to the first batch's arrival, set by train()
+        #: (gradient workers: to the end of their mean collection time in the first iteration)
+        self.startup_s: float | None = None
         self.config = config
         self.run_dir = Path(run_dir or config.logging.run_dir or default_run_dir(config))
         # everything that can refuse the run is checked before the run directory is made
@@ -263,9 +267,13 @@ class Trainer:
             stop.__enter__()
             while self.frames < t.total_frames:
                 self._apply_schedules(scheme)
+                iteration_start = time.perf_counter()
                 result = scheme.run_iteration()
                 if result is None:
                     break
+                if self.startup_s is None:  # the batch arrived collect_s into the iteration
+                    collect_s = result["metrics"]["time/collect_s"]
+                    self.startup_s = iteration_start + collect_s - self._constructed_at
                 self.frames += result["frames"]
                 self.recent_returns.extend(result["returns"])
                 self.episodes += len(result["returns"])
