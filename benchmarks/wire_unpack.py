@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fleetrl import SyncDataCollector
-from fleetrl.collectors.wire import empty_round, pack_batch, unpack_batch
+from fleetrl.wire import empty_round, pack_batch, unpack_batch
 
 SHAPE = (4, 84, 84)
 

@@ -742,7 +742,7 @@ def test_uncompressed_batches_match_local_collector_bit_for_bit_and_are_writable
 
 
 def test_unpack_batch_copies_uncompressed_leaves_unless_told_not_to():
-    from fleetrl.collectors.worker import pack_batch, unpack_batch
+    from fleetrl.wire import pack_batch, unpack_batch
 
     batch = TensorDict(
         {"observation": torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4)},

@@ -16,7 +16,6 @@ from fleetrl.build import make_learner
 from fleetrl.collectors.restarts import GAVE_UP_MSG
 from fleetrl.config import config_from_dict
 from fleetrl.scheme import GradWorker, UpdateWorker
-from fleetrl.scheme.wire import ParamCodec
 from policies import mlp
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -302,13 +301,17 @@ def actors_ever_created() -> int:
     return len(state.actors())
 
 
+def trainable_numel(algorithm) -> int:
+    return sum(p.numel() for p in algorithm.loss_module.parameters() if p.requires_grad)
+
+
 def test_param_codec_round_trip():
     config = scheme_config()
     algorithm = make_learner(config, 0)
-    codec = ParamCodec(algorithm._trainable)
+    codec = algorithm.codec  # the algorithm's own: nothing else builds one over its parameters
     weights = algorithm.get_weights()
     flat = codec.pack(weights)
-    assert flat.shape == (sum(p.numel() for _, p in algorithm._trainable),)
+    assert flat.shape == (trainable_numel(algorithm),)
     assert weights_equal(codec.unpack(flat), weights)
 
 
@@ -321,12 +324,18 @@ def test_local_grad_worker_steps_through_its_batches():
     assert [r["frames"] for r in reports] == [FPB] + [0] * (steps - 1) + [FPB]
     assert [r["batch_done"] for r in reports] == [False] * (steps - 1) + [True, False]
     grads = reports[0]["grads"]  # a TensorDict keyed like the trainable parameters
-    assert set(grads.keys(True, True)) == {k for k, _ in worker.algorithm._trainable}
+    assert set(grads.keys(True, True)) == {
+        tuple(n.split("."))
+        for n, p in worker.algorithm.loss_module.named_parameters()
+        if p.requires_grad
+    }
     assert reports[0]["version"] == 0 and reports[0]["collection_version"] == 0
     packed = worker.step(packed=True)["grads"]  # the wire form the update worker asks for
-    assert packed.shape == (sum(p.numel() for _, p in worker.algorithm._trainable),)
+    assert packed.shape == (trainable_numel(worker.algorithm),)
     new = worker.algorithm.get_weights().apply(lambda t: t + 1)
-    worker.step(worker.codec.pack(new), version=7)  # flat weights, as the update worker sends
+    worker.step(
+        worker.algorithm.codec.pack(new), version=7
+    )  # flat weights, as the update worker sends
     assert worker.version == 7
     assert weights_equal(worker.get_weights(), new)
     worker.shutdown()

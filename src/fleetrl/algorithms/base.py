@@ -6,13 +6,24 @@ The API follows PyTorchRL's ``Algorithm`` in TensorDict form:
 - :meth:`Algorithm.compute_gradients` ``(batch) -> (grads, info)``: gradients
   as a TensorDict keyed like the trainable parameters (so they can travel to
   another process and be averaged), and a dict of floats;
-- :meth:`Algorithm.apply_gradients` ``(grads=None)``: one optimizer step with
-  given gradients (or the ones left by ``compute_gradients``);
+- :meth:`Algorithm.apply_gradients` ``(grads)``: one optimizer step with
+  given gradients;
 - :meth:`Algorithm.get_weights` / :meth:`Algorithm.set_weights`;
+- the same four flat: :meth:`Algorithm.flat_gradients`,
+  :meth:`Algorithm.apply_flat_gradients`, :meth:`Algorithm.flat_weights`,
+  :meth:`Algorithm.load_flat_weights`, one ``float32`` numpy array in the
+  layout of :attr:`Algorithm.codec` (:class:`fleetrl.wire.ParamCodec`), as
+  gradients and weights cross Ray;
 - :meth:`Algorithm.update_algorithm_parameter` ``(name, value)``: changes a
   hyperparameter where it acts (the optimizer's lr, the loss's clip epsilon...);
 - :meth:`Algorithm.learn` ``(batch)``: the whole update on one collected batch
   (epochs x minibatches of compute + apply), what the central trainer calls.
+
+One route into ``.grad``: the flat methods are the only code that reads or
+writes the parameters' ``.grad`` (and the optimizer's step); the TensorDict
+methods convert with the codec and call them. So a gradient applied from a
+TensorDict, from a flat array sent by a gradient worker, or from an
+all-reduce takes the same step, bit for bit.
 """
 
 from __future__ import annotations
@@ -21,12 +32,14 @@ import abc
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from fleetrl.config import AlgorithmConfig
 from fleetrl.errors import ConfigError
+from fleetrl.wire import ParamCodec
 
 __all__ = ["Algorithm", "flatten_valid"]
 
@@ -69,6 +82,11 @@ class Algorithm(abc.ABC):
 
     Subclasses build their loss module and optimizer, and define :meth:`loss`
     (and :meth:`prepare` when the batch needs work first, e.g. GAE).
+
+    The trainable parameters (those of ``loss_module`` that require grad, in
+    ``named_parameters()`` order; a shared module counted once) have one flat
+    layout, :attr:`codec`, built here once: gradients and weights cross Ray
+    as one ``float32`` vector in that order (:mod:`fleetrl.wire`).
 
     Args:
         loss_module: a torchrl loss module holding the actor (and critic).
@@ -115,15 +133,22 @@ class Algorithm(abc.ABC):
         self.start_steps = start_steps
         self.mini_batch_size: int | None = None  # known once a batch was split
         self.num_updates = 0  # optimizer steps taken
-        self._trainable = [
+        trainable = [
             (tuple(n.split(".")), p) for n, p in loss_module.named_parameters() if p.requires_grad
         ]
+        self._params = [p for _, p in trainable]
+        self._codec = ParamCodec(trainable, owner=type(self).__name__)
 
     # --------------------------------------------------------------- properties
     @property
     def policy(self) -> nn.Module:
         """The acting module for the collectors."""
         return self.actor
+
+    @property
+    def codec(self) -> ParamCodec:
+        """The flat layout of the trainable parameters (fixed for the algorithm's life)."""
+        return self._codec
 
     @property
     def gamma(self) -> float:
@@ -151,37 +176,60 @@ class Algorithm(abc.ABC):
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
         """The scalar loss to minimise on ``data`` and what to log about it."""
 
-    def compute_gradients(self, data: TensorDictBase) -> tuple[TensorDict, dict[str, float]]:
-        """Gradients of the loss on ``data``, keyed like the trainable parameters.
+    def flat_gradients(self, data: TensorDictBase) -> tuple[np.ndarray, dict[str, float]]:
+        """Gradients of the loss on ``data`` as one flat array, and what to log.
 
-        Leaves the parameters' ``.grad`` empty: the gradients live in the
-        returned TensorDict only, ready to be averaged or sent elsewhere.
+        Returns:
+            A fresh, writable ``float32`` array in the layout of :attr:`codec`
+            (a parameter the loss does not reach gets zeros), and the loss's
+            info. The parameters' ``.grad`` are left empty.
         """
         self.optimizer.zero_grad(set_to_none=True)
         loss, info = self.loss(data)
         loss.backward()
-        grads = TensorDict()
-        for key, param in self._trainable:
-            grads.set(
-                key,
-                param.grad.detach().clone() if param.grad is not None else torch.zeros_like(param),
-            )
+        flat = self._codec.flatten([param.grad for param in self._params])
         self.optimizer.zero_grad(set_to_none=True)
-        return grads, info
+        return flat, info
 
-    def apply_gradients(self, grads: TensorDictBase | None = None) -> float | None:
-        """One optimizer step with ``grads`` (or the ``.grad`` already set). Returns the grad norm."""
-        if grads is not None:
-            for key, param in self._trainable:
-                param.grad = grads.get(key).to(param.device)
+    def apply_flat_gradients(self, flat: np.ndarray) -> float | None:
+        """One optimizer step with flat gradients (as from :meth:`flat_gradients`); the grad norm.
+
+        ``flat`` is copied once (it may be a read-only array from Ray's object
+        store) and is not changed. With ``max_grad_norm`` set, the gradients
+        are clipped to it and the norm before clipping is returned (else None).
+        """
+        return self._step(self._codec.split(flat))
+
+    def _step(self, grads: list[torch.Tensor]) -> float | None:
+        """The one place where ``.grad`` is set and the optimizer steps."""
+        for param, grad in zip(self._params, grads, strict=True):
+            param.grad = grad.to(param.device)
         norm = None
         if self.max_grad_norm is not None:
-            params = [p for _, p in self._trainable]
-            norm = float(nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+            norm = float(nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.num_updates += 1
         return norm
+
+    def compute_gradients(self, data: TensorDictBase) -> tuple[TensorDict, dict[str, float]]:
+        """Gradients of the loss on ``data``, keyed like the trainable parameters.
+
+        :meth:`flat_gradients` as a TensorDict (its leaves view the one flat
+        array). Leaves the parameters' ``.grad`` empty: the gradients live in
+        the returned TensorDict only, ready to be averaged or sent elsewhere.
+        """
+        flat, info = self.flat_gradients(data)
+        return self._codec.unpack(flat, copy=False), info  # the array is ours alone
+
+    def apply_gradients(self, grads: TensorDictBase) -> float | None:
+        """One optimizer step with ``grads`` (keyed as from :meth:`compute_gradients`).
+
+        Packs them with :attr:`codec` and takes :meth:`apply_flat_gradients`'
+        step; ``grads`` is not changed. Returns the grad norm (None when
+        ``max_grad_norm`` is off).
+        """
+        return self._step(self._codec.split(self._codec.pack(grads), copy=False))
 
     @property
     def steps_per_batch(self) -> int:
@@ -210,8 +258,8 @@ class Algorithm(abc.ABC):
         totals: dict[str, float] = {}
         steps = 0
         for minibatch in self.gradient_batches(batch):
-            grads, info = self.compute_gradients(minibatch)
-            norm = self.apply_gradients(grads)
+            flat, info = self.flat_gradients(minibatch)
+            norm = self._step(self._codec.split(flat, copy=False))  # no copy: the array is ours
             self.after_update()
             if norm is not None:
                 info["grad_norm"] = norm
@@ -221,22 +269,23 @@ class Algorithm(abc.ABC):
         return {k: v / max(1, steps) for k, v in totals.items()}
 
     # ----------------------------------------------------------------- weights
+    def flat_weights(self) -> np.ndarray:
+        """The trainable parameters as one fresh ``float32`` array in the layout of :attr:`codec`."""
+        return self._codec.flatten(self._params)
+
+    def load_flat_weights(self, flat: np.ndarray) -> None:
+        """Copy flat weights (as from :meth:`flat_weights`) into the parameters, in place."""
+        with torch.no_grad():
+            for param, value in zip(self._params, self._codec.split(flat, copy=False)):
+                param.copy_(value)
+
     def get_weights(self) -> TensorDict:
         """The trainable parameters (a detached copy), keyed as in :meth:`compute_gradients`."""
-        weights = TensorDict()
-        for key, param in self._trainable:
-            weights.set(key, param.detach().clone())
-        return weights
+        return self._codec.unpack(self.flat_weights(), copy=False)
 
     def set_weights(self, weights: TensorDictBase) -> None:
         """Copy ``weights`` (as from :meth:`get_weights`) into the parameters, in place."""
-        with torch.no_grad():
-            for key, param in self._trainable:
-                param.copy_(weights.get(key).to(param.device))
-
-    def policy_weights(self) -> TensorDict:
-        """The acting policy's parameters, as the collectors load them."""
-        return TensorDict.from_module(self.actor).detach().clone()
+        self.load_flat_weights(self._codec.pack(weights))
 
     # ------------------------------------------------------- hyperparameters
     def update_algorithm_parameter(self, name: str, value: float) -> None:

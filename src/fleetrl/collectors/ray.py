@@ -90,10 +90,10 @@ from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
-from fleetrl.collectors.wire import unpack_batch
 from fleetrl.collectors.worker import TaskResult
 from fleetrl.errors import Problems
 from fleetrl.policies import as_weights, policy_weights
+from fleetrl.wire import unpack_batch
 
 # the messages of the bounds are re-exported here, where tests and callers found them
 __all__ = ["MAX_POLICY_LAG_ALLOWED", "MAX_RESTART_ATTEMPTS_ALLOWED", "RayCollector"]
@@ -149,7 +149,7 @@ class RayCollector(DataCollectorBase):
         compress: ``None``, ``"lz4"`` or ``"zstd"``: lossless compression of
             batches sent by workers; bytes saved are in :meth:`stats`. Either
             way, batches of fleetrl's collector cross Ray in the compact
-            layout of :mod:`fleetrl.collectors.wire` (each observation once)
+            layout of :mod:`fleetrl.wire` (each observation once)
             and arrive in the full one.
         max_policy_lag: ``None`` (no bound) or k >= 0: a batch collected with
             weights more than k versions older than the newest published is
@@ -578,7 +578,7 @@ class RayCollector(DataCollectorBase):
         issued and not yet returned (those lost with a dead worker included) and the frames
         issued and not yet served. ``wire`` counts every batch served: its bytes in the full
         layout, the bytes that crossed Ray (compact and/or compressed, see
-        :mod:`fleetrl.collectors.wire`) and how many batches came compact.
+        :mod:`fleetrl.wire`) and how many batches came compact.
         """
         return self._served.report(self._frames, self.policy_version, self._pool)
 

@@ -30,8 +30,8 @@ from fleetrl.collectors.arguments import (  # shared with SyncDataCollector; kep
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.overlap import check_overlap_kwargs
 from fleetrl.collectors.sync import SyncDataCollector
-from fleetrl.collectors.worker import Compression
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
+from fleetrl.wire import Compression
 
 __all__ = [
     "MAX_POLICY_LAG_ALLOWED",

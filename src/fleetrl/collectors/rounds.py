@@ -25,8 +25,8 @@ from tensordict import TensorDictBase
 
 from fleetrl.collectors.pool import Task, WorkerPool
 from fleetrl.collectors.served import ServedStats
-from fleetrl.collectors.wire import empty_round, unpack_batch
 from fleetrl.collectors.worker import TaskResult
+from fleetrl.wire import empty_round, unpack_batch
 
 __all__ = ["Round", "SyncRounds", "split_frames"]
 

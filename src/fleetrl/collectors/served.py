@@ -2,7 +2,7 @@
 
 Policy lag as running aggregates (constant memory however long the run), the
 ``max_policy_lag`` bound (a batch that breaks it is counted, not served), bytes
-on the wire (see :mod:`fleetrl.collectors.wire`), preempted tasks and the
+on the wire (see :mod:`fleetrl.wire`), preempted tasks and the
 workers' collection time.
 """
 

@@ -280,7 +280,7 @@ class SyncDataCollector(DataCollectorBase):
         In a rollout, ``("next", k)[..., t]`` is ``k[..., t + 1]`` for ``t < T - 1``
         unless ``("next", "done")[..., t]``: every engine's ``StepResult.obs`` is its
         ``next_obs`` where no episode ended. A RayCollector worker sends such keys in
-        the compact wire layout (:mod:`fleetrl.collectors.wire`). Empty with
+        the compact wire layout (:mod:`fleetrl.wire`). Empty with
         ``split_trajs`` or a ``postproc``, which may change the batch; a subclass
         that changes batches after the rollout must return an empty list.
         """

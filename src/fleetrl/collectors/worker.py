@@ -5,7 +5,7 @@ weights when the worker lacks the newest version, and the sync round it
 belongs to. The actor has two concurrency groups: collection runs one task at a
 time, while ``preempt`` (group ``control``) can stop a running rollout.
 
-Batches cross Ray in the wire format of :mod:`fleetrl.collectors.wire`:
+Batches cross Ray in the wire format of :mod:`fleetrl.wire`:
 numpy leaves (or compressed ones), and for a fleetrl collector's batches the
 compact layout, which sends each observation once instead of twice.
 """
@@ -22,10 +22,9 @@ import torch
 from tensordict import TensorDictBase
 
 from fleetrl.collectors.sync import SyncDataCollector
-from fleetrl.collectors.weights import from_wire
-from fleetrl.collectors.wire import Compression, pack_batch, unpack_batch
+from fleetrl.wire import pack_batch, unpack_weights
 
-__all__ = ["CollectorWorker", "Compression", "TaskResult", "pack_batch", "unpack_batch"]
+__all__ = ["CollectorWorker", "TaskResult"]
 
 #: each worker incarnation owns 2**32 trajectory ids; workers own 2**40
 TRAJ_IDS_PER_INCARNATION = 1 << 32
@@ -136,7 +135,7 @@ class CollectorWorker:
         self._stop_round = max(self._stop_round, round_id)
 
     def _load_weights(self, wire: Any, version: int) -> None:
-        weights = from_wire(wire)
+        weights = unpack_weights(wire)
         if self.native:
             self.collector.update_policy_weights_(weights, version=version)
         else:
@@ -159,7 +158,7 @@ class CollectorWorker:
         self,
         frames: int,
         version: int,
-        weights: Any,  # weights on the wire (weights.to_wire) or None
+        weights: Any,  # weights on the wire (wire.pack_weights) or None
         *,
         random: bool = False,
         round_id: int = -1,

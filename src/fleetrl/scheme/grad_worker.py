@@ -28,7 +28,6 @@ from fleetrl.build import make_collector, make_learner
 from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config, config_from_dict
 from fleetrl.scheme.versions import batch_version
-from fleetrl.scheme.wire import ParamCodec
 
 __all__ = ["GradWorker", "StepReport"]
 
@@ -68,7 +67,6 @@ class GradWorker:
             self.algorithm.load_state_dict(state)
         # the replica's step count is the master's version of the weights it holds
         self.algorithm.num_updates = version
-        self.codec = ParamCodec(self.algorithm._trainable)
         world = self.config.scheme.num_grad_workers
         random_frames = -1
         if hasattr(self.algorithm, "frame_scale"):  # a replay algorithm: its own buffer
@@ -100,10 +98,10 @@ class GradWorker:
 
     # ------------------------------------------------------------- weights
     def set_weights(self, weights: TensorDictBase | np.ndarray, version: int) -> None:
-        """Load the update worker's weights of ``version`` (a TensorDict, or flat as packed by
-        :class:`~fleetrl.scheme.wire.ParamCodec`)."""
+        """Load the update worker's weights of ``version`` (a TensorDict, or flat as from
+        :meth:`~fleetrl.algorithms.Algorithm.flat_weights`)."""
         if isinstance(weights, np.ndarray):
-            self.codec.load_weights(weights, [p for _, p in self.algorithm._trainable])
+            self.algorithm.load_flat_weights(weights)
         else:
             self.algorithm.set_weights(weights)
         # the master ran after_update once per step: so do we (targets follow it exactly
@@ -178,7 +176,7 @@ class GradWorker:
 
         Returns a report: ``grads`` (a TensorDict keyed like the trainable
         parameters; with ``packed=True``, as the update worker asks, one flat
-        array from :class:`~fleetrl.scheme.wire.ParamCodec`, which is 5x
+        array from :meth:`~fleetrl.algorithms.Algorithm.flat_gradients`, which is 5x
         cheaper through Ray), ``version`` (the weights they were computed on),
         ``collection_version`` (the weights the data was collected with),
         ``batch_done`` (this was the last step on the current batch), the
@@ -197,10 +195,13 @@ class GradWorker:
                 break
             except StopIteration:
                 self._steps_left = 0
-        grads, info = self.algorithm.compute_gradients(data)
+        if packed:
+            grads, info = self.algorithm.flat_gradients(data)
+        else:
+            grads, info = self.algorithm.compute_gradients(data)
         self._steps_left -= 1
         report.update(
-            grads=self.codec.pack(grads) if packed else grads,
+            grads=grads,
             info={**getattr(self.algorithm, "batch_info", {}), **info},
             version=self.version,
             collection_version=self._batch_version,
@@ -211,7 +212,7 @@ class GradWorker:
 
     def gradients_for(self, data: TensorDictBase) -> np.ndarray:
         """The gradient of the loss on given (prepared) data, packed as the update worker gets it."""
-        return self.codec.pack(self.algorithm.compute_gradients(data)[0])
+        return self.algorithm.flat_gradients(data)[0]
 
     # ----------------------------------------------------- decentralized
     def node_address(self) -> tuple[str, int]:
@@ -254,23 +255,17 @@ class GradWorker:
         report = self._new_report(grad_s=0.0, reduce_s=0.0, update_s=0.0)
         self._next_batch(report)
         totals: dict[str, float] = {}
-        params = [p for _, p in self.algorithm._trainable]
         steps = 0
         for data in self._steps:  # the same count on every replica: same frames, same schedule
             start = time.perf_counter()
-            grads, info = self.algorithm.compute_gradients(data)
+            flat, info = self.algorithm.flat_gradients(data)
             steps += 1
-            flat = torch.cat([grads.get(key).reshape(-1) for key, _ in self.algorithm._trainable])
             reduced = time.perf_counter()
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-            flat /= self._world_size
+            summed = torch.from_numpy(flat)  # shares flat's memory: reduced in place
+            dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+            summed /= self._world_size
             applied = time.perf_counter()
-            offset = 0
-            for param in params:
-                n = param.numel()
-                param.grad = flat[offset : offset + n].view_as(param).clone()
-                offset += n
-            norm = self.algorithm.apply_gradients()  # moves our version (num_updates) on
+            norm = self.algorithm.apply_flat_gradients(flat)  # moves our version (num_updates) on
             self.algorithm.after_update()
             if norm is not None:
                 info["grad_norm"] = norm
@@ -289,7 +284,7 @@ class GradWorker:
             steps=steps,
         )
         if self.index == 0:
-            report["weights"] = self.codec.pack(self.algorithm.get_weights())
+            report["weights"] = self.algorithm.flat_weights()
         return report
 
     def collector_stats(self) -> dict[str, Any]:

@@ -47,7 +47,6 @@ from fleetrl.scheme.grad_worker import GradWorker, StepReport
 from fleetrl.scheme.modes import LearnerMode
 from fleetrl.scheme.report import metrics_row
 from fleetrl.scheme.versions import PolicyLag
-from fleetrl.scheme.wire import ParamCodec
 
 __all__ = ["UpdateWorker", "average_flat"]
 
@@ -58,7 +57,7 @@ INLINE_WEIGHTS_BYTES = 64 * 1024
 
 
 def average_flat(grads: list[np.ndarray]) -> np.ndarray:
-    """The element-wise mean of flat gradients (as packed by ParamCodec)."""
+    """The element-wise mean of flat gradients (as from ``Algorithm.flat_gradients``)."""
     if len(grads) == 1:
         return grads[0]
     total = grads[0].astype(np.float32, copy=True)
@@ -168,8 +167,6 @@ class UpdateWorker:
         self._weights_ref_version = -1
         self._inflight: dict[Any, int] = {}
         self._pending_calls: list[Any] = []
-        self.codec = ParamCodec(algorithm._trainable)
-        self._params = [param for _, param in algorithm._trainable]
         self.restarts = [0] * self.num_workers
         self._failures = [0] * self.num_workers  # deaths in a row, since a completed step
         self._restart_policy = RestartPolicy(max_attempts=self.scheme.max_restart_attempts)
@@ -285,7 +282,7 @@ class UpdateWorker:
         """The current weights, flat, once per version: small ones travel inline with each
         task (cheaper than an object-store round trip), large ones as one shared ``ray.put``."""
         if self._weights_ref_version != self.version:
-            flat = self.codec.pack(self.algorithm.get_weights())
+            flat = self.algorithm.flat_weights()
             self._weights_ref = flat if flat.nbytes <= INLINE_WEIGHTS_BYTES else ray.put(flat)
             self._weights_ref_version = self.version
         return self._weights_ref
@@ -311,8 +308,7 @@ class UpdateWorker:
     # ------------------------------------------------------------ updating
     def _apply(self, flat_grads: np.ndarray, it: _Iteration) -> float | None:
         start = time.perf_counter()
-        self.codec.load_grads(flat_grads, self._params)
-        norm = self.algorithm.apply_gradients()  # moves the version (num_updates) on
+        norm = self.algorithm.apply_flat_gradients(flat_grads)  # moves the version on
         self.algorithm.after_update()
         self.applied_gradients += 1
         mid = time.perf_counter()
@@ -440,7 +436,7 @@ class UpdateWorker:
             it.broadcast_s += r["reduce_s"] / self.num_workers  # the all-reduce replaces it
         self._record(self._mean_info(reports), it, None, weight=steps)
         # the master mirrors rank 0 (for evaluation and checkpoints)
-        self.codec.load_weights(reports[0]["weights"], self._params)
+        self.algorithm.load_flat_weights(reports[0]["weights"])
         self.algorithm.num_updates = reports[0]["version"]
         self.applied_gradients += steps
 

@@ -1,5 +1,48 @@
-"""The wire format of batches crossing Ray: :func:`pack_batch` on the worker, :func:`unpack_batch`
-on the driver.
+"""Every format that crosses Ray, in one place.
+
+Three formats, one per kind of message:
+
+- **Parameters** (:class:`ParamCodec`): the trainable parameters of an
+  algorithm, or their gradients, as one flat ``float32`` numpy array, between
+  processes that hold the same algorithm (the scheme's update worker and
+  gradient workers, the all-reduce of the decentralized update). Both sides
+  know the layout, so only the numbers travel. Each
+  :class:`~fleetrl.algorithms.Algorithm` builds its codec once
+  (:attr:`~fleetrl.algorithms.Algorithm.codec`) and exposes flat gradients
+  and weights as its API.
+- **Policy weights** (:func:`pack_weights` / :func:`unpack_weights`): the
+  acting policy's whole TensorDict (buffers too, e.g. DQN's epsilon) for
+  collector workers, which hold a policy but no algorithm: (key, array)
+  pairs, so the receiver needs no layout.
+- **Batches** (:func:`pack_batch` / :func:`unpack_batch`, :func:`empty_round`,
+  :class:`Compression`): collected rollouts from collector workers to the
+  driver, optionally compressed and in the compact layout.
+
+Why numpy everywhere: Ray stores numpy arrays out of band (zero copy on the
+reading side), while a pickled TensorDict is copied through the pickle stream
+and its pickling walks the tree. A TensorDict of ten tensors costs about 5 ms
+per Ray round trip here; the same values as one contiguous numpy array cost
+about 1 ms.
+
+Parameters
+----------
+
+The layout of :class:`ParamCodec`: one ``float32`` vector holding the
+parameters in a fixed order (the algorithm's ``loss_module.named_parameters()``
+order, trainable ones only), each flattened in row-major order; parameter
+``i`` occupies ``flat[offsets[i] : offsets[i] + sizes[i]]``. The receiving
+side rebuilds a TensorDict keyed like the parameters
+(:meth:`ParamCodec.unpack`) only where a TensorDict is asked for.
+
+Policy weights
+--------------
+
+:func:`pack_weights` turns the weights into (key, numpy array) pairs: a
+~10M-parameter MLP goes into the object store in about 40 ms this way,
+against 120-200 ms for the pickled TensorDict (measured on the dev machine).
+
+Batches
+-------
 
 Batches never cross Ray as pickled TensorDicts. Uncompressed, every leaf
 travels as a numpy array: Ray writes numpy arrays out-of-band into its object
@@ -28,6 +71,7 @@ always see the full torchrl layout; only the wire is compact.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,9 +79,147 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from fleetrl.envs import NestedKey
+from fleetrl.errors import ConfigError, bad_value
 
-__all__ = ["Compression", "empty_round", "pack_batch", "unpack_batch"]
+__all__ = [
+    "Compression",
+    "ParamCodec",
+    "WeightsWire",
+    "empty_round",
+    "pack_batch",
+    "pack_weights",
+    "unpack_batch",
+    "unpack_weights",
+]
 
+#: the dtype of every flat parameter or gradient array
+FLAT_DTYPE = np.float32
+
+PARAM_DTYPE_MSG = (
+    "the trainable parameters travel as one float32 vector; build the networks in "
+    "float32 (e.g. module.float())"
+)
+FLAT_SIZE_MSG = "must be a 1-D array of {numel} values (the parameter layout of {owner})"
+
+
+# ---------------------------------------------------------------- parameters
+class ParamCodec:
+    """The flat layout of a fixed list of parameters: one float32 vector, in order.
+
+    Built once from ``(key, parameter)`` pairs (see the module docstring for
+    the layout); it keeps only keys, shapes and sizes, never the parameters.
+
+    Args:
+        named: ``(key, tensor)`` pairs in the order of the layout; keys are
+            tuples of strings, as in a nested TensorDict.
+        owner: who the layout belongs to, for error messages.
+
+    Raises:
+        ConfigError: a tensor is not ``float32``.
+
+    Examples:
+        >>> import torch
+        >>> net = torch.nn.Linear(3, 2)
+        >>> codec = ParamCodec([(tuple(k.split(".")), p) for k, p in net.named_parameters()])
+        >>> codec.sizes, codec.numel
+        ([6, 2], 8)
+        >>> flat = codec.flatten([p for p in net.parameters()])
+        >>> flat.dtype, flat.shape
+        (dtype('float32'), (8,))
+        >>> bool((codec.unpack(flat)["weight"] == net.weight).all())
+        True
+    """
+
+    def __init__(self, named: Sequence[tuple[tuple[str, ...], torch.Tensor]], owner: str = ""):
+        prefix = f"{owner} " if owner else ""
+        problems = [
+            bad_value(f"{prefix}parameter {'.'.join(key)!r} dtype", tensor.dtype, PARAM_DTYPE_MSG)
+            for key, tensor in named
+            if tensor.dtype != torch.float32
+        ]
+        if problems:
+            raise ConfigError(problems)
+        self.owner = owner or "this codec"
+        self.keys = [key for key, _ in named]
+        self.shapes = [tensor.shape for _, tensor in named]
+        self.sizes = [tensor.numel() for _, tensor in named]
+        self.numel = sum(self.sizes)
+
+    def flatten(self, tensors: Sequence[torch.Tensor | None]) -> np.ndarray:
+        """One fresh ``float32`` array of ``tensors``, in layout order (``None``: zeros).
+
+        One copy: the concatenation. The array owns its memory, so the caller
+        may write to it (e.g. an in-place all-reduce).
+        """
+        parts = [
+            torch.zeros(size) if t is None else t.detach().reshape(-1).cpu()
+            for t, size in zip(tensors, self.sizes, strict=True)
+        ]
+        return torch.cat(parts).numpy()
+
+    def pack(self, values: TensorDictBase) -> np.ndarray:
+        """The leaves of ``values`` (keyed like the layout) as one flat array."""
+        return self.flatten([values.get(key) for key in self.keys])
+
+    def split(self, flat: np.ndarray, copy: bool = True) -> list[torch.Tensor]:
+        """One tensor per parameter, shaped like it: views of ``flat`` (or of one copy of it).
+
+        Args:
+            flat: a flat array in this layout.
+            copy: copy ``flat`` once first, so the tensors are writable and
+                independent of it (arrays from Ray's object store are read-only
+                views). ``False``: the tensors view ``flat`` itself; callers
+                must only read them unless they own ``flat``.
+        """
+        if flat.shape != (self.numel,):
+            raise ConfigError(
+                [
+                    bad_value(
+                        "flat.shape",
+                        flat.shape,
+                        FLAT_SIZE_MSG.format(numel=self.numel, owner=self.owner),
+                    )
+                ]
+            )
+        if copy:
+            tensor = torch.from_numpy(np.array(flat, dtype=FLAT_DTYPE, copy=True))
+        else:
+            with warnings.catch_warnings():  # "non-writable array": such callers only read
+                warnings.simplefilter("ignore")
+                tensor = torch.from_numpy(np.asarray(flat, dtype=FLAT_DTYPE))
+        return [part.view(shape) for part, shape in zip(tensor.split(self.sizes), self.shapes)]
+
+    def unpack(self, flat: np.ndarray, copy: bool = True) -> TensorDict:
+        """A TensorDict keyed like the layout over ``flat`` (copied once, unless ``copy=False``)."""
+        out = TensorDict()
+        for key, part in zip(self.keys, self.split(flat, copy=copy)):
+            out.set(key, part)
+        return out
+
+
+# ------------------------------------------------------------ policy weights
+#: policy weights on the wire: (key, numpy array) pairs
+WeightsWire = list[tuple[Any, np.ndarray]]
+
+
+def pack_weights(weights: TensorDictBase) -> WeightsWire:
+    """Policy weights as (key, numpy array) pairs (module docstring: about 3-5x cheaper
+    into the object store than the pickled TensorDict)."""
+    return [(key, value.detach().cpu().numpy()) for key, value in weights.items(True, True)]
+
+
+def unpack_weights(payload: WeightsWire) -> TensorDict:
+    """Rebuild the weights TensorDict. Tensors view Ray's read-only buffers: copy from them,
+    never into them."""
+    td = TensorDict()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "non-writable array": we only ever read these
+        for key, array in payload:
+            td.set(key, torch.from_numpy(array))
+    return td
+
+
+# ------------------------------------------------------------------ batches
 DONE_KEY = ("next", "done")
 
 
