@@ -37,7 +37,7 @@ import torch
 import yaml
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.build import make_learner
+from fleetrl.build import make_algorithm
 from fleetrl.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -162,7 +162,7 @@ class Trainer:
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules
-        self.algorithm = make_learner(config, config.trainer.seed, **modules)
+        self.algorithm = make_algorithm(config, config.trainer.seed, **modules)
         self.scheme: Scheme | None = None
         self._replica_states: list[dict[str, Any]] | None = None
         # from a checkpoint, used once by the next scheme: its collector state and the
