@@ -47,7 +47,7 @@ MULTINODE_SCRIPT = textwrap.dedent(
     import json, sys
     import ray, torch
     from ray.cluster_utils import Cluster
-    from fleetrl.build import make_learner
+    from fleetrl.build import make_algorithm
     from fleetrl.config import load_config
     from fleetrl.scheme import UpdateWorker
 
@@ -66,7 +66,7 @@ MULTINODE_SCRIPT = textwrap.dedent(
     ]:
         overrides = ["ppo.num_epochs=2", "ppo.num_mini_batch=2", "scheme.grad_worker_resources={grad_slot: 1}"]
         config = load_config(f"{root}/configs/{name}", overrides)
-        uw = UpdateWorker(config, make_learner(config, 0), seed=0)
+        uw = UpdateWorker(config, make_algorithm(config, 0), seed=0)
         iterations = 3
         results = [uw.run_iteration() for _ in range(iterations)]
         steps, fpb = uw.algorithm.steps_per_batch, config.collector.frames_per_batch

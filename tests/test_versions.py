@@ -18,7 +18,7 @@ import re
 
 import pytest
 
-from fleetrl.build import make_learner
+from fleetrl.build import make_algorithm
 from fleetrl.config import config_from_dict
 from fleetrl.errors import FleetError
 from fleetrl.scheme import Scheme
@@ -55,18 +55,18 @@ def run(cfg, iterations=3, tags=None):
     learner's batch tags are appended to ``tags`` as the batches are learned from.
 
     Every scheme reports the same columns, in the same order (the metric schema)."""
-    algorithm = make_learner(cfg, cfg.trainer.seed)
+    algorithm = make_algorithm(cfg, cfg.trainer.seed)
     scheme = Scheme(cfg, algorithm, seed=cfg.trainer.seed)
     try:
         if tags is not None:
-            batches = scheme.learner._batches
+            batches = scheme.learner.rollouts._batches
 
             def tagged():
                 for batch in batches:
                     tags.append(batch_version(batch))
                     yield batch
 
-            scheme.learner._batches = tagged()
+            scheme.learner.rollouts._batches = tagged()
         results = [scheme.run_iteration()["metrics"] for _ in range(iterations)]
         assert algorithm.num_updates == scheme.learner.version
         assert all(list(m) == list(METRIC_COLUMNS) for m in results)
@@ -128,11 +128,11 @@ def test_central_learner_tags_and_lag(collector, tags, lags):
 
 def test_central_learner_resumed_past_version_zero_publishes_its_version():
     cfg = config({"num_collectors": 1, "prefetch": 0})
-    algorithm = make_learner(cfg, 0)
+    algorithm = make_algorithm(cfg, 0)
     algorithm.num_updates = 40  # as loaded from a checkpoint
     scheme = Scheme(cfg, algorithm, seed=0)
     try:
-        assert scheme.learner.collector.policy_version == 40
+        assert scheme.learner.rollouts.collector.policy_version == 40
         assert lag_of(scheme.run_iteration()["metrics"]) == ON_POLICY
     finally:
         scheme.shutdown()

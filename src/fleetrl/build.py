@@ -10,17 +10,24 @@ from typing import Any
 
 import torch
 
-from fleetrl.algorithms import Algorithm, env_info, make_algorithm
+from fleetrl.algorithms import ALGORITHMS, Algorithm, env_info
 from fleetrl.config import Config
 from fleetrl.engines import env_spec
 
-__all__ = ["make_collector", "make_learner"]
+__all__ = ["make_algorithm", "make_collector"]
 
 
-def make_learner(config: Config, seed: int, **modules: Any) -> Algorithm:
-    """The configured algorithm, with torch seeded first (default networks initialise alike)."""
-    torch.manual_seed(seed)
-    return make_algorithm(config.algorithm, config.algo, env_info(env_spec(config.env)), **modules)
+def make_algorithm(config: Config, seed: int | None = None, **modules: Any) -> Algorithm:
+    """The configured algorithm (custom networks such as ``actor``, ``critic`` as keywords).
+
+    With a ``seed``, torch is seeded first, so default networks initialise alike
+    wherever they are built (the trainer, every gradient worker); without one
+    (a checkpoint's weights are loaded next), torch's random state is left alone.
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    cls = ALGORITHMS[config.algorithm]
+    return cls(config.algo, env_info(env_spec(config.env)), **modules)
 
 
 def make_collector(

@@ -64,7 +64,7 @@ def _first_line(err: BaseException) -> str:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from fleetrl.algorithms import env_info, make_algorithm
+    from fleetrl.build import make_algorithm
     from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
     from fleetrl.config import config_from_dict
     from fleetrl.engines import env_spec
@@ -77,7 +77,7 @@ def _eval(args: argparse.Namespace) -> int:
         path, state = target, load_checkpoint(target)
     config = config_from_dict(state["config"])
     spec = env_spec(config.env)  # an Atari run evaluates with its engine and preprocessing
-    algorithm = make_algorithm(config.algorithm, config.algo, env_info(spec))
+    algorithm = make_algorithm(config)  # unseeded: the checkpoint's weights are loaded next
     try:
         algorithm.load_state_dict(state["algorithm"])
     except (KeyError, RuntimeError, TypeError, ValueError) as err:  # torch's size/key mismatches

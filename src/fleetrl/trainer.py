@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from fleetrl.build import make_learner
+from fleetrl.build import make_algorithm
 from fleetrl.checkpoint import (
     Resumption,
     RunCheckpoints,
@@ -112,7 +112,7 @@ class Trainer:
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules
-        self.algorithm = make_learner(config, config.trainer.seed, **modules)
+        self.algorithm = make_algorithm(config, config.trainer.seed, **modules)
         self.scheme: Scheme | None = None
         self.frames = 0
         self.iterations = 0  # loop iterations (metrics rows), not optimizer steps

@@ -12,7 +12,7 @@ from torchrl.modules import ValueOperator
 
 from fakes import ExitOnBuild, ExitOnUnpickle
 from fleetrl import ConfigError, SyncDataCollector, WorkerLostError
-from fleetrl.build import make_learner
+from fleetrl.build import make_algorithm
 from fleetrl.collectors.restarts import GAVE_UP_MSG
 from fleetrl.config import config_from_dict
 from fleetrl.scheme import GradWorker, UpdateWorker
@@ -45,7 +45,7 @@ def update_worker(request):
     workers = []
 
     def make(config, algorithm=None, modules=None):
-        algorithm = algorithm or make_learner(config, config.trainer.seed, **(modules or {}))
+        algorithm = algorithm or make_algorithm(config, config.trainer.seed, **(modules or {}))
         uw = UpdateWorker(config, algorithm, seed=config.trainer.seed, modules=modules)
         workers.append(uw)
         return uw
@@ -58,8 +58,8 @@ def update_worker(request):
 def test_sync_mean_gradient_step_equals_central_step_on_concatenated_data(update_worker):
     config = scheme_config()
     config.ppo.normalize_advantage = False  # per-minibatch normalisation would differ by design
-    master = make_learner(config, 0)
-    central = make_learner(config, 0)  # same seed: the same initial weights (deepcopy would
+    master = make_algorithm(config, 0)
+    central = make_algorithm(config, 0)  # same seed: the same initial weights (deepcopy would
     # break torchrl's functional parameters in the loss module)
     assert weights_equal(master.get_weights(), central.get_weights())
     with SyncDataCollector(
@@ -76,7 +76,7 @@ def test_sync_mean_gradient_step_equals_central_step_on_concatenated_data(update
     got, want = master.get_weights(), central.get_weights()
     for key in want.keys(True, True):
         torch.testing.assert_close(got.get(key), want.get(key), rtol=1e-5, atol=1e-6)
-    assert not weights_equal(got, make_learner(config, 0).get_weights())  # it really stepped
+    assert not weights_equal(got, make_algorithm(config, 0).get_weights())  # it really stepped
     assert uw.version == 1
 
 
@@ -289,7 +289,7 @@ def test_too_many_gradient_workers_refused_before_any_actor_starts():
     config.scheme.grad_worker_resources = {"tpu_slot": 1}
     before = actors_ever_created()
     with pytest.raises(ConfigError) as err:
-        UpdateWorker(config, make_learner(config, 0))
+        UpdateWorker(config, make_algorithm(config, 0))
     assert actors_ever_created() == before
     assert "scheme.num_grad_workers=64 is invalid: 64 gradient workers x 1 CPUs" in str(err.value)
     assert "64 gradient workers x 1 'tpu_slot' need 64; the Ray cluster has 0" in str(err.value)
@@ -307,7 +307,7 @@ def trainable_numel(algorithm) -> int:
 
 def test_param_codec_round_trip():
     config = scheme_config()
-    algorithm = make_learner(config, 0)
+    algorithm = make_algorithm(config, 0)
     codec = algorithm.codec  # the algorithm's own: nothing else builds one over its parameters
     weights = algorithm.get_weights()
     flat = codec.pack(weights)
@@ -406,7 +406,7 @@ def test_sac_decentralized_replicas_identical_and_buffers_resume(update_worker):
     state = uw.state_dict()  # rank 0's state, with every replica's buffer
     assert [r["frames_seen"] for r in state["replicas"]] == [96, 96]
     uw.shutdown()
-    master = make_learner(config, 0)
+    master = make_algorithm(config, 0)
     master.load_state_dict(state)
     resumed = UpdateWorker(config, master, seed=11, replica_states=state["replicas"])
     try:

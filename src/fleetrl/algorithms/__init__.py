@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fleetrl.algorithms.a2c import A2C, A2CConfig
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.dqn import DQN, DQNConfig
@@ -24,14 +22,9 @@ __all__ = [
     "PPOConfig",
     "SACConfig",
     "env_info",
-    "make_algorithm",
 ]
 
 #: the one registry: a config's ``algorithm`` -> the class (which knows its config class,
-#: whether it is on-policy and whether it starts with random actions)
+#: whether it is on-policy and whether it starts with random actions); a run builds it with
+#: :func:`fleetrl.build.make_algorithm`
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, A2C, DQN, SAC)}
-
-
-def make_algorithm(name: str, config: Any, info: EnvInfo, **modules: Any) -> Algorithm:
-    """Build the algorithm ``name`` from its config section (custom actor/critic as keywords)."""
-    return ALGORITHMS[name](config, info, **modules)

@@ -41,7 +41,7 @@ from fleetrl.config import AlgorithmConfig
 from fleetrl.errors import ConfigError
 from fleetrl.wire import ParamCodec
 
-__all__ = ["Algorithm", "flatten_valid"]
+__all__ = ["Algorithm", "InfoMean", "flatten_valid"]
 
 UNKNOWN_PARAMETER_MSG = (
     "update_algorithm_parameter: {name!r} is not a parameter of {algo}; known: {known}"
@@ -75,6 +75,33 @@ def end_padded_rows(batch: TensorDictBase) -> TensorDictBase:
             value[padded_after] = True
             batch.set(key, value)
     return batch
+
+
+class InfoMean:
+    """The mean of each logged value over optimizer steps: the one way every learner
+    averages loss info (one batch's steps, several workers' steps, an iteration's).
+
+    Example:
+        >>> info = InfoMean()
+        >>> info.add({"loss": 1.0, "grad_norm": 3.0})
+        >>> info.add({"loss": 2.0}, weight=3)  # a report that stands for 3 steps
+        >>> info.mean()
+        {'loss': 1.75, 'grad_norm': 0.75}
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.steps = 0
+
+    def add(self, info: dict[str, float], weight: int = 1) -> None:
+        """Add one step's values (or ``weight`` steps' mean values)."""
+        for k, v in info.items():
+            self.totals[k] = self.totals.get(k, 0.0) + v * weight
+        self.steps += weight
+
+    def mean(self) -> dict[str, float]:
+        """Each value summed over the steps, divided by the steps (empty: no step)."""
+        return {k: v / max(1, self.steps) for k, v in self.totals.items()}
 
 
 class Algorithm(abc.ABC):
@@ -255,18 +282,15 @@ class Algorithm(abc.ABC):
 
     def learn(self, batch: TensorDictBase) -> dict[str, float]:
         """Train on one collected batch; returns the mean of each logged value."""
-        totals: dict[str, float] = {}
-        steps = 0
+        info = InfoMean()
         for minibatch in self.gradient_batches(batch):
-            flat, info = self.flat_gradients(minibatch)
+            flat, step_info = self.flat_gradients(minibatch)
             norm = self._step(self._codec.split(flat, copy=False))  # no copy: the array is ours
             self.after_update()
             if norm is not None:
-                info["grad_norm"] = norm
-            for k, v in info.items():
-                totals[k] = totals.get(k, 0.0) + v
-            steps += 1
-        return {k: v / max(1, steps) for k, v in totals.items()}
+                step_info["grad_norm"] = norm
+            info.add(step_info)
+        return info.mean()
 
     # ----------------------------------------------------------------- weights
     def flat_weights(self) -> np.ndarray:

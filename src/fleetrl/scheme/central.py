@@ -1,12 +1,11 @@
 """CentralLearner: one learner in the driver process, fed by its collectors.
 
-The scheme with one gradient worker: collect a batch, run the whole update on
-it (:meth:`~fleetrl.algorithms.Algorithm.learn`), publish the weights to the
-collectors every ``trainer.weight_update_interval`` batches. The version
-published is the algorithm's optimizer-step count; a local collector (acting
-with the learner's own module) is told it before each batch, so its batches
-carry it too, and the policy lag is measured from the tags
-(:mod:`fleetrl.scheme.versions`).
+The scheme with one gradient worker: collect a batch and run the whole update
+on it (:meth:`~fleetrl.algorithms.Algorithm.learn`). Collecting, publishing the
+version (and to remote collectors the weights, every
+``trainer.weight_update_interval`` batches) and the episode statistics are the
+gradient workers' too: :class:`~fleetrl.scheme.rollouts.Rollouts`. The policy
+lag is measured from the batches' tags (:mod:`fleetrl.scheme.versions`).
 
 Resume is exact with local collection (``collector.num_collectors: 0``) and
 an env whose state can be saved (:mod:`fleetrl.env_state`): the collector is
@@ -22,13 +21,11 @@ import time
 from typing import Any
 
 from fleetrl.algorithms import Algorithm
-from fleetrl.build import make_collector
-from fleetrl.collectors import episode_stats, frames_in
 from fleetrl.config import Config
 from fleetrl.errors import EnvError
-from fleetrl.scheme.modes import LearnerMode
-from fleetrl.scheme.report import metrics_row
-from fleetrl.scheme.versions import PolicyLag, batch_version
+from fleetrl.scheme.report import IterationReport, IterationResult
+from fleetrl.scheme.rollouts import Rollouts
+from fleetrl.scheme.versions import batch_version
 
 __all__ = ["CentralLearner"]
 
@@ -57,8 +54,6 @@ class CentralLearner:
             checkpoint; loaded instead of seeding where the resume can be exact.
     """
 
-    mode = LearnerMode.CENTRAL
-
     def __init__(
         self,
         config: Config,
@@ -70,7 +65,6 @@ class CentralLearner:
     ):
         self.config = config
         self.algorithm = algorithm
-        self.batches_learned = 0  # for publishing every weight_update_interval batches
         n = config.collector.num_collectors
         #: why resuming from a checkpoint is approximate here; None where it is exact
         self.approximate_resume: str | None = None
@@ -80,93 +74,50 @@ class CentralLearner:
             self.approximate_resume = APPROX_NO_STATE_MSG
         elif collector_state.get("env") is None:
             self.approximate_resume = APPROX_ENV_MSG.format(env=config.env.id)
-        random_start = algorithm.random_start
         if self.approximate_resume is None:
             # the straight run's collector: the whole budget and the same random-action phase;
             # its frame count, envs and episodes come from the saved state
-            self.collector = make_collector(
-                config,
-                algorithm.policy,
-                total_frames=config.trainer.total_frames,
-                seed=None,
-                init_random_frames=algorithm.start_steps if random_start else -1,
-            )
             try:
-                self.collector.load_state_dict(collector_state)
+                self.rollouts = Rollouts(
+                    config,
+                    algorithm,
+                    total_frames=config.trainer.total_frames,
+                    seed=None,
+                    state=collector_state,
+                )
             except EnvError as err:  # the env settings changed since the checkpoint
-                self.collector.shutdown()
                 self.approximate_resume = APPROX_MISMATCH_MSG.format(err=err)
         if self.approximate_resume is not None:
-            # a random-start algorithm acts uniformly at random for its first start_steps frames
-            random_frames = max(0, algorithm.start_steps - frames) if random_start else -1
-            self.collector = make_collector(
+            self.rollouts = Rollouts(
                 config,
-                algorithm.policy,
+                algorithm,
                 total_frames=config.trainer.total_frames - frames,
                 seed=seed,
-                init_random_frames=random_frames,
+                collected=frames,
             )
-        self._batches = iter(self.collector)
-        self.remote = hasattr(self.collector, "worker_handles")
-        # a resumed learner is past version 0: its collectors act with its current weights
-        if self.version > self.collector.policy_version:
-            self._publish()
 
     @property
     def version(self) -> int:
         """The learner's optimizer-step count (the algorithm's ``num_updates``)."""
         return self.algorithm.num_updates
 
-    def _publish(self) -> None:
-        """Give the collector the current version (remote: with the weights).
-
-        The same version again when no optimizer step was taken since the last
-        publish: the acting policy's buffers (DQN's epsilon) may have changed.
-        """
-        self.collector.update_policy_weights_(version=self.version)
-
-    def run_iteration(self) -> dict[str, Any] | None:
+    def run_iteration(self) -> IterationResult | None:
         """One collected batch and the update on it; None once the collector is exhausted."""
-        if not self.remote:  # acts with our own module: only its tag must follow
-            self._publish()
-        start = time.perf_counter()
-        batch = next(self._batches, None)
+        it = IterationReport(workers=0)
+        batch = self.rollouts.next_batch()
         if batch is None:
             return None
-        collect_s = time.perf_counter() - start
-        stats = episode_stats(batch)
         learn_start = time.perf_counter()
         first_version = self.version
-        info = self.algorithm.learn(batch)
-        lag = PolicyLag()
-        lag.add(first_version, self.version - first_version, batch_version(batch))
-        self.batches_learned += 1
-        learn_s = time.perf_counter() - learn_start
-        publish_start = time.perf_counter()
-        if self.remote and self.batches_learned % self.config.trainer.weight_update_interval == 0:
-            self._publish()
-        publish_s = time.perf_counter() - publish_start
-        return {
-            "frames": frames_in(batch),
-            "returns": stats.returns.tolist(),
-            "lengths": stats.lengths.tolist(),
-            "info": info,
-            "metrics": metrics_row(
-                {
-                    **lag.metrics(),
-                    "train/policy_version": self.version,
-                    # one learner: every gradient is applied to the weights it was computed on
-                    "train/grad_asynchrony": 0.0,
-                    "train/grad_asynchrony_max": 0.0,
-                    "train/dropped_gradients": 0.0,
-                    "time/collect_s": collect_s,
-                    "time/learn_s": learn_s,
-                    "time/broadcast_s": publish_s,
-                    "time/collect_to_process": collect_s / (learn_s + publish_s),
-                    "time/iteration_s": time.perf_counter() - start,
-                }
-            ),
-        }
+        it.info.add(self.algorithm.learn(batch))
+        steps = self.version - first_version
+        it.lag.add(first_version, steps, batch_version(batch))
+        # one learner: every gradient is applied to the weights it was computed on
+        it.add_asynchrony(0, steps)
+        it.learn_s = time.perf_counter() - learn_start
+        collection, it.broadcast_s = self.rollouts.take()
+        it.add_collection(0, collection.as_report())
+        return it.result(self.version)
 
     def update_algorithm_parameter(self, name: str, value: float) -> None:
         self.algorithm.update_algorithm_parameter(name, value)
@@ -175,16 +126,8 @@ class CentralLearner:
         return self.algorithm.state_dict()
 
     def collector_state(self) -> dict[str, Any] | None:
-        """The local collector's state for a checkpoint (None for remote collectors).
-
-        Without the policy weights: the local collector acts with the learner's
-        own module, which the checkpoint holds already.
-        """
-        if self.remote:
-            return None
-        state = self.collector.state_dict()
-        state.pop("policy_state_dict", None)
-        return state
+        """The local collector's state for a checkpoint (None for remote collectors)."""
+        return self.rollouts.state()
 
     def shutdown(self) -> None:
-        self.collector.shutdown()
+        self.rollouts.shutdown()

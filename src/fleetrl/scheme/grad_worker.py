@@ -2,11 +2,14 @@
 
 A gradient worker owns a replica of the algorithm and its collectors (a
 RayCollector, or with ``collector.num_collectors: 0`` a SyncDataCollector in
-its own process). Each :meth:`GradWorker.step` computes the gradient of one
+its own process), which it collects through the central learner's path
+(:class:`~fleetrl.scheme.rollouts.Rollouts`: publishing, warm-up, episode
+statistics). Each :meth:`GradWorker.step` computes the gradient of one
 minibatch and returns it as a TensorDict with the weights version it was
 computed on (the master's optimizer-step count, :mod:`fleetrl.scheme.versions`)
-and the version its batch was collected with (the batch's tag); when the current batch is used up it first collects a new one and
-prepares it (GAE with the current critic). The sequence of minibatches is the
+and the version its batch was collected with (the batch's tag); when the
+current batch is used up it first collects a new one and prepares it (GAE with
+the current critic). The sequence of minibatches is the
 central learner's: :meth:`~fleetrl.algorithms.Algorithm.gradient_batches`.
 
 The same class runs as a Ray actor (the scheme's remote workers) or as a plain
@@ -24,9 +27,11 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from fleetrl.build import make_collector, make_learner
-from fleetrl.collectors import episode_stats, frames_in
+from fleetrl.algorithms.base import InfoMean
+from fleetrl.algorithms.replay import ReplayAlgorithm
+from fleetrl.build import make_algorithm
 from fleetrl.config import Config, config_from_dict
+from fleetrl.scheme.rollouts import Rollouts
 from fleetrl.scheme.versions import batch_version
 
 __all__ = ["GradWorker", "StepReport"]
@@ -62,32 +67,27 @@ class GradWorker:
         if threads is not None:  # one by default: the workers share the machine's cores
             torch.set_num_threads(threads)
         self.index = index
-        self.algorithm = make_learner(self.config, seed, **(modules or {}))
+        self.algorithm = make_algorithm(self.config, seed, **(modules or {}))
         if state is not None:
             self.algorithm.load_state_dict(state)
         # the replica's step count is the master's version of the weights it holds
         self.algorithm.num_updates = version
         world = self.config.scheme.num_grad_workers
-        random_frames = -1
-        if hasattr(self.algorithm, "frame_scale"):  # a replay algorithm: its own buffer
+        collected = 0
+        if isinstance(self.algorithm, ReplayAlgorithm):  # its own buffer, 1/world of the frames
             self.algorithm.frame_scale = world
-            # a random-start algorithm (SAC) acts uniformly at random for its share of start_steps
-            if self.algorithm.random_start:
-                share = -(-self.algorithm.start_steps // world)
-                random_frames = max(0, share - self.algorithm.frames_seen)
-        self.collector = make_collector(
+            collected = self.algorithm.frames_seen
+        self.rollouts = Rollouts(
             self.config,
-            self.algorithm.policy,
+            self.algorithm,
             total_frames=-1,
             seed=seed,
-            init_random_frames=random_frames,
+            collected=collected,
+            share=world,
         )
-        self._remote = hasattr(self.collector, "worker_handles")  # a RayCollector
-        self._batches: Iterator[TensorDictBase] = iter(self.collector)
         self._steps: Iterator[TensorDictBase] = iter(())
         self._steps_left = 0
         self._batch_version = version  # the tag of the batch being learned from
-        self._batches_collected = 0
         self._world_size = 1
 
     @property
@@ -125,44 +125,16 @@ class GradWorker:
         return float(getattr(self.algorithm, name))
 
     # ---------------------------------------------------------- collection
-    def _publish_to_collectors(self) -> None:
-        """Give our collectors our version: a local one (acting with our own modules) before
-        every batch, as a tag; remote ones with the weights, every
-        ``weight_update_interval`` batches (the same version again when no step was taken
-        since: the acting policy's buffers, DQN's epsilon, may have changed). Before the
-        first batch, only a replica that starts past version 0 has something to say."""
-        if self._batches_collected == 0:
-            due = self.version > self.collector.policy_version
-        else:
-            interval = self.config.trainer.weight_update_interval
-            due = not self._remote or self._batches_collected % interval == 0
-        if due:
-            self.collector.update_policy_weights_(version=self.version)
-
-    def _new_report(self, **timings: float) -> StepReport:
-        """An empty report: what this worker collected, and how long it took."""
-        return {
-            "worker": self.index,
-            "frames": 0,
-            "returns": [],
-            "lengths": [],
-            "collect_s": 0.0,
-            **timings,
-        }
-
-    def _next_batch(self, report: StepReport) -> None:
-        self._publish_to_collectors()
-        start = time.perf_counter()
-        batch = next(self._batches)
-        report["collect_s"] += time.perf_counter() - start
-        self._batches_collected += 1
-        stats = episode_stats(batch)
-        report["frames"] += frames_in(batch)
-        report["returns"].extend(stats.returns.tolist())
-        report["lengths"].extend(stats.lengths.tolist())
+    def _next_batch(self) -> None:
+        batch = self.rollouts.next_batch()  # endless: never None
         self._batch_version = batch_version(batch)
         self._steps = self.algorithm.gradient_batches(batch)
         self._steps_left = self.algorithm.steps_per_batch
+
+    def _report(self, **values: Any) -> StepReport:
+        """A step's report: what this worker collected since its last one, and ``values``."""
+        collection, _ = self.rollouts.take()  # publish time: part of collecting here
+        return {"worker": self.index, **collection.as_report(), **values}
 
     # ------------------------------------------------------------ gradients
     def step(
@@ -185,10 +157,9 @@ class GradWorker:
         """
         if weights is not None:
             self.set_weights(weights, version if version is not None else self.version + 1)
-        report = self._new_report()
         while True:  # a replay algorithm yields nothing until its buffer holds start_steps
             if self._steps_left == 0:
-                self._next_batch(report)
+                self._next_batch()
             start = time.perf_counter()
             try:
                 data = next(self._steps)  # the first draw prepares the batch (e.g. GAE)
@@ -200,15 +171,14 @@ class GradWorker:
         else:
             grads, info = self.algorithm.compute_gradients(data)
         self._steps_left -= 1
-        report.update(
+        return self._report(
             grads=grads,
-            info={**getattr(self.algorithm, "batch_info", {}), **info},
+            info={**self.rollouts.batch_info(), **info},
             version=self.version,
             collection_version=self._batch_version,
             batch_done=self._steps_left == 0,
             grad_s=time.perf_counter() - start,
         )
-        return report
 
     def gradients_for(self, data: TensorDictBase) -> np.ndarray:
         """The gradient of the loss on given (prepared) data, packed as the update worker gets it."""
@@ -252,9 +222,9 @@ class GradWorker:
         """
         import torch.distributed as dist
 
-        report = self._new_report(grad_s=0.0, reduce_s=0.0, update_s=0.0)
-        self._next_batch(report)
-        totals: dict[str, float] = {}
+        timings = {"grad_s": 0.0, "reduce_s": 0.0, "update_s": 0.0}
+        self._next_batch()
+        mean_info = InfoMean()
         steps = 0
         for data in self._steps:  # the same count on every replica: same frames, same schedule
             start = time.perf_counter()
@@ -269,29 +239,27 @@ class GradWorker:
             self.algorithm.after_update()
             if norm is not None:
                 info["grad_norm"] = norm
-            for k, v in info.items():
-                totals[k] = totals.get(k, 0.0) + v
+            mean_info.add(info)
             done = time.perf_counter()
-            report["grad_s"] += reduced - start
-            report["reduce_s"] += applied - reduced
-            report["update_s"] += done - applied
+            timings["grad_s"] += reduced - start
+            timings["reduce_s"] += applied - reduced
+            timings["update_s"] += done - applied
         self._steps_left = 0
-        info = {k: v / steps for k, v in totals.items()} if steps else {}
-        report.update(
-            info={**getattr(self.algorithm, "batch_info", {}), **info},
+        report = self._report(
+            info={**self.rollouts.batch_info(), **mean_info.mean()},
             version=self.version,
             collection_version=self._batch_version,
             steps=steps,
+            **timings,
         )
         if self.index == 0:
             report["weights"] = self.algorithm.flat_weights()
         return report
 
     def collector_stats(self) -> dict[str, Any]:
-        """The stats of this worker's RayCollector (frames, lag, preemption, compression)."""
-        if not self._remote:
-            return {"frames": self.collector.frames}
-        return self.collector.stats()
+        """The stats of this worker's collector (a RayCollector's: frames, lag, preemption,
+        compression; a local one's: frames)."""
+        return self.rollouts.stats()
 
     def get_version(self) -> int:
         return self.version
@@ -307,7 +275,7 @@ class GradWorker:
         return ray.get_runtime_context().get_node_id()
 
     def shutdown(self) -> None:
-        self.collector.shutdown()
+        self.rollouts.shutdown()
         import torch.distributed as dist
 
         if dist.is_initialized():

@@ -22,16 +22,23 @@ value for is NaN, never absent:
 ``time/collect_to_process``     ``collect_s`` over the time spent processing
 ``time/iteration_s``            the whole iteration
 ==============================  =====================================================
+
+:class:`IterationReport` gathers one iteration of any learner and is the one
+place that builds the row (through :func:`metrics_row`).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
+from typing import Any, TypedDict
 
+from fleetrl.algorithms.base import InfoMean
 from fleetrl.errors import FleetError
+from fleetrl.scheme.versions import PolicyLag
 
-__all__ = ["METRIC_COLUMNS", "metrics_row"]
+__all__ = ["METRIC_COLUMNS", "IterationReport", "IterationResult", "metrics_row"]
 
 METRIC_COLUMNS: tuple[str, ...] = (
     "train/policy_lag",
@@ -68,3 +75,104 @@ def metrics_row(values: Mapping[str, float]) -> dict[str, float]:
     if unknown:  # a scheme's own column would give metrics.csv another shape in that scheme
         raise FleetError(UNKNOWN_COLUMNS_MSG.format(names=unknown))
     return {name: float(values.get(name, math.nan)) for name in METRIC_COLUMNS}
+
+
+class IterationResult(TypedDict):
+    """What a learner's ``run_iteration`` returns to the Trainer."""
+
+    frames: int  #: frames collected in the iteration
+    returns: list[float]  #: returns of the episodes that ended in it
+    lengths: list[int]  #: their lengths
+    info: dict[str, float]  #: loss info, the mean over the iteration's optimizer steps
+    metrics: dict[str, float]  #: the metric schema's row
+
+
+class IterationReport:
+    """One iteration of a learner (central or distributed), gathered as it happens.
+
+    Args:
+        workers: the gradient workers whose times are averaged; 0 for the
+            central learner, which has no gradient worker (its ``learn_s`` is
+            measured whole, and its ``grad_s``, ``update_s`` and
+            ``grad_workers_restarted`` are NaN).
+
+    Example:
+        >>> it = IterationReport(workers=0)
+        >>> it.add_collection(0, {"frames": 8, "returns": [2.0], "lengths": [4], "collect_s": 0.5})
+        >>> it.info.add({"loss": 1.0})
+        >>> it.learn_s, it.broadcast_s = 0.25, 0.25
+        >>> r = it.result(version=4)
+        >>> r["frames"], r["info"], r["metrics"]["time/collect_to_process"]
+        (8, {'loss': 1.0}, 1.0)
+    """
+
+    def __init__(self, workers: int = 0) -> None:
+        self.workers = workers
+        self.frames = 0
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.info = InfoMean()
+        self.lag = PolicyLag()
+        self._asynchrony_sum = 0
+        self._asynchrony_count = 0
+        self._asynchrony_max = 0
+        self.dropped = 0
+        self.collect_s: dict[int, float] = {}
+        self.grad_s: dict[int, float] = {}
+        self.learn_s = 0.0
+        self.update_s = 0.0
+        self.broadcast_s = 0.0
+        self.start = time.perf_counter()
+
+    def add_collection(self, worker: int, report: Mapping[str, Any]) -> None:
+        """A report's collection (:meth:`~fleetrl.scheme.rollouts.Collection.as_report`'s
+        keys) and, from a gradient worker, its ``grad_s``."""
+        self.frames += report["frames"]
+        self.returns.extend(report["returns"])
+        self.lengths.extend(report["lengths"])
+        self.collect_s[worker] = self.collect_s.get(worker, 0.0) + report["collect_s"]
+        self.grad_s[worker] = self.grad_s.get(worker, 0.0) + report.get("grad_s", 0.0)
+
+    def add_asynchrony(self, versions: int, steps: int = 1) -> None:
+        """``steps`` gradients applied ``versions`` versions after the weights they were
+        computed on."""
+        self._asynchrony_sum += versions * steps
+        self._asynchrony_count += steps
+        if steps:
+            self._asynchrony_max = max(self._asynchrony_max, versions)
+
+    def result(self, version: int, restarts: int | None = None) -> IterationResult:
+        """The iteration's result; ``version``: the learner's after it; ``restarts``: the
+        gradient workers replaced so far (None: the central learner)."""
+        central = self.workers == 0
+        per = max(1, self.workers)
+        collect = sum(self.collect_s.values()) / per
+        if central:
+            timings = {"time/learn_s": self.learn_s}
+            process = self.learn_s + self.broadcast_s
+        else:
+            grad = sum(self.grad_s.values()) / per
+            timings = {"time/grad_s": grad, "time/update_s": self.update_s}
+            process = grad + self.update_s + self.broadcast_s
+        count = self._asynchrony_count
+        return {
+            "frames": self.frames,
+            "returns": self.returns,
+            "lengths": self.lengths,
+            "info": self.info.mean(),
+            "metrics": metrics_row(
+                {
+                    **self.lag.metrics(),
+                    "train/policy_version": version,
+                    "train/grad_asynchrony": self._asynchrony_sum / count if count else 0.0,
+                    "train/grad_asynchrony_max": float(self._asynchrony_max),
+                    "train/dropped_gradients": self.dropped,
+                    **({} if restarts is None else {"train/grad_workers_restarted": restarts}),
+                    "time/collect_s": collect,
+                    **timings,
+                    "time/broadcast_s": self.broadcast_s,
+                    "time/collect_to_process": collect / process if process else math.nan,
+                    "time/iteration_s": time.perf_counter() - self.start,
+                }
+            ),
+        }

@@ -14,30 +14,54 @@
                        pass through).
 =====================  ==========================================================
 
-Every mode answers the same calls, so the :class:`~fleetrl.trainer.Trainer`
-loop does not depend on it: :meth:`run_iteration` (updates worth one batch per
-gradient worker, with frames, episodes, losses and timings),
-:meth:`update_algorithm_parameter` (reaches every replica), :meth:`state_dict`
-and :meth:`shutdown`.
+The mode is decided once, here (:func:`~fleetrl.scheme.modes.learner_mode`),
+by building the learner: a :class:`CentralLearner` or an
+:class:`UpdateWorker` (which picks its update strategy). Both are a
+:class:`Learner` (:attr:`Scheme.learner`) and answer the same calls, so the
+:class:`~fleetrl.trainer.Trainer` loop does not depend on the mode:
+:meth:`run_iteration` (updates worth one batch per gradient worker, with
+frames, episodes, losses and timings), :meth:`update_algorithm_parameter`
+(reaches every replica), :meth:`state_dict`, :meth:`collector_state` and
+:meth:`shutdown`. (The Algorithm is what learns inside a learner:
+:func:`~fleetrl.build.make_algorithm` builds it.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
 from fleetrl.scheme.central import CentralLearner
-from fleetrl.scheme.modes import LearnerMode
+from fleetrl.scheme.modes import LearnerMode, learner_mode
+from fleetrl.scheme.report import IterationResult
 
-__all__ = ["Scheme"]
+__all__ = ["Learner", "Scheme"]
 
 APPROX_GRAD_WORKERS_MSG = (
     "scheme.num_grad_workers={g}: the gradient workers collect in their own processes and their "
     "envs and episodes are not saved; only the central learner (scheme.num_grad_workers=1) with "
     "collector.num_collectors=0 resumes exactly"
 )
+
+
+class Learner(Protocol):
+    """What a scheme runs: the central learner or the update worker of gradient workers."""
+
+    @property
+    def version(self) -> int:
+        """The learner's optimizer-step count: the version of its weights."""
+
+    def run_iteration(self) -> IterationResult | None: ...
+
+    def update_algorithm_parameter(self, name: str, value: float) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def collector_state(self) -> dict[str, Any] | None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class Scheme:
@@ -71,7 +95,9 @@ class Scheme:
         self.approximate_resume: str | None = APPROX_GRAD_WORKERS_MSG.format(
             g=config.scheme.num_grad_workers
         )
-        if config.scheme.num_grad_workers == 1:
+        #: the central learner, or the update worker of the gradient workers
+        self.learner: Learner
+        if learner_mode(config.scheme) is LearnerMode.CENTRAL:
             if replica_states:
                 raise ConfigError(
                     [
@@ -80,10 +106,11 @@ class Scheme:
                         f"scheme.num_grad_workers={len(replica_states)}"
                     ]
                 )
-            self.learner: Any = CentralLearner(
+            central = CentralLearner(
                 config, algorithm, frames=frames, seed=seed, collector_state=collector_state
             )
-            self.approximate_resume = self.learner.approximate_resume
+            self.learner = central
+            self.approximate_resume = central.approximate_resume
         else:
             from fleetrl.scheme.update_worker import UpdateWorker
 
@@ -101,11 +128,11 @@ class Scheme:
                 raise
 
     @property
-    def mode(self) -> LearnerMode:
-        """Which learner runs: central, sync, async or decentralized."""
-        return self.learner.mode
+    def version(self) -> int:
+        """The learner's optimizer-step count (:mod:`fleetrl.scheme.versions`)."""
+        return self.learner.version
 
-    def run_iteration(self) -> dict[str, Any] | None:
+    def run_iteration(self) -> IterationResult | None:
         return self.learner.run_iteration()
 
     def update_algorithm_parameter(self, name: str, value: float) -> None:
@@ -116,7 +143,7 @@ class Scheme:
 
     def collector_state(self) -> dict[str, Any] | None:
         """The central learner's local collector state; None for every other scheme."""
-        return self.learner.collector_state() if self.mode is LearnerMode.CENTRAL else None
+        return self.learner.collector_state()
 
     def shutdown(self) -> None:
         self.learner.shutdown()

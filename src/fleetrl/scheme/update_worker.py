@@ -1,6 +1,7 @@
 """UpdateWorker: owns the master algorithm, applies gradients, broadcasts weights.
 
-Three ways to update, chosen by the ``scheme`` config:
+Three ways to update, chosen by the ``scheme`` config, each a strategy of its
+own (:mod:`fleetrl.scheme.update_modes`, chosen once at construction):
 
 - **sync** (``grad_communication: sync``): every gradient worker computes the
   gradient of its next minibatch on the same weights; the update worker
@@ -39,14 +40,15 @@ from ray.exceptions import RayActorError, RayTaskError
 from tensordict import TensorDictBase
 
 from fleetrl.algorithms import Algorithm
+from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.collectors.ray_checks import remote_traceback
 from fleetrl.collectors.restarts import RestartPolicy
 from fleetrl.config import Config, config_to_dict
 from fleetrl.errors import ConfigError, WorkerError, WorkerLostError
 from fleetrl.scheme.grad_worker import GradWorker, StepReport
-from fleetrl.scheme.modes import LearnerMode
-from fleetrl.scheme.report import metrics_row
-from fleetrl.scheme.versions import PolicyLag
+from fleetrl.scheme.modes import update_mode
+from fleetrl.scheme.report import IterationReport, IterationResult
+from fleetrl.scheme.update_modes import update_strategy
 
 __all__ = ["UpdateWorker", "average_flat"]
 
@@ -65,68 +67,6 @@ def average_flat(grads: list[np.ndarray]) -> np.ndarray:
         total += g
     total /= len(grads)
     return total
-
-
-class _Iteration:
-    """Accumulates the reports of one iteration into the Trainer's metrics."""
-
-    def __init__(self) -> None:
-        self.frames = 0
-        self.returns: list[float] = []
-        self.lengths: list[int] = []
-        self.info: dict[str, float] = {}
-        self.info_steps = 0
-        self.lag = PolicyLag()
-        self.asynchrony: list[int] = []
-        self.collect_s: dict[int, float] = {}
-        self.grad_s: dict[int, float] = {}
-        self.update_s = 0.0
-        self.broadcast_s = 0.0
-        self.dropped = 0
-        self.start = time.perf_counter()
-
-    def add(self, r: StepReport) -> None:
-        w = r["worker"]
-        self.frames += r["frames"]
-        self.returns.extend(r["returns"])
-        self.lengths.extend(r["lengths"])
-        self.collect_s[w] = self.collect_s.get(w, 0.0) + r["collect_s"]
-        self.grad_s[w] = self.grad_s.get(w, 0.0) + r.get("grad_s", 0.0)
-
-    def add_info(self, info: dict[str, float], weight: int = 1) -> None:
-        for k, v in info.items():
-            self.info[k] = self.info.get(k, 0.0) + v * weight
-        self.info_steps += weight
-
-    def result(self, num_workers: int, version: int, restarts: int) -> dict[str, Any]:
-        def mean(values: list[int]) -> float:
-            return sum(values) / len(values) if values else 0.0
-
-        collect = sum(self.collect_s.values()) / num_workers
-        grad = sum(self.grad_s.values()) / num_workers
-        process = grad + self.update_s + self.broadcast_s
-        return {
-            "frames": self.frames,
-            "returns": self.returns,
-            "lengths": self.lengths,
-            "info": {k: v / max(1, self.info_steps) for k, v in self.info.items()},
-            "metrics": metrics_row(
-                {
-                    **self.lag.metrics(),
-                    "train/policy_version": version,
-                    "train/grad_asynchrony": mean(self.asynchrony),
-                    "train/grad_asynchrony_max": float(max(self.asynchrony, default=0)),
-                    "train/dropped_gradients": self.dropped,
-                    "train/grad_workers_restarted": restarts,
-                    "time/collect_s": collect,
-                    "time/grad_s": grad,
-                    "time/update_s": self.update_s,
-                    "time/broadcast_s": self.broadcast_s,
-                    "time/collect_to_process": collect / process if process else float("nan"),
-                    "time/iteration_s": time.perf_counter() - self.start,
-                }
-            ),
-        }
 
 
 class UpdateWorker:
@@ -155,17 +95,11 @@ class UpdateWorker:
         self.seed = seed
         self.modules = modules or {}
         self.num_workers = self.scheme.num_grad_workers
-        self.mode = (
-            LearnerMode.DECENTRALIZED
-            if self.scheme.decentralized_update
-            else LearnerMode.ASYNC
-            if self.scheme.grad_communication == "async"
-            else LearnerMode.SYNC
-        )
+        #: how it updates: sync, async or decentralized (``strategy.mode``), chosen once here
+        self.strategy = update_strategy(update_mode(self.scheme), self)
         self._config_dict = config_to_dict(config)
         self._weights_ref: Any = None
         self._weights_ref_version = -1
-        self._inflight: dict[Any, int] = {}
         self._pending_calls: list[Any] = []
         self.restarts = [0] * self.num_workers
         self._failures = [0] * self.num_workers  # deaths in a row, since a completed step
@@ -197,8 +131,7 @@ class UpdateWorker:
                 ]
                 self._current_weights()
             ray.get([w.ping.remote() for w in self.workers])
-            if self.mode is LearnerMode.DECENTRALIZED:
-                self._form_group()
+            self.strategy.start()
         except (RayTaskError, RayActorError) as err:  # a replica or its collectors failed to start
             self.shutdown()
             raise WorkerError(-1, remote_traceback(err), role="gradient worker") from None
@@ -306,7 +239,7 @@ class UpdateWorker:
         return report
 
     # ------------------------------------------------------------ updating
-    def _apply(self, flat_grads: np.ndarray, it: _Iteration) -> float | None:
+    def _apply(self, flat_grads: np.ndarray, it: IterationReport) -> float | None:
         start = time.perf_counter()
         norm = self.algorithm.apply_flat_gradients(flat_grads)  # moves the version on
         self.algorithm.after_update()
@@ -318,127 +251,31 @@ class UpdateWorker:
         return norm
 
     def apply_mean_gradients(
-        self, grads: list[np.ndarray], it: _Iteration | None = None
+        self, grads: list[np.ndarray], it: IterationReport | None = None
     ) -> float | None:
         """One optimizer step with the mean of the workers' (flat) gradients; returns the norm.
 
         The new weights are put in the object store once, for every worker's next step.
         """
-        return self._apply(average_flat(grads), it or _Iteration())
+        return self._apply(average_flat(grads), it or IterationReport(self.num_workers))
 
-    @staticmethod
-    def _mean_info(reports: list[StepReport]) -> dict[str, float]:
-        """Each logged value averaged over the workers' reports."""
-        return {k: sum(r["info"][k] for r in reports) / len(reports) for k in reports[0]["info"]}
+    def _mirror(self, reports: list[StepReport]) -> None:
+        """Take rank 0's weights and version (decentralized: the replicas are identical)."""
+        # the master mirrors rank 0 (for evaluation and checkpoints)
+        self.algorithm.load_flat_weights(reports[0]["weights"])
+        self.algorithm.num_updates = reports[0]["version"]
 
-    @staticmethod
-    def _record(
-        info: dict[str, float], it: _Iteration, norm: float | None, weight: int = 1
-    ) -> None:
-        it.add_info({**info, **({"grad_norm": norm} if norm is not None else {})}, weight)
-
-    def run_iteration(self) -> dict[str, Any]:
+    def run_iteration(self) -> IterationResult:
         """Updates worth one collected batch per gradient worker; returns what happened.
 
         sync: ``steps_per_batch`` averaged steps; async: ``steps_per_batch x G``
         gradients received (applied or dropped); decentralized: one batch on
         every worker (``steps_per_batch`` all-reduced steps).
         """
-        it = _Iteration()
-        if self.mode is LearnerMode.SYNC:
-            self._run_sync(it)
-        elif self.mode is LearnerMode.ASYNC:
-            self._run_async(it)
-        else:
-            self._run_decentralized(it)
+        it = IterationReport(self.num_workers)
+        self.strategy.run(it)
         self._check_pending_calls()
-        return it.result(self.num_workers, self.version, sum(self.restarts))
-
-    def _run_sync(self, it: _Iteration) -> None:
-        for _ in range(self.algorithm.steps_per_batch):
-            send = self._weights_ref_version == self.version
-            refs = [self._step(i, send) for i in range(self.num_workers)]
-            reports: list[StepReport] = []
-            for i in range(self.num_workers):
-                report = self._get_step(i, refs[i])
-                while report is None:  # replaced: the new worker starts on current weights
-                    report = self._get_step(i, self._step(i, send_weights=False))
-                reports.append(report)
-            for r in reports:
-                it.add(r)
-                it.lag.add(self.version, 1, r["collection_version"])
-                it.asynchrony.append(self.version - r["version"])
-            norm = self.apply_mean_gradients([r["grads"] for r in reports], it)
-            self._record(self._mean_info(reports), it, norm)
-
-    def _run_async(self, it: _Iteration) -> None:
-        if not self._inflight:
-            for i in range(self.num_workers):
-                send = self._weights_ref_version == self.version
-                self._inflight[self._step(i, send)] = i
-        received = 0
-        while received < self.algorithm.steps_per_batch * self.num_workers:
-            [ref], _ = ray.wait(list(self._inflight), num_returns=1)
-            index = self._inflight.pop(ref)
-            report = self._get_step(index, ref)
-            if report is None:  # replaced: resubmit on the current weights it started with
-                self._inflight[self._step(index, send_weights=False)] = index
-                continue
-            received += 1
-            it.add(report)
-            asynchrony = self.version - report["version"]
-            if asynchrony > self.scheme.max_policy_lag:
-                self.dropped_gradients += 1
-                it.dropped += 1
-            else:
-                it.lag.add(self.version, 1, report["collection_version"])
-                it.asynchrony.append(asynchrony)
-                norm = self._apply(report["grads"], it)
-                self._record(report["info"], it, norm)
-            # new weights go only to this worker (after a drop too: it must catch up)
-            self._inflight[self._step(index, send_weights=True)] = index
-
-    def _form_group(self) -> None:
-        address, port = ray.get(self.workers[0].node_address.remote())
-        ray.get(
-            [
-                w.init_process_group.remote(
-                    address, port, rank, self.num_workers, self.scheme.collective_timeout_s
-                )
-                for rank, w in enumerate(self.workers)
-            ]
-        )
-
-    def _run_decentralized(self, it: _Iteration) -> None:
-        refs = {w.train_batch.remote(): i for i, w in enumerate(self.workers)}
-        by_worker: dict[int, StepReport] = {}
-        pending = list(refs)
-        while pending:  # first failure first: the others would wait for it in the all-reduce
-            [ref], pending = ray.wait(pending, num_returns=1)
-            try:
-                by_worker[refs[ref]] = ray.get(ref)
-            except (RayTaskError, RayActorError) as err:
-                raise WorkerError(
-                    refs[ref],
-                    "a decentralized (all-reduce) group cannot continue without one of its "
-                    "members; resume the run from its last checkpoint (fleetrl train --resume "
-                    f"RUN_DIR). Cause:\n{remote_traceback(err)}",
-                    role="gradient worker",
-                ) from None
-        reports = [by_worker[i] for i in range(self.num_workers)]
-        steps = reports[0]["steps"]  # the same on every replica (same frames, same schedule)
-        for r in reports:
-            it.add(r)
-            # each replica took its steps at versions r["version"] - steps, ..., r["version"] - 1
-            it.lag.add(r["version"] - steps, steps, r["collection_version"])
-            it.asynchrony.extend([0] * steps)
-            it.update_s += r["update_s"] / self.num_workers
-            it.broadcast_s += r["reduce_s"] / self.num_workers  # the all-reduce replaces it
-        self._record(self._mean_info(reports), it, None, weight=steps)
-        # the master mirrors rank 0 (for evaluation and checkpoints)
-        self.algorithm.load_flat_weights(reports[0]["weights"])
-        self.algorithm.num_updates = reports[0]["version"]
-        self.applied_gradients += steps
+        return it.result(self.version, sum(self.restarts))
 
     # ------------------------------------------------------- parameters
     def update_algorithm_parameter(self, name: str, value: float) -> None:
@@ -482,14 +319,14 @@ class UpdateWorker:
         For a replay algorithm it also holds every replica's state under
         ``"replicas"`` (their buffers), which resuming hands back to each worker.
         """
-        if self.mode is LearnerMode.DECENTRALIZED:
-            state = ray.get(self.workers[0].state_dict.remote())
-            state.pop("version")
-        else:
-            state = self.algorithm.state_dict()
-        if hasattr(self.algorithm, "buffer"):
+        state = self.strategy.master_state()
+        if isinstance(self.algorithm, ReplayAlgorithm):
             state["replicas"] = ray.get([w.state_dict.remote() for w in self.workers])
         return state
+
+    def collector_state(self) -> None:
+        """None: the gradient workers' collectors are not saved (their envs are reseeded)."""
+        return None
 
     def shutdown(self) -> None:
         """Kill the gradient workers; their collector actors share their fate (Ray ownership)."""
@@ -499,4 +336,3 @@ class UpdateWorker:
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(worker)
         self.workers = []
-        self._inflight = {}
