@@ -14,8 +14,8 @@ value for is NaN, never absent:
 ``train/dropped_gradients``     async gradients dropped past ``scheme.max_policy_lag``
                                 (0 elsewhere)
 ``train/dropped_batches``       batches dropped past the algorithm's ``max_policy_lag``
-                                on arrival (IMPALA/APPO; 0 in the central learner
-                                otherwise, NaN in the gradient-worker schemes)
+                                on arrival (IMPALA/APPO's central learner; 0
+                                elsewhere: gradient workers learn every batch)
 ``train/grad_workers_restarted`` gradient workers replaced so far (central: NaN)
 ``time/collect_s``              waiting for the batch (distributed: mean per worker)
 ``time/learn_s``                the central learner's whole update (distributed: NaN)
@@ -121,7 +121,7 @@ class IterationReport:
         self._asynchrony_count = 0
         self._asynchrony_max = 0
         self.dropped = 0
-        self.dropped_batches = 0  # the central learner's batches past max_policy_lag
+        self.dropped_batches = 0  # batches past the algorithm's max_policy_lag (central)
         self.collect_s: dict[int, float] = {}
         self.grad_s: dict[int, float] = {}
         self.learn_s = 0.0
@@ -153,7 +153,7 @@ class IterationReport:
         per = max(1, self.workers)
         collect = sum(self.collect_s.values()) / per
         if central:
-            timings = {"time/learn_s": self.learn_s, "train/dropped_batches": self.dropped_batches}
+            timings = {"time/learn_s": self.learn_s}
             process = self.learn_s + self.broadcast_s
         else:
             grad = sum(self.grad_s.values()) / per
@@ -172,6 +172,7 @@ class IterationReport:
                     "train/grad_asynchrony": self._asynchrony_sum / count if count else 0.0,
                     "train/grad_asynchrony_max": float(self._asynchrony_max),
                     "train/dropped_gradients": self.dropped,
+                    "train/dropped_batches": self.dropped_batches,
                     **({} if restarts is None else {"train/grad_workers_restarted": restarts}),
                     "time/collect_s": collect,
                     **timings,
