@@ -5,6 +5,7 @@ from __future__ import annotations
 from fleetrl.algorithms.a2c import A2C, A2CConfig
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.dqn import DQN, DQNConfig
+from fleetrl.algorithms.impala import APPO, IMPALA, APPOConfig, IMPALAConfig
 from fleetrl.algorithms.models import EnvInfo, env_info
 from fleetrl.algorithms.ppo import PPO, PPOConfig
 from fleetrl.algorithms.sac import SAC, SACConfig
@@ -12,13 +13,17 @@ from fleetrl.algorithms.sac import SAC, SACConfig
 __all__ = [
     "A2C",
     "ALGORITHMS",
+    "APPO",
     "DQN",
+    "IMPALA",
     "PPO",
     "SAC",
     "A2CConfig",
+    "APPOConfig",
     "Algorithm",
     "DQNConfig",
     "EnvInfo",
+    "IMPALAConfig",
     "PPOConfig",
     "SACConfig",
     "env_info",
@@ -27,4 +32,6 @@ __all__ = [
 #: the one registry: a config's ``algorithm`` -> the class (which knows its config class,
 #: whether it is on-policy and whether it starts with random actions); a run builds it with
 #: :func:`fleetrl.build.make_algorithm`
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, A2C, DQN, SAC)}
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls for cls in (PPO, A2C, DQN, SAC, IMPALA, APPO)
+}

@@ -136,6 +136,13 @@ class Algorithm(abc.ABC):
     #: hyperparameters that update_algorithm_parameter may change, besides "lr"
     tunable: ClassVar[tuple[str, ...]] = ()
 
+    @property
+    def max_policy_lag(self) -> int | None:
+        """The most optimizer steps behind the learner a batch may arrive and still be
+        learned from (:class:`~fleetrl.scheme.versions.StaleBatchFilter`); None: no bound,
+        as for every algorithm without a lag correction."""
+        return None
+
     def __init__(
         self,
         loss_module: nn.Module,

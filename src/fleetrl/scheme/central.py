@@ -25,7 +25,7 @@ from fleetrl.config import Config
 from fleetrl.errors import EnvError
 from fleetrl.scheme.report import IterationReport, IterationResult
 from fleetrl.scheme.rollouts import Rollouts
-from fleetrl.scheme.versions import batch_version
+from fleetrl.scheme.versions import StaleBatchFilter, batch_version
 
 __all__ = ["CentralLearner"]
 
@@ -95,6 +95,8 @@ class CentralLearner:
                 seed=seed,
                 collected=frames,
             )
+        #: IMPALA/APPO bound the lag of the batches they learn from (others: no bound)
+        self.stale = StaleBatchFilter(algorithm.max_policy_lag)
 
     @property
     def version(self) -> int:
@@ -105,8 +107,18 @@ class CentralLearner:
         """One collected batch and the update on it; None once the collector is exhausted."""
         it = IterationReport(workers=0)
         batch = self.rollouts.next_batch()
+        # first ready: a batch past the lag bound is dropped (its frames and episodes still
+        # count, through the rollouts' collection), never waited out or learned from
+        while batch is not None and not self.stale.admit(self.version, batch):
+            it.dropped_batches += 1
+            batch = self.rollouts.next_batch()
         if batch is None:
-            return None
+            if not it.dropped_batches:
+                return None
+            # the budget ran out on dropped batches: report their frames, learn nothing
+            collection, it.broadcast_s = self.rollouts.take()
+            it.add_collection(0, collection.as_report())
+            return it.result(self.version)
         learn_start = time.perf_counter()
         first_version = self.version
         it.info.add(self.algorithm.learn(batch))

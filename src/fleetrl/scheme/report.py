@@ -13,6 +13,9 @@ value for is NaN, never absent:
 ``_max``                        on and those it is applied to (central: 0)
 ``train/dropped_gradients``     async gradients dropped past ``scheme.max_policy_lag``
                                 (0 elsewhere)
+``train/dropped_batches``       batches dropped past the algorithm's ``max_policy_lag``
+                                on arrival (IMPALA/APPO's central learner; 0
+                                elsewhere: gradient workers learn every batch)
 ``train/grad_workers_restarted`` gradient workers replaced so far (central: NaN)
 ``time/collect_s``              waiting for the batch (distributed: mean per worker)
 ``time/learn_s``                the central learner's whole update (distributed: NaN)
@@ -47,6 +50,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "train/grad_asynchrony",
     "train/grad_asynchrony_max",
     "train/dropped_gradients",
+    "train/dropped_batches",
     "train/grad_workers_restarted",
     "time/collect_s",
     "time/learn_s",
@@ -69,7 +73,7 @@ def metrics_row(values: Mapping[str, float]) -> dict[str, float]:
     Example:
         >>> row = metrics_row({"train/policy_version": 4})
         >>> row["train/policy_version"], math.isnan(row["time/grad_s"]), len(row)
-        (4.0, True, 14)
+        (4.0, True, 15)
     """
     unknown = sorted(set(values) - set(METRIC_COLUMNS))
     if unknown:  # a scheme's own column would give metrics.csv another shape in that scheme
@@ -117,6 +121,7 @@ class IterationReport:
         self._asynchrony_count = 0
         self._asynchrony_max = 0
         self.dropped = 0
+        self.dropped_batches = 0  # batches past the algorithm's max_policy_lag (central)
         self.collect_s: dict[int, float] = {}
         self.grad_s: dict[int, float] = {}
         self.learn_s = 0.0
@@ -167,6 +172,7 @@ class IterationReport:
                     "train/grad_asynchrony": self._asynchrony_sum / count if count else 0.0,
                     "train/grad_asynchrony_max": float(self._asynchrony_max),
                     "train/dropped_gradients": self.dropped,
+                    "train/dropped_batches": self.dropped_batches,
                     **({} if restarts is None else {"train/grad_workers_restarted": restarts}),
                     "time/collect_s": collect,
                     **timings,

@@ -19,6 +19,13 @@ tag``: a perfectly on-policy PPO run with 4 steps per batch logs a mean lag of
 tags into ``train/policy_lag`` (the mean over the iteration's steps) and
 ``train/policy_lag_max``.
 
+A learner that corrects for lag (IMPALA, APPO: ``max_policy_lag`` on the
+algorithm) bounds it too: :class:`StaleBatchFilter` drops a batch that arrives
+more than ``max_policy_lag`` optimizer steps behind the learner and counts it
+(``train/dropped_batches``), as the update worker drops async gradients past
+``scheme.max_policy_lag``. The dropped batch's frames were collected and count
+toward the budget; it is never learned from.
+
 A collector's own ``stats()["policy_lag"]`` is a different measure: how many
 versions its newest published version is ahead of a batch when the batch is
 served (no learner involved).
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 from tensordict import TensorDictBase
 
-__all__ = ["POLICY_VERSION_KEY", "PolicyLag", "batch_version"]
+__all__ = ["POLICY_VERSION_KEY", "PolicyLag", "StaleBatchFilter", "batch_version", "too_stale"]
 
 #: where collectors tag each step with the version of the weights that acted
 POLICY_VERSION_KEY = ("collector", "policy_version")
@@ -84,3 +91,44 @@ class PolicyLag:
             "train/policy_lag": self.total / self.count,
             "train/policy_lag_max": float(self.max),
         }
+
+
+def too_stale(version: int, batch_version: int, max_policy_lag: int | None) -> bool:
+    """Whether a batch tagged ``batch_version`` is past the bound when the learner is at
+    ``version`` (None: no bound).
+
+    Example:
+        >>> too_stale(10, 7, 3), too_stale(10, 6, 3), too_stale(10, 0, None)
+        (False, True, False)
+    """
+    return max_policy_lag is not None and version - batch_version > max_policy_lag
+
+
+class StaleBatchFilter:
+    """The learner's lag bound on arriving batches: admits or drops each one, counting drops.
+
+    Args:
+        max_policy_lag: the most optimizer steps a batch may be behind the learner when it
+            arrives (None: every batch is admitted).
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> import torch
+        >>> stale = StaleBatchFilter(max_policy_lag=2)
+        >>> batch = TensorDict({POLICY_VERSION_KEY: torch.tensor([5, 5])}, [2])
+        >>> stale.admit(7, batch), stale.admit(8, batch), stale.dropped
+        (True, False, 1)
+    """
+
+    def __init__(self, max_policy_lag: int | None):
+        self.max_policy_lag = max_policy_lag
+        self.dropped = 0  # batches dropped so far
+
+    def admit(self, version: int, batch: TensorDictBase) -> bool:
+        """True if the learner at ``version`` may learn from ``batch``; else counts it."""
+        if self.max_policy_lag is None:
+            return True
+        if too_stale(version, batch_version(batch), self.max_policy_lag):
+            self.dropped += 1
+            return False
+        return True
