@@ -1,0 +1,81 @@
+"""The one collection path: the central learner and a gradient worker collect through the
+same :class:`~fleetrl.scheme.rollouts.Rollouts`, so the same config and seed give the same
+frames and episodes in both, and the warm-up rule is the algorithm class's."""
+
+from __future__ import annotations
+
+import torch
+
+from fleetrl.build import make_algorithm
+from fleetrl.config import config_from_dict
+from fleetrl.scheme import GradWorker
+from fleetrl.scheme.central import CentralLearner
+from fleetrl.scheme.rollouts import Rollouts, warmup_frames
+
+FPB = 256
+SEED = 5
+
+
+def config(algorithm="ppo", section=None, num_envs=4):
+    return config_from_dict(
+        {
+            "algorithm": algorithm,
+            "env": {
+                "id": "CartPole-v1" if algorithm != "sac" else "Pendulum-v1",
+                "num_envs": num_envs,
+            },
+            "collector": {"num_collectors": 0, "frames_per_batch": FPB},
+            "trainer": {"total_frames": 4 * FPB, "seed": SEED},
+            algorithm: {"hidden_sizes": [16], **(section or {})},
+        }
+    )
+
+
+def test_central_learner_and_gradient_worker_collect_the_same_episodes():
+    cfg = config(section={"num_epochs": 1, "num_mini_batch": 2})
+    central = CentralLearner(cfg, make_algorithm(cfg, SEED), seed=SEED)
+    worker = GradWorker(cfg, index=0, seed=SEED)
+    try:
+        # one process, one torch RNG: each collection starts from the same sampling state
+        torch.manual_seed(0)
+        result = central.run_iteration()
+        torch.manual_seed(0)
+        report = worker.step()
+    finally:
+        central.shutdown()
+        worker.shutdown()
+    assert result["frames"] == report["frames"] == FPB
+    assert len(result["returns"]) > 0  # CartPole's first random-ish episodes end within 256 frames
+    assert result["returns"] == report["returns"]
+    assert result["lengths"] == report["lengths"]
+    # the episodes' frames are inside the batch: lengths are whole episodes
+    assert sum(result["lengths"]) <= FPB and all(n >= 1 for n in result["lengths"])
+
+
+def test_the_warm_up_is_the_algorithm_classs_and_shared_out_among_learners():
+    sac = make_algorithm(config("sac", {"start_steps": 100}, num_envs=2), SEED)
+    ppo = make_algorithm(config(), SEED)
+    assert type(sac).random_start and not type(ppo).random_start
+    assert warmup_frames(ppo, collected=0) == -1
+    assert warmup_frames(sac, collected=0) == 100
+    assert warmup_frames(sac, collected=0, share=3) == 34  # ceil(100 / 3) per learner
+    assert warmup_frames(sac, collected=40, share=3) == 0  # its share is behind it
+
+
+def test_a_local_collector_is_told_every_version_and_the_collection_is_taken_once():
+    cfg = config(section={"num_epochs": 1, "num_mini_batch": 2})
+    algorithm = make_algorithm(cfg, SEED)
+    rollouts = Rollouts(cfg, algorithm, total_frames=2 * FPB, seed=SEED)
+    try:
+        assert not rollouts.remote
+        first = rollouts.next_batch()
+        algorithm.learn(first)  # 2 optimizer steps
+        second = rollouts.next_batch()
+        tags = second.get(("collector", "policy_version"))
+        assert torch.all(tags == 2)  # published before the batch, with the step count
+        collection, _ = rollouts.take()
+        assert collection.frames == 2 * FPB
+        assert rollouts.take()[0].frames == 0  # taken: reset
+        assert rollouts.next_batch() is None  # the budget is spent exactly
+    finally:
+        rollouts.shutdown()
