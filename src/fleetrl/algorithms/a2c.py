@@ -15,7 +15,7 @@ from torch import nn
 from torchrl.objectives import A2CLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
-from fleetrl.algorithms.models import EnvInfo, ModelKind, make_actor_critic
+from fleetrl.algorithms.models import EnvInfo, ModelKind
 
 __all__ = ["A2C", "A2CConfig"]
 
@@ -67,37 +67,19 @@ class A2C(ActorCritic):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        # the user's modules win; only what is missing is built (by config.model)
-        actor, critic = make_actor_critic(
-            config.model, info, config.hidden_sizes, actor=actor, critic=critic
-        )
-        loss = A2CLoss(
-            actor,
-            critic,
-            entropy_bonus=config.entropy_coef > 0,
-            entropy_coeff=config.entropy_coef,
-            critic_coeff=config.critic_coef,
-            loss_critic_type="l2",
-        )
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
-        super().__init__(
-            loss,
-            actor,
-            optimizer,
-            gamma=config.gamma,
-            num_epochs=1,
-            num_mini_batch=1,
-            max_grad_norm=config.max_grad_norm,
+        critic = self.build(
+            A2CLoss,
+            config,
+            info,
+            actor=actor,
+            critic=critic,
         )
         self.init_gae(critic, config.gamma, config.gae_lambda)
         self.config = config
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         data = super().prepare(batch)
-        if self.config.normalize_advantage:
-            adv = data.get("advantage")
-            data.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
-        return data
+        return self.normalized_advantage(data) if self.config.normalize_advantage else data
 
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
         return self.loss_info(self.loss_module(data))

@@ -9,13 +9,15 @@ Coefficients that live in the loss module as buffers (``clip_epsilon``,
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
+from torch import nn
 from torchrl.objectives.value import GAE
 
 from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid
+from fleetrl.algorithms.models import EnvInfo, make_actor_critic
 from fleetrl.config import AlgorithmConfig, Checks, Config
 
 __all__ = ["ActorCritic", "ActorCriticConfig"]
@@ -41,6 +43,56 @@ class ActorCritic(Algorithm):
         "entropy_coef": "entropy_coeff",
         "critic_coef": "critic_coeff",
     }
+
+    def build(
+        self,
+        loss_class: type[nn.Module],
+        config: Any,
+        info: EnvInfo,
+        *,
+        actor: nn.Module | None,
+        critic: nn.Module | None,
+        num_epochs: int = 1,
+        num_mini_batch: int = 1,
+        **loss_kwargs: Any,
+    ) -> nn.Module:
+        """Build the networks, the torchrl loss, Adam and the Algorithm from a config section;
+        returns the critic.
+
+        The user's modules win; only what is missing is built (by ``config.model``). The
+        loss gets the section's entropy and critic coefficients and an L2 critic loss, plus
+        ``loss_kwargs`` (PPO's and APPO's clipping); Adam uses ``eps=1e-5``, as CleanRL's.
+        """
+        actor, critic = make_actor_critic(
+            config.model, info, config.hidden_sizes, actor=actor, critic=critic
+        )
+        loss = loss_class(
+            actor,
+            critic,
+            entropy_bonus=config.entropy_coef > 0,
+            entropy_coeff=config.entropy_coef,
+            critic_coeff=config.critic_coef,
+            loss_critic_type="l2",
+            **loss_kwargs,
+        )
+        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
+        super().__init__(
+            loss,
+            actor,
+            optimizer,
+            gamma=config.gamma,
+            num_epochs=num_epochs,
+            num_mini_batch=num_mini_batch,
+            max_grad_norm=config.max_grad_norm,
+        )
+        return critic
+
+    @staticmethod
+    def normalized_advantage(data: TensorDictBase) -> TensorDictBase:
+        """``data`` with its advantages standardized over the whole batch (A2C, IMPALA)."""
+        adv = data.get("advantage")
+        data.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
+        return data
 
     def init_gae(self, critic: torch.nn.Module, gamma: float, gae_lambda: float) -> None:
         self.critic = critic

@@ -42,7 +42,7 @@ from torchrl.objectives.value.functional import vtrace_advantage_estimate
 
 from fleetrl.algorithms.actor_critic import ActorCritic
 from fleetrl.algorithms.base import end_padded_rows, flatten_valid
-from fleetrl.algorithms.models import EnvInfo, ModelKind, make_actor_critic
+from fleetrl.algorithms.models import EnvInfo, ModelKind
 from fleetrl.config import AlgorithmConfig, Checks, Config, Schedule
 from fleetrl.errors import PolicyError
 
@@ -293,35 +293,18 @@ class IMPALA(VTraceActorCritic):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        actor, critic = make_actor_critic(
-            config.model, info, config.hidden_sizes, actor=actor, critic=critic
-        )
-        loss = A2CLoss(
-            actor,
-            critic,
-            entropy_bonus=config.entropy_coef > 0,
-            entropy_coeff=config.entropy_coef,
-            critic_coeff=config.critic_coef,
-            loss_critic_type="l2",
-        )
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
-        super().__init__(
-            loss,
-            actor,
-            optimizer,
-            gamma=config.gamma,
-            num_epochs=1,
-            num_mini_batch=1,
-            max_grad_norm=config.max_grad_norm,
+        critic = self.build(
+            A2CLoss,
+            config,
+            info,
+            actor=actor,
+            critic=critic,
         )
         self.init_vtrace(critic, config)
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         data = super().prepare(batch)
-        if self.config.normalize_advantage:
-            adv = data.get("advantage")
-            data.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
-        return data
+        return self.normalized_advantage(data) if self.config.normalize_advantage else data
 
 
 class APPO(VTraceActorCritic):
@@ -361,28 +344,16 @@ class APPO(VTraceActorCritic):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        actor, critic = make_actor_critic(
-            config.model, info, config.hidden_sizes, actor=actor, critic=critic
-        )
-        loss = ClipPPOLoss(
-            actor,
-            critic,
-            clip_epsilon=config.clip_epsilon,
-            entropy_bonus=config.entropy_coef > 0,
-            entropy_coeff=config.entropy_coef,
-            critic_coeff=config.critic_coef,
-            loss_critic_type="l2",
-            normalize_advantage=config.normalize_advantage,
-            clip_value=config.clip_value,
-        )
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
-        super().__init__(
-            loss,
-            actor,
-            optimizer,
-            gamma=config.gamma,
+        critic = self.build(
+            ClipPPOLoss,
+            config,
+            info,
+            actor=actor,
+            critic=critic,
             num_epochs=config.num_epochs,
             num_mini_batch=config.num_mini_batch,
-            max_grad_norm=config.max_grad_norm,
+            clip_epsilon=config.clip_epsilon,
+            normalize_advantage=config.normalize_advantage,
+            clip_value=config.clip_value,
         )
         self.init_vtrace(critic, config)

@@ -17,7 +17,7 @@ from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
-from fleetrl.algorithms.models import EnvInfo, ModelKind, make_actor_critic
+from fleetrl.algorithms.models import EnvInfo, ModelKind
 from fleetrl.config import Checks, Config, Schedule
 
 __all__ = ["PPO", "PPOConfig"]
@@ -112,30 +112,17 @@ class PPO(ActorCritic):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        # the user's modules win; only what is missing is built (by config.model)
-        actor, critic = make_actor_critic(
-            config.model, info, config.hidden_sizes, actor=actor, critic=critic
-        )
-        loss = ClipPPOLoss(
-            actor,
-            critic,
-            clip_epsilon=config.clip_epsilon,
-            entropy_bonus=config.entropy_coef > 0,
-            entropy_coeff=config.entropy_coef,
-            critic_coeff=config.critic_coef,
-            loss_critic_type="l2",
-            normalize_advantage=config.normalize_advantage,
-            clip_value=config.clip_value,
-        )
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
-        super().__init__(
-            loss,
-            actor,
-            optimizer,
-            gamma=config.gamma,
+        critic = self.build(
+            ClipPPOLoss,
+            config,
+            info,
+            actor=actor,
+            critic=critic,
             num_epochs=config.num_epochs,
             num_mini_batch=config.num_mini_batch,
-            max_grad_norm=config.max_grad_norm,
+            clip_epsilon=config.clip_epsilon,
+            normalize_advantage=config.normalize_advantage,
+            clip_value=config.clip_value,
         )
         self.init_gae(critic, config.gamma, config.gae_lambda)
         self.config = config

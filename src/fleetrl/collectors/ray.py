@@ -363,12 +363,8 @@ class RayCollector(DataCollectorBase):
     def _next_batch(self) -> TensorDictBase | None:
         if self._trajs is None:
             return self._next_frames()
-        while not self._trajs.ready:  # whole trajectories, from whichever workers ended them
-            batch = self._next_frames()
-            if batch is None:
-                return None
-            self._trajs.add(batch)
-        return self._trajs.emit()
+        # whole trajectories, from whichever workers ended them
+        return self._trajs.next_batch(self._next_frames)
 
     def _next_frames(self) -> TensorDictBase | None:
         self._pool.revive_dead()

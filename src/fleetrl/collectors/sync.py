@@ -406,12 +406,8 @@ class SyncDataCollector(DataCollectorBase):
     def _next_batch(self) -> TensorDictBase | None:
         if self._trajs is None:
             return self._next_frames()
-        while not self._trajs.ready:  # whole trajectories: poll frames_per_batch at a time
-            batch = self._next_frames()
-            if batch is None:
-                return None
-            self._trajs.add(batch)
-        return self._trajs.emit()
+        # whole trajectories: poll frames_per_batch at a time
+        return self._trajs.next_batch(self._next_frames)
 
     def _next_frames(self) -> TensorDictBase | None:
         remaining = self.remaining_frames

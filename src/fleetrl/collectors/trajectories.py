@@ -18,6 +18,8 @@ trajectories fewer than k at that point, are collected but never yielded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from tensordict import TensorDictBase
@@ -86,6 +88,17 @@ class TrajectoryBatcher:
         self._complete.extend(traj for _, traj in ended)
         if self.drop_partial:
             self._partial.clear()
+
+    def next_batch(self, next_frames: Callable[[], TensorDictBase | None]) -> TensorDictBase | None:
+        """The next batch of whole trajectories: frames are pulled from ``next_frames`` (a
+        collector's frame batches) until enough trajectories have ended; None once it is
+        exhausted first."""
+        while not self.ready:
+            batch = next_frames()
+            if batch is None:
+                return None
+            self.add(batch)
+        return self.emit()
 
     def emit(self) -> TensorDictBase:
         """Serve the oldest ``trajs_per_batch`` complete trajectories: ``[k, max_len]``, padded."""
