@@ -10,11 +10,15 @@ from fleetrl import ConfigError, RayCollector, SyncDataCollector
 from fleetrl.algorithms import (
     A2C,
     ALGORITHMS,
+    APPO,
     DQN,
+    IMPALA,
     PPO,
     SAC,
     A2CConfig,
+    APPOConfig,
     DQNConfig,
+    IMPALAConfig,
     PPOConfig,
     SACConfig,
 )
@@ -116,10 +120,30 @@ def test_the_chosen_section_is_config_algo_and_its_name_only():
 
 
 def test_one_registry_knows_each_config_class_and_behaviour():
-    assert ALGORITHMS == {"ppo": PPO, "a2c": A2C, "dqn": DQN, "sac": SAC}
+    assert ALGORITHMS == {
+        "ppo": PPO,
+        "a2c": A2C,
+        "dqn": DQN,
+        "sac": SAC,
+        "impala": IMPALA,
+        "appo": APPO,
+    }
     configs = {name: cls.config_class for name, cls in ALGORITHMS.items()}
-    assert configs == {"ppo": PPOConfig, "a2c": A2CConfig, "dqn": DQNConfig, "sac": SACConfig}
-    assert {name for name, cls in ALGORITHMS.items() if cls.on_policy} == {"ppo", "a2c"}
+    assert configs == {
+        "ppo": PPOConfig,
+        "a2c": A2CConfig,
+        "dqn": DQNConfig,
+        "sac": SACConfig,
+        "impala": IMPALAConfig,
+        "appo": APPOConfig,
+    }
+    # IMPALA and APPO learn from each arriving batch (no replay), lag-corrected by V-trace
+    assert {name for name, cls in ALGORITHMS.items() if cls.on_policy} == {
+        "ppo",
+        "a2c",
+        "impala",
+        "appo",
+    }
     assert {name for name, cls in ALGORITHMS.items() if cls.random_start} == {"sac"}
 
 
