@@ -257,7 +257,7 @@ def _envpool_task(env_id: str) -> str:
 # ---------------------------------------------------------------- gymnasium
 
 
-def _gym_atari(env_id: str, a: AtariConfig) -> gym.Env:
+def _gym_atari(env_id: str, a: AtariConfig, render_mode: str | None = None) -> gym.Env:
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLimit
 
     # frameskip=1: AtariPreprocessing skips (and max-pools), as the C++ engines do;
@@ -268,6 +268,7 @@ def _gym_atari(env_id: str, a: AtariConfig) -> gym.Env:
         repeat_action_probability=a.repeat_action_probability,
         full_action_space=a.full_action_space,
         max_num_frames_per_episode=None,
+        render_mode=render_mode,  # fleetrl.video: "rgb_array", the raw screen
     )
     env = AtariPreprocessing(
         env,

@@ -1,0 +1,399 @@
+"""Videos of deterministic evaluation episodes: an mp4 file, and the same clip in TensorBoard.
+
+:func:`record_video` plays ``num_episodes`` episodes of a policy with
+deterministic actions on one dedicated env built with
+``render_mode="rgb_array"`` (never the training or the test envs) and streams
+the rendered frames into an mp4 (imageio-ffmpeg, libx264, yuv420p). The
+policy sees the env's own observation, preprocessed as in training (an Atari
+policy its 84x84 grey frame stack); the video shows the raw RGB frame the env
+renders (Atari: the 210x160 screen at every agent step).
+
+Frames: one for each episode's reset and one after each of its steps, so an
+episode of ``L`` steps gives ``L + 1`` frames and the file holds
+``sum(L_i + 1)``. Episode ``i`` is seeded ``seed + i``, as
+:func:`fleetrl.evaluate.evaluate` seeds its env ``i``: the video shows the
+episodes ``evaluate`` scores (same env id, wrappers and step limit; an Atari
+run made with the ``ale_vector`` or ``envpool`` engine is shown with the
+gymnasium engine and the same preprocessing).
+
+The frame rate is the env's real time: ``metadata["render_fps"]`` (CartPole
+50, MuJoCo ``1 / dt``), and for Atari 60 / ``frame_skip`` (the emulator runs at
+60 Hz; one frame per agent step). An odd frame height or width is padded by one
+black row or column (yuv420p needs even sizes).
+
+MuJoCo renders headless through EGL: ``MUJOCO_GL=egl`` is set when this
+module is imported and the variable is unset (gymnasium reads it when it first
+renders).
+
+TensorBoard: torch's ``SummaryWriter.add_video`` needs moviepy; instead
+:func:`add_tensorboard_clip` writes what ``add_video`` writes, an animated GIF
+as an image summary (TensorBoard's Images tab plays it): the same frames,
+downscaled by an integer stride so the longer side is at most
+:data:`TB_MAX_SIDE` pixels, and above :data:`TB_MAX_FPS` every k-th frame
+(browsers slow down GIF frames shorter than 20 ms).
+
+Examples:
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "cartpole.mp4"
+    >>> video = record_video(None, "CartPole-v1", path, num_episodes=2, seed=0,
+    ...                      max_episode_steps=5)
+    >>> video.frames, video.lengths, (video.height, video.width), video.fps
+    (12, [5, 5], (400, 600), 50.0)
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from torchrl.envs.utils import ExplorationType
+
+from fleetrl.errors import ConfigError, EnvError
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo; set before gymnasium first renders
+
+__all__ = [
+    "TB_MAX_FPS",
+    "TB_MAX_SIDE",
+    "TB_VIDEO_TAG",
+    "Video",
+    "add_tensorboard_clip",
+    "check_video_path",
+    "record_video",
+    "video_env",
+]
+
+logger = logging.getLogger(__name__)
+
+#: TensorBoard clips: the longer side is downscaled (integer stride) to at most this
+TB_MAX_SIDE = 320
+#: TensorBoard clips: above this frame rate every k-th frame is kept
+TB_MAX_FPS = 50.0
+#: the TensorBoard tag of the training run's evaluation videos
+TB_VIDEO_TAG = "eval/video"
+#: the frame rate of the Atari emulator
+ATARI_HZ = 60.0
+
+SUFFIX_MSG = "{key}={value!r} is invalid: a video file must end in .mp4"
+DIR_MSG = "{key}={value!r} is invalid: {problem}; choose a path in a writable directory"
+NOT_INSTALLED_MSG = (
+    "{key}={value!r} needs imageio and imageio-ffmpeg, which are not installed ({err}); "
+    "pip install 'fleetrl[video]'"
+)
+RENDER_MSG = "env {env_id!r} cannot render rgb_array frames here ({err}){hint}"
+MUJOCO_HINT = (
+    "; MuJoCo renders headless with MUJOCO_GL=egl (here MUJOCO_GL={gl!r}): install EGL "
+    "(e.g. apt-get install libegl1), or set MUJOCO_GL=osmesa with libosmesa6 installed"
+)
+FRAME_SIZE_MSG = "env {env_id!r} rendered a frame of shape {got}; the video's frames are {want}"
+
+
+@dataclass
+class Video:
+    """What :func:`record_video` wrote."""
+
+    path: Path
+    """the mp4 file."""
+    frames: int
+    """frames in the file: each episode's reset frame and one per step."""
+    lengths: list[int] = field(default_factory=list)
+    """steps of each episode."""
+    returns: list[float] = field(default_factory=list)
+    """return of each episode."""
+    fps: float = 30.0
+    """the file's frame rate."""
+    height: int = 0
+    """frame height in the file (the rendered height, rounded up to even)."""
+    width: int = 0
+    """frame width in the file (the rendered width, rounded up to even)."""
+    clip: list[np.ndarray] = field(default_factory=list, repr=False)
+    """the downscaled frames for TensorBoard (only when asked for)."""
+
+
+def check_video_path(path: str | Path, key: str = "--video") -> Path:
+    """``path`` as a :class:`~pathlib.Path`, or a ConfigError naming ``key``: an ``.mp4``
+    in an existing writable directory, with imageio-ffmpeg installed. Checked before any work."""
+    path = Path(path)
+    problems: list[str] = []
+    if path.suffix.lower() != ".mp4":
+        problems.append(SUFFIX_MSG.format(key=key, value=str(path)))
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        problems.append(DIR_MSG.format(key=key, value=str(path), problem="it is a directory"))
+    elif not parent.is_dir():
+        problems.append(
+            DIR_MSG.format(
+                key=key, value=str(path), problem=f"directory {str(parent)!r} does not exist"
+            )
+        )
+    elif not os.access(parent, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        problems.append(
+            DIR_MSG.format(key=key, value=str(path), problem=f"{str(path)!r} is not writable")
+        )
+    try:
+        import imageio_ffmpeg  # noqa: F401
+        import PIL  # noqa: F401  (the TensorBoard GIF; a dependency of imageio)
+    except ImportError as err:
+        problems.append(NOT_INSTALLED_MSG.format(key=key, value=str(path), err=err))
+    if problems:
+        raise ConfigError(problems)
+    return path
+
+
+def video_env(env_id: Any) -> tuple[gym.Env, float]:
+    """One env that renders rgb_array frames, and its real-time frame rate.
+
+    ``env_id``: a gymnasium id or an :class:`fleetrl.engines.AtariEnv` (built in
+    the gymnasium engine with its preprocessing, whatever its engine).
+    """
+    from fleetrl.engines import AtariEnv, _gym_atari, is_atari_id
+
+    if isinstance(env_id, str) and is_atari_id(env_id):
+        env_id = AtariEnv(env_id)
+    if isinstance(env_id, AtariEnv):
+        env = _gym_atari(env_id.env_id, env_id.atari, render_mode="rgb_array")
+        return env, ATARI_HZ / env_id.atari.frame_skip
+    if not isinstance(env_id, str):
+        raise EnvError(f"env={env_id!r} is invalid for a video: pass a gymnasium id or an AtariEnv")
+    try:
+        env = gym.make(env_id, render_mode="rgb_array")
+    except gym.error.Error as err:
+        raise EnvError(RENDER_MSG.format(env_id=env_id, err=err, hint="")) from None
+    fps = env.metadata.get("render_fps") or 30
+    return env, float(fps)
+
+
+def record_video(
+    policy: Any,
+    env_id: Any,
+    path: str | Path,
+    *,
+    num_episodes: int = 1,
+    seed: int = 0,
+    max_episode_steps: int | None = None,
+    clip: bool = False,
+) -> Video:
+    """Play ``num_episodes`` deterministic episodes of ``policy`` and write them to ``path``.
+
+    Args:
+        policy: a TensorDict policy (``None``: random actions).
+        env_id: a gymnasium id or an :class:`fleetrl.engines.AtariEnv`.
+        path: the mp4 to write (replaced atomically; checked with :func:`check_video_path`).
+        num_episodes: episodes in the video, one after the other on one env.
+        seed: episode ``i`` is seeded ``seed + i``.
+        max_episode_steps: truncate an episode after this many steps (None: the env's limit).
+        clip: also keep the downscaled frames for :func:`add_tensorboard_clip`.
+
+    Returns:
+        what was written (:class:`Video`).
+
+    Raises:
+        ConfigError: a bad ``path`` or ``num_episodes``.
+        EnvError: the env cannot render (e.g. MuJoCo without EGL).
+    """
+    from fleetrl.collectors import SyncDataCollector
+
+    path = check_video_path(path, "path")
+    if not isinstance(num_episodes, int) or num_episodes < 1:
+        raise ConfigError([f"num_episodes={num_episodes!r} is invalid: must be an int >= 1"])
+    env, fps = video_env(env_id)
+    name = getattr(env_id, "env_id", env_id)
+    tmp = path.with_name(f".{path.stem}.partial.mp4")
+    recorder = _FrameRecorder(env, name, num_episodes, _Mp4Writer(tmp, fps), clip, fps)
+    try:
+        with SyncDataCollector(
+            recorder,
+            policy,
+            frames_per_batch=32,  # at most 31 steps past the last episode, none rendered
+            exploration_type=ExplorationType.DETERMINISTIC,
+            max_frames_per_traj=max_episode_steps,
+        ) as collector:
+            collector.set_seed(seed)
+            while not recorder.done:
+                collector.next()
+        recorder.writer.close()
+        os.replace(tmp, path)
+    finally:
+        recorder.writer.close()
+        tmp.unlink(missing_ok=True)
+    h, w = recorder.writer.size
+    return Video(
+        path=path,
+        frames=recorder.writer.frames,
+        lengths=recorder.lengths,
+        returns=recorder.returns,
+        fps=fps,
+        height=h,
+        width=w,
+        clip=recorder.clip,
+    )
+
+
+def add_tensorboard_clip(writer: Any, tag: str, video: Video, step: int) -> None:
+    """Write ``video.clip`` to a torch ``SummaryWriter`` as an animated GIF image summary."""
+    from PIL import Image
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    if not video.clip:
+        raise ValueError("video.clip is empty: record_video(..., clip=True) keeps the frames")
+    every = max(1, math.ceil(video.fps / TB_MAX_FPS))
+    frames = [Image.fromarray(f) for f in video.clip[::every]]
+    buf = io.BytesIO()
+    frames[0].save(
+        buf,
+        format="GIF",
+        save_all=True,
+        append_images=frames[1:],
+        duration=round(1000 * every / video.fps),
+        loop=0,
+    )
+    h, w = video.clip[0].shape[:2]
+    image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue())
+    writer._get_file_writer().add_summary(
+        Summary(value=[Summary.Value(tag=tag, image=image)]), step
+    )
+
+
+def clip_stride(height: int, width: int) -> int:
+    """The integer stride that brings the longer side to at most :data:`TB_MAX_SIDE`."""
+    return max(1, math.ceil(max(height, width) / TB_MAX_SIDE))
+
+
+class _Mp4Writer:
+    """Streams RGB frames to an mp4 through imageio-ffmpeg (libx264, yuv420p)."""
+
+    def __init__(self, path: Path, fps: float):
+        self.path, self.fps = path, fps
+        self.frames = 0
+        self.size: tuple[int, int] = (0, 0)
+        self._shape: tuple[int, ...] | None = None
+        self._gen: Any = None
+
+    def write(self, frame: np.ndarray) -> None:
+        import imageio_ffmpeg
+
+        if self._gen is None:
+            self._shape = frame.shape
+            h, w = frame.shape[0] + frame.shape[0] % 2, frame.shape[1] + frame.shape[1] % 2
+            self.size = (h, w)
+            self._gen = imageio_ffmpeg.write_frames(
+                str(self.path),
+                (w, h),
+                fps=self.fps,
+                codec="libx264",
+                pix_fmt_in="rgb24",
+                pix_fmt_out="yuv420p",
+                macro_block_size=1,  # sizes are made even here; no resize
+                ffmpeg_log_level="error",
+            )
+            self._gen.send(None)
+        h, w = self.size
+        if frame.shape[:2] != (h, w):
+            frame = np.pad(frame, ((0, h - frame.shape[0]), (0, w - frame.shape[1]), (0, 0)))
+        self._gen.send(np.ascontiguousarray(frame))
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+            self._gen = None
+
+
+class _FrameRecorder(gym.Wrapper):
+    """Renders a frame at each episode's start and after each step, until ``num_episodes`` end.
+
+    A reset frame is held back until the episode's first step, so a reset that
+    is followed by another reset (the collector's, then its seeded one) leaves
+    no frame. Episode ``i`` after a seeded reset is seeded ``seed + i``.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        env_id: Any,
+        num_episodes: int,
+        writer: _Mp4Writer,
+        clip: bool,
+        fps: float,
+    ):
+        super().__init__(env)
+        self.env_id, self.num_episodes, self.writer = env_id, num_episodes, writer
+        self.keep_clip = clip
+        self.clip: list[np.ndarray] = []
+        self.lengths: list[int] = []
+        self.returns: list[float] = []
+        self._base: int | None = None
+        self._started = 0
+        self._steps = 0
+        self._return = 0.0
+        self._pending: np.ndarray | None = None
+        self._stride = 1
+        self._shape: tuple[int, ...] | None = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.lengths) >= self.num_episodes
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None:  # the collector's set_seed: episodes count from here
+            self._base, self._started = seed, 0
+        elif self._steps > 0 and not self.done:
+            self.lengths.append(self._steps)
+            self.returns.append(self._return)
+        if self.done:
+            return self.env.reset(options=options)
+        if self._base is not None:
+            seed = self._base + self._started
+        out = self.env.reset(seed=seed, options=options)
+        self._started += 1
+        self._steps, self._return = 0, 0.0
+        self._pending = self._render()
+        return out
+
+    def step(self, action: Any):
+        out = self.env.step(action)
+        if self.done:
+            return out
+        if self._pending is not None:
+            self._emit(self._pending)
+            self._pending = None
+        self._emit(self._render())
+        self._steps += 1
+        self._return += float(out[1])
+        return out
+
+    def _render(self) -> np.ndarray:
+        try:
+            frame = self.env.render()
+        except Exception as err:  # GL and display errors come in many types
+            raise EnvError(self._render_problem(err)) from err
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
+            raise EnvError(self._render_problem(f"render() returned {type(frame).__name__}"))
+        if self._shape is None:
+            self._shape = frame.shape
+            self._stride = clip_stride(*frame.shape[:2])
+        elif frame.shape != self._shape:
+            raise EnvError(
+                FRAME_SIZE_MSG.format(env_id=self.env_id, got=frame.shape, want=self._shape)
+            )
+        return frame
+
+    def _emit(self, frame: np.ndarray) -> None:
+        self.writer.write(frame)
+        if self.keep_clip:
+            s = self._stride
+            self.clip.append(np.ascontiguousarray(frame[::s, ::s]))
+
+    def _render_problem(self, err: Any) -> str:
+        mujoco = "mujoco" in type(self.env.unwrapped).__module__
+        hint = MUJOCO_HINT.format(gl=os.environ.get("MUJOCO_GL")) if mujoco else ""
+        return RENDER_MSG.format(env_id=self.env_id, err=err, hint=hint)
