@@ -2,7 +2,7 @@
 
 fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
-fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S]
+fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S] [--video OUT.mp4]
 fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes,
                atari_throughput,wire_unpack} [args ...]
 """
@@ -70,6 +70,12 @@ def _eval(args: argparse.Namespace) -> int:
     from fleetrl.engines import env_spec
     from fleetrl.trainer import evaluate
 
+    video = None
+    if args.video is not None:  # a path that cannot be written fails before any work
+        from fleetrl.video import check_video_path
+
+        video = check_video_path(args.video, "--video")
+    episodes = args.episodes or (1 if video else 20)
     target = Path(args.target)
     if target.is_dir():  # a run directory: its newest checkpoint that loads
         path, state = newest_checkpoint(target / "checkpoints")
@@ -84,17 +90,35 @@ def _eval(args: argparse.Namespace) -> int:
         raise CheckpointError(
             STATE_MISFIT.format(path=path, algorithm=config.algorithm, reason=_first_line(err))
         ) from None
-    returns = evaluate(
-        algorithm.policy,
-        spec,
-        args.episodes,
-        seed=args.seed,
-        max_episode_steps=config.env.max_episode_steps,
-    )
+    if video is not None:
+        from fleetrl.video import record_video
+
+        recorded = record_video(
+            algorithm.policy,
+            spec,
+            video,
+            num_episodes=episodes,
+            seed=args.seed,
+            max_episode_steps=config.env.max_episode_steps,
+        )
+        returns = torch.tensor(recorded.returns)
+    else:
+        returns = evaluate(
+            algorithm.policy,
+            spec,
+            episodes,
+            seed=args.seed,
+            max_episode_steps=config.env.max_episode_steps,
+        )
     print(
-        f"{path}: {config.algorithm} on {config.env.id}, {args.episodes} episodes, deterministic: "
+        f"{path}: {config.algorithm} on {config.env.id}, {episodes} episodes, deterministic: "
         f"mean return {returns.mean():.2f} +- {returns.std(unbiased=False):.2f}"
     )
+    if video is not None:
+        print(
+            f"video {video}: {recorded.frames} frames ({recorded.height}x{recorded.width}, "
+            f"{recorded.fps:g} fps), episode lengths {recorded.lengths}"
+        )
     return 0
 
 
@@ -140,8 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--run-dir", help="where to write logs and checkpoints")
     ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint (or a checkpoint file)")
     ev.add_argument("target", help="run directory or checkpoint file")
-    ev.add_argument("--episodes", type=int, default=20)
+    ev.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help="deterministic episodes (default 20; with --video 1), episode i seeded seed + i",
+    )
     ev.add_argument("--seed", type=int, default=12345)
+    ev.add_argument(
+        "--video",
+        metavar="OUT.mp4",
+        help="record the episodes to this mp4 (one rgb_array env; reset frame + one per step)",
+    )
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
     bench.add_argument(
         "name",
@@ -163,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train":
         args.overrides = [*args.overrides, *extra]
         _check_train_arguments(train, args)
-    if args.command == "eval" and args.episodes < 1:
+    if args.command == "eval" and args.episodes is not None and args.episodes < 1:
         ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)

@@ -44,6 +44,7 @@ from fleetrl.config_checks import (
     validate_batch_sizes,
     validate_collector,
     validate_overlap,
+    validate_video,
 )
 from fleetrl.errors import ConfigError
 from fleetrl.typed_yaml import (
@@ -257,6 +258,12 @@ class LoggingConfig:
     """show a progress bar on the terminal."""
     plot: bool = True
     """save learning_curve.png at the end."""
+    video_every: int | None = None
+    """every this many evaluations also record ``video_episodes`` deterministic episodes to
+    ``videos/eval_<frames>.mp4`` and TensorBoard's ``eval/video`` (0 or null: never); needs
+    ``trainer.test_every`` > 0 and the ``video`` extra (imageio, imageio-ffmpeg)."""
+    video_episodes: int = 1
+    """episodes in each such video (episode i seeded as the evaluation's env i)."""
 
 
 @dataclass
@@ -354,6 +361,7 @@ def _validate(cfg: Config, problems: list[str]) -> None:
         check(ok(value), key, value, allowed)
     validate_collector(cfg.collector, check.section("collector"))
     validate_overlap(cfg, check)
+    validate_video(cfg, check)
     validate_batch_sizes(cfg, check)
     _validate_scheme(cfg, check.section("scheme"))
     cls = classes.get(cfg.algorithm)

@@ -30,6 +30,7 @@ __all__ = [
     "validate_batch_sizes",
     "validate_collector",
     "validate_overlap",
+    "validate_video",
 ]
 
 #: the batch-size rule in config keys (fleetrl.batch_sizes)
@@ -77,6 +78,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "trainer.seed": (_at_least(0), "must be >= 0"),
     "trainer.test_every": (_at_least(0), "must be >= 0 (0: off)"),
     "trainer.checkpoint_every": (_at_least(0), "must be >= 0 (0: off)"),
+    "logging.video_every": (_at_least(0, null=True), "must be >= 0 (0 or null: no videos)"),
+    "logging.video_episodes": (_above(0), "must be > 0"),
     "scheme.num_grad_workers": (_at_least(1), "must be >= 1"),
     "scheme.max_policy_lag": (_at_least(0), "must be >= 0"),
     "scheme.num_threads_per_grad_worker": (
@@ -116,6 +119,24 @@ def validate_overlap(cfg: Config, check: Checks) -> None:
             f"'envpool' and an even env.num_envs >= 2 (here env.engine={e.engine!r}, "
             f"env.num_envs={e.num_envs}); use auto or off",
         )
+
+
+def validate_video(cfg: Config, check: Checks) -> None:
+    """Evaluation videos need evaluations, and imageio-ffmpeg to write them."""
+    every = cfg.logging.video_every
+    if not isinstance(every, int) or every <= 0:
+        return
+    check(
+        cfg.trainer.test_every > 0,
+        "logging.video_every",
+        every,
+        "records every N-th evaluation: needs trainer.test_every > 0 "
+        f"(here trainer.test_every={cfg.trainer.test_every})",
+    )
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError as err:
+        check(False, "logging.video_every", every, f"needs pip install 'fleetrl[video]' ({err})")
 
 
 def validate_batch_sizes(cfg: Config, check: Checks) -> None:

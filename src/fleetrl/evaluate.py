@@ -18,8 +18,11 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,7 +32,12 @@ from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config
 from fleetrl.engines import env_spec
 
+if TYPE_CHECKING:
+    from fleetrl.video import Video
+
 __all__ = ["EVAL_METRICS", "Evaluator", "evaluate", "plot_learning_curve"]
+
+logger = logging.getLogger(__name__)
 
 #: the metrics of one evaluation
 EVAL_METRICS = ("eval/return_mean", "eval/return_std")
@@ -100,9 +108,7 @@ class Evaluator:
     def __call__(self, policy: Any, *, frames: int, iterations: int) -> dict[str, float]:
         """Evaluate ``policy``; returns the ``eval/`` metrics and records the mean in :attr:`history`."""
         t = self.config.trainer
-        # evaluation seeds torch for its own envs; training's random stream must not notice
-        numpy_state = np.random.get_state()
-        with torch.random.fork_rng(devices=[]):
+        with _own_random_stream():
             returns = evaluate(
                 policy,
                 env_spec(self.config.env),
@@ -110,10 +116,69 @@ class Evaluator:
                 seed=t.seed + EVAL_SEED_OFFSET + iterations,
                 max_episode_steps=self.config.env.max_episode_steps,
             )
-        np.random.set_state(numpy_state)
         mean = float(returns.mean())
         self.history.append((frames, mean))
         return dict(zip(EVAL_METRICS, (mean, float(returns.std(unbiased=False)))))
+
+    def video_due(self, iterations: int) -> bool:
+        """Whether the evaluation at ``iterations`` is one that ``logging.video_every`` records."""
+        every = self.config.logging.video_every
+        return (
+            bool(every)
+            and self.due(iterations)
+            and (iterations // self.config.trainer.test_every) % every == 0
+        )
+
+    def record_video(
+        self, policy: Any, *, frames: int, iterations: int, run_dir: Path, writer: Any = None
+    ) -> Video:
+        """Record ``logging.video_episodes`` deterministic episodes to
+        ``run_dir/videos/eval_<frames>.mp4`` (and to TensorBoard through ``writer``).
+
+        Episode ``i`` is the one this iteration's evaluation played on its env ``i``.
+        A file of that name is never replaced (a resumed run that evaluates at the
+        same frames again writes ``eval_<frames>_2.mp4``).
+        """
+        from fleetrl.video import TB_VIDEO_TAG, add_tensorboard_clip, record_video
+
+        path = _free_video_path(Path(run_dir) / "videos", frames)
+        t = self.config.trainer
+        with _own_random_stream():
+            video = record_video(
+                policy,
+                env_spec(self.config.env),
+                path,
+                num_episodes=self.config.logging.video_episodes,
+                seed=t.seed + EVAL_SEED_OFFSET + iterations,
+                max_episode_steps=self.config.env.max_episode_steps,
+                clip=writer is not None,
+            )
+        if writer is not None:
+            add_tensorboard_clip(writer, TB_VIDEO_TAG, video, frames)
+        logger.info("evaluation video %s: %d frames", video.path, video.frames)
+        return video
+
+
+@contextlib.contextmanager
+def _own_random_stream() -> Iterator[None]:
+    """Evaluation seeds torch (and numpy) for its own envs; training's random stream must not
+    notice."""
+    numpy_state = np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        yield
+    np.random.set_state(numpy_state)
+
+
+def _free_video_path(videos: Path, frames: int) -> Path:
+    """``videos/eval_<frames>.mp4`` (12 digits, as checkpoints), or with ``_2``, ``_3``, ...
+    when a file of that name exists already: an earlier video is never replaced."""
+    videos.mkdir(parents=True, exist_ok=True)
+    stem = f"eval_{frames:012d}"
+    path, k = videos / f"{stem}.mp4", 1
+    while path.exists():
+        k += 1
+        path = videos / f"{stem}_{k}.mp4"
+    return path
 
 
 def plot_learning_curve(

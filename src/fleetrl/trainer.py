@@ -43,6 +43,7 @@ from fleetrl.checkpoint import (
     load_checkpoint,
 )
 from fleetrl.config import Config, Schedule, check_config, config_to_dict, read_yaml_mapping
+from fleetrl.engines import env_spec
 from fleetrl.errors import ConfigError
 from fleetrl.evaluate import Evaluator, evaluate, plot_learning_curve
 from fleetrl.metrics import MetricLogger
@@ -109,6 +110,10 @@ class Trainer:
         self.run_dir = Path(run_dir or config.logging.run_dir or default_run_dir(config))
         # everything that can refuse the run is checked before the run directory is made
         check_config(config)  # a Config built by hand was never validated
+        if config.logging.video_every:  # an env that cannot render fails now, not at its video
+            from fleetrl.video import check_rendering
+
+            check_rendering(env_spec(config.env), "logging.video_every", config.logging.video_every)
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules
@@ -323,7 +328,17 @@ class Trainer:
         return last
 
     def _evaluate(self) -> dict[str, float]:
-        return self.evaluator(self.algorithm.policy, frames=self.frames, iterations=self.iterations)
+        policy = self.algorithm.policy
+        metrics = self.evaluator(policy, frames=self.frames, iterations=self.iterations)
+        if self.evaluator.video_due(self.iterations):  # logging.video_every
+            self.evaluator.record_video(
+                policy,
+                frames=self.frames,
+                iterations=self.iterations,
+                run_dir=self.run_dir,
+                writer=self.metrics.writer,
+            )
+        return metrics
 
     def plot(self) -> Path:
         """learning_curve.png: training return (and evaluation return) against frames."""

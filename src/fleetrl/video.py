@@ -65,6 +65,7 @@ __all__ = [
     "TB_VIDEO_TAG",
     "Video",
     "add_tensorboard_clip",
+    "check_rendering",
     "check_video_path",
     "record_video",
     "video_env",
@@ -170,6 +171,22 @@ def video_env(env_id: Any) -> tuple[gym.Env, float]:
         raise EnvError(RENDER_MSG.format(env_id=env_id, err=err, hint="")) from None
     fps = env.metadata.get("render_fps") or 30
     return env, float(fps)
+
+
+def check_rendering(env_id: Any, key: str, value: Any) -> None:
+    """Build the video env, reset it and render one frame; a ConfigError naming ``key`` if
+    that fails (before a run starts, not at its first video)."""
+    try:
+        env, _ = video_env(env_id)
+    except EnvError as err:
+        raise ConfigError([f"{key}={value!r} is invalid: {err}"]) from None
+    recorder = _FrameRecorder(env, getattr(env_id, "env_id", env_id), 1, None, False, 1.0)
+    try:
+        recorder.reset(seed=0)
+    except EnvError as err:
+        raise ConfigError([f"{key}={value!r} is invalid: {err}"]) from None
+    finally:
+        env.close()
 
 
 def record_video(
@@ -321,7 +338,7 @@ class _FrameRecorder(gym.Wrapper):
         env: gym.Env,
         env_id: Any,
         num_episodes: int,
-        writer: _Mp4Writer,
+        writer: _Mp4Writer | None,
         clip: bool,
         fps: float,
     ):
