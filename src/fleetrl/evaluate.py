@@ -6,7 +6,8 @@ checkpoint. :class:`Evaluator` is the Trainer's side: every
 ``trainer.test_every`` training iterations it evaluates the current policy
 without touching training's random stream, and keeps the history of
 ``(frames, mean return)`` that checkpoints hold and :func:`plot_learning_curve`
-draws.
+draws. Every ``logging.video_every`` evaluations it also films the episodes
+the evaluation played (:meth:`Evaluator.record_video`, :mod:`fleetrl.video`).
 
 Examples:
     Two episodes of a random policy (``None``), each cut at 20 steps:
