@@ -10,6 +10,7 @@ import gymnasium as gym
 import imageio_ffmpeg
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from fleetrl.cli import main
@@ -269,3 +270,27 @@ def test_video_every_writes_mp4s_and_tensorboard_clips_and_eval_video_records(tm
     assert stray.read_bytes() == b"a crashed run's video"
     assert len(decode(run / "videos" / "eval_000000000768_2.mp4")[0]) > 1
     assert [step for step, _ in tensorboard_clips(run)] == [256, 512, 768]
+
+
+def test_recording_leaves_the_training_random_state_alone(tmp_path):
+    from fleetrl.trainer import Trainer
+
+    overrides = [*VIDEO_RUN, "logging.tensorboard=false"]
+    trainer = Trainer(load_config(PPO, overrides), run_dir=tmp_path / "run")
+    trainer.iterations = 1  # the first evaluation: due, and filmed
+    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+    assert trainer.evaluator.video_due(1)
+    trainer._evaluate()
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state))
+    assert [p.name for p in (tmp_path / "run" / "videos").iterdir()] == ["eval_000000000000.mp4"]
+
+
+@pytest.mark.parametrize("every, filmed", [(1, [1, 2, 3, 4]), (2, [2, 4]), (3, [3]), (0, [])])
+def test_video_every_films_every_nth_evaluation(every, filmed):
+    from fleetrl.evaluate import Evaluator
+
+    config = load_config(PPO, [*VIDEO_RUN, "trainer.test_every=2", f"logging.video_every={every}"])
+    evaluator = Evaluator(config)
+    # evaluations at iterations 2, 4, 6, 8: the 1st, 2nd, 3rd, 4th
+    assert [i // 2 for i in range(1, 9) if evaluator.video_due(i)] == filmed

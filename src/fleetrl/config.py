@@ -260,7 +260,7 @@ class LoggingConfig:
     """save learning_curve.png at the end."""
     video_every: int | None = None
     """every this many evaluations also record ``video_episodes`` deterministic episodes to
-    ``videos/eval_<frames>.mp4`` and TensorBoard's ``eval/video`` (0 or null: never); needs
+    ``videos/eval_<frames>.mp4`` and (with ``tensorboard``) ``eval/video`` (0 or null: never); needs
     ``trainer.test_every`` > 0 and the ``video`` extra (imageio, imageio-ffmpeg)."""
     video_episodes: int = 1
     """episodes in each such video (episode i seeded as the evaluation's env i)."""
