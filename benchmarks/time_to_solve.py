@@ -10,6 +10,7 @@ read from the run. Medians over the seeds.
                                                         # ray[rllib] into benchmarks/.rllib-venv
                                                         # on first use)
     python benchmarks/time_to_solve.py --only appo,ppo-dist --seeds 0 1   # a cheap tuning run
+    python benchmarks/time_to_solve.py --only appo --set appo.num_epochs=2  # try a setting
 
 The contestants (``--only`` takes their keys, comma-separated):
 
@@ -191,9 +192,10 @@ class Contestant:
     runners: int = 2
     """rllib: remote env runners (0: sample in the learner process, 16 envs)."""
 
-    def run(self, seed: int, budget: int) -> dict:
+    def run(self, seed: int, budget: int, extra: list[str] | None = None) -> dict:
+        """One seed to the target; ``extra``: key=value overrides added for fleetrl."""
         if self.library == "fleetrl":
-            return run_fleetrl(seed, budget, self.overrides, self.config)
+            return run_fleetrl(seed, budget, [*self.overrides, *(extra or [])], self.config)
         return run_rllib(ensure_rllib_venv(), seed, budget, self.runners, self.algo)
 
 
@@ -265,13 +267,21 @@ def main() -> None:
         default=None,
         help=f"comma-separated contestants to run (default: all; of {', '.join(CONTESTANTS)})",
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every fleetrl contestant (repeatable; for tuning with --only)",
+    )
     args = parser.parse_args()
     keys = select(args.only, args.rllib)
 
     results: dict[str, list[dict]] = {}
     for key in keys:
         contestant = CONTESTANTS[key]
-        results[key] = [contestant.run(seed, args.budget) for seed in args.seeds]
+        results[key] = [contestant.run(seed, args.budget, args.overrides) for seed in args.seeds]
         print(f"{contestant.name}: {results[key]}", flush=True)
 
     rows, summary = [], {}
