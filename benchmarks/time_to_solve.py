@@ -61,7 +61,10 @@ start = time.time()
 algo_name, seed, target, budget, runners = (
     sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
 import ray
-ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+# APPO's learner is a remote actor of its own (RLlib's default for IMPALA/APPO: num_learners=1,
+# one CPU): 2 env runners + the learner need 3 CPU slots, on the same 2 cores
+ray.init(num_cpus=2 if algo_name == "ppo" else runners + 1, include_dashboard=False,
+         logging_level="ERROR")
 envs = 8 if runners else 16
 if algo_name == "ppo":
     from ray.rllib.algorithms.ppo import PPOConfig
