@@ -282,9 +282,17 @@ def main() -> None:
     keys = select(args.only, args.rllib)
 
     results: dict[str, list[dict]] = {}
+    failed: dict[str, str] = {}
     for key in keys:
         contestant = CONTESTANTS[key]
-        results[key] = [contestant.run(seed, args.budget, args.overrides) for seed in args.seeds]
+        try:
+            results[key] = [
+                contestant.run(seed, args.budget, args.overrides) for seed in args.seeds
+            ]
+        except RuntimeError as err:  # one broken contestant must not lose the others' figures
+            failed[contestant.name] = str(err)[-1000:]
+            print(f"{contestant.name} FAILED: {failed[contestant.name]}", flush=True)
+            continue
         print(f"{contestant.name}: {results[key]}", flush=True)
 
     rows, summary = [], {}
@@ -319,6 +327,7 @@ def main() -> None:
     )
     found = ratios({s["key"]: s["median_wall_s"] for s in summary.values()})
     summary["ratios"] = found
+    summary["failed"] = failed
     if found:
         print()
     for name, ratio in found.items():
