@@ -21,20 +21,10 @@ from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.algorithms.base import Algorithm, flatten_valid
+from fleetrl.collectors.replay import TRANSITION_KEYS
 from fleetrl.config import AlgorithmConfig, Checks, Config
 
 __all__ = ["TRANSITION_KEYS", "ReplayAlgorithm", "ReplayConfig"]
-
-#: what an off-policy loss reads from a transition (policy outputs are not stored)
-TRANSITION_KEYS = (
-    "observation",
-    "action",
-    ("next", "observation"),
-    ("next", "reward"),
-    ("next", "done"),
-    ("next", "terminated"),
-    ("next", "truncated"),
-)
 
 
 class ReplayConfig(AlgorithmConfig):
