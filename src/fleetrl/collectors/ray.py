@@ -526,6 +526,11 @@ class RayCollector(DataCollectorBase):
         return len(self._slots)
 
     @property
+    def frames_in_flight(self) -> int:
+        """Frames of the tasks issued and not yet served (those owed by a dead worker included)."""
+        return self._pool.issued if self._pool is not None else 0
+
+    @property
     def policy_version(self) -> int:
         return self._weights.version if self._weights else 0
 
