@@ -29,7 +29,8 @@ Weights are published every ``trainer.weight_update_interval`` optimizer
 steps (in the alternating mode: every that many batches); each worker
 receives the newest version with its next task. An *iteration* (a metrics
 row) is ``frames_per_batch`` frames written or more, with the updates taken
-meanwhile. ``train/policy_lag`` is the learner's version minus the version of
+meanwhile (the updates still owed then are taken in the next one).
+``train/policy_lag`` is the learner's version minus the version of
 the newest progress record when each step is taken.
 
 Checkpoints hold the actor's buffer where the alternating mode holds its own
@@ -207,14 +208,14 @@ class DecoupledLearner:
                     break
                 self._update(owed, it)  # the budget's last frames: every update they allow
                 continue
+            if frames >= self.frames_per_batch:
+                break  # the updates still owed are taken in the next iteration
             if owed > 0:
                 self._update(owed, it)
                 # behind the ratio: take what is done, issuing only within the frames ahead
                 ahead = self.written + self.collector.frames_in_flight - self._frames_needed()
                 frames += self._take(self.collector.poll(0.0, issue=ahead < self.frames_ahead), it)
                 continue
-            if frames >= self.frames_per_batch:
-                break
             # ahead of the ratio: wait for the workers
             start = time.perf_counter()
             records = self.collector.poll(None)
