@@ -5,6 +5,7 @@ from fleetrl.collectors import (
     DataCollectorBase,
     EpisodeStats,
     RayCollector,
+    RemoteReplayBuffer,
     SyncDataCollector,
     episode_stats,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "PolicyError",
     "RandomPolicy",
     "RayCollector",
+    "RemoteReplayBuffer",
     "SyncDataCollector",
     "Trainer",
     "WorkerError",

@@ -37,12 +37,15 @@ def make_collector(
     total_frames: int,
     seed: int | None,
     init_random_frames: int = -1,
+    replay_buffer: Any = None,
 ) -> Any:
     """Remote collectors (a RayCollector), or with ``collector.num_collectors: 0`` a local
     SyncDataCollector acting with ``policy`` itself (no Ray).
 
     ``seed=None`` leaves the collector unseeded, for a caller that loads its
     saved state instead (seeding resets every env and torch's generator).
+    ``replay_buffer``: the remote collectors write into it (decoupled mode,
+    first ready: ``collector.sync`` is not used).
     """
     c, e = config.collector, config.env
     if c.num_collectors == 0:
@@ -68,7 +71,7 @@ def make_collector(
             total_frames=total_frames,
             num_collectors=c.num_collectors,
             num_workers_per_collector=e.num_envs,
-            sync=c.sync,
+            sync=c.sync and replay_buffer is None,
             prefetch=c.prefetch,
             compress=c.compress,
             fraction_samples=c.fraction_samples,
@@ -81,6 +84,7 @@ def make_collector(
             collector_kwargs={"overlap": c.overlap},
             remote_configs={"num_cpus": c.num_cpus_per_collector},
             ray_init_config={"address": c.address} if c.address else None,
+            replay_buffer=replay_buffer,
         )
     if seed is not None:
         collector.set_seed(seed)

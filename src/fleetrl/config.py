@@ -43,6 +43,7 @@ from fleetrl.config_checks import (
     RANGES,
     validate_batch_sizes,
     validate_collector,
+    validate_decoupled,
     validate_overlap,
     validate_video,
 )
@@ -190,6 +191,15 @@ class CollectorConfig:
     """step one half of the envs while the policy acts on the other: 'auto' (or null) where
     measured faster (env.engine ale_vector or envpool, an even env.num_envs), 'on' (or true)
     required, 'off' (or false)."""
+    decoupled: bool = False
+    """off-policy (dqn, sac), central learner: the remote collectors write straight into a
+    replay buffer actor and keep collecting while the learner samples and updates, at
+    updates_per_batch / frames_per_batch updates per frame written (first ready: collector.sync
+    is not used); weights are published every trainer.weight_update_interval updates."""
+    decoupled_frames_ahead: int | None = None
+    """decoupled: frames the collectors may write beyond what the learner's updates so far
+    need at the ratio; past it no new task is issued until the learner catches up (null: one
+    frames_per_batch per collector)."""
 
 
 @dataclass
@@ -203,7 +213,8 @@ class TrainerConfig:
     seed: int = 0
     """seed of torch, the envs and the collectors."""
     weight_update_interval: int = 1
-    """publish weights to the collectors every this many batches learned from."""
+    """publish weights to the collectors every this many batches learned from
+    (collector.decoupled: every this many updates)."""
     test_every: int = 10
     """evaluate every this many training iterations (0: never). An iteration is one metrics
     row: one batch for the central learner, one batch per gradient worker under a scheme."""
@@ -362,6 +373,7 @@ def _validate(cfg: Config, problems: list[str]) -> None:
     validate_collector(cfg.collector, check.section("collector"))
     validate_overlap(cfg, check)
     validate_video(cfg, check)
+    validate_decoupled(cfg, check, classes)
     validate_batch_sizes(cfg, check)
     _validate_scheme(cfg, check.section("scheme"))
     cls = classes.get(cfg.algorithm)

@@ -29,6 +29,7 @@ __all__ = [
     "RANGES",
     "validate_batch_sizes",
     "validate_collector",
+    "validate_decoupled",
     "validate_overlap",
     "validate_video",
 ]
@@ -59,6 +60,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "collector.num_threads": (_at_least(1, null=True), "must be >= 1, or null for torch's default"),
     "collector.num_cpus_per_collector": (_at_least(0), "must be >= 0"),
     "collector.max_policy_lag": (_at_least(0, null=True), "must be null (no bound) or >= 0"),
+    "collector.decoupled_frames_ahead": (_above(0, null=True), "must be > 0, or null"),
     "collector.max_restart_attempts": (
         _at_least(0),
         "must be >= 0 (0: a collector worker's death ends the run)",
@@ -139,12 +141,59 @@ def validate_video(cfg: Config, check: Checks) -> None:
         check(False, "logging.video_every", every, f"needs pip install 'fleetrl[video]' ({err})")
 
 
+#: what ``collector.decoupled: true`` needs, said after the value
+DECOUPLED_NEEDS = {
+    "algorithm": "collector.decoupled=true needs an off-policy algorithm ({allowed}): the "
+    "learner samples a replay buffer the collectors write",
+    "collector.num_collectors": "collector.decoupled=true needs remote collectors (>= 1): "
+    "they write into the replay buffer actor",
+    "scheme.num_grad_workers": "collector.decoupled=true runs the central learner: needs 1",
+    "collector.max_policy_lag": "collector.decoupled=true writes every batch into the replay "
+    "buffer as it is collected: needs null",
+}
+
+
+def validate_decoupled(cfg: Config, check: Checks, classes: dict[str, type]) -> None:
+    """``collector.decoupled: true``: remote collectors, an off-policy algorithm, the central
+    learner, no lag bound."""
+    if not cfg.collector.decoupled:
+        return
+    off_policy = sorted(name for name, cls in classes.items() if not cls.on_policy)
+    cls = classes.get(cfg.algorithm)
+    check(
+        cls is None or not cls.on_policy,
+        "algorithm",
+        cfg.algorithm,
+        DECOUPLED_NEEDS["algorithm"].format(allowed=", ".join(off_policy)),
+    )
+    c = cfg.collector
+    check(
+        c.num_collectors >= 1,
+        "collector.num_collectors",
+        c.num_collectors,
+        DECOUPLED_NEEDS["collector.num_collectors"],
+    )
+    check(
+        cfg.scheme.num_grad_workers == 1,
+        "scheme.num_grad_workers",
+        cfg.scheme.num_grad_workers,
+        DECOUPLED_NEEDS["scheme.num_grad_workers"],
+    )
+    check(
+        c.max_policy_lag is None,
+        "collector.max_policy_lag",
+        c.max_policy_lag,
+        DECOUPLED_NEEDS["collector.max_policy_lag"],
+    )
+
+
 def validate_batch_sizes(cfg: Config, check: Checks) -> None:
     """The one batch-size rule (fleetrl.batch_sizes), in config keys."""
     c, t = cfg.collector, cfg.trainer
     check(c.frames_per_batch > 0, "collector.frames_per_batch", c.frames_per_batch, "must be > 0")
     check(t.total_frames > 0, "trainer.total_frames", t.total_frames, "must be > 0")
-    remote_sync = c.sync and c.num_collectors > 0  # a sync RayCollector splits each batch
+    # a sync RayCollector splits each batch (decoupled collection is first ready)
+    remote_sync = c.sync and c.num_collectors > 0 and not c.decoupled
     for problem in batch_size_problems(
         frames_per_batch=c.frames_per_batch,
         total_frames=t.total_frames,

@@ -29,7 +29,7 @@ all-reduce takes the same step, bit for bit.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -289,8 +289,13 @@ class Algorithm(abc.ABC):
 
     def learn(self, batch: TensorDictBase) -> dict[str, float]:
         """Train on one collected batch; returns the mean of each logged value."""
+        return self.update_on(self.gradient_batches(batch))
+
+    def update_on(self, minibatches: Iterable[TensorDictBase]) -> dict[str, float]:
+        """One optimizer step per minibatch (each followed by :meth:`after_update`); returns
+        the mean of each logged value."""
         info = InfoMean()
-        for minibatch in self.gradient_batches(batch):
+        for minibatch in minibatches:
             flat, step_info = self.flat_gradients(minibatch)
             norm = self._step(self._codec.split(flat, copy=False))  # no copy: the array is ours
             self.after_update()

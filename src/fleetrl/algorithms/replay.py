@@ -5,7 +5,10 @@ transitions into a torchrl replay buffer and, once ``start_steps`` frames were
 seen, yields ``update_every`` sampled minibatches; each optimizer step is
 followed by a target-network update (:meth:`ReplayAlgorithm.after_update`).
 The buffer is part of the checkpoint, so a resumed run learns from the same
-data.
+data. In decoupled mode (``collector.decoupled``) the buffer lives in a Ray
+actor that the collectors write to (:mod:`fleetrl.scheme.decoupled`); the
+learner counts its frames with :meth:`ReplayAlgorithm.take_frames` and
+checkpoints that buffer in the same place.
 
 In the distributed scheme each gradient worker keeps its own buffer and sees
 1/G of the frames; ``frame_scale = G`` makes ``start_steps`` and annealing
@@ -21,20 +24,10 @@ from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.algorithms.base import Algorithm, flatten_valid
+from fleetrl.collectors.replay import TRANSITION_KEYS
 from fleetrl.config import AlgorithmConfig, Checks, Config
 
 __all__ = ["TRANSITION_KEYS", "ReplayAlgorithm", "ReplayConfig"]
-
-#: what an off-policy loss reads from a transition (policy outputs are not stored)
-TRANSITION_KEYS = (
-    "observation",
-    "action",
-    ("next", "observation"),
-    ("next", "reward"),
-    ("next", "done"),
-    ("next", "terminated"),
-    ("next", "truncated"),
-)
 
 
 class ReplayConfig(AlgorithmConfig):
@@ -82,6 +75,16 @@ class ReplayAlgorithm(Algorithm):
             return
         for _ in range(self.update_every):
             yield self.buffer.sample()
+
+    def take_frames(self, frames: int, buffer_size: int) -> None:
+        """Count ``frames`` written to a replay buffer outside this algorithm (decoupled
+        collection, :mod:`fleetrl.scheme.decoupled`): the schedules advance as if they were
+        stored here, and ``buffer_size`` is what :attr:`batch_info` reports."""
+        self.frames_seen += frames
+        self.batch_info = {
+            **self.on_frames(frames * self.frame_scale),
+            "train/buffer_size": float(buffer_size),
+        }
 
     def after_update(self) -> None:
         self.target_updater.step()

@@ -103,6 +103,8 @@ class WorkerPool:
         devices: the device arguments, one list per name (one value per collector).
         common: the collector arguments every worker gets.
         max_restart_attempts: replacements of a dead worker tried in a row.
+        replay_buffer: a replay buffer actor's handle the workers extend with
+            their batches (they then return progress records), or None.
     """
 
     def __init__(
@@ -123,7 +125,9 @@ class WorkerPool:
         devices: dict[str, list[Any]],
         common: dict[str, Any],
         max_restart_attempts: int,
+        replay_buffer: Any = None,
     ):
+        self.replay_buffer = replay_buffer  # an actor handle the workers extend, or None
         self.weights = weights
         self.policy_ref = policy_ref
         self.collector_class = collector_class
@@ -191,6 +195,7 @@ class WorkerPool:
             self.weights.board if self.weights else None,
             self.max_weight_update_interval,
             num_threads=self.num_threads,
+            replay_buffer=self.replay_buffer,
         )
 
     def _wait_ready(self, slots: list[Slot]) -> None:

@@ -38,6 +38,15 @@ task is issued again with the current weights, so frames stay exact (the
 discarded frames are collected again, never counted). With k below
 ``prefetch`` most prefetched batches are discarded: choose ``k >= prefetch``.
 
+Replay buffer (``replay_buffer=``, decoupled off-policy collection as in
+Ape-X): each worker extends a replay buffer actor
+(:mod:`fleetrl.collectors.replay`) with its batch's transitions itself, and
+the iterator (and :meth:`RayCollector.poll`) yields one progress record per
+task instead of the batch: frames written, the buffer's write count, worker
+id, policy version and the episodes that ended. Frames stay exact: the
+records' ``frames`` sum to ``total_frames``, and so do the buffer's writes.
+First-ready only (``sync=False``).
+
 Weights: see :meth:`RayCollector.update_policy_weights_`. torchrl 0.14's newer
 arguments have torchrl's meaning (:mod:`fleetrl.collectors.arguments`).
 
@@ -84,6 +93,7 @@ from fleetrl.collectors.ray_checks import (
     init_ray,
     put_policy,
 )
+from fleetrl.collectors.replay import buffer_handle, check_replay_buffer, progress_record
 from fleetrl.collectors.restarts import DEFAULT_MAX_RESTART_ATTEMPTS
 from fleetrl.collectors.rounds import SyncRounds
 from fleetrl.collectors.served import ServedStats
@@ -91,14 +101,19 @@ from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
-from fleetrl.errors import Problems
+from fleetrl.errors import ConfigError, Problems
 from fleetrl.policies import as_weights, policy_weights
 from fleetrl.wire import unpack_batch
 
 # the messages of the bounds are re-exported here, where tests and callers found them
-__all__ = ["MAX_POLICY_LAG_ALLOWED", "MAX_RESTART_ATTEMPTS_ALLOWED", "RayCollector"]
+__all__ = ["MAX_POLICY_LAG_ALLOWED", "MAX_RESTART_ATTEMPTS_ALLOWED", "POLL_MSG", "RayCollector"]
 
 logger = logging.getLogger(__name__)
+
+POLL_MSG = (
+    "RayCollector.poll serves first-ready tasks one by one: it needs sync=False and "
+    "trajs_per_batch=None (here sync={sync}, trajs_per_batch={trajs}); iterate instead"
+)
 
 
 class RayCollector(DataCollectorBase):
@@ -171,6 +186,12 @@ class RayCollector(DataCollectorBase):
             :class:`SyncDataCollector`, on each worker (the factory is called there).
         trajs_per_batch: batches of this many whole trajectories, assembled in
             this process from every worker's batches (``postproc`` runs first).
+        replay_buffer: a :class:`~fleetrl.collectors.replay.RemoteReplayBuffer`
+            (or a replay buffer actor's handle) that the workers extend with
+            their batches' valid transitions; the iterator then yields progress
+            records (see the module docstring). Needs ``sync=False`` and no
+            ``trajs_per_batch``, ``split_trajs``, ``postproc`` or
+            ``max_policy_lag``. The buffer is the caller's: shutdown leaves it.
 
     Examples:
         >>> collector = RayCollector("CartPole-v1", None, frames_per_batch=400,
@@ -219,6 +240,7 @@ class RayCollector(DataCollectorBase):
         compile_policy: bool | dict[str, Any] | None = None,
         cudagraph_policy: bool | dict[str, Any] | None = None,
         set_truncated: bool = False,
+        replay_buffer: Any = None,
     ):
         super().__init__()
         self.state = CollectorState.CLOSED  # READY once every actor is up
@@ -228,6 +250,17 @@ class RayCollector(DataCollectorBase):
         self._rounds: SyncRounds | None = None  # sync mode's rounds in flight
         p = Problems()
         check_bounds(p, max_policy_lag, max_restart_attempts)
+        check_replay_buffer(
+            p,
+            replay_buffer,
+            sync=sync,
+            trajs_per_batch=trajs_per_batch,
+            split_trajs=split_trajs,
+            postproc=postproc,
+            max_policy_lag=max_policy_lag,
+        )
+        #: the buffer the workers extend (their tasks then yield progress records), or None
+        self.replay_buffer = replay_buffer
         features = {
             "policy_factory": policy_factory,
             "compile_policy": compile_policy,
@@ -328,6 +361,7 @@ class RayCollector(DataCollectorBase):
                 devices=devices,
                 common=common,
                 max_restart_attempts=max_restart_attempts,
+                replay_buffer=None if replay_buffer is None else buffer_handle(replay_buffer),
             )
             self._rounds = SyncRounds(
                 self._pool,
@@ -357,6 +391,8 @@ class RayCollector(DataCollectorBase):
     def _receive(self, result: TaskResult, worker: int) -> TensorDictBase:
         self._pool.slots[worker].frames += result.frames
         self._served.account(result, self._weights.version)
+        if result.progress is not None:  # the worker wrote the batch into the replay buffer
+            return progress_record(result, worker)
         return unpack_batch(result.batch)  # one copy per leaf, into fresh writable memory
 
     # ------------------------------------------------------------ iteration
@@ -374,6 +410,9 @@ class RayCollector(DataCollectorBase):
         batch = self._next_sync() if self.sync else self._next_async()
         if batch is None:
             return None
+        return self._served_batch(batch)
+
+    def _served_batch(self, batch: TensorDictBase) -> TensorDictBase:
         self._yielded = True
         self._served.counts["batches"] += 1
         if self.split_trajs:
@@ -417,6 +456,50 @@ class RayCollector(DataCollectorBase):
             return batch
         return None
 
+    def poll(self, timeout: float | None = 0.0, *, issue: bool = True) -> list[TensorDictBase]:
+        """The batches (progress records, with a replay buffer) of every task done now.
+
+        First-ready mode only: the non-blocking twin of iterating, for a learner
+        that collects while it learns. Tasks are topped up to ``max(1, prefetch)``
+        per worker first, as iteration does, unless ``issue=False`` (a learner
+        that holds collection back lets the workers run dry). ``timeout``: how
+        long to wait for the first task to finish (0: not at all, None: until
+        one does); an empty list when none did or the budget is spent.
+        ``update_after_each_batch`` is not applied here: the caller publishes.
+
+        Examples:
+            >>> progress = collector.poll()  # doctest: +SKIP
+            >>> frames = sum(int(p["frames"]) for p in progress)  # doctest: +SKIP
+        """
+        self._check_open()
+        if self.sync or self._trajs is not None:
+            raise ConfigError([POLL_MSG.format(sync=self.sync, trajs=self.trajs_per_batch)])
+        pool = self._pool
+        pool.revive_dead()
+        if issue:
+            self._top_up_async(max(1, self.prefetch))
+        refs = list(pool.pending)
+        if not refs:
+            return []
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready:  # and every other task that is done by now
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        served = []
+        for ref in ready:
+            task = pool.pending[ref]
+            result = pool.get(ref)
+            if result is None:  # its worker died: replaced, the task issued again
+                continue
+            if self._served.stale(result, task, self._weights.version):
+                pool.reissue_stale(task)
+                continue
+            batch = self._receive(result, task.worker)
+            self._frames += result.frames
+            served.append(self._served_batch(batch))
+        if issue:
+            self._top_up_async(max(1, self.prefetch))
+        return served
+
     def _start_round(self) -> bool:
         budget = self._budget()
         frames = self.frames_per_batch if budget is None else min(self.frames_per_batch, budget)
@@ -441,6 +524,11 @@ class RayCollector(DataCollectorBase):
     @property
     def num_collectors(self) -> int:
         return len(self._slots)
+
+    @property
+    def frames_in_flight(self) -> int:
+        """Frames of the tasks issued and not yet served (those owed by a dead worker included)."""
+        return self._pool.issued if self._pool is not None else 0
 
     @property
     def policy_version(self) -> int:

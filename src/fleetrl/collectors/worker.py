@@ -7,7 +7,10 @@ time, while ``preempt`` (group ``control``) can stop a running rollout.
 
 Batches cross Ray in the wire format of :mod:`fleetrl.wire`:
 numpy leaves (or compressed ones), and for a fleetrl collector's batches the
-compact layout, which sends each observation once instead of twice.
+compact layout, which sends each observation once instead of twice. A worker
+given a replay buffer (:mod:`fleetrl.collectors.replay`) sends no batch: it
+extends the buffer with the batch's transitions itself and returns only a
+progress record (:attr:`TaskResult.progress`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import ray
 import torch
 from tensordict import TensorDictBase
 
+from fleetrl.collectors.base import episode_stats
+from fleetrl.collectors.replay import transitions
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.wire import pack_batch, unpack_weights
 
@@ -43,6 +48,9 @@ class TaskResult:
     bytes_sent: int = 0  # what the wire holds (compact and/or compressed)
     compact: bool = False  # sent in the compact layout
     preempted: bool = False
+    #: with a replay buffer (``batch`` is then None): ``written``, the buffer's write count
+    #: after this batch, and the ``returns`` and ``lengths`` of the episodes that ended in it
+    progress: dict[str, Any] | None = None
 
 
 class CollectorWorker:
@@ -61,6 +69,8 @@ class CollectorWorker:
         num_threads: torch intra-op threads in this process (None: leave torch's
             default). One by default: a second thread made CNN inference several
             times slower on a machine whose cores the other workers already use.
+        replay_buffer: a :class:`~fleetrl.collectors.replay.ReplayBufferActor`
+            handle to extend with each batch's transitions, or None (send the batch).
     """
 
     def __init__(
@@ -75,7 +85,9 @@ class CollectorWorker:
         board: Any = None,
         max_weight_update_interval: int = -1,
         num_threads: int | None = 1,
+        replay_buffer: Any = None,
     ):
+        self.replay_buffer = replay_buffer
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.worker_id = worker_id
@@ -192,12 +204,32 @@ class CollectorWorker:
             collect_s=time.perf_counter() - start,
             preempted=preempted,
         )
+        if self.replay_buffer is not None:
+            return self._write(batch, result)
         # only a fleetrl collector vouches for the rollout layout the compact wire relies on
         compact_keys = self.collector.compact_keys if self.native else None
         packed, raw, sent = pack_batch(batch, self.compress, compact_keys)
         result.batch = packed
         result.bytes_raw, result.bytes_sent = raw, sent
         result.compact = packed["compact"] is not None
+        return result
+
+    def _write(self, batch: TensorDictBase, result: TaskResult) -> TaskResult:
+        """Extend the replay buffer with the batch's transitions; the result carries progress.
+
+        Waits for the buffer's answer, so the write is done when the driver
+        learns of it (and a buffer slower than the workers holds them back).
+        """
+        stats = episode_stats(batch)
+        data = transitions(batch)
+        written = ray.get(self.replay_buffer.extend.remote(data))
+        result.batch = None
+        result.frames = data.numel()
+        result.progress = {
+            "written": int(written),
+            "returns": stats.returns.tolist(),
+            "lengths": stats.lengths.tolist(),
+        }
         return result
 
     def _next_foreign(self, frames: int) -> TensorDictBase:

@@ -12,6 +12,9 @@
                        in the gradient worker's process; ``sync``,
                        ``fraction_samples``, ``fraction_workers``, ``compress``
                        pass through).
+``collector.decoupled`` the central learner of DQN/SAC samples a replay buffer
+                       actor that its collectors write into, while they collect
+                       (:class:`~fleetrl.scheme.decoupled.DecoupledLearner`).
 =====================  ==========================================================
 
 The mode is decided once, here (:func:`~fleetrl.scheme.modes.learner_mode`),
@@ -97,7 +100,12 @@ class Scheme:
         )
         #: the central learner, or the update worker of the gradient workers
         self.learner: Learner
-        if learner_mode(config.scheme) is LearnerMode.CENTRAL:
+        if learner_mode(config.scheme) is LearnerMode.CENTRAL and config.collector.decoupled:
+            from fleetrl.scheme.decoupled import DecoupledLearner
+
+            self.learner = DecoupledLearner(config, algorithm, frames=frames, seed=seed)
+            self.approximate_resume = self.learner.approximate_resume
+        elif learner_mode(config.scheme) is LearnerMode.CENTRAL:
             if replica_states:
                 raise ConfigError(
                     [

@@ -1,0 +1,246 @@
+"""DecoupledLearner: off-policy learning while the collectors write into a replay buffer.
+
+``collector.decoupled: true`` (DQN, SAC; the central learner, remote
+collectors). The layout of Ape-X: the buffer is a Ray actor
+(:class:`~fleetrl.collectors.replay.RemoteReplayBuffer`); every collector
+worker extends it with its batches' transitions itself and keeps collecting,
+first ready, while the learner samples minibatches from it and updates. Only
+progress records reach the learner (frames written, the policy version, the
+episodes that ended), so frames are counted exactly and episode returns are
+still reported.
+
+Ratio control. With ``F`` frames written and ``S`` = ``learning_starts``
+(DQN) or ``start_steps`` (SAC), the learner may have taken
+
+    allowed(F) = (F - S) * updates_per_batch // frames_per_batch   (0 while F < S)
+
+optimizer steps, i.e. ``updates_per_frame = updates_per_batch /
+frames_per_batch`` per frame past the warm-up: the ratio of the alternating
+mode, counted in frames written. The learner never takes more (it waits for
+progress when it is ahead), and when it is behind it holds the collection
+back: no new task is issued while the frames written and in flight exceed
+what its updates so far need by more than ``collector.decoupled_frames_ahead``
+(default: one ``frames_per_batch`` per collector), so the workers run dry and
+leave the cores to it. The budget's last frames are followed by every update
+they allow, as in the alternating mode, except the alternating mode's one
+batch's worth of updates at the warm-up's end.
+
+Weights are published every ``trainer.weight_update_interval`` optimizer
+steps (in the alternating mode: every that many batches); each worker
+receives the newest version with its next task. An *iteration* (a metrics
+row) is ``frames_per_batch`` frames written or more, with the updates taken
+meanwhile (the updates still owed then are taken in the next one).
+``train/policy_lag`` is the learner's version minus the version of
+the newest progress record when each step is taken.
+
+Checkpoints hold the actor's buffer where the alternating mode holds its own
+(the algorithm state's ``"buffer"``), so a resumed run (in either mode) goes
+on with the same data; the collectors are reseeded, as with any Ray
+collection.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from fleetrl.algorithms.replay import ReplayAlgorithm
+from fleetrl.build import make_collector
+from fleetrl.collectors.replay import RemoteReplayBuffer
+from fleetrl.config import Config
+from fleetrl.errors import ConfigError
+from fleetrl.scheme.central import APPROX_RAY_MSG
+from fleetrl.scheme.report import IterationReport, IterationResult
+from fleetrl.scheme.rollouts import warmup_frames
+
+__all__ = ["DecoupledLearner", "allowed_updates"]
+
+logger = logging.getLogger(__name__)
+
+#: minibatches sampled per Ray call (one round trip serves this many optimizer steps)
+SAMPLE_CHUNK = 8
+NOT_REPLAY_MSG = (
+    "algorithm={name!r} is invalid with collector.decoupled=true: it needs a replay "
+    "algorithm (dqn, sac)"
+)
+
+
+def allowed_updates(
+    frames: int, *, start: int, updates_per_batch: int, frames_per_batch: int
+) -> int:
+    """The optimizer steps the ratio allows after ``frames`` frames written.
+
+    Example:
+        >>> [allowed_updates(f, start=100, updates_per_batch=4, frames_per_batch=8)
+        ...  for f in (0, 99, 100, 101, 102, 116)]
+        [0, 0, 0, 0, 1, 8]
+    """
+    if frames < start:
+        return 0
+    return (frames - start) * updates_per_batch // frames_per_batch
+
+
+class DecoupledLearner:
+    """The central learner of decoupled off-policy training (see the module docstring).
+
+    Args:
+        config: the run's config (``collector.decoupled: true``).
+        algorithm: a :class:`~fleetrl.algorithms.replay.ReplayAlgorithm` (DQN, SAC); a
+            resumed one brings its checkpoint's buffer, which moves into the actor.
+        frames: frames already trained on (a resumed run).
+        seed: seeds the collectors.
+    """
+
+    def __init__(self, config: Config, algorithm: Any, *, frames: int = 0, seed: int = 0):
+        if not isinstance(algorithm, ReplayAlgorithm):
+            raise ConfigError([NOT_REPLAY_MSG.format(name=config.algorithm)])
+        c = config.collector
+        self.config = config
+        self.algorithm: ReplayAlgorithm = algorithm
+        self.interval = config.trainer.weight_update_interval
+        self.frames_per_batch = c.frames_per_batch
+        self.updates_per_batch = algorithm.update_every
+        self.start = algorithm.start_steps
+        self.frames_ahead = c.decoupled_frames_ahead or c.frames_per_batch * c.num_collectors
+        #: the collectors run on Ray: their envs and episodes are not saved
+        self.approximate_resume: str | None = APPROX_RAY_MSG.format(n=c.num_collectors)
+        self.written = algorithm.frames_seen  # frames in the buffer's history, resumes included
+        self.newest_version = 0  # of the newest progress record
+        self.published = 0  # the version published last
+        self.buffer = RemoteReplayBuffer(config.algo.buffer_size, config.algo.batch_size)
+        self.collector: Any = None
+        try:
+            if len(algorithm.buffer):  # a resumed run: its checkpoint's buffer moves to the actor
+                state = {"buffer": algorithm.buffer.state_dict(), "written": self.written}
+                self.buffer.load_state_dict(state)
+                algorithm.buffer.empty()
+            self.collector = make_collector(
+                config,
+                algorithm.policy,
+                total_frames=config.trainer.total_frames - frames,
+                seed=seed,
+                init_random_frames=warmup_frames(algorithm, collected=frames),
+                replay_buffer=self.buffer,
+            )
+            self.published = self.collector.policy_version
+            if self.version > self.published:
+                self.publish()
+        except BaseException:
+            self.shutdown()
+            raise
+
+    @property
+    def version(self) -> int:
+        """The learner's optimizer-step count (the algorithm's ``num_updates``)."""
+        return self.algorithm.num_updates
+
+    def allowed(self) -> int:
+        """The optimizer steps the ratio allows for the frames written so far."""
+        return allowed_updates(
+            self.written,
+            start=self.start,
+            updates_per_batch=self.updates_per_batch,
+            frames_per_batch=self.frames_per_batch,
+        )
+
+    def _frames_needed(self) -> int:
+        """Frames written that the updates taken so far account for."""
+        return self.start + -(-self.version * self.frames_per_batch // self.updates_per_batch)
+
+    def publish(self) -> float:
+        """Publish the weights under the current version; returns the seconds it took."""
+        start = time.perf_counter()
+        self.collector.update_policy_weights_(version=self.version)
+        self.published = self.version
+        return time.perf_counter() - start
+
+    def _done(self) -> bool:
+        """The budget is spent and every task served."""
+        return self.collector.remaining_frames == 0 and self.collector.frames_in_flight == 0
+
+    def _take(self, records: list[Any], it: IterationReport) -> int:
+        frames = 0
+        for record in records:
+            n = int(record["frames"])
+            frames += n
+            self.written += n
+            self.newest_version = max(
+                self.newest_version, int(record["collector", "policy_version"])
+            )
+            self.algorithm.take_frames(n, min(int(record["written"]), self.buffer.capacity))
+            it.add_collection(
+                0,
+                {
+                    "frames": n,
+                    "returns": record["episode_return"].tolist(),
+                    "lengths": record["episode_length"].tolist(),
+                    "collect_s": 0.0,
+                },
+            )
+        return frames
+
+    def _update(self, owed: int, it: IterationReport) -> None:
+        """Up to ``owed`` optimizer steps from one sample call (none past the next publish),
+        then the publish if it is due."""
+        start = time.perf_counter()
+        n = min(owed, SAMPLE_CHUNK, self.published + self.interval - self.version)
+        samples = self.buffer.sample(n)
+        first = self.version
+        it.info.add(self.algorithm.update_on(samples.unbind(0)), weight=n)
+        it.lag.add(first, self.version - first, self.newest_version)
+        it.add_asynchrony(0, self.version - first)  # one learner: applied where computed
+        it.learn_s += time.perf_counter() - start
+        if self.version - self.published >= self.interval:
+            it.broadcast_s += self.publish()
+
+    def run_iteration(self) -> IterationResult | None:
+        """Learn while at least ``frames_per_batch`` frames are written (fewer at the end of
+        the budget, followed by every update they allow); None once nothing is left."""
+        it = IterationReport(workers=0)
+        frames = 0
+        version_before = self.version
+        wait_s = 0.0
+        while True:
+            owed = self.allowed() - self.version
+            if self._done():
+                if owed <= 0:
+                    break
+                self._update(owed, it)  # the budget's last frames: every update they allow
+                continue
+            if frames >= self.frames_per_batch:
+                break  # the updates still owed are taken in the next iteration
+            if owed > 0:
+                self._update(owed, it)
+                # behind the ratio: take what is done, issuing only within the frames ahead
+                ahead = self.written + self.collector.frames_in_flight - self._frames_needed()
+                frames += self._take(self.collector.poll(0.0, issue=ahead < self.frames_ahead), it)
+                continue
+            # ahead of the ratio: wait for the workers
+            start = time.perf_counter()
+            records = self.collector.poll(None)
+            wait_s += time.perf_counter() - start
+            frames += self._take(records, it)
+        if frames == 0 and self.version == version_before:
+            return None
+        it.collect_s[0] = wait_s
+        return it.result(self.version)
+
+    def update_algorithm_parameter(self, name: str, value: float) -> None:
+        self.algorithm.update_algorithm_parameter(name, value)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The algorithm's state with the actor's buffer where its own would be."""
+        state = self.algorithm.state_dict()
+        state["buffer"] = self.buffer.state_dict()["buffer"]
+        state["frames_seen"] = self.written
+        return state
+
+    def collector_state(self) -> dict[str, Any] | None:
+        """None: the collectors run on Ray (their envs are not saved)."""
+        return None
+
+    def shutdown(self) -> None:
+        if self.collector is not None:
+            self.collector.shutdown()
+        self.buffer.shutdown()

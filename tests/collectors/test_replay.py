@@ -1,0 +1,138 @@
+"""RayCollector(replay_buffer=...): workers write into a replay buffer actor (real Ray)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fakes import CountingEnv
+from fleetrl import ConfigError, RayCollector
+from fleetrl.collectors.ray import POLL_MSG
+from fleetrl.collectors.replay import (
+    BAD_BUFFER_ALLOWED,
+    TRANSITION_KEYS,
+    RemoteReplayBuffer,
+)
+from policies import constant_policy
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def counting(length: int = 7):
+    return lambda: CountingEnv(length)
+
+
+def test_workers_write_exact_frames_and_iteration_yields_progress():
+    rb = RemoteReplayBuffer(1000, 16)
+    try:
+        with RayCollector(
+            counting(7),
+            constant_policy(1),
+            frames_per_batch=60,
+            total_frames=250,
+            num_collectors=2,
+            num_workers_per_collector=2,
+            replay_buffer=rb,
+        ) as c:
+            progress = list(c)
+            assert c.frames == 250
+        # one record per task: 4 full tasks and the 10-frame remainder
+        assert sorted(int(p["frames"]) for p in progress) == [10, 60, 60, 60, 60]
+        assert sum(int(p["frames"]) for p in progress) == 250
+        assert len(rb) == rb.write_count() == 250
+        # the buffer's write count rises by each record's frames, in the order written
+        written = sorted(int(p["written"]) for p in progress)
+        assert written[-1] == 250
+        for p in progress:
+            assert p.batch_size == torch.Size([])
+            assert int(p["collector", "worker_id"]) in (0, 1)
+            assert int(p["collector", "policy_version"]) == 0
+        # counting env: every finished episode has length 7 and return 2 * 7
+        returns = torch.cat([p["episode_return"] for p in progress])
+        lengths = torch.cat([p["episode_length"] for p in progress])
+        assert returns.numel() > 0 and (returns == 14).all() and (lengths == 7).all()
+        # the transitions: the off-policy keys and the version tag, nothing else
+        sample = rb.sample(3)
+        assert sample.batch_size == torch.Size([3, 16])
+        keys = set(sample.exclude("index").keys(include_nested=True, leaves_only=True))
+        assert keys == {*TRANSITION_KEYS, ("collector", "policy_version")}
+        # a transition never spans two episodes: next observation = observation + 1, or 7 -> done
+        obs, nxt = sample["observation"], sample["next", "observation"]
+        assert (nxt == obs + 1).all()
+        assert (sample["next", "done"].squeeze(-1) == (nxt.squeeze(-1) == 7)).all()
+    finally:
+        rb.shutdown()
+
+
+def test_poll_serves_what_is_done_and_versions_tag_the_records():
+    rb = RemoteReplayBuffer(1000, 8)
+    try:
+        with RayCollector(
+            counting(5),
+            constant_policy(0),
+            frames_per_batch=20,
+            total_frames=200,
+            num_collectors=2,
+            replay_buffer=rb,
+        ) as c:
+            records = c.poll(timeout=None)  # waits for the first task
+            assert records and all(int(r["collector", "policy_version"]) == 0 for r in records)
+            c.update_policy_weights_(version=3)
+            while c.remaining_frames or c.stats()["pending"]["tasks"]:
+                more = c.poll(timeout=None)
+                if not more:
+                    break
+                records += more
+            assert c.poll() == []  # the budget is spent
+            assert c.frames == 200
+        assert sum(int(r["frames"]) for r in records) == 200 == rb.write_count()
+        # tasks issued after the publish carry version 3
+        assert int(records[-1]["collector", "policy_version"]) == 3
+    finally:
+        rb.shutdown()
+
+
+def test_poll_without_issuing_lets_the_workers_run_dry():
+    rb = RemoteReplayBuffer(1000, 8)
+    try:
+        with RayCollector(
+            counting(5), None, frames_per_batch=20, total_frames=-1, replay_buffer=rb
+        ) as c:
+            first = c.poll(timeout=None)  # one task issued, then served
+            assert sum(int(r["frames"]) for r in first) == 20
+            # one more task was issued after serving; without issuing, it is the last
+            records = []
+            while c.stats()["pending"]["tasks"]:
+                records += c.poll(timeout=None, issue=False)
+            assert sum(int(r["frames"]) for r in records) == 20
+            assert c.poll(timeout=0.05, issue=False) == []
+            assert c.frames == rb.write_count() == 40
+    finally:
+        rb.shutdown()
+
+
+def test_replay_buffer_conflicts_are_refused_before_any_actor():
+    with pytest.raises(ConfigError) as err:
+        RayCollector(
+            counting(5),
+            None,
+            frames_per_batch=20,
+            total_frames=40,
+            sync=True,
+            max_policy_lag=2,
+            replay_buffer=object(),
+        )
+    msg = str(err.value)
+    assert f"replay_buffer='object' is invalid: {BAD_BUFFER_ALLOWED}" in msg
+    assert "sync=True is invalid: use sync=False" in msg
+    assert "max_policy_lag=2 is invalid: a stale batch is discarded" in msg
+
+
+def test_poll_needs_first_ready_mode():
+    c = RayCollector(counting(5), None, frames_per_batch=20, total_frames=40, sync=True)
+    try:
+        with pytest.raises(ConfigError) as err:
+            c.poll()
+    finally:
+        c.shutdown()
+    assert err.value.problems == [POLL_MSG.format(sync=True, trajs=None)]
