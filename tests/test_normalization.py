@@ -268,3 +268,42 @@ def test_networks_passed_in_code_must_hold_a_normalizer():
     actor = make_actor(env_info("Pendulum-v1"), [8])
     with pytest.raises(ConfigError, match=r"the \['actor'\] passed in code hold no"):
         make_algorithm(config, actor=actor)
+
+
+def test_pixel_networks_refuse_observation_normalization():
+    from fakes import PIXEL_ENV_ID
+
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(
+            {"algorithm": "ppo", "env": {"id": PIXEL_ENV_ID, "num_envs": 2}},
+            ["env.normalize_observation=true", "collector.frames_per_batch=64"],
+        )
+    assert "env.normalize_observation=True is invalid with a 'cnn' network" in str(err.value)
+
+
+def test_resume_cannot_switch_normalization(tmp_path):
+    from fleetrl.config import config_to_dict
+    from fleetrl.preflight import check_resume_overrides
+
+    saved = config_to_dict(config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}))
+    with pytest.raises(ConfigError, match=r"env\.normalize_reward=True is invalid on resume"):
+        check_resume_overrides(saved, ["env.normalize_reward=true"], tmp_path)
+
+
+@pytest.mark.parametrize("algo", ["a2c", "appo", "impala", "ppo"])
+def test_every_actor_critic_algorithm_shares_one_normalizer_between_actor_and_critic(algo):
+    from fleetrl.normalization import find_normalizers
+
+    config = config_from_dict(
+        {"algorithm": algo, "env": {"id": "Pendulum-v1"}},
+        ["env.normalize_observation=true", "env.normalize_reward=true"],
+    )
+    algorithm = make_algorithm(config, 0)
+    (norm,) = algorithm.observation_normalizers
+    assert find_normalizers(algorithm.policy) == find_normalizers(algorithm.critic) == [norm]
+    assert norm.shape == (3,) and norm.clip == 10.0
+    assert algorithm.reward_scaler is not None and algorithm.reward_scaler.clip == 10.0
+    # statistics are buffers, never trainable: the flat weights and gradients skip them
+    assert algorithm.codec.numel == sum(
+        p.numel() for p in algorithm.loss_module.parameters() if p.requires_grad
+    )
