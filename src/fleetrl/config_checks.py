@@ -145,9 +145,9 @@ NORMALIZING_ALGORITHMS = ("a2c", "appo", "impala", "ppo")
 
 
 def validate_normalization(cfg: Config, check: Checks) -> None:
-    """env.normalize_observation / env.normalize_reward: the algorithms and the scheme that
-    merge one statistic (the central learner; gradient workers would each keep their own)."""
-    e, g = cfg.env, cfg.scheme.num_grad_workers
+    """env.normalize_observation / env.normalize_reward: the algorithms whose default
+    networks and learners take the statistics (fleetrl.normalization)."""
+    e = cfg.env
     for name in ("normalize_observation", "normalize_reward"):
         if getattr(e, name) is not True:
             continue
@@ -157,12 +157,4 @@ def validate_normalization(cfg: Config, check: Checks) -> None:
             True,
             f"is supported for the algorithms {list(NORMALIZING_ALGORITHMS)}, not "
             f"algorithm={cfg.algorithm!r}; set env.{name}=false",
-        )
-        check(
-            g == 1,
-            f"env.{name}",
-            True,
-            f"needs the central learner (scheme.num_grad_workers=1, here {g}): gradient "
-            "workers would each keep their own statistics; set scheme.num_grad_workers=1 "
-            "(remote collectors are fine) or env.{name}=false".replace("{name}", name),
         )

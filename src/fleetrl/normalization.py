@@ -27,16 +27,20 @@ and are merged exactly from every frame delivered to it:
   The learner divides the rewards it learns from by ``sqrt(var(G) + eps)``
   (then clips them); logged episode returns stay raw.
 
-When statistics change (:class:`~fleetrl.scheme.rollouts.Rollouts`):
+When statistics change (:class:`~fleetrl.scheme.rollouts.Rollouts`): the
+moments of each batch delivered are merged after the update on it, so a batch
+is learned with the statistics it was collected with (PPO's first-epoch ratio
+stays 1; its rewards are scaled by the returns of the batches before it) and
+the new statistics reach the collectors with the next publish of the weights,
+under the new version. Frames of a batch dropped as stale count too: they
+were delivered.
 
-- reward moments are merged when a batch arrives, before the update on it:
-  the batch's rewards are scaled with a statistic that includes its own
-  returns (as gymnasium's wrapper updates, then scales);
-- observation moments are merged after the update (when the learner takes
-  its report), so a batch is learned with the statistics it was collected
-  with (PPO's first-epoch ratio stays 1) and the new statistics reach the
-  collectors with the next publish of the weights, under the new version;
-- frames of a batch dropped as stale still count: they were delivered.
+Gradient workers (:mod:`fleetrl.scheme`): the master's statistics are the
+run's. A gradient worker sends the moments of what it collected with its step
+reports; the update worker merges them and sends its statistics with the
+weights; a replica loads them when it starts its next batch (never mid-batch).
+Decentralized, the workers all-gather their moments at the end of each batch
+and merge them in rank order, so every replica holds the same statistics.
 
 Choices: the variance is the population variance (M2 / count); before any
 frame, a normalizer is the identity (mean 0, variance 1); ``eps`` is 1e-8,
@@ -53,6 +57,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,6 +68,8 @@ from fleetrl.envs import NestedKey
 
 __all__ = [
     "DISCOUNTED_RETURN_KEY",
+    "Moments",
+    "Normalization",
     "ObservationNormalizer",
     "RewardScaler",
     "RunningMoments",
@@ -269,3 +276,86 @@ def find_normalizers(module: Any) -> list[ObservationNormalizer]:
         return []
     # modules() yields a shared module once
     return [m for m in module.modules() if isinstance(m, ObservationNormalizer)]
+
+
+@dataclass
+class Moments:
+    """Moments of frames not merged yet: one per observation normalizer, and the discounted
+    return's (None without reward scaling). Plain tensors: it travels through Ray."""
+
+    observation: list[RunningMoments]
+    reward: RunningMoments | None
+
+    def add(self, other: Moments) -> None:
+        """Merge ``other``'s frames into these, in place."""
+        for mine, theirs in zip(self.observation, other.observation, strict=True):
+            mine.merge(theirs)
+        if self.reward is not None and other.reward is not None:
+            self.reward.merge(other.reward)
+
+    @property
+    def frames(self) -> int:
+        """How many frames these moments hold."""
+        m = self.observation[0] if self.observation else self.reward
+        return int(m.count) if m is not None else 0
+
+
+class Normalization:
+    """An algorithm's statistics: its observation normalizers and its reward scaler.
+
+    What the learners call: :meth:`moments` of each batch delivered, :meth:`merge`
+    of those moments once the update on the batch is done, and
+    :meth:`statistics` / :meth:`load_statistics` for replicas that receive the
+    master's statistics (the gradient workers).
+
+    Args:
+        normalizers: the observation normalizers (in the policy and the critic).
+        reward_scaler: the reward scaler (None: rewards are not scaled).
+    """
+
+    def __init__(
+        self, normalizers: list[ObservationNormalizer], reward_scaler: RewardScaler | None
+    ):
+        self.normalizers = normalizers
+        self.reward_scaler = reward_scaler
+
+    def empty(self) -> Moments:
+        """Moments of no frame, shaped for these statistics."""
+        reward = RunningMoments() if self.reward_scaler is not None else None
+        return Moments([RunningMoments(n.shape) for n in self.normalizers], reward)
+
+    def moments(self, batch: TensorDictBase) -> Moments:
+        """The moments of a batch's valid frames."""
+        reward = None
+        if self.reward_scaler is not None:
+            reward = RunningMoments.of(valid_values(batch, DISCOUNTED_RETURN_KEY, 0))
+        return Moments([n.batch_moments(batch) for n in self.normalizers], reward)
+
+    def merge(self, moments: Moments) -> None:
+        """Merge moments into the statistics (in place: the policy's buffers stay the same)."""
+        for normalizer, m in zip(self.normalizers, moments.observation, strict=True):
+            normalizer.merge_(m)
+        if self.reward_scaler is not None and moments.reward is not None:
+            self.reward_scaler.moments.merge(moments.reward)
+
+    def statistics(self) -> dict[str, torch.Tensor]:
+        """A copy of every statistic, by name (``observation.<i>.<buffer>``, ``reward.<field>``)."""
+        out = {}
+        for i, normalizer in enumerate(self.normalizers):
+            for name, value in normalizer.named_buffers():
+                out[f"observation.{i}.{name}"] = value.clone()
+        if self.reward_scaler is not None:
+            for name, value in self.reward_scaler.state_dict().items():
+                out[f"reward.{name}"] = value
+        return out
+
+    def load_statistics(self, stats: dict[str, torch.Tensor]) -> None:
+        """Copy :meth:`statistics` (another replica's) into these, in place."""
+        with torch.no_grad():
+            for i, normalizer in enumerate(self.normalizers):
+                for name, value in normalizer.named_buffers():
+                    value.copy_(stats[f"observation.{i}.{name}"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(
+                {k.split(".", 1)[1]: v for k, v in stats.items() if k.startswith("reward.")}
+            )

@@ -39,7 +39,12 @@ from torch import nn
 
 from fleetrl.config import AlgorithmConfig
 from fleetrl.errors import ConfigError
-from fleetrl.normalization import ObservationNormalizer, RewardScaler, find_normalizers
+from fleetrl.normalization import (
+    Normalization,
+    ObservationNormalizer,
+    RewardScaler,
+    find_normalizers,
+)
 from fleetrl.wire import ParamCodec
 
 __all__ = ["Algorithm", "InfoMean", "flatten_valid"]
@@ -189,6 +194,15 @@ class Algorithm(abc.ABC):
         found = find_normalizers(self.policy)
         found += [m for m in find_normalizers(self.__dict__.get("critic")) if m not in found]
         return found
+
+    @property
+    def normalization(self) -> Normalization | None:
+        """The statistics the learners merge (observation normalizers, reward scaler);
+        None when the algorithm normalizes nothing."""
+        normalizers = self.observation_normalizers
+        if not normalizers and self.reward_scaler is None:
+            return None
+        return Normalization(normalizers, self.reward_scaler)
 
     @property
     def codec(self) -> ParamCodec:
