@@ -11,10 +11,19 @@ from typing import Any
 import torch
 
 from fleetrl.algorithms import ALGORITHMS, Algorithm, env_info
+from fleetrl.algorithms.models import EnvInfo, make_actor_critic
 from fleetrl.config import Config
 from fleetrl.engines import env_spec
+from fleetrl.errors import ConfigError
+from fleetrl.normalization import ObservationNormalizer, RewardScaler, find_normalizers
 
-__all__ = ["make_algorithm", "make_collector"]
+__all__ = ["make_algorithm", "make_collector", "normalized_networks"]
+
+USER_NETWORK_MSG = (
+    "env.normalize_observation=True but the {names} passed in code hold no "
+    "fleetrl.normalization.ObservationNormalizer: put one (the same instance in actor and "
+    "critic) first in their observation path, or set env.normalize_observation=false"
+)
 
 
 def make_algorithm(config: Config, seed: int | None = None, **modules: Any) -> Algorithm:
@@ -27,7 +36,34 @@ def make_algorithm(config: Config, seed: int | None = None, **modules: Any) -> A
     if seed is not None:
         torch.manual_seed(seed)
     cls = ALGORITHMS[config.algorithm]
-    return cls(config.algo, env_info(env_spec(config.env)), **modules)
+    info = env_info(env_spec(config.env))
+    if config.env.normalize_observation:
+        modules = normalized_networks(config, info, modules)
+    algorithm = cls(config.algo, info, **modules)
+    if config.env.normalize_reward:
+        algorithm.reward_scaler = RewardScaler(clip=config.env.clip_reward)
+    return algorithm
+
+
+def normalized_networks(config: Config, info: EnvInfo, modules: dict[str, Any]) -> dict[str, Any]:
+    """The default actor and critic with one shared
+    :class:`~fleetrl.normalization.ObservationNormalizer` first in both (``env.normalize_observation``).
+
+    Networks passed in code must hold their own normalizer: a missing one would
+    leave the policy acting on raw observations while the config says otherwise.
+    """
+    given = {name: m for name, m in modules.items() if name in ("actor", "critic")}
+    missing = [name for name, m in given.items() if not find_normalizers(m)]
+    if missing:
+        raise ConfigError([USER_NETWORK_MSG.format(names=missing)])
+    if len(given) == 2:
+        return modules
+    normalizer = ObservationNormalizer(info.obs_shape, clip=config.env.clip_observation)
+    algo = config.algo
+    actor, critic = make_actor_critic(
+        algo.model, info, algo.hidden_sizes, normalizer=normalizer, **given
+    )
+    return {**modules, "actor": actor, "critic": critic}
 
 
 def make_collector(
@@ -48,6 +84,8 @@ def make_collector(
     first ready: ``collector.sync`` is not used).
     """
     c, e = config.collector, config.env
+    # env.normalize_reward: the collectors track each env's discounted return (fleetrl.normalization)
+    return_discount = config.algo.gamma if e.normalize_reward else None
     if c.num_collectors == 0:
         from fleetrl.collectors import SyncDataCollector
 
@@ -60,6 +98,7 @@ def make_collector(
             max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,
             overlap=c.overlap,
+            return_discount=return_discount,
         )
     else:
         from fleetrl.collectors import RayCollector
@@ -81,7 +120,7 @@ def make_collector(
             num_threads=c.num_threads,
             max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,
-            collector_kwargs={"overlap": c.overlap},
+            collector_kwargs={"overlap": c.overlap, "return_discount": return_discount},
             remote_configs={"num_cpus": c.num_cpus_per_collector},
             ray_init_config={"address": c.address} if c.address else None,
             replay_buffer=replay_buffer,

@@ -44,6 +44,7 @@ from fleetrl.config_checks import (
     validate_batch_sizes,
     validate_collector,
     validate_decoupled,
+    validate_normalization,
     validate_overlap,
     validate_video,
 )
@@ -154,6 +155,17 @@ class EnvConfig:
     (ale-py's threaded C++ vector env) or 'envpool'; non-Atari envs use 'gymnasium'."""
     atari: AtariConfig = field(default_factory=AtariConfig)
     """Atari preprocessing (applies to ALE ids, e.g. ALE/Pong-v5, in every engine)."""
+    normalize_observation: bool = False
+    """normalize observations by running mean and variance merged from every collector's
+    frames on the learner, published with the weights (fleetrl.normalization; PPO, A2C,
+    IMPALA, APPO with mlp networks, central learner)."""
+    clip_observation: float | None = 10.0
+    """clip normalized observations to [-clip, clip] (null: off); CleanRL clips to 10."""
+    normalize_reward: bool = False
+    """divide the rewards learned from by the running std of the per-env discounted return
+    (gamma: the algorithm's), merged from every collector's frames; episode returns stay raw."""
+    clip_reward: float | None = 10.0
+    """clip scaled rewards to [-clip, clip] (null: off); CleanRL clips to 10."""
 
 
 @dataclass
@@ -374,6 +386,7 @@ def _validate(cfg: Config, problems: list[str]) -> None:
     validate_overlap(cfg, check)
     validate_video(cfg, check)
     validate_decoupled(cfg, check, classes)
+    validate_normalization(cfg, check)
     validate_batch_sizes(cfg, check)
     _validate_scheme(cfg, check.section("scheme"))
     cls = classes.get(cfg.algorithm)

@@ -30,6 +30,7 @@ __all__ = [
     "validate_batch_sizes",
     "validate_collector",
     "validate_decoupled",
+    "validate_normalization",
     "validate_overlap",
     "validate_video",
 ]
@@ -55,6 +56,8 @@ def _above(low: float, *, null: bool = False) -> Callable[[Any], bool]:
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "env.num_envs": (_above(0), "must be > 0"),
     "env.max_episode_steps": (_above(0, null=True), "must be > 0, or null for the env's own limit"),
+    "env.clip_observation": (_above(0, null=True), "must be > 0, or null: off"),
+    "env.clip_reward": (_above(0, null=True), "must be > 0, or null: off"),
     "collector.num_collectors": (_at_least(0), "must be >= 0 (0: local, no Ray)"),
     "collector.prefetch": (_at_least(0), "must be >= 0"),
     "collector.num_threads": (_at_least(1, null=True), "must be >= 1, or null for torch's default"),
@@ -204,3 +207,24 @@ def validate_batch_sizes(cfg: Config, check: Checks) -> None:
         key = problem.split("=", 1)[0]
         if not any(p.startswith(f"{key}=") for p in check.problems):
             check.problems.append(problem)
+
+
+#: the algorithms whose default networks take an observation normalizer and whose
+#: learners scale rewards (fleetrl.normalization)
+NORMALIZING_ALGORITHMS = ("a2c", "appo", "impala", "ppo")
+
+
+def validate_normalization(cfg: Config, check: Checks) -> None:
+    """env.normalize_observation / env.normalize_reward: the algorithms whose default
+    networks and learners take the statistics (fleetrl.normalization)."""
+    e = cfg.env
+    for name in ("normalize_observation", "normalize_reward"):
+        if getattr(e, name) is not True:
+            continue
+        check(
+            cfg.algorithm in NORMALIZING_ALGORITHMS,
+            f"env.{name}",
+            True,
+            f"is supported for the algorithms {list(NORMALIZING_ALGORITHMS)}, not "
+            f"algorithm={cfg.algorithm!r}; set env.{name}=false",
+        )

@@ -70,6 +70,8 @@ FROZEN_ON_RESUME = {
     "scheme.num_grad_workers": "state for that many gradient workers",
     "{algo}.hidden_sizes": "networks of those sizes",
     "{algo}.model": "networks of that kind",
+    "env.normalize_observation": "networks with (or without) observation statistics",
+    "env.normalize_reward": "reward-scaling statistics (or none)",
 }
 RESOURCES_MSG = (
     "collector.num_collectors={count} is invalid here: {count} collectors x "
@@ -111,6 +113,7 @@ def check_env(cfg: Config, problems: list[str]) -> None:
         )
         return
     problems.extend(_model_problems(cfg, info))
+    problems.extend(_normalization_problems(cfg, info))
     if cfg.algorithm not in ACTION_KINDS:
         return
     needs, instead, example = ACTION_KINDS[cfg.algorithm]
@@ -142,6 +145,19 @@ def _model_problems(cfg: Config, info: Any) -> list[str]:
     if not isinstance(model, ModelKind):
         return []  # unset, or already reported as an invalid value
     return conv_problems(cfg.algorithm, model.value, cfg.env.id, info)
+
+
+def _normalization_problems(cfg: Config, info: Any) -> list[str]:
+    """``env.normalize_observation`` with a conv network (pixels are scaled inside it)."""
+    from fleetrl.algorithms.models import NORMALIZE_CONV_MSG, ModelKind, resolve_model
+
+    model = getattr(cfg.algo, "model", None)
+    if not cfg.env.normalize_observation or not isinstance(model, ModelKind):
+        return []
+    kind = resolve_model(model, info)
+    if kind is ModelKind.MLP:
+        return []
+    return [NORMALIZE_CONV_MSG.format(model=kind.value, shape=info.obs_shape)]
 
 
 def _close_ids(env_id: str) -> str:

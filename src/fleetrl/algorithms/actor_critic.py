@@ -108,9 +108,13 @@ class ActorCritic(Algorithm):
     def _set_parameter(self, name: str, value: float) -> None:
         getattr(self.loss_module, type(self).loss_buffers[name]).fill_(float(value))
 
+    def scaled_rewards(self, batch: TensorDictBase) -> TensorDictBase:
+        """The batch with its rewards scaled by :attr:`reward_scaler` (as it is without one)."""
+        return batch if self.reward_scaler is None else self.reward_scaler.scale(batch)
+
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """GAE advantages and value targets for the whole batch, then its valid frames, flat."""
-        batch = end_padded_rows(batch)
+        batch = self.scaled_rewards(end_padded_rows(batch))
         with torch.no_grad():
             self.gae(batch)
         return flatten_valid(batch)

@@ -39,6 +39,12 @@ from torch import nn
 
 from fleetrl.config import AlgorithmConfig
 from fleetrl.errors import ConfigError
+from fleetrl.normalization import (
+    Normalization,
+    ObservationNormalizer,
+    RewardScaler,
+    find_normalizers,
+)
 from fleetrl.wire import ParamCodec
 
 __all__ = ["Algorithm", "InfoMean", "flatten_valid"]
@@ -135,6 +141,8 @@ class Algorithm(abc.ABC):
     random_start: ClassVar[bool] = False
     #: hyperparameters that update_algorithm_parameter may change, besides "lr"
     tunable: ClassVar[tuple[str, ...]] = ()
+    #: scales the rewards learned from (``env.normalize_reward``; fleetrl.normalization)
+    reward_scaler: RewardScaler | None = None
 
     @property
     def max_policy_lag(self) -> int | None:
@@ -178,6 +186,23 @@ class Algorithm(abc.ABC):
     def policy(self) -> nn.Module:
         """The acting module for the collectors."""
         return self.actor
+
+    @property
+    def observation_normalizers(self) -> list[ObservationNormalizer]:
+        """The observation normalizers in the policy and the critic (each once): the
+        statistics the learner merges from every batch (fleetrl.normalization)."""
+        found = find_normalizers(self.policy)
+        found += [m for m in find_normalizers(self.__dict__.get("critic")) if m not in found]
+        return found
+
+    @property
+    def normalization(self) -> Normalization | None:
+        """The statistics the learners merge (observation normalizers, reward scaler);
+        None when the algorithm normalizes nothing."""
+        normalizers = self.observation_normalizers
+        if not normalizers and self.reward_scaler is None:
+            return None
+        return Normalization(normalizers, self.reward_scaler)
 
     @property
     def codec(self) -> ParamCodec:
@@ -351,6 +376,7 @@ class Algorithm(abc.ABC):
             "optimizer": self.optimizer.state_dict(),
             "num_updates": self.num_updates,
             "hyperparameters": {name: float(getattr(self, name)) for name in ("lr", *self.tunable)},
+            **({"reward_scaler": self.reward_scaler.state_dict()} if self.reward_scaler else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -359,3 +385,5 @@ class Algorithm(abc.ABC):
         self.num_updates = int(state["num_updates"])
         for name, value in state["hyperparameters"].items():
             self.update_algorithm_parameter(name, value)
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])

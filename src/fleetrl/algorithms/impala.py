@@ -256,7 +256,7 @@ class VTraceActorCritic(ActorCritic):
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """V-trace targets for the whole batch with the current actor and critic, then its
         valid frames, flat."""
-        batch = end_padded_rows(batch)
+        batch = self.scaled_rewards(end_padded_rows(batch))
         self.vtrace(batch)
         return flatten_valid(batch)
 

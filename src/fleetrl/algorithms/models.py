@@ -31,6 +31,8 @@ from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 
+from fleetrl.errors import ConfigError
+
 __all__ = [
     "EnvInfo",
     "ImpalaTorso",
@@ -54,6 +56,13 @@ CONV_OBS_MSG = (
 CONV_ACTIONS_MSG = (
     "{algo}.model={model!r} builds discrete-action heads, but env {env_id!r} has "
     "continuous actions; use {algo}.model=mlp (or auto)"
+)
+
+
+NORMALIZE_CONV_MSG = (
+    "env.normalize_observation=True is invalid with a {model!r} network (observation shape "
+    "{shape}): pixel frames are scaled by 1/255 inside the network; normalize only flat "
+    "observations (model mlp), or set env.normalize_observation=false"
 )
 
 
@@ -287,26 +296,37 @@ class _FlatInput(nn.Module):
 
 
 def _mlp_for(
-    info: EnvInfo, out_dim: int, hidden: list[int], activation: type[nn.Module] = nn.Tanh
+    info: EnvInfo,
+    out_dim: int,
+    hidden: list[int],
+    activation: type[nn.Module] = nn.Tanh,
+    normalizer: nn.Module | None = None,
 ) -> nn.Module:
     net = mlp(info.obs_dim, out_dim, hidden, activation)
-    if len(info.obs_shape) <= 1 and info.obs_dtype != torch.uint8:
-        return net  # the flat float case keeps the plain MLP (and its state_dict keys)
-    return nn.Sequential(_FlatInput(info.obs_shape), net)
+    if len(info.obs_shape) > 1 or info.obs_dtype == torch.uint8:
+        net = nn.Sequential(_FlatInput(info.obs_shape), net)
+    # the flat float case without a normalizer keeps the plain MLP (and its state_dict keys)
+    return net if normalizer is None else nn.Sequential(normalizer, net)
 
 
 def make_actor(
-    info: EnvInfo, hidden: list[int], activation: type[nn.Module] = nn.Tanh
+    info: EnvInfo,
+    hidden: list[int],
+    activation: type[nn.Module] = nn.Tanh,
+    normalizer: nn.Module | None = None,
 ) -> ProbabilisticActor:
     """An MLP policy: Categorical over logits for discrete actions; TanhNormal within the
     bounds otherwise.
 
     Writes ``action`` and its log-prob (``action_log_prob``), what the PPO/A2C losses read.
+    A ``normalizer`` (:class:`~fleetrl.normalization.ObservationNormalizer`) comes first in
+    the network: the policy acts on normalized observations.
     """
     if info.discrete:
-        return _categorical(_mlp_for(info, info.num_actions, hidden, activation))
+        return _categorical(_mlp_for(info, info.num_actions, hidden, activation, normalizer))
     body = nn.Sequential(
-        _mlp_for(info, 2 * info.action_dim, hidden, activation), NormalParamExtractor()
+        _mlp_for(info, 2 * info.action_dim, hidden, activation, normalizer),
+        NormalParamExtractor(),
     )
     net = TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"])
     return ProbabilisticActor(
@@ -318,9 +338,11 @@ def make_actor(
     )
 
 
-def make_critic(info: EnvInfo, hidden: list[int]) -> ValueOperator:
-    """An MLP state value V(s), written to ``state_value``."""
-    return ValueOperator(_mlp_for(info, 1, hidden), in_keys=["observation"])
+def make_critic(
+    info: EnvInfo, hidden: list[int], normalizer: nn.Module | None = None
+) -> ValueOperator:
+    """An MLP state value V(s), written to ``state_value`` (``normalizer`` first, if given)."""
+    return ValueOperator(_mlp_for(info, 1, hidden, normalizer=normalizer), in_keys=["observation"])
 
 
 def _categorical(logits_net: nn.Module) -> ProbabilisticActor:
@@ -340,8 +362,13 @@ def make_actor_critic(
     *,
     actor: nn.Module | None = None,
     critic: nn.Module | None = None,
+    normalizer: nn.Module | None = None,
 ) -> tuple[nn.Module, nn.Module]:
     """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
+
+    ``normalizer`` (``mlp`` only): one
+    :class:`~fleetrl.normalization.ObservationNormalizer` shared by the actor and
+    the critic built here, first in each network.
 
     ``cnn``/``impala``: one conv torso shared by a Categorical policy head
     (orthogonal init, gain 0.01) and a value head (gain 1); ``hidden`` is
@@ -356,9 +383,11 @@ def make_actor_critic(
     """
     kind = resolve_model(model, info)
     if kind is ModelKind.MLP:
-        actor = actor if actor is not None else make_actor(info, hidden)
-        critic = critic if critic is not None else make_critic(info, hidden)
+        actor = actor if actor is not None else make_actor(info, hidden, normalizer=normalizer)
+        critic = critic if critic is not None else make_critic(info, hidden, normalizer)
         return actor, critic
+    if normalizer is not None:
+        raise ConfigError([NORMALIZE_CONV_MSG.format(model=kind.value, shape=info.obs_shape)])
     torso = make_torso(kind, info) if actor is None or critic is None else None
     if actor is None:
         head = layer_init(nn.Linear(torso.out_features, info.num_actions), std=0.01)

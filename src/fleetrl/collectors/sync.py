@@ -47,7 +47,7 @@ from fleetrl.collectors.base import (
     as_exploration_type,
     check_common_arguments,
 )
-from fleetrl.collectors.episodes import episode_columns
+from fleetrl.collectors.episodes import discounted_returns, episode_columns
 from fleetrl.collectors.overlap import (
     HalvedEnv,
     Overlap,
@@ -61,6 +61,7 @@ from fleetrl.collectors.sync_state import collector_state, load_collector_state,
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs import BatchedEnv, NestedKey, TorchRLEnv, make_env
 from fleetrl.errors import ConfigError, Problems, bad_value
+from fleetrl.normalization import DISCOUNTED_RETURN_KEY
 from fleetrl.policies import (
     as_policy,
     as_weights,
@@ -130,6 +131,10 @@ class SyncDataCollector(DataCollectorBase):
         set_truncated: mark the last step of every batch truncated (and done,
             not terminated), as torchrl does; the env is not reset, so the
             episode and its trajectory id go on in the next batch.
+        return_discount: track each env's running discounted return with this
+            discount and write it to ``("next", "discounted_return")``, what
+            reward scaling takes the variance of (:mod:`fleetrl.normalization`);
+            part of :meth:`state_dict`. None (default): off.
 
     Examples:
         >>> import torch
@@ -172,6 +177,7 @@ class SyncDataCollector(DataCollectorBase):
         compile_policy: bool | dict[str, Any] | None = None,
         cudagraph_policy: bool | dict[str, Any] | None = None,
         set_truncated: bool = False,
+        return_discount: float | None = None,
     ):
         super().__init__()
         p = Problems()
@@ -203,9 +209,12 @@ class SyncDataCollector(DataCollectorBase):
             policy_devices=self.policy_device,
         )
         split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
+        if return_discount is not None and not 0 < return_discount <= 1:
+            p.add("return_discount", return_discount, "must be in (0, 1], or None: off")
         p.raise_if_any()
 
         self.frames_per_batch = frames_per_batch
+        self.return_discount = return_discount
         self.total_frames = total_frames
         self.max_frames_per_traj = (
             max_frames_per_traj if max_frames_per_traj not in (None, -1) else None
@@ -434,6 +443,7 @@ class SyncDataCollector(DataCollectorBase):
         self._next_traj_id += n
         self._ep_return = np.zeros(n, dtype=np.float64)
         self._ep_length = np.zeros(n, dtype=np.int64)
+        self._discounted_return = np.zeros(n, dtype=np.float64)
         for key, _ in self._carried:
             self._step_td.get(key).zero_()
         if self._use_is_init:
@@ -563,6 +573,14 @@ class SyncDataCollector(DataCollectorBase):
         self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id = episode_columns(
             views, self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id
         )
+        if self.return_discount is not None:
+            g, self._discounted_return = discounted_returns(
+                views[("next", "reward")][..., 0],
+                views[("next", "done")][..., 0],
+                self._discounted_return,
+                self.return_discount,
+            )
+            td.set(DISCOUNTED_RETURN_KEY, torch.from_numpy(g.astype(np.float32)[..., None]))
         if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
             views[("next", "truncated")][:, -1] = True
             views[("next", "done")][:, -1] = True

@@ -49,6 +49,8 @@ def collector_state(c: SyncDataCollector) -> dict[str, Any]:
         "step_state": [[key, c._step_td.get(key).clone()] for key in c._state_keys],
         "env": c.env.state_dict(),
     }
+    if c.return_discount is not None:  # reward scaling's per-env state
+        state["discounted_return"] = torch.from_numpy(c._discounted_return.copy())
     if isinstance(c.policy, nn.Module) and c.policy is not c._random_policy:
         state["policy_state_dict"] = c.policy.state_dict()
     return state
@@ -67,6 +69,8 @@ def load_collector_state(c: SyncDataCollector, state: dict[str, Any]) -> None:
     c._traj_ids = state["traj_ids"].numpy().copy()
     c._ep_return = state["episode_return"].numpy().copy()
     c._ep_length = state["episode_length"].numpy().copy()
+    if "discounted_return" in state:  # older checkpoints: reward scaling starts afresh
+        c._discounted_return = state["discounted_return"].numpy().copy()
     c._obs = {_as_key(key): value.numpy().copy() for key, value in state["obs"]}
     for key, arr in c._step_np.items():
         arr[:] = c._obs[key]

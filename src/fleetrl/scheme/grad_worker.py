@@ -84,7 +84,10 @@ class GradWorker:
             seed=seed,
             collected=collected,
             share=world,
+            merge_moments=False,  # the master merges every worker's moments
         )
+        #: the master's normalization statistics, loaded when the next batch starts
+        self._statistics: dict[str, torch.Tensor] | None = None
         self._steps: Iterator[TensorDictBase] = iter(())
         self._steps_left = 0
         self._batch_version = version  # the tag of the batch being learned from
@@ -97,9 +100,21 @@ class GradWorker:
         return self.algorithm.num_updates
 
     # ------------------------------------------------------------- weights
-    def set_weights(self, weights: TensorDictBase | np.ndarray, version: int) -> None:
+    def set_weights(
+        self,
+        weights: TensorDictBase | np.ndarray,
+        version: int,
+        statistics: dict[str, torch.Tensor] | None = None,
+    ) -> None:
         """Load the update worker's weights of ``version`` (a TensorDict, or flat as from
-        :meth:`~fleetrl.algorithms.Algorithm.flat_weights`)."""
+        :meth:`~fleetrl.algorithms.Algorithm.flat_weights`).
+
+        ``statistics``: the master's normalization statistics, loaded when this
+        replica starts its next batch (a batch is learned with the statistics it
+        was collected with).
+        """
+        if statistics is not None:
+            self._statistics = statistics
         if isinstance(weights, np.ndarray):
             self.algorithm.load_flat_weights(weights)
         else:
@@ -126,6 +141,9 @@ class GradWorker:
 
     # ---------------------------------------------------------- collection
     def _next_batch(self) -> None:
+        if self._statistics is not None:
+            self.algorithm.normalization.load_statistics(self._statistics)
+            self._statistics = None
         batch = self.rollouts.next_batch()  # endless: never None
         self._batch_version = batch_version(batch)
         self._steps = self.algorithm.gradient_batches(batch)
@@ -134,7 +152,12 @@ class GradWorker:
     def _report(self, **values: Any) -> StepReport:
         """A step's report: what this worker collected since its last one, and ``values``."""
         collection, _ = self.rollouts.take()  # publish time: part of collecting here
-        return {"worker": self.index, **collection.as_report(), **values}
+        report = {"worker": self.index, **collection.as_report(), **values}
+        # sync/async (no gloo group): the master merges the moments of what was collected
+        moments = self.rollouts.moments
+        if self._world_size == 1 and moments is not None and moments.frames:
+            report["moments"] = self.rollouts.take_moments()
+        return report
 
     # ------------------------------------------------------------ gradients
     def step(
@@ -143,6 +166,7 @@ class GradWorker:
         version: int | None = None,
         *,
         packed: bool = False,
+        statistics: dict[str, torch.Tensor] | None = None,
     ) -> StepReport:
         """Load ``weights`` if given, then compute the gradient of the next minibatch.
 
@@ -153,10 +177,13 @@ class GradWorker:
         ``collection_version`` (the weights the data was collected with),
         ``batch_done`` (this was the last step on the current batch), the
         frames and finished episodes collected during this step, loss info and
-        timings.
+        timings; with normalization (:mod:`fleetrl.normalization`), ``moments``
+        of the frames collected since the last report. ``statistics``: the
+        master's, sent with the weights (:meth:`set_weights`).
         """
         if weights is not None:
-            self.set_weights(weights, version if version is not None else self.version + 1)
+            version = version if version is not None else self.version + 1
+            self.set_weights(weights, version, statistics)
         while True:  # a replay algorithm yields nothing until its buffer holds start_steps
             if self._steps_left == 0:
                 self._next_batch()
@@ -245,6 +272,7 @@ class GradWorker:
             timings["reduce_s"] += applied - reduced
             timings["update_s"] += done - applied
         self._steps_left = 0
+        self._all_gather_moments()
         report = self._report(
             info={**self.rollouts.batch_info(), **mean_info.mean()},
             version=self.version,
@@ -254,7 +282,22 @@ class GradWorker:
         )
         if self.index == 0:
             report["weights"] = self.algorithm.flat_weights()
+            if self.algorithm.normalization is not None:
+                report["statistics"] = self.algorithm.normalization.statistics()
         return report
+
+    def _all_gather_moments(self) -> None:
+        """Decentralized normalization: every replica merges every replica's moments of
+        this batch, in rank order, so all hold the same statistics (gloo all-gather)."""
+        moments = self.rollouts.take_moments()
+        if moments is None:
+            return
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * self._world_size
+        dist.all_gather_object(gathered, moments)
+        for m in gathered:
+            self.algorithm.normalization.merge(m)
 
     def collector_stats(self) -> dict[str, Any]:
         """The stats of this worker's collector (a RayCollector's: frames, lag, preemption,

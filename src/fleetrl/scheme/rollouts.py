@@ -16,6 +16,12 @@ The central learner and each gradient worker collect the same way, through a
   first batch of a learner that starts past the collector's version;
 - the episode statistics and frame counts of what was collected since the
   last report (:class:`Collection`).
+- the normalization statistics (:mod:`fleetrl.normalization`): the moments
+  of each batch delivered (stale batches dropped later count too) are held
+  until :meth:`Rollouts.take`, which comes after the update on the batch; the
+  central learner's are merged there into its algorithm's statistics (which
+  the next publish carries to remote collectors); a gradient worker's are
+  handed out by :meth:`Rollouts.take_moments` for its master instead.
 
 Loss info is averaged everywhere with :class:`~fleetrl.algorithms.base.InfoMean`.
 """
@@ -33,6 +39,7 @@ from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.build import make_collector
 from fleetrl.collectors import RayCollector, episode_stats, frames_in
 from fleetrl.config import Config
+from fleetrl.normalization import Moments
 
 __all__ = ["Collection", "Rollouts", "warmup_frames"]
 
@@ -98,6 +105,9 @@ class Rollouts:
         state: a local collector's saved state to load instead of seeding; a
             mismatch raises :class:`~fleetrl.errors.EnvError` (the collector is
             shut down first).
+        merge_moments: merge the normalization moments into the algorithm in
+            :meth:`take` (the central learner); False: hold them for
+            :meth:`take_moments` (a gradient worker, whose master merges them).
     """
 
     def __init__(
@@ -110,6 +120,7 @@ class Rollouts:
         collected: int = 0,
         share: int = 1,
         state: dict[str, Any] | None = None,
+        merge_moments: bool = True,
     ):
         self.algorithm = algorithm
         self.interval = config.trainer.weight_update_interval
@@ -131,6 +142,12 @@ class Rollouts:
         self.batches = 0  # collected so far: publishing counts them
         self.collection = Collection()
         self.publish_s = 0.0  # time spent publishing since the last take()
+        self.normalization = algorithm.normalization
+        self.merge_moments = merge_moments
+        #: the moments of the frames delivered since the last take() (None: no normalization)
+        self.moments: Moments | None = (
+            self.normalization.empty() if self.normalization is not None else None
+        )
         self._batches = iter(self.collector)
         # a resumed learner is past version 0: its collectors act with its current weights
         if self.version > self.collector.policy_version:
@@ -169,10 +186,25 @@ class Rollouts:
             return None
         self.batches += 1
         self.collection.add(batch, time.perf_counter() - start)
+        if self.moments is not None:
+            self.moments.add(self.normalization.moments(batch))
         return batch
 
+    def take_moments(self) -> Moments | None:
+        """The normalization moments held since the last call (reset); None: no normalization."""
+        moments = self.moments
+        if moments is not None:
+            self.moments = self.normalization.empty()
+        return moments
+
     def take(self) -> tuple[Collection, float]:
-        """What was collected and the time spent publishing since the last call; both reset."""
+        """What was collected and the time spent publishing since the last call; both reset.
+
+        Called after the update on what was collected: with ``merge_moments``, the
+        normalization moments of those batches are merged into the algorithm here.
+        """
+        if self.merge_moments and self.moments is not None:
+            self.normalization.merge(self.take_moments())
         collection, publish_s = self.collection, self.publish_s
         self.collection, self.publish_s = Collection(), 0.0
         return collection, publish_s

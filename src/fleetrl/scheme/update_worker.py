@@ -223,7 +223,12 @@ class UpdateWorker:
     def _step(self, index: int, send_weights: bool) -> Any:
         worker = self.workers[index]
         if send_weights:
-            return worker.step.remote(self._current_weights(), self.version, packed=True)
+            # the normalization statistics (a few small tensors) travel with the weights
+            norm = self.algorithm.normalization
+            statistics = norm.statistics() if norm is not None else None
+            return worker.step.remote(
+                self._current_weights(), self.version, packed=True, statistics=statistics
+            )
         return worker.step.remote(packed=True)
 
     def _get_step(self, index: int, ref: Any) -> StepReport | None:
@@ -236,6 +241,9 @@ class UpdateWorker:
             self._replace(index, err)
             return None
         self._failures[index] = 0
+        moments = report.pop("moments", None)
+        if moments is not None:  # every frame delivered counts, whether its gradient is used
+            self.algorithm.normalization.merge(moments)
         return report
 
     # ------------------------------------------------------------ updating
@@ -264,6 +272,8 @@ class UpdateWorker:
         # the master mirrors rank 0 (for evaluation and checkpoints)
         self.algorithm.load_flat_weights(reports[0]["weights"])
         self.algorithm.num_updates = reports[0]["version"]
+        if "statistics" in reports[0]:
+            self.algorithm.normalization.load_statistics(reports[0]["statistics"])
 
     def run_iteration(self) -> IterationResult:
         """Updates worth one collected batch per gradient worker; returns what happened.
