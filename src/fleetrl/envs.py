@@ -18,6 +18,12 @@ Two backends:
   ``num_envs=n`` gives n copies in a ``SerialEnv``.
 
 Both return the same :class:`StepResult`, so the collector has one hot loop.
+
+On the gymnasium path, ``float64`` observations (MuJoCo's) become ``float32``
+at the env boundary, the dtype of the networks and half the bytes in batches
+and replay buffers; continuous (Box) actions are clipped to the action space
+there, as CleanRL's ``ClipAction`` wrapper does: the policy's unclipped sample
+is what the batch stores, so its log-probability stays exact.
 """
 
 from __future__ import annotations
@@ -166,27 +172,44 @@ class GymVectorEnv(BatchedEnv):
         self.num_envs = int(env.num_envs)
         self.batch_shape = torch.Size([self.num_envs])
         obs_shape, obs_dtype, _ = _space_spec(env.single_observation_space, "observation")
+        #: float64 observations (MuJoCo's) are handed on as float32
+        self._to_float32 = obs_dtype == np.float64
+        if self._to_float32:
+            obs_dtype = np.dtype(np.float32)
         self.observation_spec = {"observation": (obs_shape, obs_dtype)}
         self.action_shape, self.action_dtype, self.num_actions = _space_spec(
             env.single_action_space, "action"
         )
+        space = env.single_action_space
+        #: Box action bounds the actions are clipped to (None: discrete, or unbounded)
+        self._action_bounds = None
+        if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+            low, high = space.low, space.high
+            if np.isfinite(low).any() or np.isfinite(high).any():
+                self._action_bounds = (low.astype(space.dtype), high.astype(space.dtype))
+
+    def _obs(self, obs: np.ndarray) -> np.ndarray:
+        return obs.astype(np.float32) if self._to_float32 else obs
 
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(seed=seed)
-        return {"observation": obs}
+        return {"observation": self._obs(obs)}
 
     def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(options={"reset_mask": mask})
-        return {"observation": obs}
+        return {"observation": self._obs(obs)}
 
     def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(seed=[seed] * self.num_envs)  # gymnasium: one seed per env
-        return {"observation": obs}
+        return {"observation": self._obs(obs)}
 
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
         if isinstance(action, torch.Tensor):
             action = action.numpy()
+        if self._action_bounds is not None:  # one small clip per step: [N, action_dim]
+            action = np.clip(action, *self._action_bounds)
         obs, reward, terminated, truncated, infos = self.env.step(action)
+        obs = self._obs(obs)
         next_obs = obs
         if self._manual_reset:
             done = terminated | truncated
@@ -197,7 +220,7 @@ class GymVectorEnv(BatchedEnv):
             # the finished rows into a fresh array (obs holds the reset ones).
             next_obs = obs.copy()
             ended = np.flatnonzero(infos["_final_obs"])
-            next_obs[ended] = np.stack(infos["final_obs"][ended])
+            next_obs[ended] = np.stack(infos["final_obs"][ended])  # cast as it is written
         return StepResult(
             {"observation": next_obs}, {"observation": obs}, reward, terminated, truncated
         )
