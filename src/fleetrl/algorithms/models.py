@@ -11,6 +11,16 @@ buffers (a quarter of float32's bytes); the networks scale them by 1/255
 inside. Initialisation follows CleanRL: orthogonal with gain sqrt(2) and zero
 bias in the torso, 0.01 for the policy head, 1 for the value head.
 
+Continuous actions (:class:`ActionDistribution`, ``ppo.distribution``):
+``tanh_normal`` squashes a Gaussian whose mean and std the MLP outputs into the
+action bounds (torchrl's ``TanhNormal``; SAC's policy); ``normal`` is CleanRL's
+``ppo_continuous_action.py`` policy: the MLP outputs the mean, the log-std is
+one learned parameter per action dim (state-independent, initialised to 0), the
+actions are sampled from an unbounded Gaussian and clipped to the bounds at the
+env (:class:`~fleetrl.envs.GymVectorEnv`), so the batch keeps the sample its
+log-probability belongs to. ``normal`` also gives actor and critic CleanRL's
+orthogonal init (gain sqrt(2); 0.01 for the mean head, 1 for the value head).
+
 PPO and A2C share one pixel torso between actor and critic (CleanRL's
 ``ppo_atari.py`` does): a torso is ~99% of the compute and parameters, the
 losses run it once each for actor and critic either way, and sharing halves
@@ -29,13 +39,15 @@ import numpy as np
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
-from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
 
 __all__ = [
+    "ActionDistribution",
     "EnvInfo",
     "ImpalaTorso",
     "ModelKind",
     "NatureTorso",
+    "StateIndependentScale",
     "conv_problems",
     "env_info",
     "make_actor",
@@ -64,6 +76,13 @@ class ModelKind(str, enum.Enum):
     MLP = "mlp"
     CNN = "cnn"
     IMPALA = "impala"
+
+
+class ActionDistribution(str, enum.Enum):
+    """The policy's distribution over continuous actions (``ppo.distribution``)."""
+
+    TANH_NORMAL = "tanh_normal"  # state-dependent std, squashed into the bounds
+    NORMAL = "normal"  # CleanRL's: state-independent log-std, clipped at the env
 
 
 @dataclass
@@ -295,16 +314,58 @@ def _mlp_for(
     return nn.Sequential(_FlatInput(info.obs_shape), net)
 
 
+class StateIndependentScale(nn.Module):
+    """``loc`` from the wrapped network, ``scale`` = exp(log_std): one learned log-std per
+    action dim, whatever the state (CleanRL's ``actor_logstd``).
+
+    Examples:
+        >>> head = StateIndependentScale(nn.Linear(3, 2), action_dim=2)
+        >>> loc, scale = head(torch.zeros(5, 3))
+        >>> loc.shape, scale.tolist()[0]
+        (torch.Size([5, 2]), [1.0, 1.0])
+    """
+
+    def __init__(self, loc_net: nn.Module, action_dim: int):
+        super().__init__()
+        self.loc_net = loc_net
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = self.loc_net(obs)
+        return loc, self.log_std.exp().expand_as(loc)
+
+
+def _init_cleanrl(net: nn.Module, head_std: float) -> nn.Module:
+    """CleanRL's init on every Linear of ``net``: gain sqrt(2), the last one ``head_std``."""
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        layer_init(layer, std=head_std if i == len(linears) - 1 else math.sqrt(2))
+    return net
+
+
 def make_actor(
-    info: EnvInfo, hidden: list[int], activation: type[nn.Module] = nn.Tanh
+    info: EnvInfo,
+    hidden: list[int],
+    activation: type[nn.Module] = nn.Tanh,
+    distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
 ) -> ProbabilisticActor:
-    """An MLP policy: Categorical over logits for discrete actions; TanhNormal within the
-    bounds otherwise.
+    """An MLP policy: Categorical over logits for discrete actions; for continuous ones a
+    TanhNormal within the bounds, or CleanRL's Normal (see :class:`ActionDistribution`).
 
     Writes ``action`` and its log-prob (``action_log_prob``), what the PPO/A2C losses read.
     """
     if info.discrete:
         return _categorical(_mlp_for(info, info.num_actions, hidden, activation))
+    if ActionDistribution(distribution) is ActionDistribution.NORMAL:
+        loc_net = _init_cleanrl(_mlp_for(info, info.action_dim, hidden, activation), 0.01)
+        body = StateIndependentScale(loc_net, info.action_dim)
+        net = TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"])
+        return ProbabilisticActor(
+            net,
+            in_keys=["loc", "scale"],
+            distribution_class=IndependentNormal,  # log-prob summed over the action dims
+            return_log_prob=True,
+        )
     body = nn.Sequential(
         _mlp_for(info, 2 * info.action_dim, hidden, activation), NormalParamExtractor()
     )
@@ -318,9 +379,11 @@ def make_actor(
     )
 
 
-def make_critic(info: EnvInfo, hidden: list[int]) -> ValueOperator:
-    """An MLP state value V(s), written to ``state_value``."""
-    return ValueOperator(_mlp_for(info, 1, hidden), in_keys=["observation"])
+def make_critic(info: EnvInfo, hidden: list[int], *, cleanrl_init: bool = False) -> ValueOperator:
+    """An MLP state value V(s), written to ``state_value`` (``cleanrl_init``: orthogonal,
+    gain 1 on the value head)."""
+    net = _mlp_for(info, 1, hidden)
+    return ValueOperator(_init_cleanrl(net, 1.0) if cleanrl_init else net, in_keys=["observation"])
 
 
 def _categorical(logits_net: nn.Module) -> ProbabilisticActor:
@@ -340,8 +403,12 @@ def make_actor_critic(
     *,
     actor: nn.Module | None = None,
     critic: nn.Module | None = None,
+    distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
 ) -> tuple[nn.Module, nn.Module]:
     """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
+
+    ``distribution`` picks the continuous-action policy of an ``mlp`` model
+    (:class:`ActionDistribution`); ``normal`` also inits both MLPs as CleanRL.
 
     ``cnn``/``impala``: one conv torso shared by a Categorical policy head
     (orthogonal init, gain 0.01) and a value head (gain 1); ``hidden`` is
@@ -356,8 +423,11 @@ def make_actor_critic(
     """
     kind = resolve_model(model, info)
     if kind is ModelKind.MLP:
-        actor = actor if actor is not None else make_actor(info, hidden)
-        critic = critic if critic is not None else make_critic(info, hidden)
+        cleanrl = not info.discrete and distribution == ActionDistribution.NORMAL
+        if actor is None:
+            actor = make_actor(info, hidden, distribution=distribution)
+        if critic is None:
+            critic = make_critic(info, hidden, cleanrl_init=cleanrl)
         return actor, critic
     torso = make_torso(kind, info) if actor is None or critic is None else None
     if actor is None:
