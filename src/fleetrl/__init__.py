@@ -21,6 +21,7 @@ from fleetrl.errors import (
     WorkerError,
     WorkerLostError,
 )
+from fleetrl.mujoco_envs import MujocoEnv
 from fleetrl.policies import RandomPolicy, as_policy
 from fleetrl.trainer import Trainer
 
@@ -37,6 +38,7 @@ __all__ = [
     "EnvError",
     "EpisodeStats",
     "FleetError",
+    "MujocoEnv",
     "PolicyError",
     "RandomPolicy",
     "RayCollector",

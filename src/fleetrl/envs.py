@@ -375,7 +375,8 @@ def make_env(
     Args:
         create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
             torchrl ``EnvBase``, or a callable returning one of these; or a
-            :class:`fleetrl.engines.AtariEnv`. An ALE id (``"ALE/Pong-v5"``) is
+            :class:`fleetrl.engines.AtariEnv` or :class:`fleetrl.mujoco_envs.MujocoEnv`.
+            An ALE id (``"ALE/Pong-v5"``) is
             built as ``AtariEnv(id)``: the standard Atari preprocessing in the
             gymnasium engine.
         num_envs: how many copies to vectorize in-process. Used for gymnasium ids
@@ -383,7 +384,9 @@ def make_env(
             keeps its own batch.
         create_env_kwargs: keyword arguments for ``create_env_fn`` (or for
             ``gymnasium.make`` when it is an id; for an ALE id, ``engine`` and
-            :class:`~fleetrl.config.AtariConfig` fields, e.g. ``{"engine": "envpool"}``).
+            :class:`~fleetrl.config.AtariConfig` fields, e.g. ``{"engine": "envpool"}``; for a
+            MuJoCo id with an ``engine``, :class:`~fleetrl.mujoco_envs.MujocoEnv`'s fields and
+            the env's own arguments).
 
     Examples:
         >>> env = make_env("CartPole-v1", num_envs=4)
@@ -393,10 +396,13 @@ def make_env(
     """
     kwargs = dict(create_env_kwargs or {})
     from fleetrl.engines import AtariEnv, is_atari_id  # engines builds on this module
+    from fleetrl.mujoco_envs import MujocoEnv, is_mujoco_id
 
     if isinstance(create_env_fn, str) and is_atari_id(create_env_fn):
         create_env_fn = AtariEnv.from_kwargs(create_env_fn, kwargs)
-    if isinstance(create_env_fn, AtariEnv):
+    elif isinstance(create_env_fn, str) and "engine" in kwargs and is_mujoco_id(create_env_fn):
+        create_env_fn = MujocoEnv.from_kwargs(create_env_fn, kwargs)
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
         return create_env_fn.make(num_envs or 1)
     if isinstance(create_env_fn, str):
         return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))

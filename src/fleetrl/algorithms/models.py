@@ -115,7 +115,10 @@ def env_info(env_id: Any) -> EnvInfo:
     frame stack, e.g. uint8 (4, 84, 84).
     """
     from fleetrl.engines import AtariEnv, is_atari_id
+    from fleetrl.mujoco_envs import MujocoEnv
 
+    if isinstance(env_id, MujocoEnv):
+        env_id = env_id.env_id  # both engines: the gymnasium env's spaces (float32 obs, below)
     if isinstance(env_id, str) and is_atari_id(env_id):
         env_id = AtariEnv(env_id)
     if isinstance(env_id, AtariEnv):
