@@ -4,7 +4,7 @@ fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S]
 fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes,
-               atari_throughput,wire_unpack} [args ...]
+               atari_throughput,wire_unpack,mujoco_learning} [args ...]
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             "scheme_modes",
             "atari_throughput",
             "wire_unpack",
+            "mujoco_learning",
         ],
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER)
