@@ -178,8 +178,8 @@ def check_mujoco_engine(env_id: str, engine: Any, prefix: str, problems: list[st
     except ImportError as err:
         problems.append(ENVPOOL_MISSING_MSG.format(prefix=prefix, err=err))
         return
-    tasks = _envpool_mujoco_tasks(envpool)
-    if env_id not in tasks:
+    if env_id not in envpool.list_all_envs():
+        tasks = _envpool_mujoco_tasks(envpool)  # only for the message: a registry walk
         problems.append(
             ENVPOOL_MUJOCO_MSG.format(
                 prefix=prefix,
