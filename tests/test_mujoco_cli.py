@@ -34,7 +34,8 @@ TINY = [
     "logging.plot=false",
 ]
 TINY_ALGO = {
-    "ppo": ["ppo.num_epochs=1", "ppo.num_mini_batch=2"],
+    # CleanRL's policy, the shipped file's alternative, trains through the CLI too
+    "ppo": ["ppo.num_epochs=1", "ppo.num_mini_batch=2", "ppo.distribution=normal"],
     "sac": [
         "env.engine=envpool",
         "sac.buffer_size=1000",
@@ -65,7 +66,7 @@ def test_shipped_mujoco_configs_hold_the_published_settings():
     p = ppo.ppo
     assert (p.gae_lambda, p.num_epochs, p.num_mini_batch, p.max_grad_norm) == (0.95, 10, 32, 0.5)
     assert ppo.collector.frames_per_batch == 2048 and ppo.trainer.lr_schedule.value == "linear"
-    assert (p.distribution.value, p.hidden_sizes, p.entropy_coef) == ("normal", [64, 64], 0.0)
+    assert (p.distribution.value, p.hidden_sizes, p.entropy_coef) == ("tanh_normal", [64, 64], 0.0)
     sac = load_config(ROOT / "configs" / "sac_mujoco.yaml", [])
     s = sac.sac
     assert (sac.env.id, s.start_steps, s.batch_size, s.hidden_sizes) == (
@@ -99,7 +100,7 @@ def test_shipped_mujoco_config_trains_resumes_and_evaluates(tmp_path, algo, caps
     if algo == "ppo":
         assert all(r["loss/objective"] != "" for r in rows)
         assert state["algorithm"]["num_updates"] == 2 * 2  # 1 epoch x 2 minibatches per batch
-        assert any("log_std" in k for k in state["algorithm"]["loss_module"])  # CleanRL's policy
+        assert any("log_std" in k for k in state["algorithm"]["loss_module"])  # the override's
     else:
         assert rows[0]["loss/qvalue"] == ""  # the first batch only fills the memory
         assert float(rows[1]["loss/qvalue"]) >= 0 and float(rows[1]["train/alpha"]) > 0
