@@ -40,6 +40,7 @@ def test_normal_is_cleanrls_policy():
 
     with torch.no_grad():
         body.log_std.fill_(1.0)  # std e: samples beyond the [-1, 1] bounds
+    with set_exploration_type(ExplorationType.RANDOM), torch.no_grad():  # as the collectors act
         td = actor(_obs())
     assert torch.equal(td["scale"], torch.full((5, 6), torch.e))
     assert td["action"].abs().max() > 1  # unclipped here: the env clips it
@@ -69,13 +70,14 @@ def test_ppo_learns_the_log_std():
     """One PPO minibatch step on HalfCheetah-shaped data moves the state-independent log-std."""
     cfg = config_from_dict(
         {"algorithm": "ppo", "env": {"id": "HalfCheetah-v5"}},
-        ["ppo.distribution=normal", "collector.frames_per_batch=8", "ppo.num_mini_batch=1"],
+        ["ppo.distribution=normal", "collector.frames_per_batch=16", "ppo.num_mini_batch=1"],
     )
     ppo = PPO(cfg.ppo, env_info("HalfCheetah-v5"))
-    td = ppo.policy(_obs(8))
-    td["advantage"] = torch.randn(8, 1)
-    td["value_target"] = torch.randn(8, 1)
-    td["state_value"] = torch.zeros(8, 1)
+    with set_exploration_type(ExplorationType.RANDOM):
+        td = ppo.policy(_obs(16))
+    td["advantage"] = torch.randn(16, 1)
+    td["value_target"] = torch.randn(16, 1)
+    td["state_value"] = torch.zeros(16, 1)
     ppo.optimizer.zero_grad()
     loss, _ = ppo.loss(td.detach())
     loss.backward()
