@@ -60,7 +60,8 @@ __all__ = [
 
 
 class EnvEngine(str, enum.Enum):
-    """What steps the Atari envs."""
+    """What steps the envs: any of the three for Atari; gymnasium or envpool for MuJoCo
+    (:mod:`fleetrl.mujoco_envs`)."""
 
     GYMNASIUM = "gymnasium"
     ALE_VECTOR = "ale_vector"
