@@ -22,6 +22,7 @@ from fleetrl.errors import (
     WorkerError,
     WorkerLostError,
 )
+from fleetrl.mujoco_envs import MujocoEnv
 from fleetrl.policies import RandomPolicy, as_policy
 from fleetrl.trainer import Trainer
 
@@ -38,6 +39,7 @@ __all__ = [
     "EnvError",
     "EpisodeStats",
     "FleetError",
+    "MujocoEnv",
     "PolicyError",
     "RandomPolicy",
     "RayCollector",

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from fleetrl.algorithms import ALGORITHMS, Algorithm, env_info
-from fleetrl.algorithms.models import EnvInfo, make_actor_critic
+from fleetrl.algorithms.models import ActionDistribution, EnvInfo, make_actor_critic
 from fleetrl.config import Config
 from fleetrl.engines import env_spec
 from fleetrl.errors import ConfigError
@@ -61,7 +61,13 @@ def normalized_networks(config: Config, info: EnvInfo, modules: dict[str, Any]) 
     normalizer = ObservationNormalizer(info.obs_shape, clip=config.env.clip_observation)
     algo = config.algo
     actor, critic = make_actor_critic(
-        algo.model, info, algo.hidden_sizes, normalizer=normalizer, **given
+        algo.model,
+        info,
+        algo.hidden_sizes,
+        normalizer=normalizer,
+        # PPO's section has it; A2C's and IMPALA's keep the TanhNormal
+        distribution=getattr(algo, "distribution", ActionDistribution.TANH_NORMAL),
+        **given,
     )
     return {**modules, "actor": actor, "critic": critic}
 

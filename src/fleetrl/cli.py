@@ -4,7 +4,7 @@ fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S] [--video OUT.mp4]
 fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes,
-               atari_throughput,wire_unpack,video_cost} [args ...]
+               atari_throughput,wire_unpack,video_cost,mujoco_learning} [args ...]
 """
 
 from __future__ import annotations
@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             "atari_throughput",
             "wire_unpack",
             "video_cost",
+            "mujoco_learning",
         ],
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER)

@@ -151,8 +151,9 @@ class EnvConfig:
     max_episode_steps: int | None = None
     """truncate episodes after this many steps (None: the env's own limit)."""
     engine: str = "gymnasium"
-    """what steps Atari envs: 'gymnasium' (ALE envs in a gymnasium vector env), 'ale_vector'
-    (ale-py's threaded C++ vector env) or 'envpool'; non-Atari envs use 'gymnasium'."""
+    """what steps the envs: 'gymnasium' (a gymnasium vector env), 'ale_vector' (ale-py's
+    threaded C++ vector env; Atari only) or 'envpool' (C++; Atari and MuJoCo ids, e.g.
+    HalfCheetah-v5); other envs use 'gymnasium'."""
     atari: AtariConfig = field(default_factory=AtariConfig)
     """Atari preprocessing (applies to ALE ids, e.g. ALE/Pong-v5, in every engine)."""
     normalize_observation: bool = False

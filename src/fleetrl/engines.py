@@ -60,7 +60,8 @@ __all__ = [
 
 
 class EnvEngine(str, enum.Enum):
-    """What steps the Atari envs."""
+    """What steps the envs: any of the three for Atari; gymnasium or envpool for MuJoCo
+    (:mod:`fleetrl.mujoco_envs`)."""
 
     GYMNASIUM = "gymnasium"
     ALE_VECTOR = "ale_vector"
@@ -78,6 +79,11 @@ LIFE_LOSS_MSG = (
 NOT_ATARI_MSG = (
     "{prefix}engine={engine!r} is invalid with {id_key}={env_id!r}: the {engine} engine "
     "steps ALE (Atari) games only; use an ALE id (e.g. ALE/Pong-v5) or {prefix}engine='gymnasium'"
+)
+NOT_ENVPOOL_ID_MSG = (
+    "{prefix}engine='envpool' is invalid with {id_key}={env_id!r}: the envpool engine steps "
+    "ALE (Atari) games and gymnasium MuJoCo envs (e.g. HalfCheetah-v5) only; use "
+    "{prefix}engine='gymnasium'"
 )
 NOT_INSTALLED_MSG = (
     "{prefix}engine={engine!r} is invalid here: {package} is not installed ({err}); "
@@ -183,11 +189,17 @@ class AtariEnv:
         return cls(env_id, engine, AtariConfig(**kwargs), num_threads)
 
 
-def env_spec(env: EnvConfig) -> str | AtariEnv:
+def env_spec(env: EnvConfig) -> Any:
     """What the collectors build for a config's ``env`` section: an ALE id becomes an
-    :class:`AtariEnv` with ``env.engine`` and ``env.atari``; other ids stay ids."""
+    :class:`AtariEnv` with ``env.engine`` and ``env.atari``; a MuJoCo id in the envpool
+    engine a :class:`~fleetrl.mujoco_envs.MujocoEnv`; other ids stay ids."""
     if is_atari_id(env.id):
         return AtariEnv(env.id, env.engine, env.atari)
+    if env.engine != EnvEngine.GYMNASIUM:
+        from fleetrl.mujoco_envs import MujocoEnv, is_mujoco_id
+
+        if is_mujoco_id(env.id):
+            return MujocoEnv(env.id, env.engine, env.max_episode_steps)
     return env.id
 
 
@@ -223,9 +235,16 @@ def _check(env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: 
     if engine == EnvEngine.GYMNASIUM:
         return
     id_key = "env.id" if prefix else "env_id"  # the config key, or AtariEnv's argument
+    if prefix and not is_atari_id(env_id):
+        from fleetrl.mujoco_envs import check_mujoco_engine, is_mujoco_id
+
+        if is_mujoco_id(env_id):  # a config's MuJoCo id: envpool steps it too
+            check_mujoco_engine(env_id, engine, prefix, problems)
+            return
     if not is_atari_id(env_id):
+        msg = NOT_ENVPOOL_ID_MSG if prefix and engine == EnvEngine.ENVPOOL else NOT_ATARI_MSG
         problems.append(
-            NOT_ATARI_MSG.format(prefix=prefix, engine=engine.value, id_key=id_key, env_id=env_id)
+            msg.format(prefix=prefix, engine=engine.value, id_key=id_key, env_id=env_id)
         )
         return
     if a.terminal_on_life_loss:

@@ -18,6 +18,12 @@ Two backends:
   ``num_envs=n`` gives n copies in a ``SerialEnv``.
 
 Both return the same :class:`StepResult`, so the collector has one hot loop.
+
+On the gymnasium path, ``float64`` observations (MuJoCo's) become ``float32``
+at the env boundary, the dtype of the networks and half the bytes in batches
+and replay buffers; continuous (Box) actions are clipped to the action space
+there, as CleanRL's ``ClipAction`` wrapper does: the policy's unclipped sample
+is what the batch stores, so its log-probability stays exact.
 """
 
 from __future__ import annotations
@@ -166,27 +172,44 @@ class GymVectorEnv(BatchedEnv):
         self.num_envs = int(env.num_envs)
         self.batch_shape = torch.Size([self.num_envs])
         obs_shape, obs_dtype, _ = _space_spec(env.single_observation_space, "observation")
+        #: float64 observations (MuJoCo's) are handed on as float32
+        self._to_float32 = obs_dtype == np.float64
+        if self._to_float32:
+            obs_dtype = np.dtype(np.float32)
         self.observation_spec = {"observation": (obs_shape, obs_dtype)}
         self.action_shape, self.action_dtype, self.num_actions = _space_spec(
             env.single_action_space, "action"
         )
+        space = env.single_action_space
+        #: Box action bounds the actions are clipped to (None: discrete, or unbounded)
+        self._action_bounds = None
+        if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+            low, high = space.low, space.high
+            if np.isfinite(low).any() or np.isfinite(high).any():
+                self._action_bounds = (low.astype(space.dtype), high.astype(space.dtype))
+
+    def _obs(self, obs: np.ndarray) -> np.ndarray:
+        return obs.astype(np.float32) if self._to_float32 else obs
 
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(seed=seed)
-        return {"observation": obs}
+        return {"observation": self._obs(obs)}
 
     def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(options={"reset_mask": mask})
-        return {"observation": obs}
+        return {"observation": self._obs(obs)}
 
     def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(seed=[seed] * self.num_envs)  # gymnasium: one seed per env
-        return {"observation": obs}
+        return {"observation": self._obs(obs)}
 
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
         if isinstance(action, torch.Tensor):
             action = action.numpy()
+        if self._action_bounds is not None:  # one small clip per step: [N, action_dim]
+            action = np.clip(action, *self._action_bounds)
         obs, reward, terminated, truncated, infos = self.env.step(action)
+        obs = self._obs(obs)
         next_obs = obs
         if self._manual_reset:
             done = terminated | truncated
@@ -197,7 +220,7 @@ class GymVectorEnv(BatchedEnv):
             # the finished rows into a fresh array (obs holds the reset ones).
             next_obs = obs.copy()
             ended = np.flatnonzero(infos["_final_obs"])
-            next_obs[ended] = np.stack(infos["final_obs"][ended])
+            next_obs[ended] = np.stack(infos["final_obs"][ended])  # cast as it is written
         return StepResult(
             {"observation": next_obs}, {"observation": obs}, reward, terminated, truncated
         )
@@ -352,7 +375,8 @@ def make_env(
     Args:
         create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
             torchrl ``EnvBase``, or a callable returning one of these; or a
-            :class:`fleetrl.engines.AtariEnv`. An ALE id (``"ALE/Pong-v5"``) is
+            :class:`fleetrl.engines.AtariEnv` or :class:`fleetrl.mujoco_envs.MujocoEnv`.
+            An ALE id (``"ALE/Pong-v5"``) is
             built as ``AtariEnv(id)``: the standard Atari preprocessing in the
             gymnasium engine.
         num_envs: how many copies to vectorize in-process. Used for gymnasium ids
@@ -360,7 +384,9 @@ def make_env(
             keeps its own batch.
         create_env_kwargs: keyword arguments for ``create_env_fn`` (or for
             ``gymnasium.make`` when it is an id; for an ALE id, ``engine`` and
-            :class:`~fleetrl.config.AtariConfig` fields, e.g. ``{"engine": "envpool"}``).
+            :class:`~fleetrl.config.AtariConfig` fields, e.g. ``{"engine": "envpool"}``; for a
+            MuJoCo id with an ``engine``, :class:`~fleetrl.mujoco_envs.MujocoEnv`'s fields and
+            the env's own arguments).
 
     Examples:
         >>> env = make_env("CartPole-v1", num_envs=4)
@@ -370,10 +396,13 @@ def make_env(
     """
     kwargs = dict(create_env_kwargs or {})
     from fleetrl.engines import AtariEnv, is_atari_id  # engines builds on this module
+    from fleetrl.mujoco_envs import MujocoEnv, is_mujoco_id
 
     if isinstance(create_env_fn, str) and is_atari_id(create_env_fn):
         create_env_fn = AtariEnv.from_kwargs(create_env_fn, kwargs)
-    if isinstance(create_env_fn, AtariEnv):
+    elif isinstance(create_env_fn, str) and "engine" in kwargs and is_mujoco_id(create_env_fn):
+        create_env_fn = MujocoEnv.from_kwargs(create_env_fn, kwargs)
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
         return create_env_fn.make(num_envs or 1)
     if isinstance(create_env_fn, str):
         return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))

@@ -17,7 +17,7 @@ from torch import nn
 from torchrl.objectives.value import GAE
 
 from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid
-from fleetrl.algorithms.models import EnvInfo, make_actor_critic
+from fleetrl.algorithms.models import ActionDistribution, EnvInfo, make_actor_critic
 from fleetrl.config import AlgorithmConfig, Checks, Config
 
 __all__ = ["ActorCritic", "ActorCriticConfig"]
@@ -64,7 +64,13 @@ class ActorCritic(Algorithm):
         ``loss_kwargs`` (PPO's and APPO's clipping); Adam uses ``eps=1e-5``, as CleanRL's.
         """
         actor, critic = make_actor_critic(
-            config.model, info, config.hidden_sizes, actor=actor, critic=critic
+            config.model,
+            info,
+            config.hidden_sizes,
+            actor=actor,
+            critic=critic,
+            # PPO's section has it; A2C's and IMPALA's keep the TanhNormal
+            distribution=getattr(config, "distribution", ActionDistribution.TANH_NORMAL),
         )
         loss = loss_class(
             actor,

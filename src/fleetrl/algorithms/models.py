@@ -11,6 +11,16 @@ buffers (a quarter of float32's bytes); the networks scale them by 1/255
 inside. Initialisation follows CleanRL: orthogonal with gain sqrt(2) and zero
 bias in the torso, 0.01 for the policy head, 1 for the value head.
 
+Continuous actions (:class:`ActionDistribution`, ``ppo.distribution``):
+``tanh_normal`` squashes a Gaussian whose mean and std the MLP outputs into the
+action bounds (torchrl's ``TanhNormal``; SAC's policy); ``normal`` is CleanRL's
+``ppo_continuous_action.py`` policy: the MLP outputs the mean, the log-std is
+one learned parameter per action dim (state-independent, initialised to 0), the
+actions are sampled from an unbounded Gaussian and clipped to the bounds at the
+env (:class:`~fleetrl.envs.GymVectorEnv`), so the batch keeps the sample its
+log-probability belongs to. ``normal`` also gives actor and critic CleanRL's
+orthogonal init (gain sqrt(2); 0.01 for the mean head, 1 for the value head).
+
 PPO and A2C share one pixel torso between actor and critic (CleanRL's
 ``ppo_atari.py`` does): a torso is ~99% of the compute and parameters, the
 losses run it once each for actor and critic either way, and sharing halves
@@ -29,15 +39,17 @@ import numpy as np
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
-from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
 
 from fleetrl.errors import ConfigError
 
 __all__ = [
+    "ActionDistribution",
     "EnvInfo",
     "ImpalaTorso",
     "ModelKind",
     "NatureTorso",
+    "StateIndependentScale",
     "conv_problems",
     "env_info",
     "make_actor",
@@ -75,6 +87,13 @@ class ModelKind(str, enum.Enum):
     IMPALA = "impala"
 
 
+class ActionDistribution(str, enum.Enum):
+    """The policy's distribution over continuous actions (``ppo.distribution``)."""
+
+    TANH_NORMAL = "tanh_normal"  # state-dependent std, squashed into the bounds
+    NORMAL = "normal"  # CleanRL's: state-independent log-std, clipped at the env
+
+
 @dataclass
 class EnvInfo:
     """What a model builder needs to know about the env."""
@@ -105,7 +124,10 @@ def env_info(env_id: Any) -> EnvInfo:
     frame stack, e.g. uint8 (4, 84, 84).
     """
     from fleetrl.engines import AtariEnv, is_atari_id
+    from fleetrl.mujoco_envs import MujocoEnv
 
+    if isinstance(env_id, MujocoEnv):
+        env_id = env_id.env_id  # both engines: the gymnasium env's spaces (float32 obs, below)
     if isinstance(env_id, str) and is_atari_id(env_id):
         env_id = AtariEnv(env_id)
     if isinstance(env_id, AtariEnv):
@@ -309,14 +331,44 @@ def _mlp_for(
     return net if normalizer is None else nn.Sequential(normalizer, net)
 
 
+class StateIndependentScale(nn.Module):
+    """``loc`` from the wrapped network, ``scale`` = exp(log_std): one learned log-std per
+    action dim, whatever the state (CleanRL's ``actor_logstd``).
+
+    Examples:
+        >>> head = StateIndependentScale(nn.Linear(3, 2), action_dim=2)
+        >>> loc, scale = head(torch.zeros(5, 3))
+        >>> loc.shape, scale.tolist()[0]
+        (torch.Size([5, 2]), [1.0, 1.0])
+    """
+
+    def __init__(self, loc_net: nn.Module, action_dim: int):
+        super().__init__()
+        self.loc_net = loc_net
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = self.loc_net(obs)
+        return loc, self.log_std.exp().expand_as(loc)
+
+
+def _init_cleanrl(net: nn.Module, head_std: float) -> nn.Module:
+    """CleanRL's init on every Linear of ``net``: gain sqrt(2), the last one ``head_std``."""
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        layer_init(layer, std=head_std if i == len(linears) - 1 else math.sqrt(2))
+    return net
+
+
 def make_actor(
     info: EnvInfo,
     hidden: list[int],
     activation: type[nn.Module] = nn.Tanh,
     normalizer: nn.Module | None = None,
+    distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
 ) -> ProbabilisticActor:
-    """An MLP policy: Categorical over logits for discrete actions; TanhNormal within the
-    bounds otherwise.
+    """An MLP policy: Categorical over logits for discrete actions; for continuous ones a
+    TanhNormal within the bounds, or CleanRL's Normal (see :class:`ActionDistribution`).
 
     Writes ``action`` and its log-prob (``action_log_prob``), what the PPO/A2C losses read.
     A ``normalizer`` (:class:`~fleetrl.normalization.ObservationNormalizer`) comes first in
@@ -324,6 +376,18 @@ def make_actor(
     """
     if info.discrete:
         return _categorical(_mlp_for(info, info.num_actions, hidden, activation, normalizer))
+    if ActionDistribution(distribution) is ActionDistribution.NORMAL:
+        loc_net = _init_cleanrl(
+            _mlp_for(info, info.action_dim, hidden, activation, normalizer), 0.01
+        )
+        body = StateIndependentScale(loc_net, info.action_dim)
+        net = TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"])
+        return ProbabilisticActor(
+            net,
+            in_keys=["loc", "scale"],
+            distribution_class=IndependentNormal,  # log-prob summed over the action dims
+            return_log_prob=True,
+        )
     body = nn.Sequential(
         _mlp_for(info, 2 * info.action_dim, hidden, activation, normalizer),
         NormalParamExtractor(),
@@ -339,10 +403,16 @@ def make_actor(
 
 
 def make_critic(
-    info: EnvInfo, hidden: list[int], normalizer: nn.Module | None = None
+    info: EnvInfo,
+    hidden: list[int],
+    normalizer: nn.Module | None = None,
+    *,
+    cleanrl_init: bool = False,
 ) -> ValueOperator:
-    """An MLP state value V(s), written to ``state_value`` (``normalizer`` first, if given)."""
-    return ValueOperator(_mlp_for(info, 1, hidden, normalizer=normalizer), in_keys=["observation"])
+    """An MLP state value V(s), written to ``state_value`` (``normalizer`` first, if given;
+    ``cleanrl_init``: orthogonal, gain 1 on the value head)."""
+    net = _mlp_for(info, 1, hidden, normalizer=normalizer)
+    return ValueOperator(_init_cleanrl(net, 1.0) if cleanrl_init else net, in_keys=["observation"])
 
 
 def _categorical(logits_net: nn.Module) -> ProbabilisticActor:
@@ -363,12 +433,15 @@ def make_actor_critic(
     actor: nn.Module | None = None,
     critic: nn.Module | None = None,
     normalizer: nn.Module | None = None,
+    distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
 ) -> tuple[nn.Module, nn.Module]:
     """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
 
     ``normalizer`` (``mlp`` only): one
     :class:`~fleetrl.normalization.ObservationNormalizer` shared by the actor and
-    the critic built here, first in each network.
+    the critic built here, first in each network. ``distribution`` picks the
+    continuous-action policy of an ``mlp`` model (:class:`ActionDistribution`);
+    ``normal`` also inits both MLPs as CleanRL.
 
     ``cnn``/``impala``: one conv torso shared by a Categorical policy head
     (orthogonal init, gain 0.01) and a value head (gain 1); ``hidden`` is
@@ -383,8 +456,11 @@ def make_actor_critic(
     """
     kind = resolve_model(model, info)
     if kind is ModelKind.MLP:
-        actor = actor if actor is not None else make_actor(info, hidden, normalizer=normalizer)
-        critic = critic if critic is not None else make_critic(info, hidden, normalizer)
+        cleanrl = not info.discrete and distribution == ActionDistribution.NORMAL
+        if actor is None:
+            actor = make_actor(info, hidden, normalizer=normalizer, distribution=distribution)
+        if critic is None:
+            critic = make_critic(info, hidden, normalizer, cleanrl_init=cleanrl)
         return actor, critic
     if normalizer is not None:
         raise ConfigError([NORMALIZE_CONV_MSG.format(model=kind.value, shape=info.obs_shape)])

@@ -17,7 +17,7 @@ from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
-from fleetrl.algorithms.models import EnvInfo, ModelKind
+from fleetrl.algorithms.models import ActionDistribution, EnvInfo, ModelKind
 from fleetrl.config import Checks, Config, Schedule
 
 __all__ = ["PPO", "PPOConfig"]
@@ -54,6 +54,11 @@ class PPOConfig(ActorCriticConfig):
     """clip the gradient norm (None: off)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """hidden layers of the actor and critic MLPs."""
+    distribution: ActionDistribution = ActionDistribution.TANH_NORMAL
+    """continuous actions: 'tanh_normal' (mean and std from the MLP, squashed into the
+    bounds) or 'normal' (CleanRL's ppo_continuous_action.py: state-independent log-std,
+    the Gaussian sample clipped to the bounds at the env, CleanRL's orthogonal init);
+    discrete actions always use a Categorical."""
     model: ModelKind = ModelKind.AUTO
     """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
     (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""

@@ -1,0 +1,299 @@
+"""MuJoCo learning: PPO and SAC from the shipped configs, scores against the published ones.
+
+Each run is a fresh ``fleetrl train`` process on ``configs/ppo_mujoco.yaml`` or
+``configs/sac_mujoco.yaml`` as shipped, with only the env id, the seed and the
+budget set on the command line (and evaluation and checkpoints off, so the wall
+time is training's). The score is the mean return of the last 20 training
+episodes at the end of the budget (``train/episode_return``, how CleanRL and
+RLlib report theirs); the final deterministic evaluation return is recorded too.
+Wall time is measured from outside, process start to exit.
+
+    python benchmarks/mujoco_learning.py                  # PPO 1M steps on HalfCheetah and
+                                                          # Hopper, SAC 100k on HalfCheetah
+    python benchmarks/mujoco_learning.py --algos ppo --envs Hopper-v5
+    python benchmarks/mujoco_learning.py --steps 20000    # a smoke run of everything
+    python benchmarks/mujoco_learning.py --rllib          # also RLlib's PPO on HalfCheetah-v5
+                                                          # (in benchmarks/.rllib-venv)
+
+Targets (issue 12), seed 0: PPO at 1M env steps, HalfCheetah-v5 >= 1,442 and
+Hopper-v5 >= 2,382; SAC on HalfCheetah-v5 >= 3,000 at 100k env steps. With
+``--rllib``: RLlib's PPO on HalfCheetah-v5 for the same steps with its tuned
+MuJoCo settings (``rllib/tuned_examples/ppo/benchmark_ppo_mujoco.py``: gamma
+0.99, lambda 0.95, lr 3e-4, 15 epochs over 16,384-step batches in minibatches
+of 4,096, value coefficient 0.01, shared 64x64 tanh layers), on 2 env runners
+(this machine's cores instead of the file's 32); target: fleetrl's score at
+least RLlib's in at most half its wall time.
+
+Writes ``benchmarks/results/mujoco_learning.json`` and one learning-curve PNG
+per env (``mujoco_learning_<algo>_<env>.png``: training return against env
+steps, RLlib's curve on the same axes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ensure_rllib_venv, machine, print_table, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+#: (algorithm, env) -> (env steps, published score to reach)
+TARGETS = {
+    ("ppo", "HalfCheetah-v5"): (1_000_000, 1442.0),
+    ("ppo", "Hopper-v5"): (1_000_000, 2382.0),
+    ("sac", "HalfCheetah-v5"): (100_000, 3000.0),
+}
+DEFAULT_ENVS = {"ppo": ["HalfCheetah-v5", "Hopper-v5"], "sac": ["HalfCheetah-v5"]}
+RLLIB_ENV = "HalfCheetah-v5"
+
+RLLIB_SCRIPT = r"""
+import json, sys, time
+start = time.time()
+env_id, seed, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+import ray
+from ray.rllib.algorithms.ppo import PPOConfig
+ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+config = (
+    PPOConfig()
+    .environment(env_id)
+    .env_runners(num_env_runners=2, num_envs_per_env_runner=1)
+    .training(gamma=0.99, lambda_=0.95, lr=3e-4, num_epochs=15,
+              train_batch_size_per_learner=32 * 512, minibatch_size=4096, vf_loss_coeff=0.01)
+    .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh",
+                             "vf_share_layers": True})
+    .reporting(metrics_num_episodes_for_smoothing=20)
+    .debugging(seed=seed)
+)
+algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
+curve, frames, ret = [], 0, float("nan")
+while frames < budget:
+    result = algo.train()
+    runners = result.get("env_runners", {})
+    ret = runners.get("episode_return_mean", float("nan"))
+    frames = result.get("num_env_steps_sampled_lifetime",
+                        runners.get("num_env_steps_sampled_lifetime", 0))
+    curve.append([int(frames), ret])
+print(json.dumps({"frames": int(frames), "score": ret, "curve": curve,
+                  "train_s": time.time() - start}))
+algo.stop()
+ray.shutdown()
+"""
+
+
+def run_fleetrl(algo: str, env_id: str, steps: int, seed: int, overrides: list[str]) -> dict:
+    """Train the shipped config in a fresh process; score, curve, wall time, throughput."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        cmd = [
+            sys.executable,
+            "-m",
+            "fleetrl.cli",
+            "train",
+            str(ROOT / "configs" / f"{algo}_mujoco.yaml"),
+            f"env.id={env_id}",
+            f"trainer.seed={seed}",
+            f"trainer.total_frames={steps}",
+            "trainer.test_every=0",  # no evaluation inside the timed run
+            "trainer.checkpoint_every=0",  # one checkpoint at the end, for the evaluation
+            "logging.progress_bar=false",
+            "logging.tensorboard=false",
+            "logging.plot=false",
+            *overrides,
+            "--run-dir",
+            str(run),
+        ]
+        print(f"fleetrl: {' '.join(cmd[3:])}", flush=True)
+        start = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - start
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-3000:])
+        rows = list(csv.DictReader((run / "metrics.csv").open()))
+        curve = [
+            [int(float(r["train/frames"])), float(r["train/episode_return"])]
+            for r in rows
+            if r.get("train/episode_return", "") not in ("", "nan")
+        ]
+        last = rows[-1]
+        frames = int(float(last["train/frames"]))
+        updates = int(float(last["train/policy_version"]))
+        evaluation = subprocess.run(
+            [sys.executable, "-m", "fleetrl.cli", "eval", str(run), "--episodes", "10"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        eval_return = _eval_mean(evaluation.stdout)
+    return {
+        "score": curve[-1][1] if curve else math.nan,
+        "eval_return": eval_return,
+        "frames": frames,
+        "wall_s": wall,
+        "frames_per_s": frames / wall,
+        "updates": updates,
+        "updates_per_s": updates / wall,
+        "trainer_fps": float(last["time/fps"]),
+        "curve": curve,
+    }
+
+
+def _eval_mean(stdout: str) -> float:
+    """The mean return of ``fleetrl eval``'s summary line (nan when it printed none)."""
+    for line in stdout.splitlines():
+        if "mean return" in line:
+            return float(line.split("mean return")[1].split()[0])
+    return math.nan
+
+
+def run_rllib(python: Path, env_id: str, steps: int, seed: int) -> dict:
+    print(f"rllib: PPO on {env_id}, {steps:,} steps", flush=True)
+    start = time.perf_counter()
+    out = subprocess.run(
+        [str(python), "-c", RLLIB_SCRIPT, env_id, str(seed), str(steps)],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["wall_s"] = wall  # process start to exit, as fleetrl's
+    result["frames_per_s"] = result["frames"] / wall
+    return result
+
+
+def plot(name: str, curves: dict[str, list[list[float]]], target: float | None) -> Path | None:
+    """A PNG of training return against env steps, one line per contestant."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, curve in curves.items():
+        if curve:
+            xs, ys = zip(*curve)
+            ax.plot(xs, ys, label=label)
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", label=f"target {target:,.0f}")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("mean training return (last 20 episodes)")
+    ax.set_title(name)
+    ax.legend()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"mujoco_learning_{name.replace(' ', '_')}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
+    parser.add_argument(
+        "--envs",
+        nargs="+",
+        default=None,
+        help="env ids (default: PPO HalfCheetah and Hopper, SAC HalfCheetah)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="env steps of every run (default: the targets')"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rllib", action="store_true", help="also RLlib's PPO on HalfCheetah-v5 (own venv)"
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value overrides for every fleetrl run, e.g. env.engine=envpool",
+    )
+    args = parser.parse_args()
+
+    results: dict[str, dict] = {}
+    table = []
+    for algo in args.algos:
+        for env_id in args.envs or DEFAULT_ENVS[algo]:
+            default_steps, target = TARGETS.get((algo, env_id), (1_000_000, None))
+            steps = args.steps or default_steps
+            r = run_fleetrl(algo, env_id, steps, args.seed, args.overrides)
+            r["target"] = target
+            r["reached"] = target is not None and r["score"] >= target
+            name = f"{algo} {env_id}"
+            curves = {"fleetrl": r["curve"]}
+            if args.rllib and algo == "ppo" and env_id == RLLIB_ENV:
+                rl = run_rllib(ensure_rllib_venv(["gymnasium[mujoco]"]), env_id, steps, args.seed)
+                results[f"rllib ppo {env_id}"] = rl
+                curves["rllib"] = rl["curve"]
+                r["vs_rllib"] = {
+                    "score_ratio": r["score"] / rl["score"] if rl["score"] else math.nan,
+                    "wall_ratio": r["wall_s"] / rl["wall_s"],
+                }
+                table.append(
+                    [
+                        f"rllib ppo {env_id}",
+                        f"{rl['frames']:,}",
+                        f"{rl['score']:,.0f}",
+                        "",
+                        "",
+                        f"{rl['wall_s']:,.0f}",
+                        f"{rl['frames_per_s']:,.0f}",
+                        "",
+                    ]
+                )
+            png = plot(name, curves, target)
+            r["png"] = str(png.relative_to(ROOT)) if png else None
+            results[f"fleetrl {name}"] = r
+            table.append(
+                [
+                    f"fleetrl {name}",
+                    f"{r['frames']:,}",
+                    f"{r['score']:,.0f}",
+                    f"{r['eval_return']:,.0f}",
+                    "" if target is None else f"{target:,.0f} {'yes' if r['reached'] else 'no'}",
+                    f"{r['wall_s']:,.0f}",
+                    f"{r['frames_per_s']:,.0f}",
+                    f"{r['updates_per_s']:,.1f}",
+                ]
+            )
+            print(f"{name}: score {r['score']:.1f} in {r['wall_s']:.0f} s", flush=True)
+    print()
+    print_table(
+        [
+            "run",
+            "env steps",
+            "score",
+            "eval return",
+            "target reached",
+            "wall s",
+            "frames/s",
+            "updates/s",
+        ],
+        table,
+    )
+    for name, r in results.items():
+        if "vs_rllib" in r:
+            v = r["vs_rllib"]
+            print(
+                f"{name} / RLlib: score {v['score_ratio']:.2f}x (target >= 1), "
+                f"wall time {v['wall_ratio']:.2f}x (target <= 0.5)"
+            )
+    path = write_json(
+        "mujoco_learning", {"machine": machine(), "args": vars(args), "results": results}
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
