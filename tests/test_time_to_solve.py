@@ -28,9 +28,12 @@ def test_ratios_only_where_both_sides_ran_and_best_means_fastest():
     found = ratios({"appo": 12.0, "ppo-dist": 15.0, "rllib-ppo-dist": 30.0, "rllib-appo": 40.0})
     assert set(found) == {
         "fleetrl PPO / RLlib PPO, distributed",
+        "fleetrl PPO / RLlib PPO, best vs best",
         "fleetrl APPO / fleetrl PPO distributed",
         "fleetrl APPO / RLlib APPO",
+        "fleetrl APPO / best RLlib",
     }
+    assert found["fleetrl APPO / best RLlib"]["value"] == pytest.approx(0.4)
     assert found["fleetrl APPO / fleetrl PPO distributed"] == {"value": 0.8, "target": 1.0}
     assert found["fleetrl APPO / RLlib APPO"]["value"] == pytest.approx(0.3)
     medians = {"appo": 12.0, "rllib-ppo-dist": 30.0, "rllib-ppo-local": 24.0, "rllib-appo": 40.0}
