@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import imageio_ffmpeg
 import pytest
 import yaml
 
@@ -98,6 +99,13 @@ def test_shipped_mujoco_config_trains_resumes_and_evaluates(tmp_path, algo, caps
     # 50-step episodes: each collector's env ended once per 50 of its 64 frames
     assert float(rows[-1]["train/episodes"]) >= 2
     if algo == "ppo":
+        # the shipped file normalizes: the learner's statistics count every frame delivered
+        assert (saved["env"]["normalize_observation"], saved["env"]["normalize_reward"]) == (
+            True,
+            True,
+        )
+        counts = [v for k, v in state["algorithm"]["loss_module"].items() if k.endswith("count")]
+        assert counts and all(float(c) == 2 * FPB for c in counts), counts
         assert all(r["loss/objective"] != "" for r in rows)
         assert state["algorithm"]["num_updates"] == 2 * 2  # 1 epoch x 2 minibatches per batch
         assert any("log_std" in k for k in state["algorithm"]["loss_module"])  # the override's
@@ -115,3 +123,9 @@ def test_shipped_mujoco_config_trains_resumes_and_evaluates(tmp_path, algo, caps
     assert main(["eval", str(run), "--episodes", "2"]) == 0
     out = capsys.readouterr().out
     assert f"{algo} on HalfCheetah-v5, 2 episodes, deterministic: mean return" in out
+    if algo == "ppo":  # and watched: HalfCheetah never falls, so 50 steps + the reset frame
+        video = tmp_path / "cheetah.mp4"
+        assert main(["eval", str(run), "--video", str(video)]) == 0
+        reader = imageio_ffmpeg.read_frames(str(video))
+        width, height = next(reader)["size"]
+        assert (sum(1 for _ in reader), height, width) == (51, 480, 480)
