@@ -14,6 +14,7 @@ Wall time is measured from outside, process start to exit.
     python benchmarks/mujoco_learning.py --steps 20000    # a smoke run of everything
     python benchmarks/mujoco_learning.py --rllib          # also RLlib's PPO on HalfCheetah-v5
                                                           # (in benchmarks/.rllib-venv)
+    python benchmarks/mujoco_learning.py --report         # the saved results' table again
 
 Targets (issue 12), seed 0: PPO at 1M env steps, HalfCheetah-v5 >= 1,442 and
 Hopper-v5 >= 2,382; SAC on HalfCheetah-v5 >= 3,000 at 100k env steps. With
@@ -22,10 +23,13 @@ MuJoCo settings (``rllib/tuned_examples/ppo/benchmark_ppo_mujoco.py``: gamma
 0.99, lambda 0.95, lr 3e-4, 15 epochs over 16,384-step batches in minibatches
 of 4,096, value coefficient 0.01, shared 64x64 tanh layers), on 2 env runners
 (this machine's cores instead of the file's 32); target: fleetrl's score at
-least RLlib's in at most half its wall time.
+least RLlib's in at most half its wall time, read two ways: the final scores and
+wall times, and the time fleetrl took to reach RLlib's final score against
+RLlib's whole run.
 
-Writes ``benchmarks/results/mujoco_learning.json`` and one learning-curve PNG
-per env (``mujoco_learning_<algo>_<env>.png``: training return against env
+Writes ``benchmarks/results/mujoco_learning.json`` (after every run, merged into
+the results already there, so runs of a few algorithms or envs at a time add up)
+and one learning-curve PNG per env (``mujoco_learning_<algo>_<env>.png``: training return against env
 steps, RLlib's curve on the same axes).
 """
 
@@ -80,7 +84,7 @@ while frames < budget:
     ret = runners.get("episode_return_mean", float("nan"))
     frames = result.get("num_env_steps_sampled_lifetime",
                         runners.get("num_env_steps_sampled_lifetime", 0))
-    curve.append([int(frames), ret])
+    curve.append([int(frames), ret, time.time() - start])
 print(json.dumps({"frames": int(frames), "score": ret, "curve": curve,
                   "train_s": time.time() - start}))
 algo.stop()
@@ -117,12 +121,24 @@ def run_fleetrl(algo: str, env_id: str, steps: int, seed: int, overrides: list[s
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-3000:])
         rows = list(csv.DictReader((run / "metrics.csv").open()))
+        last = rows[-1]
+        # seconds since process start: the start-up before the trainer's clock, plus its clock
+        offset = wall - float(last["time/elapsed_s"])
         curve = [
-            [int(float(r["train/frames"])), float(r["train/episode_return"])]
+            [
+                int(float(r["train/frames"])),
+                float(r["train/episode_return"]),
+                offset + float(r["time/elapsed_s"]),
+            ]
             for r in rows
             if r.get("train/episode_return", "") not in ("", "nan")
         ]
-        last = rows[-1]
+        # where the time went: the trainer's per-iteration seconds, summed over the run
+        breakdown = {
+            key: sum(float(r[key]) for r in rows if r.get(key, "") not in ("", "nan"))
+            for key in ("time/collect_s", "time/learn_s", "time/broadcast_s")
+            if key in last
+        }
         frames = int(float(last["train/frames"]))
         updates = int(float(last["train/policy_version"]))
         evaluation = subprocess.run(
@@ -141,6 +157,7 @@ def run_fleetrl(algo: str, env_id: str, steps: int, seed: int, overrides: list[s
         "updates": updates,
         "updates_per_s": updates / wall,
         "trainer_fps": float(last["time/fps"]),
+        "time_breakdown_s": breakdown,
         "curve": curve,
     }
 
@@ -170,6 +187,33 @@ def run_rllib(python: Path, env_id: str, steps: int, seed: int) -> dict:
     return result
 
 
+def time_to_score(run: dict, score: float) -> tuple[int, float, bool] | None:
+    """(env steps, seconds since process start, exact) when ``run``'s curve first reached ``score``.
+
+    Curves record the seconds of each point; a curve from before they did is
+    timed by its frames at the run's mean rate (``exact`` False).
+    """
+    for point in run["curve"]:
+        if point[1] >= score:
+            if len(point) > 2:
+                return int(point[0]), float(point[2]), True
+            return int(point[0]), run["wall_s"] * point[0] / run["frames"], False
+    return None
+
+
+def compare_with_rllib(fleetrl: dict, rllib: dict) -> dict:
+    """The target's two readings: final scores and wall times, and time to RLlib's final score."""
+    reached = time_to_score(fleetrl, rllib["score"])
+    return {
+        "score_ratio": fleetrl["score"] / rllib["score"] if rllib["score"] else math.nan,
+        "wall_ratio": fleetrl["wall_s"] / rllib["wall_s"],
+        "frames_to_rllib_score": reached[0] if reached else None,
+        "wall_to_rllib_score_s": reached[1] if reached else None,
+        "wall_to_rllib_score_exact": reached[2] if reached else None,
+        "time_to_rllib_score_ratio": reached[1] / rllib["wall_s"] if reached else None,
+    }
+
+
 def plot(name: str, curves: dict[str, list[list[float]]], target: float | None) -> Path | None:
     """A PNG of training return against env steps, one line per contestant."""
     try:
@@ -182,7 +226,7 @@ def plot(name: str, curves: dict[str, list[list[float]]], target: float | None) 
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, curve in curves.items():
         if curve:
-            xs, ys = zip(*curve)
+            xs, ys = [c[0] for c in curve], [c[1] for c in curve]
             ax.plot(xs, ys, label=label)
     if target is not None:
         ax.axhline(target, color="grey", linestyle="--", label=f"target {target:,.0f}")
@@ -215,14 +259,35 @@ def main() -> None:
         "--rllib", action="store_true", help="also RLlib's PPO on HalfCheetah-v5 (own venv)"
     )
     parser.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: print the table and ratios of the saved results, redraw the PNGs",
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         help="key=value overrides for every fleetrl run, e.g. env.engine=envpool",
     )
     args = parser.parse_args()
 
+    path = RESULTS / "mujoco_learning.json"
+    if args.report:  # the saved results only: the table, the ratios and the PNGs again
+        if not path.exists():
+            parser.error(f"--report: {path} does not exist yet; run the benchmark first")
+        saved = json.loads(path.read_text())
+        report(saved["results"])
+        write_json("mujoco_learning", saved)
+        print(f"wrote {path}")
+        return
+
     results: dict[str, dict] = {}
-    table = []
+
+    def save() -> None:
+        """Merge this invocation's results into the file's; written after every run."""
+        merged = json.loads(path.read_text())["results"] if path.exists() else {}
+        merged.update(results)
+        write_json("mujoco_learning", {"machine": machine(), "args": vars(args), "results": merged})
+
     for algo in args.algos:
         for env_id in args.envs or DEFAULT_ENVS[algo]:
             default_steps, target = TARGETS.get((algo, env_id), (1_000_000, None))
@@ -230,45 +295,62 @@ def main() -> None:
             r = run_fleetrl(algo, env_id, steps, args.seed, args.overrides)
             r["target"] = target
             r["reached"] = target is not None and r["score"] >= target
-            name = f"{algo} {env_id}"
-            curves = {"fleetrl": r["curve"]}
+            results[f"fleetrl {algo} {env_id}"] = r
+            save()  # kept even if the RLlib run below fails
             if args.rllib and algo == "ppo" and env_id == RLLIB_ENV:
                 rl = run_rllib(ensure_rllib_venv(["gymnasium[mujoco]"]), env_id, steps, args.seed)
                 results[f"rllib ppo {env_id}"] = rl
-                curves["rllib"] = rl["curve"]
-                r["vs_rllib"] = {
-                    "score_ratio": r["score"] / rl["score"] if rl["score"] else math.nan,
-                    "wall_ratio": r["wall_s"] / rl["wall_s"],
-                }
-                table.append(
-                    [
-                        f"rllib ppo {env_id}",
-                        f"{rl['frames']:,}",
-                        f"{rl['score']:,.0f}",
-                        "",
-                        "",
-                        f"{rl['wall_s']:,.0f}",
-                        f"{rl['frames_per_s']:,.0f}",
-                        "",
-                    ]
-                )
-            png = plot(name, curves, target)
-            r["png"] = str(png.relative_to(ROOT)) if png else None
-            results[f"fleetrl {name}"] = r
+                save()
+            print(f"{algo} {env_id}: score {r['score']:.1f} in {r['wall_s']:.0f} s", flush=True)
+    print()
+    report(results)
+    save()
+    print(f"wrote {path}")
+
+
+def report(results: dict[str, dict]) -> None:
+    """Print the table and the RLlib ratios of ``results``, and (re)draw their PNGs.
+
+    Adds ``vs_rllib`` and ``png`` to each fleetrl run in place.
+    """
+    table = []
+    for key, r in results.items():
+        if not key.startswith("fleetrl "):
+            continue
+        _, algo, env_id = key.split(" ", 2)
+        name = f"{algo} {env_id}"
+        target = r["target"]
+        curves = {"fleetrl": r["curve"]}
+        rl = results.get(f"rllib ppo {env_id}") if algo == "ppo" else None
+        if rl is not None:
+            curves["rllib"] = rl["curve"]
+            r["vs_rllib"] = compare_with_rllib(r, rl)
             table.append(
                 [
-                    f"fleetrl {name}",
-                    f"{r['frames']:,}",
-                    f"{r['score']:,.0f}",
-                    f"{r['eval_return']:,.0f}",
-                    "" if target is None else f"{target:,.0f} {'yes' if r['reached'] else 'no'}",
-                    f"{r['wall_s']:,.0f}",
-                    f"{r['frames_per_s']:,.0f}",
-                    f"{r['updates_per_s']:,.1f}",
+                    f"rllib ppo {env_id}",
+                    f"{rl['frames']:,}",
+                    f"{rl['score']:,.0f}",
+                    "",
+                    "",
+                    f"{rl['wall_s']:,.0f}",
+                    f"{rl['frames_per_s']:,.0f}",
+                    "",
                 ]
             )
-            print(f"{name}: score {r['score']:.1f} in {r['wall_s']:.0f} s", flush=True)
-    print()
+        png = plot(name, curves, target)
+        r["png"] = str(png.relative_to(ROOT)) if png else None
+        table.append(
+            [
+                key,
+                f"{r['frames']:,}",
+                f"{r['score']:,.0f}",
+                f"{r['eval_return']:,.0f}",
+                "" if target is None else f"{target:,.0f} {'yes' if r['reached'] else 'no'}",
+                f"{r['wall_s']:,.0f}",
+                f"{r['frames_per_s']:,.0f}",
+                f"{r['updates_per_s']:,.1f}",
+            ]
+        )
     print_table(
         [
             "run",
@@ -286,13 +368,18 @@ def main() -> None:
         if "vs_rllib" in r:
             v = r["vs_rllib"]
             print(
-                f"{name} / RLlib: score {v['score_ratio']:.2f}x (target >= 1), "
-                f"wall time {v['wall_ratio']:.2f}x (target <= 0.5)"
+                f"{name} / RLlib: final score {v['score_ratio']:.2f}x, "
+                f"wall time {v['wall_ratio']:.2f}x"
             )
-    path = write_json(
-        "mujoco_learning", {"machine": machine(), "args": vars(args), "results": results}
-    )
-    print(f"wrote {path}")
+            if v["frames_to_rllib_score"] is None:
+                print(f"{name} never reached RLlib's final score: target missed")
+            else:
+                print(
+                    f"{name} reached RLlib's final score at {v['frames_to_rllib_score']:,} steps, "
+                    f"{v['wall_to_rllib_score_s']:,.0f} s"
+                    f"{'' if v['wall_to_rllib_score_exact'] else ' (by its mean rate)'}: "
+                    f"{v['time_to_rllib_score_ratio']:.2f}x RLlib's wall time (target <= 0.5)"
+                )
 
 
 if __name__ == "__main__":
