@@ -29,8 +29,10 @@ RLlib's whole run.
 
 Writes ``benchmarks/results/mujoco_learning.json`` (after every run, merged into
 the results already there, so runs of a few algorithms or envs at a time add up)
-and one learning-curve PNG per env (``mujoco_learning_<algo>_<env>.png``: training return against env
-steps, RLlib's curve on the same axes).
+and one learning-curve PNG per env (``mujoco_learning_<algo>_<env>.png``:
+training return against env steps, RLlib's curve on the same axes). A run with
+other steps, seed or overrides than the targets' is kept under its own name
+(``fleetrl ppo HalfCheetah-v5 [steps=20000]``), never over a target run.
 """
 
 from __future__ import annotations
@@ -274,6 +276,10 @@ def main() -> None:
     if args.report:  # the saved results only: the table, the ratios and the PNGs again
         if not path.exists():
             parser.error(f"--report: {path} does not exist yet; run the benchmark first")
+        run_flags = ("--algos", "--envs", "--steps", "--seed", "--rllib")
+        given = [a for a in sys.argv[1:] if a.split("=")[0] in run_flags]
+        if given or args.overrides:
+            parser.error(f"--report runs nothing, so {given + args.overrides} would be ignored")
         saved = json.loads(path.read_text())
         report(saved["results"])
         write_json("mujoco_learning", saved)
@@ -295,11 +301,17 @@ def main() -> None:
             r = run_fleetrl(algo, env_id, steps, args.seed, args.overrides)
             r["target"] = target
             r["reached"] = target is not None and r["score"] >= target
-            results[f"fleetrl {algo} {env_id}"] = r
+            # a smoke run or an override is kept beside the target runs, never over them
+            tags = [f"steps={steps}"] if steps != default_steps else []
+            tags += [f"seed={args.seed}"] if args.seed != 0 else []
+            tags += args.overrides
+            suffix = f" [{' '.join(tags)}]" if tags else ""
+            r["algo"], r["env_id"], r["suffix"] = algo, env_id, suffix
+            results[f"fleetrl {algo} {env_id}{suffix}"] = r
             save()  # kept even if the RLlib run below fails
             if args.rllib and algo == "ppo" and env_id == RLLIB_ENV:
                 rl = run_rllib(ensure_rllib_venv(["gymnasium[mujoco]"]), env_id, steps, args.seed)
-                results[f"rllib ppo {env_id}"] = rl
+                results[f"rllib ppo {env_id}{suffix}"] = rl
                 save()
             print(f"{algo} {env_id}: score {r['score']:.1f} in {r['wall_s']:.0f} s", flush=True)
     print()
@@ -317,17 +329,19 @@ def report(results: dict[str, dict]) -> None:
     for key, r in results.items():
         if not key.startswith("fleetrl "):
             continue
-        _, algo, env_id = key.split(" ", 2)
-        name = f"{algo} {env_id}"
+        # the target runs' names before runs recorded their algo and env: "fleetrl ppo Hopper-v5"
+        algo, env_id = r.get("algo") or key.split(" ")[1], r.get("env_id") or key.split(" ")[2]
+        suffix = r.get("suffix", "")
+        name = f"{algo} {env_id}{suffix}"
         target = r["target"]
         curves = {"fleetrl": r["curve"]}
-        rl = results.get(f"rllib ppo {env_id}") if algo == "ppo" else None
+        rl = results.get(f"rllib ppo {env_id}{suffix}") if algo == "ppo" else None
         if rl is not None:
             curves["rllib"] = rl["curve"]
             r["vs_rllib"] = compare_with_rllib(r, rl)
             table.append(
                 [
-                    f"rllib ppo {env_id}",
+                    f"rllib ppo {env_id}{suffix}",
                     f"{rl['frames']:,}",
                     f"{rl['score']:,.0f}",
                     "",
