@@ -68,14 +68,14 @@ def test_every_problem_is_listed_at_once():
                 "env": {"idd": "CartPole-v1", "num_envs": 0},
                 "ppo": {"lr": "fast", "gamma": 2},
             },
-            ["collector.frames_per_batch=100", "trainer.lr_schedule=cosine"],
+            ["collector.frames_per_batch=100", "ppo.lr_schedule=cosine"],
         )
     msg = str(info.value)
     assert "env.idd is not a config key; did you mean 'env.id'?" in msg
     assert "ppo.lr='fast' is invalid: must be float" in msg
     assert "env.num_envs=0 is invalid: must be > 0" in msg
     assert "ppo.gamma=2.0 is invalid: must be in (0, 1]" in msg
-    assert "trainer.lr_schedule='cosine' is invalid: must be 'constant' or 'linear'" in msg
+    assert "ppo.lr_schedule='cosine' is invalid: must be 'constant' or 'linear'" in msg
     assert len(info.value.problems) >= 5
 
 
@@ -226,18 +226,18 @@ def test_modes_and_schedules_are_enums_inside_and_values_outside():
     cfg = config_from_dict(
         {"algorithm": "ppo"},
         [
-            "trainer.lr_schedule=linear",
+            "ppo.lr_schedule=linear",
             "ppo.clip_schedule=linear",
             "ppo.model=mlp",
             "scheme.num_grad_workers=2",
             "scheme.grad_communication=async",
         ],
     )
-    assert cfg.trainer.lr_schedule is Schedule.LINEAR and cfg.ppo.clip_schedule is Schedule.LINEAR
+    assert cfg.ppo.lr_schedule is Schedule.LINEAR and cfg.ppo.clip_schedule is Schedule.LINEAR
     assert cfg.ppo.model is ModelKind.MLP
     assert cfg.scheme.grad_communication is GradCommunication.ASYNC
     plain = config_to_dict(cfg)
-    assert (plain["trainer"]["lr_schedule"], plain["scheme"]["grad_communication"]) == (
+    assert (plain["ppo"]["lr_schedule"], plain["scheme"]["grad_communication"]) == (
         "linear",
         "async",
     )

@@ -40,7 +40,7 @@ TINY_ALGO = {
     "sac": [
         "env.engine=envpool",
         "sac.buffer_size=1000",
-        f"sac.start_steps={2 * FPB}",  # random actions; learning once 128 frames are stored
+        f"sac.learning_starts={2 * FPB}",  # random actions; learning once 128 frames are stored
         "sac.updates_per_batch=4",
     ],
 }
@@ -66,11 +66,11 @@ def test_shipped_mujoco_configs_hold_the_published_settings():
     )
     p = ppo.ppo
     assert (p.gae_lambda, p.num_epochs, p.num_mini_batch, p.max_grad_norm) == (0.95, 10, 32, 0.5)
-    assert ppo.collector.frames_per_batch == 2048 and ppo.trainer.lr_schedule.value == "linear"
+    assert ppo.collector.frames_per_batch == 2048 and p.lr_schedule.value == "linear"
     assert (p.distribution.value, p.hidden_sizes, p.entropy_coef) == ("tanh_normal", [64, 64], 0.0)
     sac = load_config(ROOT / "configs" / "sac_mujoco.yaml", [])
     s = sac.sac
-    assert (sac.env.id, s.start_steps, s.batch_size, s.hidden_sizes) == (
+    assert (sac.env.id, s.learning_starts, s.batch_size, s.hidden_sizes) == (
         "HalfCheetah-v5",
         5000,
         256,

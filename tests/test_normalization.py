@@ -26,7 +26,8 @@ from fleetrl.normalization import (
 )
 from fleetrl.scheme.central import CentralLearner
 from fleetrl.trainer import latest_checkpoint, load_checkpoint
-from test_resume import LOCAL, assert_identical, metric_rows
+from test_resume import PPO_LOCAL as LOCAL
+from test_resume import assert_identical, metric_rows
 
 ROOT = Path(__file__).parent.parent
 PENDULUM = str(ROOT / "configs" / "ppo_pendulum.yaml")

@@ -25,13 +25,14 @@ ROOT = Path(__file__).parent.parent
 LOCAL = [
     "collector.num_collectors=0",
     "trainer.target_return=null",
-    "trainer.lr_schedule=constant",
     "trainer.checkpoint_every=0",
     "trainer.num_test_episodes=2",
     "logging.progress_bar=false",
     "logging.tensorboard=false",
     "logging.plot=false",
 ]
+#: the same for ppo_cartpole.yaml, whose learning rate otherwise decays
+PPO_LOCAL = [*LOCAL, "ppo.lr_schedule=constant"]
 #: config, total frames N (split at N/2), overrides
 ALGOS = {
     "ppo": (
@@ -42,6 +43,7 @@ ALGOS = {
             "collector.frames_per_batch=256",
             "ppo.num_epochs=2",
             "ppo.num_mini_batch=4",
+            "ppo.lr_schedule=constant",
             "trainer.test_every=2",
         ],
     ),
@@ -65,13 +67,13 @@ ALGOS = {
             "trainer.test_every=3",
         ],
     ),
-    "sac": (  # the split falls inside the random-action phase (start_steps)
+    "sac": (  # the split falls inside the random-action phase (learning_starts)
         "sac_pendulum.yaml",
         512,
         [
             "env.num_envs=2",
             "collector.frames_per_batch=64",
-            "sac.start_steps=384",
+            "sac.learning_starts=384",
             "sac.updates_per_batch=2",
             "sac.batch_size=32",
             "sac.hidden_sizes=[32]",
@@ -188,7 +190,7 @@ def test_resume_with_an_env_that_cannot_be_saved_says_it_is_approximate(tmp_path
     if COUNTING_ID not in gym.registry:
         gym.register(COUNTING_ID, entry_point=CountingEnv)
     args = [
-        *LOCAL,
+        *PPO_LOCAL,
         f"env.id={COUNTING_ID}",
         "env.num_envs=2",
         "collector.frames_per_batch=64",
@@ -206,7 +208,7 @@ def test_resume_with_other_env_settings_says_it_is_approximate(tmp_path, caplog)
     from fleetrl.env_state import STATE_MISMATCH_MSG
 
     args = [
-        *LOCAL,
+        *PPO_LOCAL,
         "env.num_envs=4",
         "collector.frames_per_batch=64",
         "ppo.num_epochs=1",
@@ -224,7 +226,7 @@ def test_resume_with_ray_collection_says_it_is_approximate(tmp_path, caplog, ray
     from fleetrl.scheme.central import APPROX_RAY_MSG
 
     args = [
-        *LOCAL,
+        *PPO_LOCAL,
         "collector.num_collectors=1",
         "env.num_envs=2",
         "collector.frames_per_batch=64",
@@ -245,7 +247,7 @@ def test_evaluation_leaves_the_training_random_state_alone(tmp_path):
     from fleetrl.config import load_config
     from fleetrl.trainer import Trainer
 
-    cfg = load_config(ROOT / "configs" / "ppo_cartpole.yaml", [*LOCAL, "trainer.test_every=1"])
+    cfg = load_config(ROOT / "configs" / "ppo_cartpole.yaml", [*PPO_LOCAL, "trainer.test_every=1"])
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
     torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
     result = trainer._evaluate()

@@ -37,7 +37,7 @@ ALGO_TINY = {
     "dqn_cartpole.yaml": (128, ["dqn.learning_starts=128", "dqn.updates_per_batch=2"]),
     "sac_pendulum.yaml": (
         128,
-        ["sac.start_steps=128", "sac.updates_per_batch=2", "env.num_envs=2"],
+        ["sac.learning_starts=128", "sac.updates_per_batch=2", "env.num_envs=2"],
     ),
     "ppo_pendulum.yaml": (512, ["ppo.num_mini_batch=4"]),
 }

@@ -1,6 +1,20 @@
 """fleetrl: TensorDict-centric distributed RL collection and training on Ray."""
 
-from fleetrl.algorithms import Algorithm
+from fleetrl.algorithms import (
+    A2C,
+    APPO,
+    DQN,
+    IMPALA,
+    PPO,
+    SAC,
+    A2CConfig,
+    Algorithm,
+    APPOConfig,
+    DQNConfig,
+    IMPALAConfig,
+    PPOConfig,
+    SACConfig,
+)
 from fleetrl.collectors import (
     DataCollectorBase,
     EpisodeStats,
@@ -27,6 +41,14 @@ from fleetrl.policies import RandomPolicy, as_policy
 from fleetrl.trainer import Trainer
 
 __all__ = [
+    "A2C",
+    "APPO",
+    "DQN",
+    "IMPALA",
+    "PPO",
+    "SAC",
+    "A2CConfig",
+    "APPOConfig",
     "Algorithm",
     "AtariEnv",
     "BatchedEnv",
@@ -34,16 +56,20 @@ __all__ = [
     "CollectorClosedError",
     "Config",
     "ConfigError",
+    "DQNConfig",
     "DataCollectorBase",
     "EnvEngine",
     "EnvError",
     "EpisodeStats",
     "FleetError",
+    "IMPALAConfig",
     "MujocoEnv",
+    "PPOConfig",
     "PolicyError",
     "RandomPolicy",
     "RayCollector",
     "RemoteReplayBuffer",
+    "SACConfig",
     "SyncDataCollector",
     "Trainer",
     "WorkerError",

@@ -39,7 +39,7 @@ def make_algorithm(config: Config, seed: int | None = None, **modules: Any) -> A
     info = env_info(env_spec(config.env))
     if config.env.normalize_observation:
         modules = normalized_networks(config, info, modules)
-    algorithm = cls(config.algo, info, **modules)
+    algorithm = cls(config.algo, info, device=config.trainer.device, **modules)
     if config.env.normalize_reward:
         algorithm.reward_scaler = RewardScaler(clip=config.env.clip_reward)
     return algorithm

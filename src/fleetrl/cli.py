@@ -4,7 +4,8 @@ fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S] [--video OUT.mp4]
 fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes,
-               atari_throughput,wire_unpack,video_cost,mujoco_learning} [args ...]
+               atari_throughput,wire_unpack,video_cost,mujoco_learning,
+               learner_throughput} [args ...]
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             "wire_unpack",
             "video_cost",
             "mujoco_learning",
+            "learner_throughput",
         ],
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER)

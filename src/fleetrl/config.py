@@ -44,6 +44,7 @@ from fleetrl.config_checks import (
     validate_batch_sizes,
     validate_collector,
     validate_decoupled,
+    validate_device,
     validate_normalization,
     validate_overlap,
     validate_video,
@@ -237,9 +238,9 @@ class TrainerConfig:
     """write a checkpoint every this many training iterations (0: only at the end)."""
     keep_checkpoints: int = 3
     """checkpoints kept on disk (the newest)."""
-    lr_schedule: Schedule = Schedule.CONSTANT
-    """'constant' or 'linear' (decays to 0 at total_frames). PPO's clip epsilon schedule is
-    ``ppo.clip_schedule``."""
+    device: str = "cpu"
+    """the learner's device: 'cpu', or 'cuda' (or 'cuda:N') on a machine with a GPU; the
+    collectors keep their own (the CPU)."""
 
 
 @dataclass
@@ -294,11 +295,19 @@ class LoggingConfig:
 class AlgorithmConfig:
     """Base of the algorithms' config sections (each defined in its algorithm's file).
 
-    A subclass declares its fields (each with a doc line) and extends
-    :meth:`validate` with its own ranges and cross-checks; the fields every
-    algorithm has (``lr``, ``gamma``, ``hidden_sizes``, ``max_grad_norm``) are
-    checked here.
+    The fields here are every algorithm's; a subclass declares its own (each
+    with a doc line) and extends :meth:`validate` with its ranges and
+    cross-checks. The fields every algorithm has besides these (``lr``,
+    ``gamma``, ``hidden_sizes``, ``max_grad_norm``) are checked here too.
     """
+
+    lr_schedule: Schedule = Schedule.CONSTANT
+    """'constant' or 'linear' (the learning rate decays to 0 at trainer.total_frames)."""
+    compile: bool | dict[str, Any] = False
+    """run the update step under torch.compile: true, or a dict of torch.compile keyword
+    arguments (e.g. {mode: max-autotune}); the first step compiles (logged once)."""
+    cudagraphs: bool = False
+    """capture the (compiled) update step in a CUDA graph: needs trainer.device=cuda."""
 
     def __post_init__(self) -> None:
         # an Enum field set by value in code (model="cnn") becomes its member, as from YAML
@@ -322,6 +331,15 @@ class AlgorithmConfig:
             "max_grad_norm",
             self.max_grad_norm,
             "must be > 0, or null: off",
+        )
+        device = config.trainer.device
+        check(
+            not self.cudagraphs or str(device).startswith("cuda"),
+            "cudagraphs",
+            self.cudagraphs,
+            f"CUDA graphs capture GPU work and the learner runs on trainer.device={device!r}; "
+            "set trainer.device=cuda on a machine with a GPU, or use "
+            f"{config.algorithm}.compile=true on the CPU",
         )
 
 
@@ -389,6 +407,7 @@ def _validate(cfg: Config, problems: list[str]) -> None:
     validate_decoupled(cfg, check, classes)
     validate_normalization(cfg, check)
     validate_batch_sizes(cfg, check)
+    validate_device(cfg, check)
     _validate_scheme(cfg, check.section("scheme"))
     cls = classes.get(cfg.algorithm)
     if cls is None:

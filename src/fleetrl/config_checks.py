@@ -30,6 +30,7 @@ __all__ = [
     "validate_batch_sizes",
     "validate_collector",
     "validate_decoupled",
+    "validate_device",
     "validate_normalization",
     "validate_overlap",
     "validate_video",
@@ -227,4 +228,37 @@ def validate_normalization(cfg: Config, check: Checks) -> None:
             True,
             f"is supported for the algorithms {list(NORMALIZING_ALGORITHMS)}, not "
             f"algorithm={cfg.algorithm!r}; set env.{name}=false",
+        )
+
+
+DEVICE_PROBLEM = (
+    "{reason}; use trainer.device=cpu, or 'cuda' (or 'cuda:N') on a machine with a GPU and a "
+    "CUDA build of torch"
+)
+
+
+def validate_device(cfg: Config, check: Checks) -> None:
+    """``trainer.device``: a torch device this machine has."""
+    device = cfg.trainer.device
+    import torch  # the config checks already need it for the env; the device needs it too
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        check(
+            False, "trainer.device", device, DEVICE_PROBLEM.format(reason=f"not a device ({err})")
+        )
+        return
+    if parsed.type == "cuda":
+        available = torch.cuda.is_available()
+        reason = "CUDA is not available here" if not available else ""
+        if available and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            reason = f"this machine has {torch.cuda.device_count()} CUDA device(s)"
+        check(not reason, "trainer.device", device, DEVICE_PROBLEM.format(reason=reason))
+    else:
+        check(
+            parsed.type == "cpu",
+            "trainer.device",
+            device,
+            DEVICE_PROBLEM.format(reason="the learner runs on the CPU or a CUDA GPU"),
         )

@@ -42,7 +42,7 @@ from fleetrl.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
 )
-from fleetrl.config import Config, Schedule, check_config, config_to_dict, read_yaml_mapping
+from fleetrl.config import Config, check_config, config_to_dict, read_yaml_mapping
 from fleetrl.engines import env_spec
 from fleetrl.errors import ConfigError
 from fleetrl.evaluate import Evaluator, evaluate, plot_learning_curve
@@ -124,8 +124,6 @@ class Trainer:
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=config.trainer.return_window)
         self.evaluator = Evaluator(config)
-        self._base_lr = config.algo.lr
-        self._base_clip = getattr(config.algo, "clip_epsilon", None)
         #: the checkpoint this run resumed from (None: a new run)
         self.resumption: Resumption | None = None
         if resume:
@@ -196,15 +194,10 @@ class Trainer:
 
     # ---------------------------------------------------------- schedules
     def _apply_schedules(self, target: Any) -> None:
-        t = self.config.trainer
-        progress = min(1.0, self.frames / t.total_frames)
-        if t.lr_schedule == Schedule.LINEAR:
-            target.update_algorithm_parameter("lr", max(1e-8, self._base_lr * (1.0 - progress)))
-        clip_schedule = getattr(self.config.algo, "clip_schedule", Schedule.CONSTANT)  # PPO's
-        if clip_schedule == Schedule.LINEAR and self._base_clip is not None:
-            target.update_algorithm_parameter(
-                "clip_epsilon", max(1e-3, self._base_clip * (1.0 - progress))
-            )
+        """Set what the algorithm's schedules say at this point of the run, on every replica."""
+        progress = self.frames / self.config.trainer.total_frames
+        for name, value in self.algorithm.scheduled(progress).items():
+            target.update_algorithm_parameter(name, value)
 
     # --------------------------------------------------------------- loop
     def target_reached(self) -> bool:
@@ -291,15 +284,13 @@ class Trainer:
                     "train/episodes": self.episodes,
                     "train/episode_return": _mean(self.recent_returns),
                     "train/episode_length": _mean(lengths) if lengths else float("nan"),
-                    "train/lr": self.algorithm.lr,
+                    **self.algorithm.logged_parameters(),
                     "time/fps": (self.frames - frames_at_start) / elapsed,
                     "time/updates_per_s": (scheme.learner.version - version_at_start) / elapsed,
                     "time/elapsed_s": elapsed,
                     **result["metrics"],
                     **result["info"],
                 }
-                if hasattr(self.algorithm, "clip_epsilon"):
-                    last["train/clip_epsilon"] = self.algorithm.clip_epsilon
                 if self.evaluator.due(self.iterations):
                     last.update(self._evaluate())
                 self.metrics.log(self.frames, last)

@@ -2,7 +2,7 @@
 
 :func:`fill_dataclass` builds a dataclass from a mapping, checking each value
 against its field's type hint and converting a value to its Enum member
-(``"linear"`` -> ``Schedule.LINEAR``); every problem is gathered, with the
+(``"async"`` -> ``GradCommunication.ASYNC``); every problem is gathered, with the
 closest known key for a typo. :func:`to_plain` is the way back (Enums as their
 values), safe for ``yaml.safe_dump`` and ``torch.load(weights_only=True)``.
 :func:`parse_override` reads ``key=value`` overrides, :func:`read_yaml_mapping`
@@ -10,15 +10,17 @@ a config file. :class:`Checks` gathers range problems, one per key. Nothing
 here knows fleetrl's sections: :mod:`fleetrl.config` does.
 
 Examples:
-    >>> from fleetrl.config import TrainerConfig
+    >>> from fleetrl.config import SchemeConfig
     >>> problems = []
-    >>> trainer = fill_dataclass(TrainerConfig, {"lr_schedule": "linear", "sed": 1}, "trainer.", problems)
-    >>> trainer.lr_schedule
-    <Schedule.LINEAR: 'linear'>
+    >>> scheme = fill_dataclass(
+    ...     SchemeConfig, {"grad_communication": "async", "num_grad_worker": 2}, "scheme.", problems
+    ... )
+    >>> scheme.grad_communication
+    <GradCommunication.ASYNC: 'async'>
     >>> problems
-    ["trainer.sed is not a config key; did you mean 'trainer.seed'?"]
-    >>> to_plain(trainer)["lr_schedule"]
-    'linear'
+    ["scheme.num_grad_worker is not a config key; did you mean 'scheme.num_grad_workers'?"]
+    >>> to_plain(scheme)["grad_communication"]
+    'async'
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from tensordict import TensorDict
 
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import APPO, IMPALA, APPOConfig, IMPALAConfig, env_info
-from fleetrl.algorithms.impala import NO_BEHAVIOUR_LOG_PROB_MSG
+from fleetrl.algorithms.vtrace import NO_BEHAVIOUR_LOG_PROB_MSG
 from fleetrl.config import config_from_dict
 from fleetrl.errors import PolicyError
 

@@ -53,7 +53,7 @@ def test_central_learner_and_gradient_worker_collect_the_same_episodes():
 
 
 def test_the_warm_up_is_the_algorithm_classs_and_shared_out_among_learners():
-    sac = make_algorithm(config("sac", {"start_steps": 100}, num_envs=2), SEED)
+    sac = make_algorithm(config("sac", {"learning_starts": 100}, num_envs=2), SEED)
     ppo = make_algorithm(config(), SEED)
     assert type(sac).random_start and not type(ppo).random_start
     assert warmup_frames(ppo, collected=0) == -1

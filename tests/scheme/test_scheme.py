@@ -356,7 +356,7 @@ def test_decentralized_member_death_stops_with_a_clear_error(update_worker):
 def replay_config(algorithm, env, **scheme):
     sections = {
         "dqn": {"learning_starts": 64, "target_update_interval": 3, "eps_anneal_frames": 512},
-        "sac": {"start_steps": 64},
+        "sac": {"learning_starts": 64},
     }
     return config_from_dict(
         {

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from fleetrl.algorithms.a2c import A2C, A2CConfig
+from fleetrl.algorithms.appo import APPO, APPOConfig
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.dqn import DQN, DQNConfig
-from fleetrl.algorithms.impala import APPO, IMPALA, APPOConfig, IMPALAConfig
+from fleetrl.algorithms.impala import IMPALA, IMPALAConfig
 from fleetrl.algorithms.models import EnvInfo, env_info
 from fleetrl.algorithms.ppo import PPO, PPOConfig
 from fleetrl.algorithms.sac import SAC, SACConfig

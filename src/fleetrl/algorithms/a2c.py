@@ -1,13 +1,15 @@
-"""A2C: torchrl's A2CLoss with GAE, one gradient step per collected batch.
+"""A2C: the policy gradient on GAE advantages, one optimizer step per collected batch.
 
-Reads top to bottom: config (:class:`A2CConfig`, with its checks), networks, loss and
-value estimator, update.
+Reads top to bottom: the config (:class:`A2CConfig`, with its checks), the
+algorithm (networks and torchrl's ``A2CLoss``), GAE once per batch (advantages
+optionally standardized over the batch), and the loss: the policy gradient,
+the value loss and the entropy bonus, on the networks' outputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -25,7 +27,7 @@ class A2CConfig(ActorCriticConfig):
     """The ``a2c`` section of a config (checks: :class:`ActorCriticConfig`'s)."""
 
     lr: float = 7e-4
-    """RMSprop/Adam learning rate."""
+    """Adam learning rate."""
     gamma: float = 0.99
     """discount factor."""
     gae_lambda: float = 1.0
@@ -53,11 +55,21 @@ class A2C(ActorCritic):
         info: the env's spaces, for the default networks.
         actor: a ProbabilisticActor writing ``action`` (default: by ``config.model``).
         critic: a module writing ``state_value`` (default: by ``config.model``).
+        device: the learner's device (default: the CPU).
+
+    Examples:
+        >>> from fleetrl import A2C, A2CConfig, SyncDataCollector
+        >>> from fleetrl.algorithms import env_info
+        >>> a2c = A2C(A2CConfig(), env_info("CartPole-v1"))
+        >>> with SyncDataCollector("CartPole-v1", a2c.policy, frames_per_batch=64,
+        ...                        num_envs=4) as collector:
+        ...     info = a2c.learn(collector.next())
+        >>> a2c.num_updates, "loss/entropy" in info
+        (1, True)
     """
 
     name = "a2c"
     config_class = A2CConfig
-    tunable: ClassVar[tuple[str, ...]] = ("entropy_coef", "critic_coef")
 
     def __init__(
         self,
@@ -66,20 +78,16 @@ class A2C(ActorCritic):
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
+        device: Any = None,
     ):
-        critic = self.build(
-            A2CLoss,
-            config,
-            info,
-            actor=actor,
-            critic=critic,
-        )
-        self.init_gae(critic, config.gamma, config.gae_lambda)
-        self.config = config
+        super().__init__(config, info, A2CLoss, actor=actor, critic=critic, device=device)
+        self.init_gae(config.gamma, config.gae_lambda)
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         data = super().prepare(batch)
         return self.normalized_advantage(data) if self.config.normalize_advantage else data
 
-    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
-        return self.loss_info(self.loss_module(data))
+    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The policy gradient + ``critic_coef`` x the value loss - the entropy bonus
+        (:meth:`~fleetrl.algorithms.actor_critic.ActorCritic.policy_gradient_loss`)."""
+        return self.policy_gradient_loss(data)

@@ -1,77 +1,184 @@
-"""ActorCritic: what PPO and A2C share. GAE on the whole batch, loss coefficients as tunables.
+"""ActorCritic: what PPO, A2C, IMPALA and APPO share.
 
-:meth:`ActorCritic.prepare` computes advantages and value targets with the
-current critic once per collected batch, then keeps its valid frames.
-Coefficients that live in the loss module as buffers (``clip_epsilon``,
-``entropy_coef``, ``critic_coef``) read and change there, so
-``update_algorithm_parameter`` acts on the loss itself.
+- The networks: the user's actor and critic, or the default ones for the
+  section's ``model`` (:func:`~fleetrl.algorithms.models.make_actor_critic`),
+  on the learner's device, inside a torchrl loss module.
+- The loss coefficients as explicit properties that read and change the loss
+  module's buffers (``entropy_coef``, ``critic_coef``; PPO and APPO add
+  ``clip_epsilon``), so ``update_algorithm_parameter`` acts on the loss itself
+  and a compiled step reads the new value without recompiling.
+- The loss terms, written once on tensors: :func:`clipped_objective` (PPO,
+  APPO), :func:`policy_gradient` (A2C, IMPALA), :func:`critic_loss` (value
+  clipping included) and :func:`entropy_of`. An algorithm's :meth:`loss` puts
+  them together on the networks' outputs
+  (:class:`~fleetrl.algorithms.heads.ActorCriticHeads`); an actor or critic of
+  another structure (a recurrent policy...) goes through the torchrl loss
+  module's own forward instead (:meth:`ActorCritic.torchrl_loss`).
+- GAE: advantages and value targets with the current critic, once per
+  collected batch (:meth:`ActorCritic.prepare`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives.value import GAE
+from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
-from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid
+from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid, on
+from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ActionDistribution, EnvInfo, make_actor_critic
-from fleetrl.config import AlgorithmConfig, Checks, Config
+from fleetrl.config import AlgorithmConfig, Checks, Config, Schedule
 
-__all__ = ["ActorCritic", "ActorCriticConfig"]
+__all__ = [
+    "ActorCritic",
+    "ActorCriticConfig",
+    "ClipEpsilon",
+    "clipped_objective",
+    "critic_loss",
+    "entropy_of",
+    "policy_gradient",
+]
+
+#: what GAE reads besides the critic's inputs (and the mask of a padded batch)
+GAE_KEYS = (
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
+    ("collector", "mask"),
+)
 
 
+@dataclass
 class ActorCriticConfig(AlgorithmConfig):
-    """What PPO's and A2C's sections share: GAE and the loss coefficients (checked here)."""
+    """What the actor-critic sections share (checked here: GAE and the loss coefficients)."""
 
     def validate(self, config: Config, check: Checks) -> None:
         super().validate(config, check)
-        check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
+        if hasattr(self, "gae_lambda"):
+            check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
         for name in ("entropy_coef", "critic_coef"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
 
 
+# ------------------------------------------------------------------ the loss terms
+
+
+def standardized(advantage: torch.Tensor) -> torch.Tensor:
+    """Zero mean, unit std over the minibatch (torchrl's ``_standardize``: std floored at 1e-6)."""
+    return (advantage - advantage.mean()) / advantage.std().clamp_min(1e-6)
+
+
+def clipped_objective(
+    log_prob: torch.Tensor,
+    behaviour_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+    clip_epsilon: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped surrogate, ``-min(r A, clip(r, 1 - eps, 1 + eps) A)``, averaged.
+
+    ``r`` is the ratio of the current policy to the one that collected the data
+    (its log-probability in the batch); the clip is applied to ``log r`` within
+    ``[log(1 - eps), log(1 + eps)]``, as torchrl's ``ClipPPOLoss`` does. Logs the
+    approximate KL and the fraction of clipped ratios.
+    """
+    log_weight = (log_prob - behaviour_log_prob).unsqueeze(-1)
+    clipped = log_weight.clamp((-clip_epsilon).log1p(), clip_epsilon.log1p())
+    gain = torch.min(log_weight.exp() * advantage, clipped.exp() * advantage)
+    info = {
+        "loss/kl_approx": (-log_weight).detach().mean(),
+        "loss/clip_fraction": (clipped != log_weight).detach().float().mean(),
+    }
+    return -gain.mean(), info
+
+
+def policy_gradient(log_prob: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """The plain policy-gradient loss ``-log pi(a|s) A``, averaged (A2C, IMPALA)."""
+    return -(log_prob.unsqueeze(-1) * advantage).mean()
+
+
+def critic_loss(
+    value: torch.Tensor,
+    target: torch.Tensor,
+    old_value: torch.Tensor | None,
+    clip_value: Any,
+) -> torch.Tensor:
+    """The squared error of the value, averaged; with ``clip_value``, the larger of the
+    clipped and unclipped errors, the clipped value kept within ``clip_value`` of
+    ``old_value`` (the critic's value when the update on this batch began)."""
+    loss = (target - value) ** 2
+    if clip_value is not None and old_value is not None:
+        clipped = old_value + (value - old_value).clamp(-clip_value, clip_value)
+        loss = torch.maximum(loss, (target - clipped) ** 2)
+    return loss.mean()
+
+
+def entropy_of(dist: torch.distributions.Distribution) -> torch.Tensor:
+    """The distribution's entropy; a one-sample estimate where it has no closed form
+    (a tanh-squashed Gaussian), as torchrl's losses make."""
+    try:
+        return dist.entropy()
+    except NotImplementedError:
+        if hasattr(dist, "rsample_and_log_prob"):
+            _, log_prob = dist.rsample_and_log_prob()
+        else:
+            log_prob = dist.log_prob(dist.rsample())
+        return -log_prob
+
+
+# ------------------------------------------------------------------ the base class
+
+
 class ActorCritic(Algorithm):
-    """On-policy base: subclasses build the loss and call :meth:`init_gae`."""
+    """On-policy base: builds the networks and the torchrl loss, and holds the coefficients.
+
+    Args:
+        config: the section (``model``, ``hidden_sizes``, ``entropy_coef``,
+            ``critic_coef``, ``lr``, ``max_grad_norm``...).
+        info: the env's spaces, for the default networks.
+        loss_class: the torchrl loss (``ClipPPOLoss``, ``A2CLoss``).
+
+    Keyword Args:
+        actor, critic: the user's modules (None: the defaults for ``config.model``).
+        device: the learner's device.
+        num_epochs, num_mini_batch: passes over each batch and minibatches per pass.
+        loss_kwargs: the loss class's own arguments (clipping).
+    """
 
     on_policy = True
+    tunable: ClassVar[tuple[str, ...]] = ("entropy_coef", "critic_coef")
 
-    #: tunable name -> the loss module's buffer holding it
-    loss_buffers: ClassVar[dict[str, str]] = {
-        "entropy_coef": "entropy_coeff",
-        "critic_coef": "critic_coeff",
-    }
-
-    def build(
+    def __init__(
         self,
-        loss_class: type[nn.Module],
         config: Any,
         info: EnvInfo,
+        loss_class: type[nn.Module],
         *,
         actor: nn.Module | None,
         critic: nn.Module | None,
+        device: Any = None,
         num_epochs: int = 1,
         num_mini_batch: int = 1,
-        **loss_kwargs: Any,
-    ) -> nn.Module:
-        """Build the networks, the torchrl loss, Adam and the Algorithm from a config section;
-        returns the critic.
+        loss_kwargs: dict[str, Any] | None = None,
+    ):
+        from fleetrl.algorithms.base import as_device
 
-        The user's modules win; only what is missing is built (by ``config.model``). The
-        loss gets the section's entropy and critic coefficients and an L2 critic loss, plus
-        ``loss_kwargs`` (PPO's and APPO's clipping); Adam uses ``eps=1e-5``, as CleanRL's.
-        """
+        device = as_device(device)
         actor, critic = make_actor_critic(
             config.model,
             info,
             config.hidden_sizes,
             actor=actor,
             critic=critic,
-            # PPO's section has it; A2C's and IMPALA's keep the TanhNormal
+            # PPO's section has it; A2C's, IMPALA's and APPO's keep the TanhNormal
             distribution=getattr(config, "distribution", ActionDistribution.TANH_NORMAL),
         )
+        to_device(actor, device)
+        critic.to(device)
         loss = loss_class(
             actor,
             critic,
@@ -79,19 +186,93 @@ class ActorCritic(Algorithm):
             entropy_coeff=config.entropy_coef,
             critic_coeff=config.critic_coef,
             loss_critic_type="l2",
-            **loss_kwargs,
+            **(loss_kwargs or {}),
         )
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
+        self.critic = critic
+        #: the networks on tensors (None: the torchrl loss's own forward, see torchrl_loss)
+        self.heads = ActorCriticHeads.of(actor, critic)
+        keys = None
+        if self.heads is not None:
+            t = loss.tensor_keys
+            keys = [*self.heads.in_keys, t.action, t.sample_log_prob, t.advantage]
+            keys += [t.value_target, t.value]
         super().__init__(
+            config,
             loss,
             actor,
-            optimizer,
-            gamma=config.gamma,
+            adam_eps=1e-5,  # CleanRL's
             num_epochs=num_epochs,
             num_mini_batch=num_mini_batch,
-            max_grad_norm=config.max_grad_norm,
+            device=device,
+            keys=keys,
         )
-        return critic
+        self._entropy_on = config.entropy_coef > 0
+
+    # ------------------------------------------------------------ coefficients
+    @property
+    def entropy_coef(self) -> float:
+        return float(self.loss_module.entropy_coeff)
+
+    @property
+    def critic_coef(self) -> float:
+        return float(self.loss_module.critic_coeff)
+
+    def _set_parameter(self, name: str, value: float) -> None:
+        buffers = {"entropy_coef": "entropy_coeff", "critic_coef": "critic_coeff"}
+        getattr(self.loss_module, buffers[name]).fill_(float(value))
+        if name == "entropy_coef":  # an entropy term that was off at construction turns on
+            self._entropy_on = float(value) > 0
+            self.loss_module.entropy_bonus = self._entropy_on
+
+    # ------------------------------------------------------------ data
+    def scaled_rewards(self, batch: TensorDictBase) -> TensorDictBase:
+        """The batch with its rewards scaled by :attr:`reward_scaler` (as it is without one)."""
+        return batch if self.reward_scaler is None else self.reward_scaler.scale(batch)
+
+    def init_gae(self, gamma: float, gae_lambda: float) -> None:
+        self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=self.critic, average_gae=False)
+
+    def to_learner(self, batch: TensorDictBase) -> TensorDictBase:
+        """A collected batch on the learner's device, with only what the update reads
+        (every key, for networks called through the torchrl loss)."""
+        if on(batch, self.device):
+            return batch
+        if self.keys is not None:
+            keys = [*self.keys, *GAE_KEYS, *(("next", k) for k in self.heads.in_keys)]
+            batch = batch.select(*keys, strict=False)
+        return batch.to(self.device, non_blocking=True)
+
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """GAE advantages and value targets for the whole batch, then its valid frames, flat."""
+        batch = self.scaled_rewards(end_padded_rows(self.to_learner(batch)))
+        if self.heads is None:
+            with torch.no_grad():
+                self.gae(batch)
+        else:
+            value, next_value = self.values(batch)
+            advantage, value_target = vec_generalized_advantage_estimate(
+                self.gae.gamma,
+                self.gae.lmbda,
+                value,
+                next_value,
+                batch.get(("next", "reward")).to(value.dtype),
+                batch.get(("next", "done")),
+                batch.get(("next", "terminated")),
+                time_dim=batch.batch_dims - 1,
+            )
+            t = self.loss_module.tensor_keys
+            batch.set(t.advantage, advantage)
+            batch.set(t.value_target, value_target)
+            batch.set(t.value, value)
+        return self.on_device(flatten_valid(batch, self.keys))
+
+    @torch.no_grad()
+    def values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """The critic's values of a batch's observations and next observations, in one call
+        (what torchrl's GAE module computes through the TensorDict critic)."""
+        keys = self.heads.in_keys
+        both = [torch.cat([batch.get(k), batch.get(("next", k))]) for k in keys]
+        return self.heads.value(*both).chunk(2)
 
     @staticmethod
     def normalized_advantage(data: TensorDictBase) -> TensorDictBase:
@@ -100,47 +281,123 @@ class ActorCritic(Algorithm):
         data.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
         return data
 
-    def init_gae(self, critic: torch.nn.Module, gamma: float, gae_lambda: float) -> None:
-        self.critic = critic
-        self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=critic, average_gae=False)
+    # ------------------------------------------------------------ the loss
+    def forward_heads(
+        self, data: TensorDictBase
+    ) -> tuple[torch.distributions.Distribution, torch.Tensor, torch.Tensor]:
+        """The policy's distribution, the log-probability of the batch's actions and the value."""
+        t = self.loss_module.tensor_keys
+        dist, value = self.heads(*(data.get(k) for k in self.heads.in_keys))
+        return dist, dist.log_prob(data.get(t.action)), value
 
-    def __getattr__(self, name: str) -> float:
-        # called only when normal lookup fails: the loss-module coefficients
-        if name in type(self).loss_buffers and "loss_module" in self.__dict__:
-            value = getattr(self.loss_module, type(self).loss_buffers[name])
-            return float(value) if value is not None else 0.0
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def with_entropy(
+        self, loss: torch.Tensor, info: dict[str, torch.Tensor], dist: Any
+    ) -> torch.Tensor:
+        """``loss`` minus ``entropy_coef`` x the entropy, when the bonus is on."""
+        if not self._entropy_on:
+            return loss
+        entropy = entropy_of(dist).mean()
+        info["loss/entropy"] = entropy.detach()
+        return loss - self.loss_module.entropy_coeff * entropy
 
-    def _set_parameter(self, name: str, value: float) -> None:
-        getattr(self.loss_module, type(self).loss_buffers[name]).fill_(float(value))
+    def clipped_loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """PPO's and APPO's loss: the clipped surrogate (advantages standardized per
+        minibatch with ``normalize_advantage``) + ``critic_coef`` x the value loss (clipped
+        with ``clip_value``) - ``entropy_coef`` x the entropy."""
+        if self.heads is None:
+            return self.torchrl_loss(data)
+        t, loss_module = self.loss_module.tensor_keys, self.loss_module
+        dist, log_prob, value = self.forward_heads(data)
+        advantage = data.get(t.advantage)
+        if self.config.normalize_advantage:
+            advantage = standardized(advantage)
+        objective, info = clipped_objective(
+            log_prob, data.get(t.sample_log_prob), advantage, loss_module.clip_epsilon
+        )
+        clip_value = loss_module.clip_value
+        old_value = data.get(t.value) if clip_value is not None else None
+        value_loss = loss_module.critic_coeff * critic_loss(
+            value, data.get(t.value_target), old_value, clip_value
+        )
+        info.update({"loss/objective": objective.detach(), "loss/critic": value_loss.detach()})
+        return self.with_entropy(objective + value_loss, info, dist), info
 
-    def scaled_rewards(self, batch: TensorDictBase) -> TensorDictBase:
-        """The batch with its rewards scaled by :attr:`reward_scaler` (as it is without one)."""
-        return batch if self.reward_scaler is None else self.reward_scaler.scale(batch)
+    def policy_gradient_loss(
+        self, data: TensorDictBase
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """A2C's and IMPALA's loss: the policy gradient + ``critic_coef`` x the value loss
+        - ``entropy_coef`` x the entropy."""
+        if self.heads is None:
+            return self.torchrl_loss(data)
+        t = self.loss_module.tensor_keys
+        dist, log_prob, value = self.forward_heads(data)
+        objective = policy_gradient(log_prob, data.get(t.advantage))
+        value_loss = self.loss_module.critic_coeff * critic_loss(
+            value, data.get(t.value_target), None, None
+        )
+        info = {"loss/objective": objective.detach(), "loss/critic": value_loss.detach()}
+        return self.with_entropy(objective + value_loss, info, dist), info
 
-    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """GAE advantages and value targets for the whole batch, then its valid frames, flat."""
-        batch = self.scaled_rewards(end_padded_rows(batch))
-        with torch.no_grad():
-            self.gae(batch)
-        return flatten_valid(batch)
-
-    @staticmethod
-    def loss_info(out: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
-        """Sum a torchrl actor-critic loss output and name what to log."""
+    def torchrl_loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The torchrl loss module's own forward, for networks of another structure."""
+        out = self.loss_module(data)
         total = out["loss_objective"] + out["loss_critic"]
         info = {
-            "loss/objective": float(out["loss_objective"].detach()),
-            "loss/critic": float(out["loss_critic"].detach()),
+            "loss/objective": out["loss_objective"].detach(),
+            "loss/critic": out["loss_critic"].detach(),
         }
         if "loss_entropy" in out:
             total = total + out["loss_entropy"]
             info["loss/entropy"] = (
-                float(out["entropy"].detach())
-                if "entropy" in out
-                else float(-out["loss_entropy"].detach())
+                out["entropy"].detach() if "entropy" in out else -out["loss_entropy"].detach()
             )
         for key in ("kl_approx", "clip_fraction"):
             if key in out:
-                info[f"loss/{key}"] = float(out[key].detach())
+                info[f"loss/{key}"] = out[key].detach()
         return total, info
+
+
+class ClipEpsilon:
+    """PPO's and APPO's clip epsilon: a tunable in the loss module's buffer, and its schedule
+    (``clip_schedule: linear`` decays it to 1e-3 at ``trainer.total_frames``).
+
+    Mixed in before :class:`ActorCritic`; the algorithm calls :meth:`init_clip_epsilon`.
+    """
+
+    tunable: ClassVar[tuple[str, ...]] = ("clip_epsilon", "entropy_coef", "critic_coef")
+    loss_module: Any
+    config: Any
+
+    def init_clip_epsilon(self) -> None:
+        self._base_clip = float(self.config.clip_epsilon)
+
+    @property
+    def clip_epsilon(self) -> float:
+        return float(self.loss_module.clip_epsilon)
+
+    def _set_parameter(self, name: str, value: float) -> None:
+        if name == "clip_epsilon":
+            self.loss_module.clip_epsilon.fill_(float(value))
+            return
+        super()._set_parameter(name, value)  # type: ignore[misc]
+
+    def scheduled(self, progress: float) -> dict[str, float]:
+        values = super().scheduled(progress)  # type: ignore[misc]
+        if self.config.clip_schedule == Schedule.LINEAR:
+            values["clip_epsilon"] = max(1e-3, self._base_clip * (1.0 - min(1.0, progress)))
+        return values
+
+    def logged_parameters(self) -> dict[str, float]:
+        return {**super().logged_parameters(), "train/clip_epsilon": self.clip_epsilon}  # type: ignore[misc]
+
+
+def to_device(module: nn.Module, device: torch.device) -> None:
+    """Move a module, and the tensor arguments of its distributions (a TanhNormal's bounds),
+    to ``device``."""
+    module.to(device)
+    for sub in module.modules():
+        kwargs = getattr(sub, "distribution_kwargs", None)
+        if isinstance(kwargs, dict):
+            for key, value in list(kwargs.items()):
+                if isinstance(value, torch.Tensor):
+                    kwargs[key] = value.to(device)

@@ -16,19 +16,43 @@ The API follows PyTorchRL's ``Algorithm`` in TensorDict form:
   gradients and weights cross Ray;
 - :meth:`Algorithm.update_algorithm_parameter` ``(name, value)``: changes a
   hyperparameter where it acts (the optimizer's lr, the loss's clip epsilon...);
+  :meth:`Algorithm.scheduled` says what the algorithm's schedules set it to;
 - :meth:`Algorithm.learn` ``(batch)``: the whole update on one collected batch
-  (epochs x minibatches of compute + apply), what the central trainer calls.
+  (epochs x minibatches of :meth:`train_step`), what the central learner calls.
 
-One route into ``.grad``: the flat methods are the only code that reads or
-writes the parameters' ``.grad`` (and the optimizer's step); the TensorDict
-methods convert with the codec and call them. So a gradient applied from a
-TensorDict, from a flat array sent by a gradient worker, or from an
-all-reduce takes the same step, bit for bit.
+One route into ``.grad``: :meth:`Algorithm.backward` is the only code that
+computes gradients and :meth:`Algorithm.step` the only code that clips them
+and steps the optimizer. A local update (:meth:`train_step`) calls the two on
+the gradients where ``backward`` left them; the flat route copies them out
+(:meth:`flat_gradients`) and back in (:meth:`apply_flat_gradients`) between
+the two. A gradient applied locally, from a TensorDict, from a flat array sent
+by a gradient worker, or from an all-reduce therefore takes the same step, bit
+for bit, and a local update copies nothing.
+
+The hot path (measured by ``benchmarks/learner_throughput.py``):
+
+- :meth:`prepare` keeps only the keys the loss reads, on the learner's device;
+- :meth:`minibatches` shuffles the data once per epoch and slices it (views,
+  no copy per minibatch);
+- the losses call the networks on tensors (:mod:`fleetrl.algorithms.heads`);
+- Adam is ``fused`` on the CPU (one kernel for every parameter) and
+  ``foreach`` on CUDA; gradient clipping is ``foreach``;
+- logged values stay tensors until the batch is done: one stacked read per
+  :meth:`learn`, not a ``float()`` per value per step.
+
+Compiled updates (``<algo>.compile``): :meth:`train_step` and the loss's
+forward and backward (:meth:`backward`) run under ``torch.compile``; the
+learning rate is a tensor, so schedules change it without recompiling, and the
+loss coefficients are the loss module's buffers for the same reason. On CUDA,
+``<algo>.cudagraphs`` also captures :meth:`train_step` in a CUDA graph
+(tensordict's ``CudaGraphModule``; Adam is then ``capturable``).
 """
 
 from __future__ import annotations
 
 import abc
+import logging
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
@@ -37,7 +61,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from fleetrl.config import AlgorithmConfig
+from fleetrl._perf import skip_absent_pandas_probe
+from fleetrl.config import AlgorithmConfig, Schedule
 from fleetrl.errors import ConfigError
 from fleetrl.normalization import (
     Normalization,
@@ -47,18 +72,37 @@ from fleetrl.normalization import (
 )
 from fleetrl.wire import ParamCodec
 
-__all__ = ["Algorithm", "InfoMean", "flatten_valid"]
+__all__ = ["Algorithm", "InfoMean", "end_padded_rows", "flatten_valid"]
+
+logger = logging.getLogger(__name__)
 
 UNKNOWN_PARAMETER_MSG = (
     "update_algorithm_parameter: {name!r} is not a parameter of {algo}; known: {known}"
 )
+CUDAGRAPHS_CPU_MSG = (
+    "{algo}.cudagraphs=True is invalid with the learner on {device}: CUDA graphs capture GPU "
+    "work; run the learner on CUDA (trainer.device=cuda), or use {algo}.compile=true on the CPU"
+)
+DEVICE_MSG = (
+    "device={device!r} is invalid: {reason}; use 'cpu', or 'cuda' on a machine with a CUDA "
+    "build of torch and a GPU"
+)
+COMPILED_MSG = "%s: compiled its update step in %.1f s (torch.compile%s)"
 
 
-def flatten_valid(batch: TensorDictBase) -> TensorDictBase:
-    """All valid frames of a batch as one flat TensorDict (padded steps of a masked batch dropped)."""
+def flatten_valid(batch: TensorDictBase, keys: Iterable[Any] | None = None) -> TensorDictBase:
+    """All valid frames of a batch as one flat TensorDict (padded steps of a masked batch dropped).
+
+    ``keys``: only these are kept (selected before the frames are gathered, so the
+    other keys are never copied). A mask with every step valid (a sync round without
+    preemption) costs a reshape, not a gather.
+    """
     mask_key = ("collector", "mask")
-    if mask_key in batch.keys(include_nested=True):
-        return batch[batch.get(mask_key)]
+    mask = batch.get(mask_key) if mask_key in batch.keys(include_nested=True) else None
+    if keys is not None:
+        batch = batch.select(*keys, strict=False)
+    if mask is not None and not bool(mask.all()):
+        return batch[mask]
     return batch.reshape(-1)
 
 
@@ -73,6 +117,8 @@ def end_padded_rows(batch: TensorDictBase) -> TensorDictBase:
     if mask_key not in batch.keys(include_nested=True):
         return batch
     mask = batch.get(mask_key)
+    if bool(mask.all()):  # nothing padded (a round without preemption)
+        return batch
     last_valid = mask & ~torch.cat([mask[..., 1:], torch.zeros_like(mask[..., :1])], dim=-1)
     padded_after = last_valid & ~mask[..., -1:].expand_as(mask)
     if padded_after.any():
@@ -81,6 +127,26 @@ def end_padded_rows(batch: TensorDictBase) -> TensorDictBase:
             value[padded_after] = True
             batch.set(key, value)
     return batch
+
+
+def on(data: TensorDictBase, device: torch.device) -> bool:
+    """Whether ``data``'s tensors are on ``device`` (a TensorDict built without a device
+    says None: its first leaf tells)."""
+    if data.device is not None:
+        return data.device == device
+    leaf = next(iter(data.values(include_nested=True, leaves_only=True)), None)
+    return leaf is None or leaf.device == device
+
+
+def as_device(device: Any) -> torch.device:
+    """``device`` as a torch device this machine has (ConfigError otherwise)."""
+    try:
+        device = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError([DEVICE_MSG.format(device=device, reason=str(err))]) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError([DEVICE_MSG.format(device=str(device), reason="CUDA is not available")])
+    return device
 
 
 class InfoMean:
@@ -110,11 +176,40 @@ class InfoMean:
         return {k: v / max(1, self.steps) for k, v in self.totals.items()}
 
 
+class StepInfo:
+    """The logged tensors of a batch's optimizer steps, read once at the end.
+
+    Each step's values are detached scalar tensors; :meth:`mean` stacks them and
+    reads them in one go, so a step costs no ``float()`` (and, on CUDA, no sync).
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, torch.Tensor]] = []
+
+    def add(self, info: dict[str, torch.Tensor]) -> None:
+        self.steps.append(info)
+
+    def mean(self) -> dict[str, float]:
+        """Each value's mean over the steps that logged it (empty: no step)."""
+        if not self.steps:
+            return {}
+        names = list(dict.fromkeys(k for step in self.steps for k in step))
+        means = torch.stack(
+            [torch.stack([s[k].float() for s in self.steps if k in s]).mean() for k in names]
+        )
+        return dict(zip(names, means.tolist()))
+
+
+def floats(info: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in info.items()}
+
+
 class Algorithm(abc.ABC):
     """Base of every algorithm: loss module + optimizer + hyperparameters.
 
-    Subclasses build their loss module and optimizer, and define :meth:`loss`
-    (and :meth:`prepare` when the batch needs work first, e.g. GAE).
+    A subclass builds its networks and torchrl loss module, calls
+    ``super().__init__`` with them, and defines :meth:`loss` (and :meth:`prepare`
+    when the batch needs work first, e.g. GAE).
 
     The trainable parameters (those of ``loss_module`` that require grad, in
     ``named_parameters()`` order; a shared module counted once) have one flat
@@ -122,13 +217,19 @@ class Algorithm(abc.ABC):
     as one ``float32`` vector in that order (:mod:`fleetrl.wire`).
 
     Args:
-        loss_module: a torchrl loss module holding the actor (and critic).
+        config: the algorithm's config section (``lr``, ``gamma``,
+            ``max_grad_norm``, ``lr_schedule``, ``compile``, ``cudagraphs``...).
+        loss_module: a torchrl loss module holding the actor (and critic), on ``device``.
         actor: the acting policy (shares its parameters with the loss module).
-        optimizer: over the loss module's trainable parameters.
-        gamma: discount factor.
+
+    Keyword Args:
+        adam_eps: Adam's epsilon (CleanRL's 1e-5 for the actor-critic algorithms).
         num_epochs: passes over each batch in :meth:`learn`.
         num_mini_batch: minibatches per epoch.
-        max_grad_norm: clip the gradient norm before each step (None: off).
+        update_every: sampled optimizer steps per collected batch (replay algorithms).
+        learning_starts: frames collected before the first optimizer step (replay algorithms).
+        device: the learner's device (the networks are already there).
+        keys: the batch keys the loss reads (:meth:`prepare` keeps only these).
     """
 
     name: ClassVar[str] = "algorithm"
@@ -136,7 +237,7 @@ class Algorithm(abc.ABC):
     config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     #: learns from the batch just collected (False: from a replay buffer)
     on_policy: ClassVar[bool] = True
-    #: acts uniformly at random for its first ``start_steps`` frames (the collectors'
+    #: acts uniformly at random for its first ``learning_starts`` frames (the collectors'
     #: ``init_random_frames``), before the policy acts
     random_start: ClassVar[bool] = False
     #: hyperparameters that update_algorithm_parameter may change, besides "lr"
@@ -144,35 +245,31 @@ class Algorithm(abc.ABC):
     #: scales the rewards learned from (``env.normalize_reward``; fleetrl.normalization)
     reward_scaler: RewardScaler | None = None
 
-    @property
-    def max_policy_lag(self) -> int | None:
-        """The most optimizer steps behind the learner a batch may arrive and still be
-        learned from (:class:`~fleetrl.scheme.versions.StaleBatchFilter`); None: no bound,
-        as for every algorithm without a lag correction."""
-        return None
-
     def __init__(
         self,
+        config: AlgorithmConfig,
         loss_module: nn.Module,
         actor: nn.Module,
-        optimizer: torch.optim.Optimizer,
         *,
-        gamma: float,
+        adam_eps: float = 1e-8,
         num_epochs: int = 1,
         num_mini_batch: int = 1,
-        max_grad_norm: float | None = None,
         update_every: int = 1,
-        start_steps: int = 0,
+        learning_starts: int = 0,
+        device: torch.device | str | None = None,
+        keys: Iterable[Any] | None = None,
     ):
+        skip_absent_pandas_probe()  # tensordict's per-call probe costs more than a 64-sample layer
+        self.config = config
+        self.device = as_device(device)
         self.loss_module = loss_module
         self.actor = actor
-        self.optimizer = optimizer
-        self._gamma = gamma
+        self.max_grad_norm: float | None = config.max_grad_norm
         self.num_epochs = num_epochs
         self.num_mini_batch = num_mini_batch
-        self.max_grad_norm = max_grad_norm
         self.update_every = update_every
-        self.start_steps = start_steps
+        self.learning_starts = learning_starts
+        self.keys = None if keys is None else list(keys)
         self.mini_batch_size: int | None = None  # known once a batch was split
         self.num_updates = 0  # optimizer steps taken
         trainable = [
@@ -180,6 +277,38 @@ class Algorithm(abc.ABC):
         ]
         self._params = [p for _, p in trainable]
         self._codec = ParamCodec(trainable, owner=type(self).__name__)
+        self._compile = compile_options(config.compile)
+        self._cudagraphs = bool(config.cudagraphs)
+        if self._cudagraphs and self.device.type != "cuda":
+            raise ConfigError([CUDAGRAPHS_CPU_MSG.format(algo=self.name, device=self.device.type)])
+        self.optimizer = self._adam(config.lr, adam_eps)
+        self._base_lr = float(config.lr)
+        #: seconds the first compiled step took (None: eager, or not run yet)
+        self.compile_s: float | None = None
+        self._train_step = self.train_step
+        self._backward = self.backward
+        if self._compile is not None:
+            self._train_step = torch.compile(self.train_step, **self._compile)
+            self._backward = torch.compile(self.backward, **self._compile)
+        self._graphed: Any = None  # the CUDA graph of train_step, captured at first use
+
+    def _adam(self, lr: float, eps: float) -> torch.optim.Optimizer:
+        """Adam over the trainable parameters, in its fastest form for the device.
+
+        ``fused`` on the CPU, ``foreach`` on CUDA; with compile or CUDA graphs the
+        learning rate is a tensor (a schedule changes it without recompiling), and
+        CUDA graphs need a ``capturable`` optimizer.
+        """
+        kwargs: dict[str, Any] = {"eps": eps}
+        if self._compile is not None or self._cudagraphs:
+            # a tensor lr needs a capturable optimizer (torch's rule for foreach Adam)
+            lr = torch.tensor(float(lr), device=self.device)
+            kwargs.update(capturable=True, foreach=True)
+        elif self.device.type == "cpu":
+            kwargs["fused"] = True
+        else:
+            kwargs["foreach"] = True
+        return torch.optim.Adam(self._params, lr=lr, **kwargs)
 
     # --------------------------------------------------------------- properties
     @property
@@ -211,29 +340,111 @@ class Algorithm(abc.ABC):
 
     @property
     def gamma(self) -> float:
-        return self._gamma
+        return float(self.config.gamma)
 
     @property
     def lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
 
+    @property
+    def max_policy_lag(self) -> int | None:
+        """The most optimizer steps behind the learner a batch may arrive and still be
+        learned from (:class:`~fleetrl.scheme.versions.StaleBatchFilter`); None: no bound,
+        as for every algorithm without a lag correction."""
+        return None
+
     # ---------------------------------------------------------------- learning
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """Turn a collected batch into flat training data (default: the valid frames)."""
-        return flatten_valid(batch)
+        return self.on_device(flatten_valid(batch, self.keys))
+
+    def on_device(self, data: TensorDictBase) -> TensorDictBase:
+        """``data`` on the learner's device (no copy when it is there already)."""
+        if not on(data, self.device):
+            data = data.to(self.device, non_blocking=True)
+        return data
 
     def minibatches(self, data: TensorDictBase) -> Iterator[TensorDictBase]:
-        """A fresh random split of ``data`` into ``num_mini_batch`` minibatches."""
+        """A fresh random split of ``data`` into ``num_mini_batch`` minibatches.
+
+        One shuffled copy per epoch, then contiguous slices of it: the same
+        minibatches as indexing ``data`` with each slice of the permutation,
+        with one gather instead of one per minibatch.
+        """
         n = data.shape[0]
         size = n // self.num_mini_batch
         self.mini_batch_size = size
-        perm = torch.randperm(n, device=data.device)
+        if self.num_mini_batch == 1:  # the whole batch: the order of a mean's terms is moot
+            yield data
+            return
+        shuffled = data[torch.randperm(n, device=self.device)]
         for i in range(self.num_mini_batch):
-            yield data[perm[i * size : (i + 1) * size]]
+            yield shuffled[i * size : (i + 1) * size]
 
     @abc.abstractmethod
-    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
-        """The scalar loss to minimise on ``data`` and what to log about it."""
+    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The scalar loss to minimise on ``data`` and what to log about it (detached
+        scalar tensors, read once per batch)."""
+
+    def backward(self, data: TensorDictBase) -> dict[str, torch.Tensor]:
+        """The loss on ``data`` and its gradients, left in the parameters' ``.grad``.
+
+        The one place gradients are computed (compiled with ``<algo>.compile``).
+        """
+        loss, info = self.loss(data)
+        loss.backward()
+        return info
+
+    def step(self) -> torch.Tensor | None:
+        """Clip the gradients in ``.grad`` (``max_grad_norm``) and step the optimizer.
+
+        The one place the optimizer steps; returns the norm before clipping (a
+        tensor; None when clipping is off). Leaves ``.grad`` empty.
+        """
+        norm = None
+        if self.max_grad_norm is not None:
+            norm = nn.utils.clip_grad_norm_(self._params, self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def train_step(self, data: TensorDictBase) -> dict[str, torch.Tensor]:
+        """One local optimizer step on ``data``: :meth:`backward`, then :meth:`step`.
+
+        What :meth:`learn` runs per minibatch (compiled with ``<algo>.compile``,
+        captured in a CUDA graph with ``<algo>.cudagraphs``). Does not count the
+        update or run :meth:`after_update`: :meth:`update_on` does.
+        """
+        info = self.backward(data)
+        norm = self.step()
+        if norm is not None:
+            info["grad_norm"] = norm
+        return info
+
+    def _run_train_step(self, data: TensorDictBase) -> dict[str, torch.Tensor]:
+        if self._cudagraphs:
+            return self._graphed_step(data)
+        if self._compile is not None and self.compile_s is None:
+            start = time.perf_counter()
+            info = self._train_step(data)
+            self.compile_s = time.perf_counter() - start
+            logger.info(COMPILED_MSG, type(self).__name__, self.compile_s, "")
+            return info
+        return self._train_step(data)
+
+    def _graphed_step(self, data: TensorDictBase) -> dict[str, torch.Tensor]:
+        """train_step captured in a CUDA graph (tensordict's CudaGraphModule), made at first use."""
+        if self._graphed is None:
+            from tensordict.nn import CudaGraphModule
+
+            start = time.perf_counter()
+            self._graphed = CudaGraphModule(self._train_step, warmup=3)
+            info = self._graphed(data)
+            torch.cuda.synchronize()
+            self.compile_s = time.perf_counter() - start
+            logger.info(COMPILED_MSG, type(self).__name__, self.compile_s, " + CUDA graph")
+            return info
+        return self._graphed(data)
 
     def flat_gradients(self, data: TensorDictBase) -> tuple[np.ndarray, dict[str, float]]:
         """Gradients of the loss on ``data`` as one flat array, and what to log.
@@ -244,11 +455,10 @@ class Algorithm(abc.ABC):
             info. The parameters' ``.grad`` are left empty.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        loss, info = self.loss(data)
-        loss.backward()
+        info = self._backward(data)
         flat = self._codec.flatten([param.grad for param in self._params])
         self.optimizer.zero_grad(set_to_none=True)
-        return flat, info
+        return flat, floats(info)
 
     def apply_flat_gradients(self, flat: np.ndarray) -> float | None:
         """One optimizer step with flat gradients (as from :meth:`flat_gradients`); the grad norm.
@@ -257,19 +467,14 @@ class Algorithm(abc.ABC):
         store) and is not changed. With ``max_grad_norm`` set, the gradients
         are clipped to it and the norm before clipping is returned (else None).
         """
-        return self._step(self._codec.split(flat))
+        return self._apply(self._codec.split(flat))
 
-    def _step(self, grads: list[torch.Tensor]) -> float | None:
-        """The one place where ``.grad`` is set and the optimizer steps."""
+    def _apply(self, grads: list[torch.Tensor]) -> float | None:
         for param, grad in zip(self._params, grads, strict=True):
             param.grad = grad.to(param.device)
-        norm = None
-        if self.max_grad_norm is not None:
-            norm = float(nn.utils.clip_grad_norm_(self._params, self.max_grad_norm))
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        norm = self.step()
         self.num_updates += 1
-        return norm
+        return None if norm is None else float(norm)
 
     def compute_gradients(self, data: TensorDictBase) -> tuple[TensorDict, dict[str, float]]:
         """Gradients of the loss on ``data``, keyed like the trainable parameters.
@@ -288,7 +493,7 @@ class Algorithm(abc.ABC):
         step; ``grads`` is not changed. Returns the grad norm (None when
         ``max_grad_norm`` is off).
         """
-        return self._step(self._codec.split(self._codec.pack(grads), copy=False))
+        return self._apply(self._codec.split(self._codec.pack(grads), copy=False))
 
     @property
     def steps_per_batch(self) -> int:
@@ -300,7 +505,7 @@ class Algorithm(abc.ABC):
 
         :meth:`prepare` (e.g. GAE with the current critic) runs once, when the
         first minibatch is drawn; then ``num_epochs`` fresh random splits into
-        ``num_mini_batch`` minibatches. The central trainer
+        ``num_mini_batch`` minibatches. The central learner
         (:meth:`learn`) and the gradient workers of the distributed scheme
         consume the same sequence.
         """
@@ -317,16 +522,13 @@ class Algorithm(abc.ABC):
         return self.update_on(self.gradient_batches(batch))
 
     def update_on(self, minibatches: Iterable[TensorDictBase]) -> dict[str, float]:
-        """One optimizer step per minibatch (each followed by :meth:`after_update`); returns
-        the mean of each logged value."""
-        info = InfoMean()
+        """One local optimizer step per minibatch (each followed by :meth:`after_update`);
+        returns the mean of each logged value, read once at the end."""
+        info = StepInfo()
         for minibatch in minibatches:
-            flat, step_info = self.flat_gradients(minibatch)
-            norm = self._step(self._codec.split(flat, copy=False))  # no copy: the array is ours
+            info.add(self._run_train_step(minibatch))
+            self.num_updates += 1
             self.after_update()
-            if norm is not None:
-                step_info["grad_norm"] = norm
-            info.add(step_info)
         return info.mean()
 
     # ----------------------------------------------------------------- weights
@@ -351,10 +553,17 @@ class Algorithm(abc.ABC):
     # ------------------------------------------------------- hyperparameters
     def update_algorithm_parameter(self, name: str, value: float) -> None:
         """Change a hyperparameter where it acts: ``lr`` in the optimizer, loss
-        coefficients in the loss module, anything else on the algorithm."""
+        coefficients in the loss module, anything else on the algorithm.
+
+        Values live in tensors where a compiled step reads them (the learning
+        rate under compile, the loss's buffers), and change in place there.
+        """
         if name == "lr":
             for group in self.optimizer.param_groups:
-                group["lr"] = float(value)
+                if isinstance(group["lr"], torch.Tensor):
+                    group["lr"].fill_(float(value))
+                else:
+                    group["lr"] = float(value)
             return
         if name not in self.tunable:
             raise ConfigError(
@@ -367,7 +576,37 @@ class Algorithm(abc.ABC):
         self._set_parameter(name, value)
 
     def _set_parameter(self, name: str, value: float) -> None:
-        setattr(self, name, value)
+        raise NotImplementedError(name)  # every tunable is set by the class that declares it
+
+    def parameter(self, name: str) -> float:
+        """The current value of ``lr`` or a tunable hyperparameter."""
+        if name == "lr":
+            return self.lr
+        if name not in self.tunable:
+            raise ConfigError(
+                [
+                    UNKNOWN_PARAMETER_MSG.format(
+                        name=name, algo=type(self).__name__, known=["lr", *self.tunable]
+                    )
+                ]
+            )
+        return float(getattr(self, name))
+
+    def scheduled(self, progress: float) -> dict[str, float]:
+        """What the schedules set at ``progress`` (frames trained / ``trainer.total_frames``):
+        name -> value, for :meth:`update_algorithm_parameter` (on every replica).
+
+        ``lr`` decays linearly to (nearly) 0 with ``lr_schedule: linear``;
+        subclasses add their own (PPO's and APPO's ``clip_schedule``).
+        """
+        progress = min(1.0, max(0.0, progress))
+        if self.config.lr_schedule == Schedule.LINEAR:
+            return {"lr": max(1e-8, self._base_lr * (1.0 - progress))}
+        return {}
+
+    def logged_parameters(self) -> dict[str, float]:
+        """The hyperparameters a run logs each iteration (``train/lr``, ...)."""
+        return {"train/lr": self.lr}
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
@@ -375,15 +614,33 @@ class Algorithm(abc.ABC):
             "loss_module": self.loss_module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "num_updates": self.num_updates,
-            "hyperparameters": {name: float(getattr(self, name)) for name in ("lr", *self.tunable)},
+            "hyperparameters": {name: self.parameter(name) for name in ("lr", *self.tunable)},
             **({"reward_scaler": self.reward_scaler.state_dict()} if self.reward_scaler else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loss_module.load_state_dict(state["loss_module"])
+        lr = [g["lr"] for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
+        for group, kept in zip(self.optimizer.param_groups, lr):
+            if isinstance(kept, torch.Tensor):  # a compiled step reads this tensor: keep it
+                saved = group["lr"]
+                kept.fill_(float(saved))
+                group["lr"] = kept
         self.num_updates = int(state["num_updates"])
         for name, value in state["hyperparameters"].items():
             self.update_algorithm_parameter(name, value)
         if self.reward_scaler is not None:
             self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+def compile_options(value: Any) -> dict[str, Any] | None:
+    """``<algo>.compile``: None when off, else ``torch.compile``'s keyword arguments.
+
+    Examples:
+        >>> compile_options(False), compile_options(True), compile_options({"mode": "max-autotune"})
+        (None, {}, {'mode': 'max-autotune'})
+    """
+    if value is None or value is False:
+        return None
+    return {} if value is True else dict(value)

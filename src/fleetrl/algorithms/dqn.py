@@ -1,11 +1,15 @@
-"""DQN: torchrl's DQNLoss (double DQN), hard target updates, epsilon-greedy annealing, replay buffer.
+"""DQN: (double) Q-learning targets, hard target updates, epsilon-greedy annealing, replay buffer.
 
-Reads top to bottom: config (:class:`DQNConfig`, with its checks), the Q network and
-its epsilon-greedy acting policy, loss and target updater; learning is
+Reads top to bottom: the config (:class:`DQNConfig`, with its checks), the
+algorithm (the Q network, its epsilon-greedy acting policy, torchrl's
+``DQNLoss`` and ``HardUpdate``), epsilon's annealing, and the loss of one
+sampled minibatch: the squared TD error of the Q value of the action taken
+against ``r + gamma (1 - terminated) Q_target(s', a*)``, where ``a*`` is the
+online network's best action (double DQN) or the target network's. Learning is
 :class:`~fleetrl.algorithms.replay.ReplayAlgorithm`'s (store the batch, then
-``updates_per_batch`` sampled steps). Epsilon is a buffer of the acting policy,
-so it travels to the collectors with the weights and is annealed here, on the
-learner, by frames collected.
+``updates_per_batch`` sampled steps). Epsilon is a buffer of the acting
+policy, so it travels to the collectors with the weights and is annealed
+here, on the learner, by frames collected.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from torchrl.data import Categorical
 from torchrl.modules import EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
+from fleetrl.algorithms.base import as_device
+from fleetrl.algorithms.heads import TensorNet
 from fleetrl.algorithms.models import EnvInfo, ModelKind, make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
 from fleetrl.config import Checks, Config
@@ -67,7 +73,6 @@ class DQNConfig(ReplayConfig):
         super().validate(config, check)
         for name in ("target_update_interval", "eps_anneal_frames"):
             check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
-        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
         check(
             0 <= self.eps_end <= self.eps_init <= 1,
             "eps_end",
@@ -77,20 +82,39 @@ class DQNConfig(ReplayConfig):
 
 
 class DQN(ReplayAlgorithm):
-    """Deep Q-Network with double-DQN targets and a replay buffer (discrete actions).
+    """Deep Q-Network with (double) DQN targets and a replay buffer (discrete actions).
 
     Args:
         config: hyperparameters (``DQNConfig``).
         info: the env's spaces.
         qnet: a module mapping ``observation`` to action values (default: by
             ``config.model``, a CNN for pixels and an MLP otherwise).
+        device: the learner's device (default: the CPU).
+
+    Examples:
+        >>> from fleetrl import DQN, DQNConfig, SyncDataCollector
+        >>> from fleetrl.algorithms import env_info
+        >>> dqn = DQN(DQNConfig(learning_starts=64, updates_per_batch=4, batch_size=32),
+        ...           env_info("CartPole-v1"))
+        >>> with SyncDataCollector("CartPole-v1", dqn.policy, frames_per_batch=64,
+        ...                        num_envs=2) as collector:
+        ...     info = dqn.learn(collector.next())
+        >>> dqn.num_updates, info["train/buffer_size"]
+        (4, 64.0)
     """
 
     name = "dqn"
     config_class = DQNConfig
     tunable: ClassVar[tuple[str, ...]] = ("epsilon",)
 
-    def __init__(self, config: DQNConfig, info: EnvInfo, *, qnet: nn.Module | None = None):
+    def __init__(
+        self,
+        config: DQNConfig,
+        info: EnvInfo,
+        *,
+        qnet: nn.Module | None = None,
+        device: Any = None,
+    ):
         if not info.discrete:
             raise ConfigError(
                 [
@@ -99,15 +123,16 @@ class DQN(ReplayAlgorithm):
                     "actions; use SAC, PPO or A2C for it"
                 ]
             )
-        spec = Categorical(info.num_actions)
+        device = as_device(device)
+        spec = Categorical(info.num_actions, device=device)
         qnet = qnet if qnet is not None else make_qnet(config.model, info, config.hidden_sizes)
-        self.qvalue = QValueActor(qnet, in_keys=["observation"], spec=spec)
+        self.qvalue = QValueActor(qnet.to(device), in_keys=["observation"], spec=spec)
         self.egreedy = EGreedyModule(
             spec,
             eps_init=config.eps_init,
             eps_end=config.eps_end,
             annealing_num_steps=config.eps_anneal_frames,
-        )
+        ).to(device)
         loss = DQNLoss(
             self.qvalue,
             delay_value=True,
@@ -119,19 +144,25 @@ class DQN(ReplayAlgorithm):
         self.target_updater = HardUpdate(
             loss, value_network_update_interval=config.target_update_interval
         )
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr)
+        #: the Q network on tensors, online and target (None: the torchrl loss's own forward)
+        self.q = TensorNet.of(self.qvalue.module[0]) if len(self.qvalue.module) == 2 else None
+        self._target: dict[str, torch.Tensor] = {}
+        if self.q is not None:
+            # the target network's parameters, keyed like the Q network's own: HardUpdate
+            # copies into these tensors in place, so the dict stays current
+            target = loss.target_value_network_params["module", "0", "module"]
+            self._target = dict(target.flatten_keys(".").items())
         super().__init__(
+            config,
             loss,
             TensorDictSequential(self.qvalue, self.egreedy),
-            optimizer,
-            gamma=config.gamma,
-            max_grad_norm=config.max_grad_norm,
             update_every=config.updates_per_batch,
-            start_steps=config.learning_starts,
+            learning_starts=config.learning_starts,
+            device=device,
         )
         self.init_replay(config.buffer_size, config.batch_size)
-        self.config = config
 
+    # ------------------------------------------------------------ epsilon
     @property
     def epsilon(self) -> float:
         return float(self.egreedy.eps)
@@ -145,15 +176,34 @@ class DQN(ReplayAlgorithm):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["target_update_counter"] = int(
-            self.target_updater.counter
-        )  # resume keeps the schedule
+        state["target_update_counter"] = int(self.target_updater.counter)  # the schedule
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.target_updater.counter = int(state["target_update_counter"])
 
-    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
+    # ------------------------------------------------------------ the loss
+    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The squared TD error of the chosen actions' values, averaged."""
+        if self.q is None:
+            return self.torchrl_loss(data)
+        obs, next_obs = data.get("observation"), data.get(("next", "observation"))
+        (q,) = self.q(obs)
+        chosen = q.gather(-1, data.get("action").long().unsqueeze(-1))
+        with torch.no_grad():
+            target_q = torch.func.functional_call(self.q.net, self._target, (next_obs,))
+            if self.config.double_dqn:
+                (online_next,) = self.q(next_obs)
+                next_value = target_q.gather(-1, online_next.argmax(-1, keepdim=True))
+            else:
+                next_value = target_q.max(-1, keepdim=True).values
+            not_terminated = ~data.get(("next", "terminated"))
+            target = data.get(("next", "reward")) + self.gamma * not_terminated * next_value
+        loss = ((chosen - target) ** 2).mean()
+        return loss, {"loss/td": loss.detach()}
+
+    def torchrl_loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The torchrl loss module's own forward, for a Q network of another structure."""
         out = self.loss_module(data)
-        return out["loss"], {"loss/td": float(out["loss"].detach())}
+        return out["loss"], {"loss/td": out["loss"].detach()}

@@ -1,22 +1,23 @@
-"""PPO: torchrl's ClipPPOLoss with GAE, epochs x minibatches, advantage normalisation.
+"""PPO: the clipped objective on GAE advantages, epochs x minibatches of each batch.
 
-Reads top to bottom: the config (:class:`PPOConfig`, with its checks), the networks
-(default MLPs, or the user's actor and critic), the loss and value estimator,
-and one update (:meth:`ActorCritic.prepare` computes GAE on the whole batch once
-with the current critic; :meth:`PPO.loss` is one minibatch).
+Reads top to bottom: the config (:class:`PPOConfig`, with its checks), the
+algorithm (networks and torchrl's ``ClipPPOLoss``), its schedule (the clip
+epsilon, besides the learning rate every algorithm has), GAE once per batch,
+and the loss of one minibatch: the clipped surrogate, the (clipped) value
+loss and the entropy bonus, on the networks' outputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
-from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
+from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig, ClipEpsilon
 from fleetrl.algorithms.models import ActionDistribution, EnvInfo, ModelKind
 from fleetrl.config import Checks, Config, Schedule
 
@@ -36,8 +37,7 @@ class PPOConfig(ActorCriticConfig):
     clip_epsilon: float = 0.2
     """PPO ratio clipping."""
     clip_schedule: Schedule = Schedule.CONSTANT
-    """'constant' or 'linear' decay of clip_epsilon (to 0 at trainer.total_frames; it was
-    trainer.clip_schedule)."""
+    """'constant' or 'linear' decay of clip_epsilon (to 0 at trainer.total_frames)."""
     entropy_coef: float = 0.0
     """entropy bonus coefficient."""
     critic_coef: float = 0.5
@@ -82,7 +82,7 @@ class PPOConfig(ActorCriticConfig):
         )
 
 
-class PPO(ActorCritic):
+class PPO(ClipEpsilon, ActorCritic):
     """Proximal Policy Optimization (clipped objective).
 
     Args:
@@ -92,10 +92,19 @@ class PPO(ActorCritic):
             (default: by ``config.model``, see
             :func:`~fleetrl.algorithms.models.make_actor_critic`).
         critic: a module writing ``state_value`` (default: by ``config.model``).
+        device: the learner's device (default: the CPU).
 
     Examples:
-        >>> from fleetrl.algorithms.models import env_info
-        >>> ppo = PPO(PPOConfig(), env_info("CartPole-v1"))
+        Build PPO for CartPole and learn from one collected batch:
+
+        >>> from fleetrl import PPO, PPOConfig, SyncDataCollector
+        >>> from fleetrl.algorithms import env_info
+        >>> ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_info("CartPole-v1"))
+        >>> with SyncDataCollector("CartPole-v1", ppo.policy, frames_per_batch=256,
+        ...                        num_envs=4) as collector:
+        ...     info = ppo.learn(collector.next())
+        >>> ppo.num_updates, sorted(info)[:2]
+        (8, ['grad_norm', 'loss/clip_fraction'])
         >>> ppo.update_algorithm_parameter("clip_epsilon", 0.1)
         >>> round(ppo.clip_epsilon, 3)
         0.1
@@ -103,11 +112,6 @@ class PPO(ActorCritic):
 
     name = "ppo"
     config_class = PPOConfig
-    tunable: ClassVar[tuple[str, ...]] = ("clip_epsilon", "entropy_coef", "critic_coef")
-    loss_buffers: ClassVar[dict[str, str]] = {
-        **ActorCritic.loss_buffers,
-        "clip_epsilon": "clip_epsilon",
-    }
 
     def __init__(
         self,
@@ -116,21 +120,27 @@ class PPO(ActorCritic):
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
+        device: Any = None,
     ):
-        critic = self.build(
-            ClipPPOLoss,
+        super().__init__(
             config,
             info,
+            ClipPPOLoss,
             actor=actor,
             critic=critic,
+            device=device,
             num_epochs=config.num_epochs,
             num_mini_batch=config.num_mini_batch,
-            clip_epsilon=config.clip_epsilon,
-            normalize_advantage=config.normalize_advantage,
-            clip_value=config.clip_value,
+            loss_kwargs={
+                "clip_epsilon": config.clip_epsilon,
+                "normalize_advantage": config.normalize_advantage,
+                "clip_value": config.clip_value,
+            },
         )
-        self.init_gae(critic, config.gamma, config.gae_lambda)
-        self.config = config
+        self.init_gae(config.gamma, config.gae_lambda)
+        self.init_clip_epsilon()
 
-    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
-        return self.loss_info(self.loss_module(data))
+    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The clipped surrogate + ``critic_coef`` x the (clipped) value loss - the entropy
+        bonus (:meth:`~fleetrl.algorithms.actor_critic.ActorCritic.clipped_loss`)."""
+        return self.clipped_loss(data)

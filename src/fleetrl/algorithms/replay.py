@@ -1,23 +1,28 @@
 """ReplayAlgorithm: what DQN and SAC share. Store each batch, then sampled gradient steps.
 
 :meth:`ReplayAlgorithm.gradient_batches` puts a collected batch's valid
-transitions into a torchrl replay buffer and, once ``start_steps`` frames were
-seen, yields ``update_every`` sampled minibatches; each optimizer step is
-followed by a target-network update (:meth:`ReplayAlgorithm.after_update`).
-The buffer is part of the checkpoint, so a resumed run learns from the same
-data. In decoupled mode (``collector.decoupled``) the buffer lives in a Ray
-actor that the collectors write to (:mod:`fleetrl.scheme.decoupled`); the
-learner counts its frames with :meth:`ReplayAlgorithm.take_frames` and
-checkpoints that buffer in the same place.
+transitions into a torchrl replay buffer (on the learner's device) and, once
+``learning_starts`` frames were seen, draws the ``update_every`` minibatches of
+the batch's steps in one sample call and yields them one at a time (uniform
+draws with replacement either way: one call of ``k x batch_size`` is ``k``
+calls of ``batch_size``, without ``k - 1`` calls' overhead). Each optimizer
+step is followed by a target-network update
+(:meth:`ReplayAlgorithm.after_update`). The buffer is part of the checkpoint,
+so a resumed run learns from the same data. In decoupled mode
+(``collector.decoupled``) the buffer lives in a Ray actor that the collectors
+write to (:mod:`fleetrl.scheme.decoupled`); the learner counts its frames with
+:meth:`ReplayAlgorithm.take_frames` and checkpoints that buffer in the same
+place.
 
 In the distributed scheme each gradient worker keeps its own buffer and sees
-1/G of the frames; ``frame_scale = G`` makes ``start_steps`` and annealing
+1/G of the frames; ``frame_scale = G`` makes ``learning_starts`` and annealing
 schedules count the frames of the whole run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -30,6 +35,7 @@ from fleetrl.config import AlgorithmConfig, Checks, Config
 __all__ = ["TRANSITION_KEYS", "ReplayAlgorithm", "ReplayConfig"]
 
 
+@dataclass
 class ReplayConfig(AlgorithmConfig):
     """What DQN's and SAC's sections share: the buffer and the sampled steps (checked here)."""
 
@@ -37,6 +43,7 @@ class ReplayConfig(AlgorithmConfig):
         super().validate(config, check)
         for name in ("buffer_size", "batch_size", "updates_per_batch"):
             check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
+        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
 
 
 class ReplayAlgorithm(Algorithm):
@@ -47,9 +54,11 @@ class ReplayAlgorithm(Algorithm):
     target_updater: Any
 
     def init_replay(self, buffer_size: int, batch_size: int) -> None:
+        # sampled with an explicit size: the minibatches of a whole batch's steps at once
         self.buffer = TensorDictReplayBuffer(
-            storage=LazyTensorStorage(buffer_size), batch_size=batch_size
+            storage=LazyTensorStorage(buffer_size, device=self.device)
         )
+        self.batch_size = batch_size
         self.frames_seen = 0
         self.frame_scale = 1  # G on each of G gradient workers: schedules count all G's frames
         self.batch_info: dict[str, float] = {}
@@ -63,18 +72,21 @@ class ReplayAlgorithm(Algorithm):
         return self.update_every
 
     def gradient_batches(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
-        """Store the batch; then, once ``start_steps`` frames were seen, ``update_every`` samples."""
-        data = flatten_valid(batch)
-        self.buffer.extend(data.select(*TRANSITION_KEYS, strict=False))
+        """Store the batch; then, once ``learning_starts`` frames were seen, ``update_every``
+        sampled minibatches."""
+        data = flatten_valid(batch, TRANSITION_KEYS)
+        self.buffer.extend(self.on_device(data))
         self.frames_seen += data.numel()
         self.batch_info = {
             **self.on_frames(data.numel() * self.frame_scale),
             "train/buffer_size": float(len(self.buffer)),
         }
-        if self.frames_seen * self.frame_scale < self.start_steps:
+        if self.frames_seen * self.frame_scale < self.learning_starts:
             return
-        for _ in range(self.update_every):
-            yield self.buffer.sample()
+        samples = self.buffer.sample(self.batch_size * self.update_every)
+        samples = samples.reshape(self.update_every, self.batch_size)
+        for i in range(self.update_every):
+            yield samples[i]
 
     def take_frames(self, frames: int, buffer_size: int) -> None:
         """Count ``frames`` written to a replay buffer outside this algorithm (decoupled

@@ -9,8 +9,8 @@ progress records reach the learner (frames written, the policy version, the
 episodes that ended), so frames are counted exactly and episode returns are
 still reported.
 
-Ratio control. With ``F`` frames written and ``S`` = ``learning_starts``
-(DQN) or ``start_steps`` (SAC), the learner may have taken
+Ratio control. With ``F`` frames written and ``S`` = ``learning_starts``, the
+learner may have taken
 
     allowed(F) = (F - S) * updates_per_batch // frames_per_batch   (0 while F < S)
 
@@ -101,7 +101,7 @@ class DecoupledLearner:
         self.interval = config.trainer.weight_update_interval
         self.frames_per_batch = c.frames_per_batch
         self.updates_per_batch = algorithm.update_every
-        self.start = algorithm.start_steps
+        self.start = algorithm.learning_starts
         self.frames_ahead = c.decoupled_frames_ahead or c.frames_per_batch * c.num_collectors
         #: the collectors run on Ray: their envs and episodes are not saved
         self.approximate_resume: str | None = APPROX_RAY_MSG.format(n=c.num_collectors)

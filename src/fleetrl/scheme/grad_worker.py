@@ -134,10 +134,10 @@ class GradWorker:
 
     def update_algorithm_parameter(self, name: str, value: float) -> float:
         self.algorithm.update_algorithm_parameter(name, value)
-        return float(getattr(self.algorithm, name))
+        return self.algorithm.parameter(name)
 
     def algorithm_parameter(self, name: str) -> float:
-        return float(getattr(self.algorithm, name))
+        return self.algorithm.parameter(name)
 
     # ---------------------------------------------------------- collection
     def _next_batch(self) -> None:
@@ -184,7 +184,7 @@ class GradWorker:
         if weights is not None:
             version = version if version is not None else self.version + 1
             self.set_weights(weights, version, statistics)
-        while True:  # a replay algorithm yields nothing until its buffer holds start_steps
+        while True:  # a replay algorithm yields nothing until its buffer holds learning_starts
             if self._steps_left == 0:
                 self._next_batch()
             start = time.perf_counter()

@@ -7,7 +7,7 @@ The central learner and each gradient worker collect the same way, through a
   (a :class:`~fleetrl.collectors.SyncDataCollector` acting with the learner's
   own module), told apart by its type;
 - the warm-up rule: an algorithm whose class says ``random_start`` acts
-  uniformly at random for its first ``start_steps`` frames, shared out among
+  uniformly at random for its first ``learning_starts`` frames, shared out among
   the learners that collect (:func:`warmup_frames`);
 - publishing: before each batch the collector is given the learner's version
   (its optimizer-step count, :mod:`fleetrl.scheme.versions`): a local one every
@@ -46,18 +46,18 @@ __all__ = ["Collection", "Rollouts", "warmup_frames"]
 
 def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> int:
     """The collector's ``init_random_frames``: -1 (none) unless the algorithm's class says
-    ``random_start``; then this learner's part of ``start_steps`` (a ``share``-th, rounded
+    ``random_start``; then this learner's part of ``learning_starts`` (a ``share``-th, rounded
     up, when ``share`` learners collect) less the frames it ``collected`` already.
 
     Example:
         >>> from types import SimpleNamespace
-        >>> sac = SimpleNamespace(random_start=True, start_steps=1000)
+        >>> sac = SimpleNamespace(random_start=True, learning_starts=1000)
         >>> warmup_frames(sac, collected=0), warmup_frames(sac, collected=300, share=3)
         (1000, 34)
     """
     if not algorithm.random_start:
         return -1
-    return max(0, -(-algorithm.start_steps // share) - collected)
+    return max(0, -(-algorithm.learning_starts // share) - collected)
 
 
 @dataclass

@@ -1,0 +1,234 @@
+"""The networks inside TensorDict modules, called on tensors in the update's hot path.
+
+A ``TensorDictModule`` call costs tens of microseconds of Python (reading its
+in-keys, writing its out-keys, building a distribution from a TensorDict);
+torchrl's loss modules add their own (a clone of the minibatch, swapping
+parameters in and out of the modules, outputs nobody reads). On the 64-sample
+minibatches of MuJoCo PPO that was more than half of an optimizer step. The
+algorithms' updates therefore call the networks themselves, on tensors, when a
+module has the plain structure that fleetrl's default networks have (and most
+users' do):
+
+- :class:`TensorNet`: a ``TensorDictModule`` (or ``ValueOperator``) of one
+  ``nn.Module``: its in-keys' tensors in, its out-keys' tensors out;
+- :class:`PolicyHead`: a ``ProbabilisticActor`` of one such module and one
+  ``ProbabilisticTensorDictModule``: observation in, distribution out;
+- :class:`ActorCriticHeads`: a policy head and a critic, with the pixel torso
+  they share (PPO's and A2C's default CNNs) run once for both.
+
+Each ``of(...)`` returns None for a module of another structure (a recurrent
+policy, several heads, a module that reads more than one key): the algorithm
+then calls the module as a TensorDict module, through its torchrl loss. The
+parameters are the module's own (the same tensors the loss module and the
+optimizer hold), so both ways compute the same function
+(``tests/algorithms/test_lean_losses.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+)
+from torch import nn
+
+__all__ = ["ActorCriticHeads", "PolicyHead", "StackedMLP", "TensorNet"]
+
+
+def _plain_tensordict_module(module: Any) -> bool:
+    """A TensorDictModule whose forward is TensorDictModule's own (ValueOperator's too)."""
+    return (
+        isinstance(module, TensorDictModule)
+        and type(module).forward is TensorDictModule.forward
+        and isinstance(module.module, nn.Module)
+        and not isinstance(module.module, TensorDictModule)
+    )
+
+
+class TensorNet:
+    """The ``nn.Module`` of a plain ``TensorDictModule``, called on tensors.
+
+    Examples:
+        >>> from torchrl.modules import ValueOperator
+        >>> net = TensorNet.of(ValueOperator(nn.Linear(3, 1), in_keys=["observation"]))
+        >>> net.in_keys, net.out_keys, net(torch.zeros(5, 3))[0].shape
+        (['observation'], ['state_value'], torch.Size([5, 1]))
+    """
+
+    def __init__(self, module: TensorDictModule):
+        self.net = module.module
+        self.in_keys = list(module.in_keys)
+        self.out_keys = list(module.out_keys)
+
+    @classmethod
+    def of(cls, module: Any) -> TensorNet | None:
+        """The tensor view of ``module``, or None when it is not a plain TensorDictModule."""
+        return cls(module) if _plain_tensordict_module(module) else None
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.net(*inputs)
+        return out if isinstance(out, tuple) else (out,)
+
+
+class PolicyHead:
+    """A ``ProbabilisticActor`` of one plain module and its distribution, on tensors.
+
+    ``dist(*inputs)`` builds the same distribution the actor's ``get_dist``
+    builds from a TensorDict holding ``inputs`` at :attr:`in_keys`.
+    """
+
+    def __init__(self, net: TensorNet, prob: ProbabilisticTensorDictModule):
+        self.net = net
+        self.in_keys = net.in_keys
+        keys = [k[-1] if isinstance(k, tuple) else k for k in prob.dist_keys]
+        self.dist_keys = keys
+        self.dist_class = prob.distribution_class
+        self.dist_kwargs = dict(prob.distribution_kwargs or {})
+        if _takes_validate_args(self.dist_class) and "validate_args" not in self.dist_kwargs:
+            # torch's argument checks (a sync and a few ops per call) once per minibatch are
+            # half of a Categorical's cost; the collectors' calls validate what enters a batch
+            self.dist_kwargs["validate_args"] = False
+
+    @classmethod
+    def of(cls, actor: Any) -> PolicyHead | None:
+        """The tensor view of ``actor``, or None when it has another structure."""
+        if not isinstance(actor, ProbabilisticTensorDictSequential):
+            return None
+        modules = list(actor.module)
+        if len(modules) != 2 or getattr(actor, "return_composite", False):
+            return None
+        first, prob = modules
+        net = TensorNet.of(first)
+        if net is None or not isinstance(prob, ProbabilisticTensorDictModule):
+            return None
+        if list(prob.in_keys) != net.out_keys:  # the distribution reads exactly what the net wrote
+            return None
+        return cls(net, prob)
+
+    def params(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The network's outputs: the distribution's parameters."""
+        return self.net(*inputs)
+
+    def dist_from(self, params: Sequence[torch.Tensor]) -> torch.distributions.Distribution:
+        return self.dist_class(**dict(zip(self.dist_keys, params)), **self.dist_kwargs)
+
+    def dist(self, *inputs: torch.Tensor) -> torch.distributions.Distribution:
+        return self.dist_from(self.params(*inputs))
+
+    def to(self, device: torch.device) -> None:
+        """Move tensor distribution arguments (a TanhNormal's bounds) to ``device`` once."""
+        self.dist_kwargs = {
+            k: v.to(device) if isinstance(v, torch.Tensor) else v
+            for k, v in self.dist_kwargs.items()
+        }
+
+
+def _takes_validate_args(dist_class: Any) -> bool:
+    try:
+        return "validate_args" in inspect.signature(dist_class).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class ActorCriticHeads:
+    """A policy head and a critic on tensors; a torso they share runs once for both.
+
+    PPO's and A2C's default pixel networks are ``Sequential(torso, head)`` for
+    the actor and the critic with the same torso module (CleanRL's
+    ``ppo_atari.py`` network): the loss needs both outputs of the same
+    minibatch, so the torso's forward (~99% of the compute) and backward run
+    once instead of twice. Any other pair runs each network whole.
+    """
+
+    def __init__(self, policy: PolicyHead, critic: TensorNet):
+        self.policy = policy
+        self.critic = critic
+        self.in_keys = policy.in_keys
+        self.torso: nn.Module | None = None
+        a, c = policy.net.net, critic.net
+        if (
+            isinstance(a, nn.Sequential)
+            and isinstance(c, nn.Sequential)
+            and len(a) == len(c) == 2
+            and a[0] is c[0]
+            and policy.in_keys == critic.in_keys
+        ):
+            self.torso, self._actor_head, self._critic_head = a[0], a[1], c[1]
+
+    @classmethod
+    def of(cls, actor: Any, critic: Any) -> ActorCriticHeads | None:
+        policy, value = PolicyHead.of(actor), TensorNet.of(critic)
+        if policy is None or value is None or len(value.out_keys) != 1:
+            return None
+        return cls(policy, value)
+
+    def __call__(
+        self, *inputs: torch.Tensor
+    ) -> tuple[torch.distributions.Distribution, torch.Tensor]:
+        """The policy's distribution and the critic's value on the same inputs."""
+        if self.torso is not None:
+            hidden = self.torso(*inputs)
+            params = self._actor_head(hidden)
+            params = params if isinstance(params, tuple) else (params,)
+            return self.policy.dist_from(params), self._critic_head(hidden)
+        return self.policy.dist(*inputs), self.critic(*inputs)[0]
+
+    def value(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.critic(*inputs)[0]
+
+
+class StackedMLP:
+    """``k`` MLPs of one architecture with stacked parameters, evaluated in one batched pass.
+
+    torchrl's SAC keeps its Q networks' parameters stacked (``[k, ...]`` per
+    leaf) and evaluates them with ``vmap``; for a ``Sequential`` of ``Linear``
+    layers and parameter-free activations the same function is one
+    ``baddbmm`` per layer, without vmap's per-call cost.
+
+    Args:
+        mlp: the network whose structure the stacked parameters follow.
+        params: ``name -> [k, ...]`` tensors, keyed as ``mlp.named_parameters()``.
+    """
+
+    def __init__(self, mlp: nn.Sequential, params: dict[str, torch.Tensor]):
+        self.layers: list[Any] = []
+        for i, layer in enumerate(mlp):
+            if isinstance(layer, nn.Linear):
+                weight = params[f"{i}.weight"]
+                bias = params.get(f"{i}.bias")
+                self.layers.append((weight.transpose(1, 2), bias))
+            else:
+                self.layers.append(layer)
+
+    @classmethod
+    def of(cls, mlp: Any, params: dict[str, torch.Tensor]) -> StackedMLP | None:
+        if not isinstance(mlp, nn.Sequential):
+            return None
+        for layer in mlp:
+            if isinstance(layer, nn.Linear):
+                continue
+            if any(True for _ in layer.parameters()) or isinstance(layer, nn.Sequential):
+                return None
+        return cls(mlp, params)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: ``[batch, in]`` shared by every network, or ``[k, batch, in]``; out ``[k, batch, out]``."""
+        for layer in self.layers:
+            if isinstance(layer, tuple):
+                weight_t, bias = layer
+                if x.dim() == 2:
+                    x = x.unsqueeze(0).expand(weight_t.shape[0], *x.shape)
+                x = (
+                    torch.bmm(x, weight_t)
+                    if bias is None
+                    else torch.baddbmm(bias.unsqueeze(1), x, weight_t)
+                )
+            else:
+                x = layer(x)
+        return x

@@ -1,0 +1,227 @@
+"""V-trace: what IMPALA and APPO share, for learning from batches of older policies.
+
+Reads top to bottom: the shared config (:class:`VTraceConfig`, with its
+checks: the truncation levels and the lag bound), the V-trace targets
+(:class:`VTraceTargets`) and the shared learner (:class:`VTraceActorCritic`),
+which computes the targets once per collected batch with the current actor
+and critic. The two algorithms are in their own files:
+:mod:`fleetrl.algorithms.impala` (the A2C loss on V-trace targets) and
+:mod:`fleetrl.algorithms.appo` (PPO's clipped objective on them).
+
+The behaviour policy's log-probabilities come from the batch: the acting
+``ProbabilisticActor`` writes them (``return_log_prob=True``, key
+``action_log_prob``) when the collector steps the envs; the importance weights
+use the current policy's log-probabilities of the same actions.
+
+Why not torchrl's ``VTrace`` estimator class: in torchrl 0.14.1 it takes the
+current policy's log-probability of a *new* action (the distribution's mode
+under the actor's default deterministic interaction, a fresh sample under
+random interaction), not of the action in the batch, so its importance
+weights are not pi(a|x) / mu(a|x) and are not 1 on-policy. The V-trace
+recursion itself is torchrl's (:func:`torchrl.objectives.value.functional.
+vtrace_advantage_estimate`); what is ours is the log-probability of the taken
+action and the values it is given.
+
+The targets also store the critic's values of the batch (``state_value``), as
+GAE does for PPO: a clipped value loss (``appo.clip_value``) keeps the new
+value within the clip of those.
+
+Stale batches: ``max_policy_lag`` bounds how many optimizer steps behind the
+learner a batch may be when it arrives (:class:`~fleetrl.scheme.versions.
+StaleBatchFilter` drops and counts the older ones, in ``train/dropped_batches``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+from torchrl.objectives.value.functional import vtrace_advantage_estimate
+
+from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
+from fleetrl.algorithms.base import end_padded_rows, flatten_valid
+from fleetrl.algorithms.heads import ActorCriticHeads
+from fleetrl.algorithms.models import ModelKind
+from fleetrl.config import Checks, Config
+from fleetrl.errors import PolicyError
+
+__all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
+
+NO_BEHAVIOUR_LOG_PROB_MSG = (
+    "V-trace needs the behaviour policy's log-probabilities in the batch at key {key!r}, and "
+    "the batch has none: the acting policy must write them (a ProbabilisticActor with "
+    "return_log_prob=True, as fleetrl's default actors are)"
+)
+
+
+@dataclass
+class VTraceConfig(ActorCriticConfig):
+    """What the ``impala`` and ``appo`` sections share: V-trace truncation and the lag bound."""
+
+    lr: float = 5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    rho_bar: float = 1.0
+    """truncation of the importance weights in the V-trace temporal differences and the
+    policy-gradient advantage (the paper's rho-bar); > 0 and >= c_bar."""
+    c_bar: float = 1.0
+    """truncation of the importance weights that carry corrections back in time (the
+    paper's c-bar, the 'trace cutting'); > 0 and <= rho_bar."""
+    max_policy_lag: int | None = 32
+    """drop a batch that arrives more than this many optimizer steps behind the learner
+    (counted in train/dropped_batches; null: no bound). Must be at least the lag that
+    trainer.weight_update_interval alone gives: (interval - 1) x steps per batch."""
+    entropy_coef: float = 0.01
+    """entropy bonus coefficient."""
+    critic_coef: float = 0.5
+    """value loss coefficient."""
+    max_grad_norm: float | None = 40.0
+    """clip the gradient norm (None: off; the IMPALA paper's 40)."""
+    normalize_advantage: bool = False
+    """normalize advantages per minibatch."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """hidden layers of the actor and critic MLPs."""
+    model: ModelKind = ModelKind.AUTO
+    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
+    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Optimizer steps on each collected batch."""
+        return 1
+
+    def validate(self, config: Config, check: Checks) -> None:
+        super().validate(config, check)
+        check(self.rho_bar > 0, "rho_bar", self.rho_bar, "must be > 0 (1.0: the paper's)")
+        check(
+            0 < self.c_bar <= max(self.rho_bar, 0),
+            "c_bar",
+            self.c_bar,
+            f"must be > 0 and <= rho_bar ({self.rho_bar}) (1.0: the paper's)",
+        )
+        interval = config.trainer.weight_update_interval
+        least = max(0, interval - 1) * self.steps_per_batch
+        check(
+            self.max_policy_lag is None or self.max_policy_lag >= least,
+            "max_policy_lag",
+            self.max_policy_lag,
+            f"must be null (no bound) or >= {least}: with trainer.weight_update_interval="
+            f"{interval} and {self.steps_per_batch} optimizer steps per batch, batches arrive "
+            f"up to {least} steps behind even without asynchrony, and every one would be dropped",
+        )
+
+
+class VTraceTargets:
+    """V-trace advantages and value targets of a batch laid out ``[*batch, time]``.
+
+    Args:
+        actor: the current policy (a ``ProbabilisticActor``): its log-probability of
+            each action taken in the batch is log pi.
+        critic: the current critic, writing ``state_value``.
+        gamma: discount factor.
+        rho_bar: truncation of the importance weights in the temporal differences.
+        c_bar: truncation of the importance weights in the traces.
+        log_prob_key: where the batch holds the behaviour policy's log-probabilities
+            (log mu), as the acting policy wrote them.
+        heads: the same actor and critic on tensors (None: called as TensorDict modules).
+
+    Writes ``advantage`` (``clip(rho, rho_bar) * (r + gamma * v_{s+1} - V(x_s))``),
+    ``value_target`` (``v_s``) and ``state_value`` (``V(x_s)``, the critic's value
+    before the update) into the batch, shaped like the critic's output.
+    """
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        *,
+        gamma: float,
+        rho_bar: float,
+        c_bar: float,
+        log_prob_key: str | tuple[str, ...] = "action_log_prob",
+        heads: ActorCriticHeads | None = None,
+    ):
+        self.heads = heads
+        self.actor = actor
+        self.critic = critic
+        self.gamma = gamma
+        self.rho_bar = rho_bar
+        self.c_bar = c_bar
+        self.log_prob_key = log_prob_key
+
+    def _value(self, data: TensorDictBase) -> torch.Tensor:
+        return self.critic(data.select(*self.critic.in_keys).clone(False)).get("state_value")
+
+    def _values_and_log_pi(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:
+        """V(x_s), V(x_{s+1}) and log pi(a_s|x_s): on tensors through ``heads`` (the values
+        of both in one call), else through the TensorDict modules."""
+        action = batch.get("action")
+        if self.heads is None:
+            value = self._value(batch)
+            next_value = self._value(batch.get("next"))
+            dist = self.actor.get_dist(batch.select(*self.actor.in_keys).clone(False))
+            return value, next_value, dist.log_prob(action).reshape(value.shape)
+        keys = self.heads.in_keys
+        both = [torch.cat([batch.get(k), batch.get(("next", k))]) for k in keys]
+        value, next_value = self.heads.value(*both).chunk(2)
+        dist = self.heads.policy.dist(*(batch.get(k) for k in keys))
+        return value, next_value, dist.log_prob(action).reshape(value.shape)
+
+    @torch.no_grad()
+    def __call__(self, batch: TensorDictBase) -> TensorDictBase:
+        if self.log_prob_key not in batch.keys(include_nested=True):
+            raise PolicyError(NO_BEHAVIOUR_LOG_PROB_MSG.format(key=self.log_prob_key))
+        value, next_value, log_pi = self._values_and_log_pi(batch)
+        log_mu = batch.get(self.log_prob_key).reshape(value.shape)
+        reward = batch.get(("next", "reward")).reshape(value.shape).to(value.dtype)
+        done = batch.get(("next", "done")).reshape(value.shape)
+        terminated = batch.get(("next", "terminated")).reshape(value.shape)
+        advantage, value_target = vtrace_advantage_estimate(
+            self.gamma,
+            log_pi,
+            log_mu,
+            value,
+            next_value,
+            reward,
+            done,
+            terminated,
+            rho_thresh=self.rho_bar,
+            c_thresh=self.c_bar,
+            time_dim=value.dim() - 2,  # [*batch, time, 1]
+        )
+        batch.set("advantage", advantage)
+        batch.set("value_target", value_target)
+        batch.set("state_value", value)
+        return batch
+
+
+class VTraceActorCritic(ActorCritic):
+    """What IMPALA and APPO share: V-trace targets on the whole batch, then the loss."""
+
+    config: VTraceConfig
+
+    def init_vtrace(self, config: VTraceConfig) -> None:
+        self.vtrace = VTraceTargets(
+            self.actor,
+            self.critic,
+            gamma=config.gamma,
+            rho_bar=config.rho_bar,
+            c_bar=config.c_bar,
+            log_prob_key=self.loss_module.tensor_keys.sample_log_prob,
+            heads=self.heads,
+        )
+
+    @property
+    def max_policy_lag(self) -> int | None:
+        """Batches arriving more than this many optimizer steps behind are dropped (None: none)."""
+        return self.config.max_policy_lag
+
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """V-trace targets for the whole batch with the current actor and critic, then its
+        valid frames, flat."""
+        batch = self.scaled_rewards(end_padded_rows(self.to_learner(batch)))
+        self.vtrace(batch)
+        return self.on_device(flatten_valid(batch, self.keys))
