@@ -120,7 +120,7 @@ def plain_data(batch: Any) -> dict[str, torch.Tensor]:
 def prefill(algorithm: Any, batch: Any, plain: Any, frames: int) -> None:
     """Fill both replay buffers with the batch's transitions until ``frames`` (untimed)."""
     from fleetrl.algorithms.base import flatten_valid
-    from fleetrl.collectors.replay import TRANSITION_KEYS
+    from fleetrl.keys import TRANSITION_KEYS
 
     data = flatten_valid(batch).select(*TRANSITION_KEYS, strict=False)
     raw = plain_data(batch)

@@ -17,8 +17,8 @@ from fleetrl.collectors import SyncDataCollector
 from fleetrl.collectors.episodes import discounted_returns
 from fleetrl.config import config_from_dict
 from fleetrl.errors import ConfigError
+from fleetrl.keys import DISCOUNTED_RETURN_KEY
 from fleetrl.normalization import (
-    DISCOUNTED_RETURN_KEY,
     EPS,
     ObservationNormalizer,
     RewardScaler,

@@ -1,44 +1,55 @@
-"""fleetrl: TensorDict-centric distributed RL collection and training on Ray."""
+"""fleetrl: TensorDict-centric distributed RL collection and training on Ray.
 
-from fleetrl.algorithms import (
-    A2C,
-    APPO,
-    DQN,
-    IMPALA,
-    PPO,
-    SAC,
-    A2CConfig,
-    Algorithm,
-    APPOConfig,
-    DQNConfig,
-    IMPALAConfig,
-    PPOConfig,
-    SACConfig,
-)
-from fleetrl.collectors import (
-    DataCollectorBase,
-    EpisodeStats,
-    RayCollector,
-    RemoteReplayBuffer,
-    SyncDataCollector,
-    episode_stats,
-)
-from fleetrl.config import Config, load_config
-from fleetrl.engines import AtariEnv, EnvEngine
-from fleetrl.envs import BatchedEnv, make_env
-from fleetrl.errors import (
-    CheckpointError,
-    CollectorClosedError,
-    ConfigError,
-    EnvError,
-    FleetError,
-    PolicyError,
-    WorkerError,
-    WorkerLostError,
-)
-from fleetrl.mujoco_envs import MujocoEnv
-from fleetrl.policies import RandomPolicy, as_policy
-from fleetrl.trainer import Trainer
+The names below are imported when first used (PEP 562), so ``import fleetrl``
+and ``fleetrl --help`` load neither torch, torchrl nor ray; ``from fleetrl
+import PPO`` loads what PPO needs, and only that.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "A2C": "fleetrl.algorithms.a2c",
+    "A2CConfig": "fleetrl.algorithms.a2c",
+    "APPO": "fleetrl.algorithms.appo",
+    "APPOConfig": "fleetrl.algorithms.appo",
+    "Algorithm": "fleetrl.algorithms.base",
+    "AtariEnv": "fleetrl.engines",
+    "BatchedEnv": "fleetrl.envs",
+    "CheckpointError": "fleetrl.errors",
+    "CollectorClosedError": "fleetrl.errors",
+    "Config": "fleetrl.config",
+    "ConfigError": "fleetrl.errors",
+    "DQN": "fleetrl.algorithms.dqn",
+    "DQNConfig": "fleetrl.algorithms.dqn",
+    "DataCollectorBase": "fleetrl.collectors.base",
+    "EnvEngine": "fleetrl.engines",
+    "EnvError": "fleetrl.errors",
+    "EpisodeStats": "fleetrl.collectors.base",
+    "FleetError": "fleetrl.errors",
+    "IMPALA": "fleetrl.algorithms.impala",
+    "IMPALAConfig": "fleetrl.algorithms.impala",
+    "MujocoEnv": "fleetrl.mujoco_envs",
+    "PPO": "fleetrl.algorithms.ppo",
+    "PPOConfig": "fleetrl.algorithms.ppo",
+    "PolicyError": "fleetrl.errors",
+    "RandomPolicy": "fleetrl.policies",
+    "RayCollector": "fleetrl.collectors.ray",
+    "RemoteReplayBuffer": "fleetrl.collectors.replay",
+    "SAC": "fleetrl.algorithms.sac",
+    "SACConfig": "fleetrl.algorithms.sac",
+    "SyncDataCollector": "fleetrl.collectors.sync",
+    "Trainer": "fleetrl.trainer",
+    "WorkerError": "fleetrl.errors",
+    "WorkerLostError": "fleetrl.errors",
+    "as_policy": "fleetrl.policies",
+    "episode_stats": "fleetrl.collectors.base",
+    "load_config": "fleetrl.config",
+    "make_env": "fleetrl.envs",
+}
 
 __all__ = [
     "A2C",
@@ -81,3 +92,58 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fleetrl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain one
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from fleetrl.algorithms import (
+        A2C,
+        APPO,
+        DQN,
+        IMPALA,
+        PPO,
+        SAC,
+        A2CConfig,
+        Algorithm,
+        APPOConfig,
+        DQNConfig,
+        IMPALAConfig,
+        PPOConfig,
+        SACConfig,
+    )
+    from fleetrl.collectors import (
+        DataCollectorBase,
+        EpisodeStats,
+        RayCollector,
+        RemoteReplayBuffer,
+        SyncDataCollector,
+        episode_stats,
+    )
+    from fleetrl.config import Config, load_config
+    from fleetrl.engines import AtariEnv, EnvEngine
+    from fleetrl.envs import BatchedEnv, make_env
+    from fleetrl.errors import (
+        CheckpointError,
+        CollectorClosedError,
+        ConfigError,
+        EnvError,
+        FleetError,
+        PolicyError,
+        WorkerError,
+        WorkerLostError,
+    )
+    from fleetrl.mujoco_envs import MujocoEnv
+    from fleetrl.policies import RandomPolicy, as_policy
+    from fleetrl.trainer import Trainer

@@ -32,6 +32,7 @@ from torchrl.envs.utils import ExplorationType
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config
 from fleetrl.engines import env_spec
+from fleetrl.keys import DONE_KEY, EPISODE_RETURN_KEY
 
 if TYPE_CHECKING:
     from fleetrl.video import Video
@@ -71,8 +72,8 @@ def evaluate(
         first_done: dict[int, float] = {}
         while len(first_done) < num_episodes:
             batch = collector.next()
-            done = batch.get(("next", "done"))[..., 0]
-            ret = batch.get(("next", "episode_return"))[..., 0]
+            done = batch.get(DONE_KEY)[..., 0]
+            ret = batch.get(EPISODE_RETURN_KEY)[..., 0]
             for env in range(num_episodes):
                 if env in first_done:
                     continue

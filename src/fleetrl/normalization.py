@@ -65,9 +65,9 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from fleetrl.envs import NestedKey
+from fleetrl.keys import DISCOUNTED_RETURN_KEY, MASK_KEY, REWARD_KEY
 
 __all__ = [
-    "DISCOUNTED_RETURN_KEY",
     "Moments",
     "Normalization",
     "ObservationNormalizer",
@@ -78,8 +78,6 @@ __all__ = [
 ]
 
 #: what a collector with ``return_discount`` writes: the per-env running discounted return
-DISCOUNTED_RETURN_KEY = ("next", "discounted_return")
-REWARD_KEY = ("next", "reward")
 EPS = 1e-8
 
 
@@ -144,9 +142,8 @@ def valid_values(batch: TensorDictBase, key: NestedKey, sample_ndim: int) -> tor
     Padded steps of a masked batch (``("collector", "mask")``) are left out.
     """
     value = batch.get(key)
-    mask_key = ("collector", "mask")
-    if mask_key in batch.keys(include_nested=True):
-        mask = batch.get(mask_key)
+    if MASK_KEY in batch.keys(include_nested=True):
+        mask = batch.get(MASK_KEY)
         return value[mask].reshape(-1, *value.shape[value.dim() - sample_ndim :])
     sample = value.shape[value.dim() - sample_ndim :] if sample_ndim else ()
     return value.reshape(-1, *sample)

@@ -80,6 +80,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from fleetrl.envs import NestedKey
 from fleetrl.errors import ConfigError, bad_value
+from fleetrl.keys import DONE_KEY
 
 __all__ = [
     "Compression",
@@ -220,7 +221,6 @@ def unpack_weights(payload: WeightsWire) -> TensorDict:
 
 
 # ------------------------------------------------------------------ batches
-DONE_KEY = ("next", "done")
 
 
 class Compression:

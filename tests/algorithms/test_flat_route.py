@@ -18,7 +18,7 @@ from torch import nn
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig, env_info
 from fleetrl.algorithms.base import flatten_valid
-from fleetrl.algorithms.replay import TRANSITION_KEYS
+from fleetrl.keys import TRANSITION_KEYS
 from fleetrl.wire import FLAT_SIZE_MSG, PARAM_DTYPE_MSG, ParamCodec
 
 CASES = {

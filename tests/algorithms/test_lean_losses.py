@@ -32,7 +32,7 @@ from fleetrl.algorithms import (
 )
 from fleetrl.algorithms.base import flatten_valid
 from fleetrl.algorithms.heads import ActorCriticHeads, PolicyHead
-from fleetrl.algorithms.replay import TRANSITION_KEYS
+from fleetrl.keys import TRANSITION_KEYS
 
 CASES = {
     "ppo-categorical": (PPO, lambda: PPOConfig(entropy_coef=0.01), "CartPole-v1"),

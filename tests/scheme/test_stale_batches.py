@@ -27,8 +27,9 @@ from tensordict import TensorDict
 
 from fleetrl.build import make_algorithm
 from fleetrl.config import config_from_dict
+from fleetrl.keys import POLICY_VERSION_KEY
 from fleetrl.scheme import Scheme
-from fleetrl.scheme.versions import POLICY_VERSION_KEY, StaleBatchFilter, too_stale
+from fleetrl.scheme.versions import StaleBatchFilter, too_stale
 
 FPB = 32
 

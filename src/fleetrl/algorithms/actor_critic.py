@@ -33,6 +33,7 @@ from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid, o
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ActionDistribution, EnvInfo, make_actor_critic
 from fleetrl.config import AlgorithmConfig, Checks, Config, Schedule
+from fleetrl.keys import DONE_KEY, MASK_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = [
     "ActorCritic",
@@ -46,10 +47,10 @@ __all__ = [
 
 #: what GAE reads besides the critic's inputs (and the mask of a padded batch)
 GAE_KEYS = (
-    ("next", "reward"),
-    ("next", "done"),
-    ("next", "terminated"),
-    ("collector", "mask"),
+    REWARD_KEY,
+    DONE_KEY,
+    TERMINATED_KEY,
+    MASK_KEY,
 )
 
 
@@ -255,9 +256,9 @@ class ActorCritic(Algorithm):
                 self.gae.lmbda,
                 value,
                 next_value,
-                batch.get(("next", "reward")).to(value.dtype),
-                batch.get(("next", "done")),
-                batch.get(("next", "terminated")),
+                batch.get(REWARD_KEY).to(value.dtype),
+                batch.get(DONE_KEY),
+                batch.get(TERMINATED_KEY),
                 time_dim=batch.batch_dims - 1,
             )
             t = self.loss_module.tensor_keys

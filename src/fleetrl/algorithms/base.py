@@ -64,6 +64,7 @@ from torch import nn
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.config import AlgorithmConfig, Schedule
 from fleetrl.errors import ConfigError
+from fleetrl.keys import DONE_KEY, MASK_KEY, TRUNCATED_KEY
 from fleetrl.normalization import (
     Normalization,
     ObservationNormalizer,
@@ -97,8 +98,7 @@ def flatten_valid(batch: TensorDictBase, keys: Iterable[Any] | None = None) -> T
     other keys are never copied). A mask with every step valid (a sync round without
     preemption) costs a reshape, not a gather.
     """
-    mask_key = ("collector", "mask")
-    mask = batch.get(mask_key) if mask_key in batch.keys(include_nested=True) else None
+    mask = batch.get(MASK_KEY) if MASK_KEY in batch.keys(include_nested=True) else None
     if keys is not None:
         batch = batch.select(*keys, strict=False)
     if mask is not None and not bool(mask.all()):
@@ -113,16 +113,15 @@ def end_padded_rows(batch: TensorDictBase) -> TensorDictBase:
     step done-but-not-terminated makes GAE bootstrap from its next observation and
     stop there, instead of running into the padding.
     """
-    mask_key = ("collector", "mask")
-    if mask_key not in batch.keys(include_nested=True):
+    if MASK_KEY not in batch.keys(include_nested=True):
         return batch
-    mask = batch.get(mask_key)
+    mask = batch.get(MASK_KEY)
     if bool(mask.all()):  # nothing padded (a round without preemption)
         return batch
     last_valid = mask & ~torch.cat([mask[..., 1:], torch.zeros_like(mask[..., :1])], dim=-1)
     padded_after = last_valid & ~mask[..., -1:].expand_as(mask)
     if padded_after.any():
-        for key in (("next", "done"), ("next", "truncated")):
+        for key in (DONE_KEY, TRUNCATED_KEY):
             value = batch.get(key).clone()
             value[padded_after] = True
             batch.set(key, value)

@@ -31,6 +31,7 @@ from fleetrl.algorithms.models import EnvInfo, ModelKind, make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
 from fleetrl.config import Checks, Config
 from fleetrl.errors import ConfigError
+from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["DQN", "DQNConfig"]
 
@@ -188,7 +189,7 @@ class DQN(ReplayAlgorithm):
         """The squared TD error of the chosen actions' values, averaged."""
         if self.q is None:
             return self.torchrl_loss(data)
-        obs, next_obs = data.get("observation"), data.get(("next", "observation"))
+        obs, next_obs = data.get("observation"), data.get(NEXT_OBSERVATION_KEY)
         (q,) = self.q(obs)
         chosen = q.gather(-1, data.get("action").long().unsqueeze(-1))
         with torch.no_grad():
@@ -198,8 +199,8 @@ class DQN(ReplayAlgorithm):
                 next_value = target_q.gather(-1, online_next.argmax(-1, keepdim=True))
             else:
                 next_value = target_q.max(-1, keepdim=True).values
-            not_terminated = ~data.get(("next", "terminated"))
-            target = data.get(("next", "reward")) + self.gamma * not_terminated * next_value
+            not_terminated = ~data.get(TERMINATED_KEY)
+            target = data.get(REWARD_KEY) + self.gamma * not_terminated * next_value
         loss = ((chosen - target) ** 2).mean()
         return loss, {"loss/td": loss.detach()}
 

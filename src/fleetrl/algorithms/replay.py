@@ -29,10 +29,10 @@ from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.algorithms.base import Algorithm, flatten_valid
-from fleetrl.collectors.replay import TRANSITION_KEYS
 from fleetrl.config import AlgorithmConfig, Checks, Config
+from fleetrl.keys import TRANSITION_KEYS
 
-__all__ = ["TRANSITION_KEYS", "ReplayAlgorithm", "ReplayConfig"]
+__all__ = ["ReplayAlgorithm", "ReplayConfig"]
 
 
 @dataclass

@@ -34,6 +34,7 @@ from fleetrl.algorithms.models import EnvInfo, make_actor
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
 from fleetrl.config import Checks, Config
 from fleetrl.errors import ConfigError
+from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["SAC", "SACConfig"]
 
@@ -182,14 +183,14 @@ class SAC(ReplayAlgorithm):
             return self.torchrl_loss(data)
         loss_module = self.loss_module
         obs, action = data.get("observation"), data.get("action")
-        next_obs = data.get(("next", "observation"))
+        next_obs = data.get(NEXT_OBSERVATION_KEY)
         alpha = loss_module.log_alpha.detach().exp()
         with torch.no_grad():
             next_action, next_log_prob = _sample(self.head.dist(next_obs))
             next_q = self.q_target(torch.cat([next_obs, next_action], -1)).min(0).values
             next_value = next_q - alpha * next_log_prob.unsqueeze(-1)
-            not_terminated = ~data.get(("next", "terminated"))
-            target = data.get(("next", "reward")) + self.gamma * not_terminated * next_value
+            not_terminated = ~data.get(TERMINATED_KEY)
+            target = data.get(REWARD_KEY) + self.gamma * not_terminated * next_value
         q = self.q(torch.cat([obs, action], -1))  # [2, batch, 1]
         loss_qvalue = ((q - target.unsqueeze(0)) ** 2).sum(0).mean()
         new_action, log_prob = _sample(self.head.dist(obs))

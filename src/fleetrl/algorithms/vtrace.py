@@ -46,6 +46,7 @@ from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ModelKind
 from fleetrl.config import Checks, Config
 from fleetrl.errors import PolicyError
+from fleetrl.keys import DONE_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
 
@@ -176,9 +177,9 @@ class VTraceTargets:
             raise PolicyError(NO_BEHAVIOUR_LOG_PROB_MSG.format(key=self.log_prob_key))
         value, next_value, log_pi = self._values_and_log_pi(batch)
         log_mu = batch.get(self.log_prob_key).reshape(value.shape)
-        reward = batch.get(("next", "reward")).reshape(value.shape).to(value.dtype)
-        done = batch.get(("next", "done")).reshape(value.shape)
-        terminated = batch.get(("next", "terminated")).reshape(value.shape)
+        reward = batch.get(REWARD_KEY).reshape(value.shape).to(value.dtype)
+        done = batch.get(DONE_KEY).reshape(value.shape)
+        terminated = batch.get(TERMINATED_KEY).reshape(value.shape)
         advantage, value_target = vtrace_advantage_estimate(
             self.gamma,
             log_pi,

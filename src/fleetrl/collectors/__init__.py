@@ -1,9 +1,23 @@
-"""Collectors: one process (:class:`SyncDataCollector`) or Ray actors (:class:`RayCollector`)."""
+"""Collectors: one process (:class:`SyncDataCollector`) or Ray actors (:class:`RayCollector`).
 
-from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats, frames_in
-from fleetrl.collectors.ray import RayCollector
-from fleetrl.collectors.replay import RemoteReplayBuffer
-from fleetrl.collectors.sync import SyncDataCollector
+Imported when first used (PEP 562): ``from fleetrl.collectors import
+SyncDataCollector`` does not load Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "DataCollectorBase": "fleetrl.collectors.base",
+    "EpisodeStats": "fleetrl.collectors.base",
+    "RayCollector": "fleetrl.collectors.ray",
+    "RemoteReplayBuffer": "fleetrl.collectors.replay",
+    "SyncDataCollector": "fleetrl.collectors.sync",
+    "episode_stats": "fleetrl.collectors.base",
+    "frames_in": "fleetrl.collectors.base",
+}
 
 __all__ = [
     "DataCollectorBase",
@@ -14,3 +28,23 @@ __all__ = [
     "episode_stats",
     "frames_in",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fleetrl.collectors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats, frames_in
+    from fleetrl.collectors.ray import RayCollector
+    from fleetrl.collectors.replay import RemoteReplayBuffer
+    from fleetrl.collectors.sync import SyncDataCollector

@@ -22,6 +22,7 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl.batch_sizes import is_unlimited
 from fleetrl.errors import CollectorClosedError, Problems
+from fleetrl.keys import DONE_KEY, EPISODE_LENGTH_KEY, EPISODE_RETURN_KEY, MASK_KEY
 
 __all__ = ["CollectorState", "DataCollectorBase", "EpisodeStats", "episode_stats", "frames_in"]
 
@@ -189,18 +190,17 @@ def episode_stats(batch: TensorDictBase) -> EpisodeStats:
         True
         >>> c.shutdown()
     """
-    done = batch.get(("next", "done"))
+    done = batch.get(DONE_KEY)
     mask = done.squeeze(-1) if done.shape[-1:] == (1,) else done
-    if ("collector", "mask") in batch.keys(include_nested=True):
-        mask = mask & batch.get(("collector", "mask"))
-    returns = batch.get(("next", "episode_return"))[mask].reshape(-1)
-    lengths = batch.get(("next", "episode_length"))[mask].reshape(-1)
+    if MASK_KEY in batch.keys(include_nested=True):
+        mask = mask & batch.get(MASK_KEY)
+    returns = batch.get(EPISODE_RETURN_KEY)[mask].reshape(-1)
+    lengths = batch.get(EPISODE_LENGTH_KEY)[mask].reshape(-1)
     return EpisodeStats(returns=returns, lengths=lengths)
 
 
 def frames_in(batch: TensorDictBase) -> int:
     """Valid frames of a batch (a masked sync batch counts its mask)."""
-    mask_key = ("collector", "mask")
-    if mask_key in batch.keys(include_nested=True):
-        return int(batch.get(mask_key).sum())
+    if MASK_KEY in batch.keys(include_nested=True):
+        return int(batch.get(MASK_KEY).sum())
     return batch.numel()

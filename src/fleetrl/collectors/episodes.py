@@ -12,6 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from fleetrl.envs import NestedKey
+from fleetrl.keys import (
+    DONE_KEY,
+    EPISODE_LENGTH_KEY,
+    EPISODE_RETURN_KEY,
+    REWARD_KEY,
+    TERMINATED_KEY,
+    TRAJ_IDS_KEY,
+    TRUNCATED_KEY,
+)
 
 __all__ = ["discounted_returns", "episode_columns"]
 
@@ -36,11 +45,11 @@ def episode_columns(
     Returns:
         The same four after the batch, for the next one.
     """
-    term = views[("next", "terminated")][..., 0]
-    done = views[("next", "done")][..., 0]
-    np.logical_or(term, views[("next", "truncated")][..., 0], out=done)
+    term = views[TERMINATED_KEY][..., 0]
+    done = views[DONE_KEY][..., 0]
+    np.logical_or(term, views[TRUNCATED_KEY][..., 0], out=done)
     n, steps = done.shape
-    reward = views[("next", "reward")][..., 0].astype(np.float64)
+    reward = views[REWARD_KEY][..., 0].astype(np.float64)
     tpos = np.arange(steps)
     # index of the last episode end strictly before t (-1: none in this batch)
     ends = np.where(done, tpos, -1)
@@ -52,22 +61,22 @@ def episode_columns(
     csum = np.cumsum(reward, axis=1)
     base = np.where(started_here, csum[rows, np.maximum(prev_end, 0)], -ep_return[:, None])
     running = csum - base
-    views[("next", "episode_return")][..., 0] = running
-    views[("next", "episode_length")][..., 0] = np.where(
+    views[EPISODE_RETURN_KEY][..., 0] = running
+    views[EPISODE_LENGTH_KEY][..., 0] = np.where(
         started_here, tpos - prev_end, tpos + 1 + ep_length[:, None]
     )
     # trajectory ids: segment k >= 1 of row i gets next_id + (segments in rows < i) + k - 1
     segment = np.cumsum(done, axis=1) - done
     ends_per_row = done.sum(axis=1)
     offset = np.concatenate([[0], np.cumsum(ends_per_row)[:-1]]) + next_traj_id
-    views[("collector", "traj_ids")][:] = np.where(
+    views[TRAJ_IDS_KEY][:] = np.where(
         segment == 0, traj_ids[:, None], offset[:, None] + segment - 1
     )
     # carry the episodes in progress into the next batch
     last_done = done[:, -1]
     return (
         np.where(last_done, 0.0, running[:, -1]),
-        np.where(last_done, 0, views[("next", "episode_length")][:, -1, 0]),
+        np.where(last_done, 0, views[EPISODE_LENGTH_KEY][:, -1, 0]),
         np.where(ends_per_row > 0, offset + ends_per_row - 1, traj_ids),
         next_traj_id + int(ends_per_row.sum()),
     )

@@ -40,6 +40,7 @@ from torchrl.envs.utils import set_exploration_type
 
 from fleetrl.envs import BatchedEnv, NestedKey, StepResult
 from fleetrl.errors import Problems
+from fleetrl.keys import REWARD_KEY, TERMINATED_KEY, TRUNCATED_KEY
 
 if TYPE_CHECKING:
     from fleetrl.collectors.sync import SyncDataCollector
@@ -299,8 +300,8 @@ def overlapped_rollout(
     device = (
         c.policy_device if c.policy_device is not None and c.policy_device.type != "cpu" else None
     )
-    v_reward = views[("next", "reward")][..., 0]
-    v_term, v_trunc = views[("next", "terminated")][..., 0], views[("next", "truncated")][..., 0]
+    v_reward = views[REWARD_KEY][..., 0]
+    v_term, v_trunc = views[TERMINATED_KEY][..., 0], views[TRUNCATED_KEY][..., 0]
     max_len = c.max_frames_per_traj
     steps_in_ep = c._ep_length.copy() if max_len is not None else None
     carried_t = [(step_td.get(key), next_key) for key, next_key in carried]

@@ -31,21 +31,13 @@ from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.errors import Problems
-
-__all__ = ["POLICY_VERSION_KEY", "TRANSITION_KEYS", "RemoteReplayBuffer", "ReplayBufferActor"]
-
-#: what an off-policy loss reads from a transition (policy outputs are not stored)
-TRANSITION_KEYS = (
-    "observation",
-    "action",
-    ("next", "observation"),
-    ("next", "reward"),
-    ("next", "done"),
-    ("next", "terminated"),
-    ("next", "truncated"),
+from fleetrl.keys import (
+    MASK_KEY,
+    POLICY_VERSION_KEY,
+    TRANSITION_KEYS,
 )
-#: the version of the weights a transition was collected with (stored with it)
-POLICY_VERSION_KEY = ("collector", "policy_version")
+
+__all__ = ["RemoteReplayBuffer", "ReplayBufferActor", "transitions"]
 
 
 def transitions(batch: TensorDictBase) -> TensorDictBase:
@@ -54,8 +46,7 @@ def transitions(batch: TensorDictBase) -> TensorDictBase:
     Every step holds its own ``("next", ...)``, so a transition never spans two
     episodes; padded steps of a masked batch are dropped.
     """
-    mask_key = ("collector", "mask")
-    flat = batch[batch.get(mask_key)] if mask_key in batch.keys(True) else batch.reshape(-1)
+    flat = batch[batch.get(MASK_KEY)] if MASK_KEY in batch.keys(True) else batch.reshape(-1)
     return flat.select(*TRANSITION_KEYS, POLICY_VERSION_KEY, strict=False)
 
 

@@ -26,6 +26,7 @@ from tensordict import TensorDictBase
 from fleetrl.collectors.pool import Task, WorkerPool
 from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.worker import TaskResult
+from fleetrl.keys import MASK_KEY
 from fleetrl.wire import empty_round, unpack_batch
 
 __all__ = ["Round", "SyncRounds", "split_frames"]
@@ -172,7 +173,7 @@ class SyncRounds:
                 mask[i, ..., :t] = True
             if t < steps:  # padded steps (a preempted straggler, no share) are zeros, as pad() does
                 out[i][..., t:].zero_()
-        out.set(("collector", "mask"), mask)
+        out.set(MASK_KEY, mask)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
         return out, frames
 

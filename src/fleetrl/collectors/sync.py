@@ -61,7 +61,18 @@ from fleetrl.collectors.sync_state import collector_state, load_collector_state,
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs import BatchedEnv, NestedKey, TorchRLEnv, make_env
 from fleetrl.errors import ConfigError, Problems, bad_value
-from fleetrl.normalization import DISCOUNTED_RETURN_KEY
+from fleetrl.keys import (
+    DISCOUNTED_RETURN_KEY,
+    DONE_KEY,
+    EPISODE_LENGTH_KEY,
+    EPISODE_RETURN_KEY,
+    POLICY_VERSION_KEY,
+    REWARD_KEY,
+    TERMINATED_KEY,
+    TRAJ_IDS_KEY,
+    TRUNCATED_KEY,
+    WORKER_ID_KEY,
+)
 from fleetrl.policies import (
     as_policy,
     as_weights,
@@ -465,12 +476,12 @@ class SyncDataCollector(DataCollectorBase):
         for key in out_keys:
             shape, dtype = self._out_specs[key]
             tensors[key] = torch.empty(n, steps, *shape, dtype=dtype)
-        tensors[("next", "reward")] = torch.empty(n, steps, 1, dtype=torch.float32)
+        tensors[REWARD_KEY] = torch.empty(n, steps, 1, dtype=torch.float32)
         for key in ("done", "terminated", "truncated"):
             tensors[("next", key)] = torch.empty(n, steps, 1, dtype=torch.bool)
-        tensors[("next", "episode_return")] = torch.empty(n, steps, 1, dtype=torch.float32)
-        tensors[("next", "episode_length")] = torch.empty(n, steps, 1, dtype=torch.int64)
-        tensors[("collector", "traj_ids")] = torch.empty(n, steps, dtype=torch.int64)
+        tensors[EPISODE_RETURN_KEY] = torch.empty(n, steps, 1, dtype=torch.float32)
+        tensors[EPISODE_LENGTH_KEY] = torch.empty(n, steps, 1, dtype=torch.int64)
+        tensors[TRAJ_IDS_KEY] = torch.empty(n, steps, dtype=torch.int64)
         views = {k: v.numpy() for k, v in tensors.items()}
         td = TensorDict(batch_size=[n, steps])
         for k, v in tensors.items():
@@ -500,10 +511,10 @@ class SyncDataCollector(DataCollectorBase):
         out_to_cpu = (
             self.policy_device is not None and self.policy_device.type != "cpu" and not random
         )
-        v_reward = views[("next", "reward")][..., 0]
+        v_reward = views[REWARD_KEY][..., 0]
         v_term, v_trunc = (
-            views[("next", "terminated")][..., 0],
-            views[("next", "truncated")][..., 0],
+            views[TERMINATED_KEY][..., 0],
+            views[TRUNCATED_KEY][..., 0],
         )
         max_len = self.max_frames_per_traj
         steps_in_ep = self._ep_length.copy() if max_len is not None else None
@@ -575,22 +586,20 @@ class SyncDataCollector(DataCollectorBase):
         )
         if self.return_discount is not None:
             g, self._discounted_return = discounted_returns(
-                views[("next", "reward")][..., 0],
-                views[("next", "done")][..., 0],
+                views[REWARD_KEY][..., 0],
+                views[DONE_KEY][..., 0],
                 self._discounted_return,
                 self.return_discount,
             )
             td.set(DISCOUNTED_RETURN_KEY, torch.from_numpy(g.astype(np.float32)[..., None]))
         if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
-            views[("next", "truncated")][:, -1] = True
-            views[("next", "done")][:, -1] = True
+            views[TRUNCATED_KEY][:, -1] = True
+            views[DONE_KEY][:, -1] = True
         td.set(
-            ("collector", "policy_version"),
+            POLICY_VERSION_KEY,
             torch.full((n, steps), self.policy_version, dtype=torch.int64),
         )
-        td.set(
-            ("collector", "worker_id"), torch.full((n, steps), self.worker_id, dtype=torch.int64)
-        )
+        td.set(WORKER_ID_KEY, torch.full((n, steps), self.worker_id, dtype=torch.int64))
         if self.env.batch_shape != torch.Size([n]):
             td = td.reshape(*self.env.batch_shape, steps)
         td.names = [None] * (td.batch_dims - 1) + ["time"]

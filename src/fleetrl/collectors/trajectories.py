@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["TrajectoryBatcher"]
+from fleetrl.keys import DONE_KEY, MASK_KEY, TRAJ_IDS_KEY
 
-MASK = ("collector", "mask")
+__all__ = ["TrajectoryBatcher"]
 
 
 class TrajectoryBatcher:
@@ -60,14 +60,14 @@ class TrajectoryBatcher:
     def add(self, batch: TensorDictBase) -> None:
         """Take a rollout batch ``[*env_batch, time]`` (a mask's False steps are left out)."""
         steps = batch.shape[-1]
-        has_mask = MASK in batch.keys(include_nested=True)
-        rows = batch.exclude(MASK) if has_mask else batch
+        has_mask = MASK_KEY in batch.keys(include_nested=True)
+        rows = batch.exclude(MASK_KEY) if has_mask else batch
         rows = rows.reshape(-1, steps)
         rows.names = None
-        done = rows.get(("next", "done")).reshape(rows.shape[0], steps).numpy()
-        traj_ids = rows.get(("collector", "traj_ids")).numpy()
+        done = rows.get(DONE_KEY).reshape(rows.shape[0], steps).numpy()
+        traj_ids = rows.get(TRAJ_IDS_KEY).numpy()
         valid = (
-            batch.get(MASK).reshape(-1, steps).sum(-1).numpy()
+            batch.get(MASK_KEY).reshape(-1, steps).sum(-1).numpy()
             if has_mask
             else np.full(rows.shape[0], steps)
         )
@@ -112,6 +112,6 @@ class TrajectoryBatcher:
             length = traj.shape[0]
             out[i, :length] = traj
             mask[i, :length] = True
-        out.set(MASK, mask)
+        out.set(MASK_KEY, mask)
         out.names = [None, "time"]
         return out

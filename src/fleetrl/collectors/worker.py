@@ -27,6 +27,7 @@ from tensordict import TensorDictBase
 from fleetrl.collectors.base import episode_stats
 from fleetrl.collectors.replay import transitions
 from fleetrl.collectors.sync import SyncDataCollector
+from fleetrl.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from fleetrl.wire import pack_batch, unpack_weights
 
 __all__ = ["CollectorWorker", "TaskResult"]
@@ -238,11 +239,9 @@ class CollectorWorker:
         if batch.numel() > frames:
             per_step = batch.numel() // batch.shape[-1]
             batch = batch[..., : frames // per_step]
+        batch.set(WORKER_ID_KEY, torch.full(batch.shape, self.worker_id, dtype=torch.int64))
         batch.set(
-            ("collector", "worker_id"), torch.full(batch.shape, self.worker_id, dtype=torch.int64)
-        )
-        batch.set(
-            ("collector", "policy_version"),
+            POLICY_VERSION_KEY,
             torch.full(batch.shape, self.version, dtype=torch.int64),
         )
         return batch

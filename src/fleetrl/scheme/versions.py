@@ -35,11 +35,11 @@ from __future__ import annotations
 
 from tensordict import TensorDictBase
 
-__all__ = ["POLICY_VERSION_KEY", "PolicyLag", "StaleBatchFilter", "batch_version", "too_stale"]
+from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY
+
+__all__ = ["PolicyLag", "StaleBatchFilter", "batch_version", "too_stale"]
 
 #: where collectors tag each step with the version of the weights that acted
-POLICY_VERSION_KEY = ("collector", "policy_version")
-_MASK_KEY = ("collector", "mask")
 
 
 def batch_version(batch: TensorDictBase) -> int:
@@ -51,8 +51,8 @@ def batch_version(batch: TensorDictBase) -> int:
     "mask")`` False) are not looked at.
     """
     tags = batch.get(POLICY_VERSION_KEY)
-    if _MASK_KEY in batch.keys(include_nested=True):
-        tags = tags[batch.get(_MASK_KEY)]
+    if MASK_KEY in batch.keys(include_nested=True):
+        tags = tags[batch.get(MASK_KEY)]
     return int(tags.min())
 
 

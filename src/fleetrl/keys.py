@@ -1,0 +1,65 @@
+"""Every key of a fleetrl batch, named once.
+
+Batches use torchrl's keys and layout, so torchrl loss modules, value
+estimators and replay buffers work on them unchanged (see the batch layout
+in the docs); fleetrl adds the ``("collector", ...)`` tags and the running
+episode columns. Every module names a batch key through these constants.
+
+Examples:
+    >>> MASK_KEY, TRANSITION_KEYS[:2]
+    (('collector', 'mask'), ('observation', 'action'))
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACTION_KEY",
+    "ACTION_LOG_PROB_KEY",
+    "DISCOUNTED_RETURN_KEY",
+    "DONE_KEY",
+    "EPISODE_LENGTH_KEY",
+    "EPISODE_RETURN_KEY",
+    "MASK_KEY",
+    "NEXT_OBSERVATION_KEY",
+    "OBSERVATION_KEY",
+    "POLICY_VERSION_KEY",
+    "REWARD_KEY",
+    "TERMINATED_KEY",
+    "TRAJ_IDS_KEY",
+    "TRANSITION_KEYS",
+    "TRUNCATED_KEY",
+    "WORKER_ID_KEY",
+]
+
+OBSERVATION_KEY = "observation"
+ACTION_KEY = "action"
+#: the acting policy's log-probability of its action (V-trace's behaviour policy, PPO's old one)
+ACTION_LOG_PROB_KEY = "action_log_prob"
+NEXT_OBSERVATION_KEY = ("next", "observation")
+REWARD_KEY = ("next", "reward")
+#: terminated or truncated: the episode ended at this step
+DONE_KEY = ("next", "done")
+TERMINATED_KEY = ("next", "terminated")
+TRUNCATED_KEY = ("next", "truncated")
+#: the running return and length of the episode, its totals at the step that ends it
+EPISODE_RETURN_KEY = ("next", "episode_return")
+EPISODE_LENGTH_KEY = ("next", "episode_length")
+#: each env's running discounted return (reward scaling's statistic; fleetrl.normalization)
+DISCOUNTED_RETURN_KEY = ("next", "discounted_return")
+#: which steps of a padded batch were collected (a sync round with preemption, whole trajectories)
+MASK_KEY = ("collector", "mask")
+#: the version of the weights that acted (the learner's optimizer-step count)
+POLICY_VERSION_KEY = ("collector", "policy_version")
+WORKER_ID_KEY = ("collector", "worker_id")
+TRAJ_IDS_KEY = ("collector", "traj_ids")
+
+#: what an off-policy loss reads from a transition (policy outputs are not stored)
+TRANSITION_KEYS = (
+    OBSERVATION_KEY,
+    ACTION_KEY,
+    NEXT_OBSERVATION_KEY,
+    REWARD_KEY,
+    DONE_KEY,
+    TERMINATED_KEY,
+    TRUNCATED_KEY,
+)
