@@ -117,17 +117,20 @@ def plain_data(batch: Any) -> dict[str, torch.Tensor]:
     return {k: v.contiguous().clone() for k, v in data.items()}
 
 
-def prefill(algorithm: Any, batch: Any, plain: Any, frames: int) -> None:
+def prefill(algorithm: Any, batch: Any, plain: Any | None, frames: int) -> None:
     """Fill both replay buffers with the batch's transitions until ``frames`` (untimed)."""
     from fleetrl.algorithms.base import flatten_valid
     from fleetrl.keys import TRANSITION_KEYS
 
-    data = flatten_valid(batch).select(*TRANSITION_KEYS, strict=False)
+    data = flatten_valid(batch, TRANSITION_KEYS).to(algorithm.device)
     raw = plain_data(batch)
     while algorithm.frames_seen < frames:
         algorithm.buffer.extend(data.clone())
         algorithm.frames_seen += data.numel()
-        plain.buffer.extend({k: v.flatten(0, 1) for k, v in raw.items() if k in plain.buffer.data})
+        if plain is not None:
+            plain.buffer.extend(
+                {k: v.flatten(0, 1) for k, v in raw.items() if k in plain.buffer.data}
+            )
 
 
 class FleetrlContestant:
@@ -196,6 +199,7 @@ def plain_learner(config: Any, algorithm: Any, device: str) -> Any:
 
 
 def build_case(name: str, args: argparse.Namespace) -> list[Any]:
+    """The contestants of one case: fleetrl and plain, eager (and compiled, CUDA-graphed)."""
     from fleetrl.build import make_algorithm
 
     case = CASES[name]
@@ -203,51 +207,53 @@ def build_case(name: str, args: argparse.Namespace) -> list[Any]:
     config = load(case, device)
     algorithm = make_algorithm(config, seed=0)
     batch = collected_batch(config, algorithm.policy)
-    contestants: list[Any] = []
     rows = [("eager", [])]
     if args.compile:
         rows.append(("compiled", [f"{config.algorithm}.compile=true"]))
     if args.cudagraphs:
         rows.append(("cudagraphs", [f"{config.algorithm}.cudagraphs=true"]))
+    contestants: list[Any] = []
     for mode, overrides in rows:
-        cfg = load(case, [*device, *overrides]) if overrides else config
-        algo = algorithm
-        if overrides:  # the same weights as the eager contestants'
-            algo = make_algorithm(cfg, seed=0)
-            algo.load_state_dict(algorithm.state_dict())
-        fleet = FleetrlContestant(f"fleetrl {mode}", cfg, algo, batch)
-        plain = None
-        if mode != "cudagraphs":
-            plain = PlainContestant(
-                f"plain {mode}",
-                plain_learner(cfg, algorithm, args.device),
-                plain_data(batch),
-                compiled=mode == "compiled",
-            )
-        if not config.algo.__class__.__name__.startswith(("PPO", "A2C", "IMPALA", "APPO")):
-            start = getattr(config.algo, "learning_starts", None) or getattr(
-                config.algo, "learning_starts", 0
-            )
-            prefill(algo, batch, plain.learner if plain else _NullPlain(), max(start, 4096))
-        for contestant in (fleet, plain):
-            if contestant is None:
-                continue
-            start = time.perf_counter()
-            contestant.run()  # warm-up (and compilation)
-            if mode != "eager":  # fleetrl reports its own compile time; plain: the first call
-                own = getattr(getattr(contestant, "algorithm", None), "compile_s", None)
-                contestant.compile_s = own if own is not None else time.perf_counter() - start
-            contestants.append(contestant)
+        try:
+            contestants += build_mode(case, config, algorithm, batch, mode, overrides, device, args)
+        except Exception as err:  # a mode this machine cannot run: the others still do
+            print(f"{name} {mode}: failed: {type(err).__name__}: {err}", flush=True)
     return contestants
 
 
-class _NullPlain:
-    class buffer:
-        data: dict[str, Any] = {}
+def build_mode(
+    case: Case,
+    config: Any,
+    algorithm: Any,
+    batch: Any,
+    mode: str,
+    overrides: list[str],
+    device: list[str],
+    args: argparse.Namespace,
+) -> list[Any]:
+    """fleetrl (and plain, but for CUDA graphs) in one mode, warmed up (compiled)."""
+    from fleetrl.build import make_algorithm
 
-        @staticmethod
-        def extend(_: Any) -> None:
-            pass
+    cfg, algo = config, algorithm
+    if overrides:  # the same weights as the eager contestants'
+        cfg = load(case, [*device, *overrides])
+        algo = make_algorithm(cfg, seed=0)
+        algo.load_state_dict(algorithm.state_dict())
+    contestants: list[Any] = [FleetrlContestant(f"fleetrl {mode}", cfg, algo, batch)]
+    plain = None
+    if mode != "cudagraphs":  # the plain update has no CUDA-graph row
+        learner = plain_learner(cfg, algorithm, args.device)
+        plain = PlainContestant(f"plain {mode}", learner, plain_data(batch), mode == "compiled")
+        contestants.append(plain)
+    if not algo.on_policy:  # replay: both buffers filled past learning_starts first
+        prefill(algo, batch, plain.learner if plain else None, max(algo.learning_starts, 4096))
+    for contestant in contestants:
+        start = time.perf_counter()
+        contestant.run()  # warm-up (and compilation)
+        if mode != "eager":  # fleetrl reports its own compile time; plain: the first call
+            own = getattr(getattr(contestant, "algorithm", None), "compile_s", None)
+            contestant.compile_s = own if own is not None else time.perf_counter() - start
+    return contestants
 
 
 def measure(contestants: list[Any], rounds: int) -> dict[str, list[float]]:
@@ -275,7 +281,13 @@ def main() -> None:
     table = []
     for name in args.cases:
         print(f"{name}: building and warming up...", flush=True)
-        contestants = build_case(name, args)
+        torch._dynamo.reset()  # each case compiles afresh: no cache limit reached across cases
+        try:
+            contestants = build_case(name, args)
+        except Exception as err:  # one case that cannot run (a missing engine) leaves the rest
+            print(f"{name}: failed: {type(err).__name__}: {err}", flush=True)
+            results["cases"][name] = {"error": f"{type(err).__name__}: {err}"}
+            continue
         ms = measure(contestants, args.rounds)
         med = {k: statistics.median(v) for k, v in ms.items()}
         case: dict[str, Any] = {"ms_per_step": med, "rounds_ms": ms, "compile_s": {}}

@@ -620,17 +620,36 @@ class Algorithm(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loss_module.load_state_dict(state["loss_module"])
         lr = [g["lr"] for g in self.optimizer.param_groups]
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(_as_built(state["optimizer"], self.optimizer))
         for group, kept in zip(self.optimizer.param_groups, lr):
             if isinstance(kept, torch.Tensor):  # a compiled step reads this tensor: keep it
-                saved = group["lr"]
-                kept.fill_(float(saved))
+                kept.fill_(float(group["lr"]))
                 group["lr"] = kept
         self.num_updates = int(state["num_updates"])
         for name, value in state["hyperparameters"].items():
             self.update_algorithm_parameter(name, value)
         if self.reward_scaler is not None:
             self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+#: how an optimizer runs, not what it computes: a checkpoint's are not loaded over the built ones
+OPTIMIZER_IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _as_built(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """A saved optimizer state with ``optimizer``'s own implementation flags.
+
+    A checkpoint written by an eager CPU learner (fused Adam) resumes into a compiled
+    or CUDA-graphed one (capturable Adam with a tensor learning rate) and back: the
+    hyperparameters and moments are the checkpoint's, how the step runs is this
+    learner's.
+    """
+    groups = []
+    for group, own in zip(saved["param_groups"], optimizer.param_groups, strict=True):
+        group = {**group, **{k: own[k] for k in OPTIMIZER_IMPLEMENTATION if k in own}}
+        group["lr"] = float(group["lr"])  # a tensor again after loading, where it is one now
+        groups.append(group)
+    return {**saved, "param_groups": groups}
 
 
 def compile_options(value: Any) -> dict[str, Any] | None:
