@@ -61,8 +61,9 @@ import torch
 
 from common import IterTimer, machine, print_table, write_json
 from fleetrl import SyncDataCollector
-from fleetrl.algorithms.models import env_info, make_actor_critic
-from fleetrl.engines import AtariEnv
+from fleetrl.algorithms.models import make_actor_critic
+from fleetrl.envs.atari import AtariEnv
+from fleetrl.envs.spec import env_spec
 from rllib_peer import report_rllib, rllib_phase
 
 warnings.filterwarnings("ignore")
@@ -80,7 +81,7 @@ def atari_spec(engine: str, env_threads: int) -> AtariEnv:
 def cnn_policy(spec: AtariEnv, seed: int = 0):
     """fleetrl's Nature CNN actor and its logits network (the raw loops run the same one)."""
     torch.manual_seed(seed)
-    actor, _ = make_actor_critic("cnn", env_info(spec), [])
+    actor, _ = make_actor_critic("cnn", env_spec(spec), [])
     return actor, actor.module[0].module
 
 
@@ -153,8 +154,8 @@ class AtariRawLoop:
 
 def _async_engine(spec: AtariEnv, num_envs: int, batch_size: int):
     """A C++ engine answering ``batch_size`` of ``num_envs`` envs per ``recv``, with the
-    collectors' preprocessing (``fleetrl.engines.make_cpp_engine``)."""
-    from fleetrl.engines import make_cpp_engine
+    collectors' preprocessing (``fleetrl.envs.atari.make_cpp_engine``)."""
+    from fleetrl.envs.atari import make_cpp_engine
 
     return make_cpp_engine(spec, num_envs, batch_size=batch_size)
 

@@ -22,7 +22,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.modules import ProbabilisticActor
 
-from fleetrl.envs import make_gym_vector_env
+from fleetrl.envs.gymnasium import make_gym_vector_env
 
 ENV_ID = "CartPole-v1"
 RLLIB_VENV = Path(__file__).resolve().parent / ".rllib-venv"

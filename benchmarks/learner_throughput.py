@@ -70,7 +70,7 @@ CASES: dict[str, Case] = {
 
 
 def load(case: Case, extra: list[str]) -> Any:
-    from fleetrl.config import load_config
+    from fleetrl.setup.load import load_config
 
     return load_config(CONFIGS / case.config, [*case.overrides, *extra])
 
@@ -78,14 +78,14 @@ def load(case: Case, extra: list[str]) -> Any:
 def collected_batch(config: Any, policy: Any, seed: int = 0) -> Any:
     """One batch of the config's env, acted by ``policy``, laid out as the trainer gets it."""
     from fleetrl import SyncDataCollector
-    from fleetrl.engines import env_spec
+    from fleetrl.envs import create_env_fn
 
     c, e = config.collector, config.env
     sync = c.sync and c.num_collectors > 0 and not c.decoupled
     collectors = c.num_collectors if sync else 1
     num_envs = e.num_envs * collectors
     collector = SyncDataCollector(
-        env_spec(e),
+        create_env_fn(e),
         policy,
         frames_per_batch=c.frames_per_batch,
         num_envs=num_envs,
@@ -169,11 +169,10 @@ class PlainContestant:
 
 def plain_learner(config: Any, algorithm: Any, device: str) -> Any:
     """The plain learner of ``config.algorithm`` on copies of ``algorithm``'s networks."""
-    from fleetrl.algorithms.models import env_info
-    from fleetrl.engines import env_spec
+    from fleetrl.envs import create_env_fn, env_spec
 
     name, algo = config.algorithm, config.algo
-    info = env_info(env_spec(config.env))
+    info = env_spec(create_env_fn(config.env))
     if name in ("ppo", "a2c", "impala", "appo"):
         actor_body = algorithm.actor.module[0].module
         critic_body = algorithm.critic.module
@@ -200,7 +199,7 @@ def plain_learner(config: Any, algorithm: Any, device: str) -> Any:
 
 def build_case(name: str, args: argparse.Namespace) -> list[Any]:
     """The contestants of one case: fleetrl and plain, eager (and compiled, CUDA-graphed)."""
-    from fleetrl.build import make_algorithm
+    from fleetrl.setup.build import make_algorithm
 
     case = CASES[name]
     device = [f"trainer.device={args.device}"] if args.device != "cpu" else []
@@ -232,7 +231,7 @@ def build_mode(
     args: argparse.Namespace,
 ) -> list[Any]:
     """fleetrl (and plain, but for CUDA graphs) in one mode, warmed up (compiled)."""
-    from fleetrl.build import make_algorithm
+    from fleetrl.setup.build import make_algorithm
 
     cfg, algo = config, algorithm
     if overrides:  # the same weights as the eager contestants'

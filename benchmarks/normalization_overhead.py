@@ -27,7 +27,8 @@ import torch
 
 from common import machine, print_table, write_json
 from fleetrl import SyncDataCollector
-from fleetrl.algorithms.models import env_info, make_actor
+from fleetrl.algorithms.models import make_actor
+from fleetrl.envs.spec import env_spec
 from fleetrl.normalization import ObservationNormalizer, RunningMoments
 
 warnings.filterwarnings("ignore")
@@ -35,7 +36,7 @@ ENV = "Pendulum-v1"
 
 
 def contestants(num_envs: int, steps: int) -> dict[str, SyncDataCollector]:
-    info = env_info(ENV)
+    info = env_spec(ENV)
     torch.manual_seed(0)
     plain = make_actor(info, [64, 64])
     norm = ObservationNormalizer(info.obs_shape)

@@ -47,9 +47,9 @@ MULTINODE_SCRIPT = textwrap.dedent(
     import json, sys
     import ray, torch
     from ray.cluster_utils import Cluster
-    from fleetrl.build import make_algorithm
-    from fleetrl.config import load_config
-    from fleetrl.scheme import UpdateWorker
+    from fleetrl.setup.build import make_algorithm
+    from fleetrl.setup.load import load_config
+    from fleetrl.learners import UpdateWorker
 
     root = sys.argv[1]
     torch.set_num_threads(1)

@@ -24,7 +24,7 @@ import gymnasium as gym
 import torch
 from tensordict.nn import TensorDictModule
 
-from fleetrl.engines import AtariEnv
+from fleetrl.envs.atari import AtariEnv
 from fleetrl.evaluate import evaluate
 from fleetrl.video import add_tensorboard_clip, record_video, video_env
 

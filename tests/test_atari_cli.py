@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetrl.checkpoint import load_checkpoint
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from fleetrl.trainer import latest_checkpoint
 from test_pixel_training import conv_shapes, rows
 
 ROOT = Path(__file__).parent.parent

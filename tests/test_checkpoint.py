@@ -16,11 +16,7 @@ import pytest
 import torch
 
 from fleetrl import checkpoint as ck
-from fleetrl.checkpoint import (
-    load_checkpoint,
-    newest_checkpoint,
-    save_checkpoint,
-)
+from fleetrl.checkpoint import load_checkpoint, newest_checkpoint, save_checkpoint
 from fleetrl.cli import main
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.trainer import Trainer
@@ -202,20 +198,6 @@ def copy_run(src: Path, dst: Path) -> Path:
             (dst / path.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
             (dst / path.relative_to(src)).write_bytes(path.read_bytes())
     return dst
-
-
-def test_a_checkpoint_from_before_the_iterations_rename_still_resumes(local_run, tmp_path):
-    run = copy_run(local_run, tmp_path / "run")
-    latest = run / "checkpoints" / "checkpoint_000000000384.pt"
-    old = torch.load(latest, weights_only=True)
-    old["updates"] = old.pop("iterations")  # the counter's name in files written before
-    torch.save(old, latest)
-    assert load_checkpoint(latest)["iterations"] == 3
-    trainer = Trainer.from_run_dir(run, ["trainer.total_frames=512"])
-    assert (trainer.frames, trainer.iterations) == (384, 3)
-    trainer.train()
-    state = load_checkpoint(run / "checkpoints" / "checkpoint_000000000512.pt")
-    assert (state["iterations"], "updates" in state) == (4, False)
 
 
 def test_resume_skips_a_truncated_latest_checkpoint(local_run, tmp_path, caplog):

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from fleetrl.checkpoint import latest_checkpoint
 from fleetrl.cli import main
-from fleetrl.config import config_from_dict
 from fleetrl.errors import ConfigError
-from fleetrl.trainer import RUN_EXISTS_MSG, Trainer, latest_checkpoint
+from fleetrl.setup.load import config_from_dict
+from fleetrl.trainer import RUN_EXISTS_MSG, Trainer
 
 ROOT = Path(__file__).parent.parent
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
@@ -216,7 +217,7 @@ def test_resume_may_change_what_the_checkpoint_does_not_fix(complete_run):
     config = Trainer.from_run_dir(
         complete_run, ["trainer.total_frames=512", "ppo.lr=1e-4", "trainer.test_every=5"]
     ).config
-    assert (config.trainer.total_frames, config.ppo.lr, config.trainer.test_every) == (
+    assert (config.trainer.total_frames, config.algo.lr, config.trainer.test_every) == (
         512,
         1e-4,
         5,
@@ -269,9 +270,8 @@ def test_one_collector_larger_than_any_node_is_named_in_config_keys(tmp_path):
         [o for o in LOCAL if not o.startswith("collector.num_collectors")]
         + ["collector.num_collectors=1", "collector.num_cpus_per_collector=16"],
     )
-    trainer = Trainer(cfg, run_dir=tmp_path / "run")
     with pytest.raises(ConfigError) as info:
-        trainer.train()
+        Trainer(cfg, run_dir=tmp_path / "run").train()  # said once Ray answers
     assert (
         "collector.num_cpus_per_collector=16 is invalid here: each collector asks Ray for 16 CPUs "
         "but no Ray node has more than 4; lower collector.num_cpus_per_collector (e.g. 4)"

@@ -23,16 +23,9 @@ from fleetrl.algorithms import (
     SACConfig,
 )
 from fleetrl.algorithms.models import ModelKind
-from fleetrl.config import (
-    Config,
-    EnvConfig,
-    GradCommunication,
-    Schedule,
-    check_config,
-    config_from_dict,
-    config_to_dict,
-    load_config,
-)
+from fleetrl.config import Config, EnvConfig, LearnerMode, Schedule
+from fleetrl.setup.load import config_from_dict, config_to_dict, load_config
+from fleetrl.setup.verify import check
 
 CONFIGS = sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml"))
 PPO_CARTPOLE = Path(__file__).parent.parent / "configs" / "ppo_cartpole.yaml"
@@ -56,8 +49,8 @@ def test_overrides_are_typed_and_applied():
             "trainer.target_return=null",
         ],
     )
-    assert cfg.ppo.lr == 0.001 and cfg.collector.num_collectors == 4
-    assert cfg.ppo.hidden_sizes == [32, 32] and cfg.trainer.target_return is None
+    assert cfg.algo.lr == 0.001 and cfg.collector.num_collectors == 4
+    assert cfg.algo.hidden_sizes == [32, 32] and cfg.trainer.target_return is None
 
 
 def test_every_problem_is_listed_at_once():
@@ -107,15 +100,13 @@ def test_a_run_dir_config_yaml_holds_only_the_chosen_section(tmp_path):
     # it loads back to the same config, with no warning about other sections
     again = config_from_dict(saved)
     assert config_to_dict(again) == saved
-    assert again.ppo.clip_schedule is Schedule.LINEAR
+    assert again.algo.clip_schedule is Schedule.LINEAR
 
 
 def test_the_chosen_section_is_config_algo_and_its_name_only():
     cfg = config_from_dict({"algorithm": "dqn", "env": {"id": "CartPole-v1"}}, LOCAL)
-    assert cfg.algo is cfg.dqn and type(cfg.algo) is DQNConfig
-    assert cfg.algorithm_class is ALGORITHMS["dqn"]
-    with pytest.raises(AttributeError, match=r"config.ppo: this config trains algorithm='dqn'"):
-        _ = cfg.ppo
+    assert type(cfg.algo) is DQNConfig and ALGORITHMS[cfg.algorithm] is DQN
+    assert not hasattr(cfg, "dqn") and not hasattr(cfg, "ppo")
     assert "ppo" not in config_to_dict(cfg) and config_to_dict(cfg)["dqn"]["lr"] == 5e-4
 
 
@@ -215,11 +206,11 @@ def test_a_config_built_by_hand_is_checked_by_its_algorithm():
     cfg = Config(algorithm="sac", env=EnvConfig(id="Pendulum-v1"), algo=SACConfig(tau=0.0))
     cfg.collector.num_collectors = 0
     with pytest.raises(ConfigError) as info:
-        check_config(cfg)
+        check(cfg)
     assert info.value.problems == ["sac.tau=0.0 is invalid: must be in (0, 1]"]
     cfg = Config(algorithm="sac", env=EnvConfig(id="Pendulum-v1"), algo=PPOConfig())
     with pytest.raises(ConfigError, match=r"sac='PPOConfig' is invalid: must be a SACConfig"):
-        check_config(cfg)
+        check(cfg)
 
 
 def test_modes_and_schedules_are_enums_inside_and_values_outside():
@@ -230,14 +221,14 @@ def test_modes_and_schedules_are_enums_inside_and_values_outside():
             "ppo.clip_schedule=linear",
             "ppo.model=mlp",
             "scheme.num_grad_workers=2",
-            "scheme.grad_communication=async",
+            "scheme.update=async",
         ],
     )
-    assert cfg.ppo.lr_schedule is Schedule.LINEAR and cfg.ppo.clip_schedule is Schedule.LINEAR
-    assert cfg.ppo.model is ModelKind.MLP
-    assert cfg.scheme.grad_communication is GradCommunication.ASYNC
+    assert cfg.algo.lr_schedule is Schedule.LINEAR and cfg.algo.clip_schedule is Schedule.LINEAR
+    assert cfg.algo.model is ModelKind.MLP
+    assert cfg.scheme.update is LearnerMode.ASYNC
     plain = config_to_dict(cfg)
-    assert (plain["ppo"]["lr_schedule"], plain["scheme"]["grad_communication"]) == (
+    assert (plain["ppo"]["lr_schedule"], plain["scheme"]["update"]) == (
         "linear",
         "async",
     )
@@ -248,37 +239,33 @@ def test_modes_and_schedules_are_enums_inside_and_values_outside():
 def test_sections_of_other_algorithms_load_with_one_warning(tmp_path, caplog):
     path = tmp_path / "old.yaml"
     path.write_text(
-        "algorithm: ppo\n"
-        "trainer: {clip_schedule: linear}\n"
-        "ppo: {lr: 0.001}\n"
-        "dqn: {lr: 0.5}\n"
-        "sac: {tau: 0.1}\n"
+        "algorithm: ppo\nppo: {lr: 0.001, clip_schedule: linear}\ndqn: {lr: 0.5}\nsac: {tau: 0.1}\n"
     )
-    with caplog.at_level(logging.WARNING, logger="fleetrl.config"):
+    with caplog.at_level(logging.WARNING, logger="fleetrl.setup.load"):
         cfg = load_config(path, LOCAL)
     assert [r.getMessage() for r in caplog.records] == [
-        "config: ignored the dqn section, the sac section, trainer.clip_schedule (moved to "
-        "ppo.clip_schedule) (this config trains algorithm='ppo' and holds only its section; a "
-        "run's config.yaml now keeps just that one)"
+        "config: ignored the dqn section, the sac section (this config trains algorithm='ppo' "
+        "and holds only its section; a run's config.yaml keeps just that one)"
     ]
-    assert cfg.ppo.lr == 0.001 and cfg.ppo.clip_schedule is Schedule.LINEAR
+    assert cfg.algo.lr == 0.001 and cfg.algo.clip_schedule is Schedule.LINEAR
     assert sorted(config_to_dict(cfg)) == sorted(
         ["algorithm", "collector", "env", "logging", "ppo", "scheme", "trainer"]
     )
 
 
-def test_overrides_of_another_section_or_a_moved_key_are_refused():
+def test_overrides_of_another_section_or_an_unknown_key_are_refused():
     with pytest.raises(ConfigError) as info:
         load_config(PPO_CARTPOLE, ["dqn.lr=1e-3", "trainer.clip_schedule=linear"])
     assert info.value.problems == [
         "dqn.lr is invalid here: the dqn section belongs to algorithm='dqn' and this config "
         "trains algorithm='ppo'; set ppo.lr instead, or train dqn with algorithm=dqn",
-        "trainer.clip_schedule is invalid: it moved to ppo.clip_schedule; write "
-        "ppo.clip_schedule=linear instead",
+        "trainer.clip_schedule is not a config key; known: ['total_frames', 'target_return', "
+        "'return_window', 'seed', 'weight_update_interval', 'test_every', 'num_test_episodes', "
+        "'checkpoint_every', 'keep_checkpoints', 'device', 'backend']",
     ]
     # switching the algorithm on the command line: the file's ppo section is dropped
     cfg = load_config(PPO_CARTPOLE, ["algorithm=a2c", "a2c.lr=1e-3"])
-    assert cfg.a2c.lr == 1e-3 and type(cfg.algo) is A2CConfig
+    assert cfg.algo.lr == 1e-3 and type(cfg.algo) is A2CConfig
 
 
 # ---------------------------------------------------------- one rule per fact

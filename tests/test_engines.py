@@ -13,26 +13,26 @@ import pytest
 import torch
 
 from fleetrl import ConfigError, EnvError, RayCollector, SyncDataCollector, make_env
-from fleetrl.algorithms.models import env_info
-from fleetrl.build import make_collector
 from fleetrl.collectors.overlap import HalvedEnv, available_cores, pays_off
-from fleetrl.config import AtariConfig, config_from_dict
-from fleetrl.engines import (
+from fleetrl.config import AtariConfig, EnvEngine
+from fleetrl.envs.atari import (
     ATARI_KWARGS_MSG,
     ATARI_RANGE_MSG,
-    ENGINE_MSG,
     LIFE_LOSS_MSG,
     NOT_ALE_ID_MSG,
     NOT_ATARI_MSG,
     AleVectorEnv,
     AtariEnv,
-    EnvEngine,
-    EnvPoolEnv,
-    env_spec,
 )
-from fleetrl.envs import GymVectorEnv
-from fleetrl.preflight import FROZEN_MSG, check_resume_overrides
-from fleetrl.trainer import evaluate
+from fleetrl.envs.base import ENGINE_MSG
+from fleetrl.envs.cpp import EnvPoolEnv
+from fleetrl.envs.gymnasium import GymVectorEnv
+from fleetrl.envs.make import create_env_fn
+from fleetrl.envs.spec import env_spec
+from fleetrl.evaluate import evaluate
+from fleetrl.setup.build import make_collector
+from fleetrl.setup.load import config_from_dict
+from fleetrl.setup.resume import FROZEN_MSG, check_resume_overrides
 
 ENGINES = [e.value for e in EnvEngine]
 try:
@@ -170,22 +170,22 @@ def test_ale_id_uses_the_gymnasium_engine_by_default():
     env.close()
 
 
-def test_config_engine_reaches_env_info_and_collector():
+def test_config_engine_reaches_env_spec_and_collector():
     cfg = config_from_dict(
         {
             "algorithm": "ppo",
             "env": {"id": "ALE/Pong-v5", "engine": "ale_vector", "atari": {"frame_stack": 2}},
         }
     )
-    spec = env_spec(cfg.env)
+    spec = create_env_fn(cfg.env)
     assert spec == AtariEnv("ALE/Pong-v5", EnvEngine.ALE_VECTOR, AtariConfig(frame_stack=2))
-    info = env_info(spec)
+    info = env_spec(spec)
     assert (info.obs_shape, info.obs_dtype, info.obs_dim) == ((2, 84, 84), torch.uint8, 2 * 84 * 84)
     assert info.num_actions == 6
     env = make_env(spec, num_envs=2)
     assert isinstance(env, AleVectorEnv)
     env.close()
-    assert env_spec(config_from_dict({"algorithm": "ppo"}).env) == "CartPole-v1"
+    assert create_env_fn(config_from_dict({"algorithm": "ppo"}).env) == "CartPole-v1"
 
 
 @needs_envpool

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from fleetrl.config import load_config
-from fleetrl.trainer import latest_checkpoint, load_checkpoint
+from fleetrl.setup.load import load_config
 
 ROOT = Path(__file__).parent.parent
 FPB = 64

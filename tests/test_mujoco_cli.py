@@ -15,10 +15,9 @@ import imageio_ffmpeg
 import pytest
 import yaml
 
-from fleetrl.checkpoint import load_checkpoint
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from fleetrl.config import load_config
-from fleetrl.trainer import latest_checkpoint
+from fleetrl.setup.load import load_config
 
 ROOT = Path(__file__).parent.parent
 FPB = 64
@@ -64,12 +63,12 @@ def test_shipped_mujoco_configs_hold_the_published_settings():
         "gymnasium",
         2,
     )
-    p = ppo.ppo
+    p = ppo.algo
     assert (p.gae_lambda, p.num_epochs, p.num_mini_batch, p.max_grad_norm) == (0.95, 10, 32, 0.5)
     assert ppo.collector.frames_per_batch == 2048 and p.lr_schedule.value == "linear"
     assert (p.distribution.value, p.hidden_sizes, p.entropy_coef) == ("tanh_normal", [64, 64], 0.0)
     sac = load_config(ROOT / "configs" / "sac_mujoco.yaml", [])
-    s = sac.sac
+    s = sac.algo
     assert (sac.env.id, s.learning_starts, s.batch_size, s.hidden_sizes) == (
         "HalfCheetah-v5",
         5000,

@@ -16,16 +16,17 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from fleetrl import ConfigError, MujocoEnv, RayCollector, SyncDataCollector, make_env
-from fleetrl.algorithms.models import env_info
-from fleetrl.config import config_from_dict
-from fleetrl.engines import NOT_ENVPOOL_ID_MSG, env_spec
-from fleetrl.envs import GymVectorEnv
-from fleetrl.mujoco_envs import (
+from fleetrl.envs.atari import NOT_ENVPOOL_ID_MSG
+from fleetrl.envs.gymnasium import GymVectorEnv
+from fleetrl.envs.make import create_env_fn
+from fleetrl.envs.mujoco import (
     ENVPOOL_MUJOCO_MSG,
     MUJOCO_ENGINE_MSG,
     NOT_MUJOCO_ID_MSG,
     EnvPoolMujocoEnv,
 )
+from fleetrl.envs.spec import env_spec
+from fleetrl.setup.load import config_from_dict
 
 try:
     import envpool
@@ -137,7 +138,7 @@ def test_spaces_and_kwargs():
     assert gym_env.observation_spec == {"observation": ((11,), np.dtype(np.float32))}
     assert gym_env.reset(seed=0)["observation"].dtype == np.float32
     gym_env.close()
-    info = env_info("HalfCheetah-v5")
+    info = env_spec("HalfCheetah-v5")
     assert (info.obs_dim, info.action_dim, info.discrete) == (17, 6, False)
     assert torch.equal(info.action_low, -torch.ones(6))
     if HAVE_ENVPOOL:
@@ -150,13 +151,13 @@ def test_spaces_and_kwargs():
         assert action.shape == (3, 6) and action.dtype == torch.float32
         assert bool((action.abs() <= 1).all())
         env.close()
-        pool_info = env_info(MujocoEnv("HalfCheetah-v5", "envpool"))
+        pool_info = env_spec(MujocoEnv("HalfCheetah-v5", "envpool"))
         assert (pool_info.obs_shape, pool_info.action_dim) == ((17,), 6)
 
 
 def test_config_engine_for_mujoco_ids():
     cfg = config_from_dict({"algorithm": "ppo", "env": {"id": "Hopper-v5"}})
-    assert env_spec(cfg.env) == "Hopper-v5"  # the gymnasium engine: the id, as any env
+    assert create_env_fn(cfg.env) == "Hopper-v5"  # the gymnasium engine: the id, as any env
     bad = [
         ({"id": "Hopper-v5", "engine": "ale_vector"}, MUJOCO_ENGINE_MSG),
         ({"id": "Pendulum-v1", "engine": "envpool"}, NOT_ENVPOOL_ID_MSG),
@@ -183,7 +184,7 @@ def test_config_envpool_mujoco(monkeypatch):
         {"algorithm": "sac", "env": {"id": "Walker2d-v5", "engine": "envpool"}},
         ["env.max_episode_steps=50"],
     )
-    assert env_spec(cfg.env) == MujocoEnv("Walker2d-v5", "envpool", 50)
+    assert create_env_fn(cfg.env) == MujocoEnv("Walker2d-v5", "envpool", 50)
     # an id envpool lacks is refused naming the key, the value and the tasks it has
     monkeypatch.setattr(envpool, "list_all_envs", lambda: ["Hopper-v5", "Ant-v5"])
     with pytest.raises(ConfigError) as err:

@@ -10,22 +10,17 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from fleetrl.algorithms.models import env_info
-from fleetrl.build import make_algorithm
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.collectors.episodes import discounted_returns
-from fleetrl.config import config_from_dict
+from fleetrl.envs.spec import env_spec
 from fleetrl.errors import ConfigError
 from fleetrl.keys import DISCOUNTED_RETURN_KEY
-from fleetrl.normalization import (
-    EPS,
-    ObservationNormalizer,
-    RewardScaler,
-    RunningMoments,
-)
-from fleetrl.scheme.central import CentralLearner
-from fleetrl.trainer import latest_checkpoint, load_checkpoint
+from fleetrl.learners.central import CentralLearner
+from fleetrl.normalization import EPS, ObservationNormalizer, RewardScaler, RunningMoments
+from fleetrl.setup.build import make_algorithm
+from fleetrl.setup.load import config_from_dict
 from test_resume import PPO_LOCAL as LOCAL
 from test_resume import assert_identical, metric_rows
 
@@ -132,11 +127,11 @@ def test_the_reward_scaler_divides_by_the_return_std_and_clips():
 
 # ------------------------------------------------------------------ two Ray workers
 def record(learner: CentralLearner) -> tuple[list, dict]:
-    """Wrap the learner's rollouts: every batch delivered, and the learner's normalizer
+    """Wrap the learner's collection: every batch delivered, and the learner's normalizer
     buffers at each publish (by version)."""
-    rollouts = learner.rollouts
+    collection = learner.collection
     delivered, published = [], {}
-    next_batch, publish = rollouts.next_batch, rollouts.publish
+    next_batch, publish = collection.next_batch, collection.publish
 
     def recording_next_batch():
         batch = next_batch()
@@ -147,9 +142,9 @@ def record(learner: CentralLearner) -> tuple[list, dict]:
     def recording_publish():
         (norm,) = learner.algorithm.observation_normalizers
         published[learner.version] = {k: v.clone() for k, v in norm.named_buffers()}
-        publish()
+        return publish()
 
-    rollouts.next_batch, rollouts.publish = recording_next_batch, recording_publish
+    collection.next_batch, collection.publish = recording_next_batch, recording_publish
     (norm,) = learner.algorithm.observation_normalizers
     published[learner.version] = {k: v.clone() for k, v in norm.named_buffers()}
     return delivered, published
@@ -158,7 +153,7 @@ def record(learner: CentralLearner) -> tuple[list, dict]:
 def worker_normalizers(learner: CentralLearner) -> list[tuple[int, dict[str, torch.Tensor]]]:
     """Each remote worker's (version, normalizer buffers), from its saved state."""
     out = []
-    for w in learner.rollouts.collector.state_dict()["workers"]:
+    for w in learner.collection.collector.state_dict()["workers"]:
         policy = w["collector"]["policy_state_dict"]
         buffers = {k.rsplit(".", 1)[1]: v for k, v in policy.items() if k.endswith(("count", "m2"))}
         buffers["mean"] = next(v for k, v in policy.items() if k.endswith(".mean"))
@@ -262,7 +257,7 @@ def test_networks_passed_in_code_must_hold_a_normalizer():
     from fleetrl.algorithms.models import make_actor
 
     config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, TINY)
-    actor = make_actor(env_info("Pendulum-v1"), [8])
+    actor = make_actor(env_spec("Pendulum-v1"), [8])
     with pytest.raises(ConfigError, match=r"the \['actor'\] passed in code hold no"):
         make_algorithm(config, actor=actor)
 
@@ -279,8 +274,8 @@ def test_pixel_networks_refuse_observation_normalization():
 
 
 def test_resume_cannot_switch_normalization(tmp_path):
-    from fleetrl.config import config_to_dict
-    from fleetrl.preflight import check_resume_overrides
+    from fleetrl.setup.load import config_to_dict
+    from fleetrl.setup.resume import check_resume_overrides
 
     saved = config_to_dict(config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}))
     with pytest.raises(ConfigError, match=r"env\.normalize_reward=True is invalid on resume"):
@@ -310,7 +305,7 @@ def test_every_actor_critic_algorithm_shares_one_normalizer_between_actor_and_cr
 def replica_statistics(uw) -> list[dict[str, torch.Tensor]]:
     """Each gradient worker's normalizer buffers and reward moments, from its state."""
     out = []
-    for state in ray_get([w.state_dict.remote() for w in uw.workers]):
+    for state in ray_get([w.handle.state_dict.remote() for w in uw.workers]):
         loss = state["loss_module"]
         stats = {
             name: next(v for k, v in loss.items() if k.endswith(f".{name}"))
@@ -336,13 +331,9 @@ def ray_get(refs):
 
 @pytest.mark.parametrize("mode", ["sync", "async", "decentralized"])
 def test_gradient_workers_share_the_masters_statistics(ray_session, mode):
-    from fleetrl.scheme import UpdateWorker
+    from fleetrl.learners import UpdateWorker
 
-    scheme = {"num_grad_workers": 2}
-    if mode == "async":
-        scheme["grad_communication"] = "async"
-    if mode == "decentralized":
-        scheme["decentralized_update"] = True
+    scheme = {"num_grad_workers": 2, "update": mode}
     config = config_from_dict(
         {
             "algorithm": "ppo",
@@ -360,7 +351,7 @@ def test_gradient_workers_share_the_masters_statistics(ray_session, mode):
         before = master_statistics(algorithm)
         frames = 0
         for _ in range(3):
-            frames += uw.run_iteration()["frames"]
+            frames += uw.run_iteration().frames
             after = master_statistics(algorithm)
             assert after["count"].item() == after["reward.count"].item() == frames
             replicas = replica_statistics(uw)

@@ -11,12 +11,12 @@ import torch
 import yaml
 
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
-from fleetrl.algorithms import PPO, PPOConfig, env_info
-from fleetrl.checkpoint import load_checkpoint
+from fleetrl.algorithms import PPO, PPOConfig
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from fleetrl.collectors import RayCollector
-from fleetrl.preflight import FROZEN_MSG
-from fleetrl.trainer import latest_checkpoint
+from fleetrl.envs.spec import env_spec
+from fleetrl.setup.resume import FROZEN_MSG
 
 ROOT = Path(__file__).parent.parent
 FRAMES = 64  # per batch: 2 envs x 32 steps
@@ -127,7 +127,7 @@ def test_resume_refuses_another_model(tmp_path, capsys):
 @pytest.mark.parametrize("compress", [None, "lz4"])
 def test_pixel_batches_cross_ray_as_uint8(compress):
     torch.manual_seed(0)
-    ppo = PPO(PPOConfig(), env_info(PIXEL_ENV_ID))
+    ppo = PPO(PPOConfig(), env_spec(PIXEL_ENV_ID))
     collector = RayCollector(
         PIXEL_ENV_ID,
         ppo.policy,

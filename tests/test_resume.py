@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import torch
 
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from fleetrl.trainer import latest_checkpoint, load_checkpoint
 
 ROOT = Path(__file__).parent.parent
 LOCAL = [
@@ -185,7 +185,7 @@ def test_resume_with_an_env_that_cannot_be_saved_says_it_is_approximate(tmp_path
     import gymnasium as gym
 
     from fakes import CountingEnv
-    from fleetrl.scheme.central import APPROX_ENV_MSG
+    from fleetrl.learners.central import APPROX_ENV_MSG
 
     if COUNTING_ID not in gym.registry:
         gym.register(COUNTING_ID, entry_point=CountingEnv)
@@ -205,7 +205,7 @@ def test_resume_with_an_env_that_cannot_be_saved_says_it_is_approximate(tmp_path
 
 
 def test_resume_with_other_env_settings_says_it_is_approximate(tmp_path, caplog):
-    from fleetrl.env_state import STATE_MISMATCH_MSG
+    from fleetrl.envs.state import STATE_MISMATCH_MSG
 
     args = [
         *PPO_LOCAL,
@@ -223,7 +223,7 @@ def test_resume_with_other_env_settings_says_it_is_approximate(tmp_path, caplog)
 
 
 def test_resume_with_ray_collection_says_it_is_approximate(tmp_path, caplog, ray_session):
-    from fleetrl.scheme.central import APPROX_RAY_MSG
+    from fleetrl.learners.central import APPROX_RAY_MSG
 
     args = [
         *PPO_LOCAL,
@@ -244,7 +244,7 @@ def test_resume_with_ray_collection_says_it_is_approximate(tmp_path, caplog, ray
 def test_evaluation_leaves_the_training_random_state_alone(tmp_path):
     import numpy as np
 
-    from fleetrl.config import load_config
+    from fleetrl.setup.load import load_config
     from fleetrl.trainer import Trainer
 
     cfg = load_config(ROOT / "configs" / "ppo_cartpole.yaml", [*PPO_LOCAL, "trainer.test_every=1"])

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from fleetrl.config import load_config
-from fleetrl.scheme.scheme import APPROX_GRAD_WORKERS_MSG
-from fleetrl.trainer import Trainer, latest_checkpoint, load_checkpoint
+from fleetrl.learners.update_worker import APPROX_GRAD_WORKERS_MSG
+from fleetrl.setup.load import load_config
+from fleetrl.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 ROOT = Path(__file__).parent.parent

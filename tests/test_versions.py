@@ -18,12 +18,12 @@ import re
 
 import pytest
 
-from fleetrl.build import make_algorithm
-from fleetrl.config import config_from_dict
 from fleetrl.errors import FleetError
-from fleetrl.scheme import Scheme
-from fleetrl.scheme.report import METRIC_COLUMNS, UNKNOWN_COLUMNS_MSG, metrics_row
-from fleetrl.scheme.versions import PolicyLag, batch_version
+from fleetrl.learners import make_learner
+from fleetrl.learners.report import METRIC_COLUMNS, UNKNOWN_COLUMNS_MSG, metrics_row
+from fleetrl.learners.versions import PolicyLag, batch_version
+from fleetrl.setup.build import make_algorithm
+from fleetrl.setup.load import config_from_dict
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -56,19 +56,20 @@ def run(cfg, iterations=3, tags=None):
 
     Every scheme reports the same columns, in the same order (the metric schema)."""
     algorithm = make_algorithm(cfg, cfg.trainer.seed)
-    scheme = Scheme(cfg, algorithm, seed=cfg.trainer.seed)
+    scheme = make_learner(cfg, algorithm, seed=cfg.trainer.seed)
     try:
         if tags is not None:
-            batches = scheme.learner.rollouts._batches
+            next_batch = scheme.collection.next_batch
 
             def tagged():
-                for batch in batches:
+                batch = next_batch()
+                if batch is not None:
                     tags.append(batch_version(batch))
-                    yield batch
+                return batch
 
-            scheme.learner.rollouts._batches = tagged()
-        results = [scheme.run_iteration()["metrics"] for _ in range(iterations)]
-        assert algorithm.num_updates == scheme.learner.version
+            scheme.collection.next_batch = tagged
+        results = [scheme.run_iteration().metrics for _ in range(iterations)]
+        assert algorithm.num_updates == scheme.version
         assert all(list(m) == list(METRIC_COLUMNS) for m in results)
         central = cfg.scheme.num_grad_workers == 1
         # the central learner measures its update whole; gradient workers, its parts
@@ -130,10 +131,10 @@ def test_central_learner_resumed_past_version_zero_publishes_its_version():
     cfg = config({"num_collectors": 1, "prefetch": 0})
     algorithm = make_algorithm(cfg, 0)
     algorithm.num_updates = 40  # as loaded from a checkpoint
-    scheme = Scheme(cfg, algorithm, seed=0)
+    scheme = make_learner(cfg, algorithm, seed=0)
     try:
-        assert scheme.learner.rollouts.collector.policy_version == 40
-        assert lag_of(scheme.run_iteration()["metrics"]) == ON_POLICY
+        assert scheme.collection.published == 40
+        assert lag_of(scheme.run_iteration().metrics) == ON_POLICY
     finally:
         scheme.shutdown()
 
@@ -149,7 +150,7 @@ def test_sync_grad_workers_lag(collector):
 
 
 def test_decentralized_lag():
-    metrics = run(config(num_grad_workers=2, decentralized_update=True))
+    metrics = run(config(num_grad_workers=2, update="decentralized"))
     assert [lag_of(m) for m in metrics] == [ON_POLICY] * 3
     assert [m["train/policy_version"] for m in metrics] == [4.0, 8.0, 12.0]
 
@@ -164,7 +165,7 @@ def test_async_lag_unit_and_bounds():
     returns at least 4, all on its first batch: a max of at least 3, a sum of
     at least 0 + 1 + 2 + 3.
     """
-    metrics = run(config(num_grad_workers=2, grad_communication="async", max_policy_lag=100))
+    metrics = run(config(num_grad_workers=2, update="async", max_gradient_lag=100))
     assert [m["train/policy_version"] for m in metrics] == [8.0, 16.0, 24.0]
     assert all(m["train/dropped_gradients"] == 0 for m in metrics)
     first = metrics[0]

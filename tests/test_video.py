@@ -14,16 +14,10 @@ import torch
 from PIL import Image
 
 from fleetrl.cli import main
-from fleetrl.config import load_config
 from fleetrl.errors import ConfigError, EnvError
 from fleetrl.evaluate import evaluate
-from fleetrl.video import (
-    DIR_MSG,
-    SUFFIX_MSG,
-    TB_VIDEO_TAG,
-    check_video_path,
-    record_video,
-)
+from fleetrl.setup.load import load_config
+from fleetrl.video import DIR_MSG, SUFFIX_MSG, TB_VIDEO_TAG, check_video_path, record_video
 
 ROOT = Path(__file__).parent.parent
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
@@ -136,7 +130,7 @@ def test_max_episode_steps_truncates_the_recorded_episodes(tmp_path):
 
 
 def test_the_video_shows_the_episodes_evaluate_scores(tmp_path):
-    from fleetrl.build import make_algorithm
+    from fleetrl.setup.build import make_algorithm
 
     policy = make_algorithm(load_config(PPO, []), 3).policy
     video = record_video(policy, "CartPole-v1", tmp_path / "c.mp4", num_episodes=3, seed=7)
@@ -146,7 +140,7 @@ def test_the_video_shows_the_episodes_evaluate_scores(tmp_path):
 
 
 def test_atari_video_is_the_raw_screen_at_agent_steps(tmp_path):
-    from fleetrl.engines import AtariEnv
+    from fleetrl.envs.atari import AtariEnv
 
     for engine in ("gymnasium", "ale_vector"):  # a C++ engine's run is shown in gymnasium's
         path = tmp_path / f"{engine}.mp4"

@@ -17,8 +17,8 @@ _EXPORTS = {
     "APPO": "fleetrl.algorithms.appo",
     "APPOConfig": "fleetrl.algorithms.appo",
     "Algorithm": "fleetrl.algorithms.base",
-    "AtariEnv": "fleetrl.engines",
-    "BatchedEnv": "fleetrl.envs",
+    "AtariEnv": "fleetrl.envs.atari",
+    "BatchedEnv": "fleetrl.envs.base",
     "CheckpointError": "fleetrl.errors",
     "CollectorClosedError": "fleetrl.errors",
     "Config": "fleetrl.config",
@@ -26,13 +26,13 @@ _EXPORTS = {
     "DQN": "fleetrl.algorithms.dqn",
     "DQNConfig": "fleetrl.algorithms.dqn",
     "DataCollectorBase": "fleetrl.collectors.base",
-    "EnvEngine": "fleetrl.engines",
+    "EnvEngine": "fleetrl.config",
     "EnvError": "fleetrl.errors",
     "EpisodeStats": "fleetrl.collectors.base",
     "FleetError": "fleetrl.errors",
     "IMPALA": "fleetrl.algorithms.impala",
     "IMPALAConfig": "fleetrl.algorithms.impala",
-    "MujocoEnv": "fleetrl.mujoco_envs",
+    "MujocoEnv": "fleetrl.envs.mujoco",
     "PPO": "fleetrl.algorithms.ppo",
     "PPOConfig": "fleetrl.algorithms.ppo",
     "PolicyError": "fleetrl.errors",
@@ -47,8 +47,8 @@ _EXPORTS = {
     "WorkerLostError": "fleetrl.errors",
     "as_policy": "fleetrl.policies",
     "episode_stats": "fleetrl.collectors.base",
-    "load_config": "fleetrl.config",
-    "make_env": "fleetrl.envs",
+    "load_config": "fleetrl.setup.load",
+    "make_env": "fleetrl.envs.make",
 }
 
 __all__ = [
@@ -131,9 +131,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         SyncDataCollector,
         episode_stats,
     )
-    from fleetrl.config import Config, load_config
-    from fleetrl.engines import AtariEnv, EnvEngine
-    from fleetrl.envs import BatchedEnv, make_env
+    from fleetrl.config import Config, EnvEngine
+    from fleetrl.envs.atari import AtariEnv
+    from fleetrl.envs.base import BatchedEnv
+    from fleetrl.envs.make import make_env
+    from fleetrl.envs.mujoco import MujocoEnv
     from fleetrl.errors import (
         CheckpointError,
         CollectorClosedError,
@@ -144,6 +146,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         WorkerError,
         WorkerLostError,
     )
-    from fleetrl.mujoco_envs import MujocoEnv
     from fleetrl.policies import RandomPolicy, as_policy
+    from fleetrl.setup.load import load_config
     from fleetrl.trainer import Trainer

@@ -18,7 +18,7 @@ take ``None`` too), for parity with torchrl's collectors; :func:`is_unlimited`
 is the one test for both spellings.
 
 Examples:
-    >>> batch_size_problems(frames_per_batch=10, total_frames=None, num_envs=4)
+    >>> [str(p) for p in batch_size_problems(frames_per_batch=10, total_frames=None, num_envs=4)]
     ['frames_per_batch=10 is invalid: must be a multiple of the number of envs (4); use 8 or 12']
     >>> batch_size_problems(frames_per_batch=64, total_frames=-1, num_envs=4, split=2)
     []
@@ -31,11 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fleetrl.errors import Problem
+
 __all__ = ["PYTHON_NAMES", "BatchSizeNames", "batch_size_problems", "is_unlimited"]
 
 #: one message for every batch-size problem; ``split`` is empty unless a sync
 #: collector splits the batch over several collectors first
-BATCH_SIZE_MSG = "{arg}={value!r} is invalid: {split}must be a multiple of {unit}; use {fix}"
+BATCH_SIZE_MSG = "{split}must be a multiple of {unit}; use {fix}"
 SPLIT_MSG = "{sync} splits each batch across the {m} collectors: "
 SHARE_MSG = "{arg} / {num_collectors} = {share:g} frames per collector "
 
@@ -66,7 +68,7 @@ def batch_size_problems(
     num_envs: int | Sequence[int | None] | None,
     split: int = 1,
     names: BatchSizeNames = PYTHON_NAMES,
-) -> list[str]:
+) -> list[Problem]:
     """The batch-size problems of one collection setup (empty when there are none).
 
     Pure: it only does arithmetic, so a config, a local collector and a remote
@@ -90,21 +92,16 @@ def batch_size_problems(
         problems += _frames_problems(frames_per_batch, n, known, max(1, split), names)
     if _positive_int(total_frames) and n is not None and total_frames % n:
         lo = max(n, total_frames // n * n)
-        problems.append(
-            BATCH_SIZE_MSG.format(
-                arg=names.total_frames,
-                value=total_frames,
-                split="",
-                unit=_envs_unit(n, known),
-                fix=f"{lo} or {lo + n}",
-            )
+        allowed = BATCH_SIZE_MSG.format(
+            split="", unit=_envs_unit(n, known), fix=f"{lo} or {lo + n}"
         )
+        problems.append(Problem(names.total_frames, total_frames, allowed))
     return problems
 
 
 def _frames_problems(
     value: int, n: int | None, known: list[int], m: int, names: BatchSizeNames
-) -> list[str]:
+) -> list[Problem]:
     arg = names.frames_per_batch
     step = m * (n or 1)
     if value % step == 0:
@@ -121,7 +118,7 @@ def _frames_problems(
             split += SHARE_MSG.format(arg=arg, num_collectors=names.num_collectors, share=value / m)
             unit = f"each collector's {n} envs"
         fix = f"{arg}={lo} or {lo + step}"
-    return [BATCH_SIZE_MSG.format(arg=arg, value=value, split=split, unit=unit, fix=fix)]
+    return [Problem(arg, value, BATCH_SIZE_MSG.format(split=split, unit=unit, fix=fix))]
 
 
 def _envs_unit(n: int, known: list[int]) -> str:

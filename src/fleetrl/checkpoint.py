@@ -63,7 +63,6 @@ TMP_GLOB = ".checkpoint_*.pt.tmp"
 # every fleetrl checkpoint has these; the Trainer may add more
 REQUIRED_KEYS = ("algorithm", "frames", "iterations", "episodes", "config")
 #: old key -> its name now; a checkpoint written before the rename loads as if written after
-RENAMED_KEYS = {"updates": "iterations"}  # the loop's iterations, not optimizer steps
 
 NOT_A_FILE = (
     "checkpoint {path} is invalid: no such file; pass a run directory or a checkpoint_*.pt file"
@@ -148,10 +147,6 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         # torch.load fails in many ways on bad input (RuntimeError from the zip reader,
         # EOFError, UnpicklingError, OSError, ValueError, ...): all mean "not loadable".
         raise CheckpointError(_why_not_loadable(path, err)) from None
-    if isinstance(state, dict):
-        for old, new in RENAMED_KEYS.items():
-            if old in state and new not in state:
-                state[new] = state.pop(old)
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(MISSING_KEYS.format(path=path, keys=", ".join(map(repr, missing))))

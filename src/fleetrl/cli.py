@@ -24,7 +24,7 @@ __all__ = ["main"]
 
 
 def _train(args: argparse.Namespace) -> int:
-    from fleetrl.config import load_config
+    from fleetrl.setup.load import load_config
     from fleetrl.trainer import Trainer
 
     if args.resume:
@@ -65,11 +65,11 @@ def _first_line(err: BaseException) -> str:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from fleetrl.build import make_algorithm
     from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
-    from fleetrl.config import config_from_dict
-    from fleetrl.engines import env_spec
-    from fleetrl.trainer import evaluate
+    from fleetrl.envs.make import create_env_fn
+    from fleetrl.evaluate import evaluate
+    from fleetrl.setup.build import make_algorithm
+    from fleetrl.setup.load import config_from_dict
 
     video = None
     if args.video is not None:  # a path that cannot be written fails before any work
@@ -83,7 +83,7 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         path, state = target, load_checkpoint(target)
     config = config_from_dict(state["config"])
-    spec = env_spec(config.env)  # an Atari run evaluates with its engine and preprocessing
+    spec = create_env_fn(config.env)  # an Atari run evaluates with its engine and preprocessing
     algorithm = make_algorithm(config)  # unseeded: the checkpoint's weights are loaded next
     try:
         algorithm.load_state_dict(state["algorithm"])

@@ -1,104 +1,73 @@
-"""Typed training configs, loaded from YAML with ``key=value`` overrides.
+"""The typed config of a training run: data only.
 
-A config file has one section per dataclass below (``env``, ``collector``,
-``trainer``, ``scheme``, ``logging``) and one for the algorithm, named after
-it (``ppo``, ``a2c``, ...). Each algorithm owns its section: the dataclass and
-its validation live in its file (``fleetrl/algorithms/ppo.py`` defines
-``PPOConfig``), and the registry :data:`fleetrl.algorithms.ALGORITHMS` maps a
-name to the algorithm class, which knows its config class. A :class:`Config`
-holds the chosen algorithm's section only: ``config.algo``, also reachable by
-its name (``config.ppo`` when ``algorithm: ppo``). Overrides use dotted paths:
-``fleetrl train configs/ppo_cartpole.yaml ppo.lr=1e-3 collector.num_collectors=4``.
-Values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``).
+A config has one section per dataclass below (``env``, ``collector``,
+``trainer``, ``scheme``, ``logging``) and one for the algorithm, named after it
+in YAML (``ppo:``) and held in :attr:`Config.algo`; each algorithm's section is
+a dataclass in its own file (``PPOConfig`` in ``fleetrl/algorithms/ppo.py``),
+a subclass of :class:`AlgorithmConfig`. Each field has a doc line; derived
+values are properties (:attr:`SchemeConfig.mode`, :attr:`CollectorConfig.mode`).
+Modes, schedules and engines are Enums, written as their values in YAML.
 
-Modes and schedules are Enums inside (:class:`Schedule`,
-:class:`GradCommunication`, ``ModelKind``), written as their values in YAML
-and on the command line. A config is validated as a whole: every problem is
-reported at once, with the value and what is allowed.
-
-Sections of other algorithms in a file (an older run's ``config.yaml``, or a
-file switched with ``algorithm=...``) are dropped with one logged warning, and
-so is ``trainer.clip_schedule`` (now ``ppo.clip_schedule``, where its value
-moves); an override naming either is an error, as it would change nothing.
+Nothing here reads files or checks values: :mod:`fleetrl.setup` loads a config
+from YAML with ``key=value`` overrides (:func:`fleetrl.setup.load_config`) and
+verifies it as a whole (:func:`fleetrl.setup.verify`).
 
 Examples:
-    >>> cfg = config_from_dict({"algorithm": "ppo", "env": {"id": "CartPole-v1"}})
-    >>> cfg.algorithm, cfg.env.id, cfg.ppo.clip_epsilon
-    ('ppo', 'CartPole-v1', 0.2)
-    >>> sorted(config_to_dict(cfg))
-    ['algorithm', 'collector', 'env', 'logging', 'ppo', 'scheme', 'trainer']
+    >>> from fleetrl.algorithms import PPOConfig
+    >>> cfg = Config(algorithm="ppo", env=EnvConfig(id="Pendulum-v1"), algo=PPOConfig())
+    >>> cfg.scheme.mode, cfg.collector.mode
+    (<LearnerMode.CENTRAL: 'central'>, <CollectionMode.RAY_SYNC: 'ray_sync'>)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import logging
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from fleetrl.config_checks import (
-    RANGES,
-    validate_batch_sizes,
-    validate_collector,
-    validate_decoupled,
-    validate_device,
-    validate_normalization,
-    validate_overlap,
-    validate_video,
-)
-from fleetrl.errors import ConfigError
-from fleetrl.typed_yaml import (
-    Checks,
-    check_fields,
-    deep_copy,
-    enum_of,
-    enum_value,
-    fill_dataclass,
-    parse_override,
-    read_yaml_mapping,
-    to_plain,
-)
+from fleetrl.errors import Problems
 
 __all__ = [
     "AlgorithmConfig",
     "AtariConfig",
-    "Checks",
+    "CollectionMode",
     "CollectorConfig",
     "Config",
     "EnvConfig",
-    "GradCommunication",
+    "EnvEngine",
+    "LearnerMode",
     "LoggingConfig",
     "Schedule",
     "SchemeConfig",
     "TrainerConfig",
-    "check_config",
-    "config_from_dict",
-    "config_to_dict",
-    "load_config",
-    "read_yaml_mapping",
+    "enum_of",
+    "enum_value",
 ]
 
-log = logging.getLogger(__name__)
 
-OTHER_SECTION_MSG = (
-    "{key} is invalid here: the {section} section belongs to algorithm={section!r} and this "
-    "config trains algorithm={algorithm!r}; set {algorithm}.{rest} instead, or train {section} "
-    "with algorithm={section}"
-)
-MOVED_KEY_MSG = "{key} is invalid: it moved to {new}; write {new}={value} instead"
-IGNORED_WARNING = (
-    "config: ignored %s (this config trains algorithm=%r and holds only its section; a run's "
-    "config.yaml now keeps just that one)"
-)
-UNKNOWN_ATTR_MSG = (
-    "config.{name}: this config trains algorithm={algorithm!r} and holds only its section "
-    "(config.{algorithm}, also config.algo)"
-)
-#: keys that moved: old dotted key -> (the new key, the algorithm it applies to)
-MOVED_KEYS = {"trainer.clip_schedule": ("ppo.clip_schedule", "ppo")}
+def enum_of(hint: Any) -> type[enum.Enum] | None:
+    """The Enum class a type hint names (None for any other hint)."""
+    return hint if isinstance(hint, type) and issubclass(hint, enum.Enum) else None
+
+
+def enum_value(cls: type[enum.Enum], value: Any) -> enum.Enum | None:
+    """``value`` as a member of ``cls`` (given by member or by value), None if it is neither."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        return None
+
+
+class EnvEngine(str, enum.Enum):
+    """What steps the envs (``env.engine``): any of the three for Atari games; gymnasium or
+    envpool for MuJoCo; gymnasium for every other env (:mod:`fleetrl.envs`)."""
+
+    GYMNASIUM = "gymnasium"
+    ALE_VECTOR = "ale_vector"
+    ENVPOOL = "envpool"
 
 
 class Schedule(str, enum.Enum):
@@ -108,16 +77,34 @@ class Schedule(str, enum.Enum):
     LINEAR = "linear"  # decays to 0 at trainer.total_frames
 
 
-class GradCommunication(str, enum.Enum):
-    """How the update worker combines the gradient workers' gradients."""
+class LearnerMode(str, enum.Enum):
+    """Which learner trains (``scheme``): the central one, or gradient workers that update in
+    one of three ways (``scheme.update``).
 
-    SYNC = "sync"  # average every worker's gradients per step
-    ASYNC = "async"  # apply each worker's gradients first ready
+    Examples:
+        >>> LearnerMode.ASYNC == "async", LearnerMode("decentralized").name
+        (True, 'DECENTRALIZED')
+    """
+
+    CENTRAL = "central"  # one learner in the driver computes and applies the gradients
+    SYNC = "sync"  # gradient workers; the update worker averages each step's gradients
+    ASYNC = "async"  # gradient workers; the update worker applies gradients first ready
+    DECENTRALIZED = "decentralized"  # gradient workers all-reduce and each applies the mean
+
+
+class CollectionMode(str, enum.Enum):
+    """How a learner collects (``collector``): in its own process, from Ray workers round by
+    round or first ready, or decoupled (the workers write into a replay buffer actor)."""
+
+    LOCAL = "local"  # collector.num_collectors: 0, a SyncDataCollector in the learner's process
+    RAY_SYNC = "ray_sync"  # remote collectors, every one's share stacked into each batch
+    RAY_FIRST_READY = "ray_first_ready"  # remote collectors, each batch first ready
+    DECOUPLED = "decoupled"  # remote collectors writing into a replay buffer actor
 
 
 @dataclass
 class AtariConfig:
-    """Atari preprocessing, with one meaning in every engine (see :mod:`fleetrl.engines`).
+    """Atari preprocessing, with one meaning in every engine (see :mod:`fleetrl.envs.atari`).
 
     The defaults are the standard ones (Machado et al. 2018; CleanRL, SB3):
     84x84 grayscale, 4 frames per agent step max-pooled over the last two,
@@ -151,7 +138,7 @@ class EnvConfig:
     """envs stepped as one batch in each collector."""
     max_episode_steps: int | None = None
     """truncate episodes after this many steps (None: the env's own limit)."""
-    engine: str = "gymnasium"
+    engine: EnvEngine = EnvEngine.GYMNASIUM
     """what steps the envs: 'gymnasium' (a gymnasium vector env), 'ale_vector' (ale-py's
     threaded C++ vector env; Atari only) or 'envpool' (C++; Atari and MuJoCo ids, e.g.
     HalfCheetah-v5); other envs use 'gymnasium'."""
@@ -181,7 +168,7 @@ class CollectorConfig:
     own default is False, torchrl's; a training run defaults to the on-policy setting."""
     prefetch: int = 0
     """batches each worker may collect ahead of the learner (0: on-policy in sync mode;
-    async lag is bounded only by max_policy_lag). RayCollector's own default is 1, for
+    first-ready lag is bounded only by collector.max_served_lag). RayCollector's own default is 1, for
     throughput; a training run defaults to no lag, which on-policy algorithms need."""
     num_cpus_per_collector: float = 1.0
     """Ray CPUs reserved per collector."""
@@ -193,9 +180,10 @@ class CollectorConfig:
     """sync, remote collectors: preempt the stragglers once this fraction of collectors finished."""
     address: str | None = None
     """Ray cluster address to attach to (None: the running instance or a new local one)."""
-    max_policy_lag: int | None = None
-    """remote collectors: a batch more than this many weight versions old is collected again
-    (None: no bound; async lag otherwise grows with collectors and slow workers)."""
+    max_served_lag: int | None = None
+    """remote collectors: a batch more than this many weight versions behind the newest
+    published one is not served but collected again (None: no bound; first-ready lag otherwise
+    grows with collectors and slow workers)."""
     max_restart_attempts: int = 3
     """remote collectors: replacements of a dead collector worker tried in a row."""
     num_threads: int | None = 1
@@ -214,6 +202,16 @@ class CollectorConfig:
     """decoupled: frames the collectors may write beyond what the learner's updates so far
     need at the ratio; past it no new task is issued until the learner catches up (null: one
     frames_per_batch per collector)."""
+
+    @property
+    def mode(self) -> CollectionMode:
+        """How the collectors serve the learner, from ``num_collectors``, ``sync`` and
+        ``decoupled``."""
+        if self.num_collectors == 0:
+            return CollectionMode.LOCAL
+        if self.decoupled:
+            return CollectionMode.DECOUPLED
+        return CollectionMode.RAY_SYNC if self.sync else CollectionMode.RAY_FIRST_READY
 
 
 @dataclass
@@ -241,6 +239,9 @@ class TrainerConfig:
     device: str = "cpu"
     """the learner's device: 'cpu', or 'cuda' (or 'cuda:N') on a machine with a GPU; the
     collectors keep their own (the CPU)."""
+    backend: str = "ray"
+    """where remote collectors and gradient workers run: 'ray' (Ray actors) or 'inprocess'
+    (objects in this process, one task at a time: for debugging; fleetrl.backends)."""
 
 
 @dataclass
@@ -255,12 +256,13 @@ class SchemeConfig:
 
     num_grad_workers: int = 1
     """gradient workers (Ray actors); 1: the central learner, in this process."""
-    grad_communication: GradCommunication = GradCommunication.SYNC
-    """'sync': average all workers' gradients per step; 'async': apply them first ready."""
-    decentralized_update: bool = False
-    """all-reduce gradients among the workers (gloo) and step every replica (DD-PPO)."""
-    max_policy_lag: int = 4
-    """async: drop gradients computed on weights more than this many versions old."""
+    update: LearnerMode = LearnerMode.SYNC
+    """how 2 or more gradient workers update: 'sync' (the update worker averages every
+    worker's gradients per step), 'async' (it applies them first ready, A3C-like) or
+    'decentralized' (the workers all-reduce their gradients over gloo and each steps its own
+    replica, DD-PPO-like)."""
+    max_gradient_lag: int = 4
+    """update 'async': drop a gradient computed on weights more than this many versions old."""
     num_cpus_per_grad_worker: float = 1.0
     """Ray CPUs reserved per gradient worker."""
     grad_worker_resources: dict[str, float] = field(default_factory=dict)
@@ -271,6 +273,11 @@ class SchemeConfig:
     """sync/async: replacements of a dead gradient worker tried in a row (doubling wait)."""
     num_threads_per_grad_worker: int | None = 1
     """torch threads in each gradient worker process (null: torch's default)."""
+
+    @property
+    def mode(self) -> LearnerMode:
+        """The learner that trains: central with one gradient worker, else ``update``'s."""
+        return LearnerMode.CENTRAL if self.num_grad_workers == 1 else LearnerMode(self.update)
 
 
 @dataclass
@@ -316,7 +323,7 @@ class AlgorithmConfig:
             if member is not None:  # an unknown value is left for the checks to report
                 setattr(self, name, member)
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         """Append this section's problems (``check`` prefixes the keys with the section)."""
         check(self.lr > 0, "lr", self.lr, "must be > 0")
         check(0 < self.gamma <= 1, "gamma", self.gamma, "must be in (0, 1]")
@@ -345,252 +352,25 @@ class AlgorithmConfig:
 
 @dataclass
 class Config:
-    """A whole training run: env, collectors, trainer, scheme, logging and one algorithm."""
+    """A whole training run: env, collectors, trainer, scheme, logging and one algorithm.
+
+    ``algo`` is the section of ``algorithm`` (a ``PPOConfig`` for ``"ppo"``):
+    :func:`fleetrl.setup.load_config` builds it from the YAML's ``ppo:`` section, and a
+    config built in code passes it (:func:`fleetrl.setup.verify` says when it does not fit).
+    """
 
     algorithm: str = "ppo"
-    """which algorithm trains: a key of fleetrl.algorithms.ALGORITHMS."""
+    """which algorithm trains: ppo, a2c, dqn, sac, impala or appo."""
     env: EnvConfig = field(default_factory=EnvConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     scheme: SchemeConfig = field(default_factory=SchemeConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     algo: AlgorithmConfig | None = None
-    """the chosen algorithm's section (None: its defaults), written under its name (``ppo:``)
-    in YAML and reachable by it (``config.ppo``)."""
-
-    def __post_init__(self) -> None:
-        cls = _algorithm_classes().get(self.algorithm)
-        if self.algo is None and cls is not None:
-            self.algo = cls.config_class()
-
-    def __getattr__(self, name: str) -> Any:
-        # called only when normal lookup fails: config.ppo is the chosen section by its name
-        algorithm = self.__dict__.get("algorithm")
-        if algorithm is not None and name == algorithm:
-            return self.__dict__.get("algo")
-        if algorithm is not None and name in _algorithm_classes():
-            raise AttributeError(UNKNOWN_ATTR_MSG.format(name=name, algorithm=algorithm))
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    """the chosen algorithm's section, written under its name (``ppo:``) in YAML."""
 
     @property
-    def algorithm_class(self) -> type | None:
-        """The algorithm class of ``algorithm`` (None when the name is unknown)."""
-        return _algorithm_classes().get(self.algorithm)
-
-
-def _algorithm_classes() -> dict[str, type]:
-    # the registry imports torch and torchrl; imported when first needed, and the
-    # algorithm files import this module for their config base
-    from fleetrl.algorithms import ALGORITHMS
-
-    return ALGORITHMS
-
-
-# ------------------------------------------------------------------ loading
-
-
-def _validate(cfg: Config, problems: list[str]) -> None:
-    check = Checks(problems)
-    for f in dataclasses.fields(cfg):  # finite floats, Enum values, in every section
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            check_fields(value, check.section(cfg.algorithm if f.name == "algo" else f.name))
-    classes = _algorithm_classes()
-    check(cfg.algorithm in classes, "algorithm", cfg.algorithm, f"must be one of {sorted(classes)}")
-    for key, (ok, allowed) in RANGES.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        check(ok(value), key, value, allowed)
-    validate_collector(cfg.collector, check.section("collector"))
-    validate_overlap(cfg, check)
-    validate_video(cfg, check)
-    validate_decoupled(cfg, check, classes)
-    validate_normalization(cfg, check)
-    validate_batch_sizes(cfg, check)
-    validate_device(cfg, check)
-    _validate_scheme(cfg, check.section("scheme"))
-    cls = classes.get(cfg.algorithm)
-    if cls is None:
-        return
-    if not isinstance(cfg.algo, cls.config_class):
-        got = type(cfg.algo).__name__
-        check(False, cfg.algorithm, got, f"must be a {cls.config_class.__name__}")
-        return
-    cfg.algo.validate(cfg, check.section(cfg.algorithm))
-
-
-def _validate_scheme(cfg: Config, check: Checks) -> None:
-    s = cfg.scheme
-    mode = enum_value(GradCommunication, s.grad_communication)
-    for name, amount in s.grad_worker_resources.items():
-        check(amount >= 0, f"grad_worker_resources.{name}", amount, "must be >= 0")
-    if s.num_grad_workers == 1:
-        # one worker at a level runs in the driver: the central learner, nothing distributed
-        check(
-            mode is not GradCommunication.ASYNC,
-            "grad_communication",
-            s.grad_communication,
-            "'async' needs scheme.num_grad_workers >= 2 (1 is the central learner)",
-        )
-        check(
-            not s.decentralized_update,
-            "decentralized_update",
-            s.decentralized_update,
-            "needs scheme.num_grad_workers >= 2 (1 is the central learner)",
-        )
-        return
-    classes = _algorithm_classes()
-    on_policy = [name for name, cls in classes.items() if cls.on_policy]
-    cls = classes.get(cfg.algorithm)
-    check(
-        cls is None or cls.on_policy or mode is not GradCommunication.ASYNC,
-        "grad_communication",
-        s.grad_communication,
-        f"'async' runs the on-policy algorithms {on_policy}: a replica of "
-        f"algorithm={cfg.algorithm!r} must see every update for its target network to follow "
-        "the master's; use 'sync'",
-    )
-    check(
-        not (s.decentralized_update and mode is GradCommunication.ASYNC),
-        "decentralized_update",
-        s.decentralized_update,
-        "all-reduce is synchronous: needs scheme.grad_communication='sync'",
-    )
-
-
-def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> Config:
-    """Build and validate a Config; raises one ConfigError listing every problem.
-
-    Besides types and ranges, the env is checked: ``env.id`` must be a
-    registered gymnasium id whose env can be made, and its actions must suit
-    the algorithm (see :func:`fleetrl.preflight.check_env`). Sections of other
-    algorithms, and keys that moved, are dropped with one logged warning (see
-    the module docstring); overrides naming them are problems.
-    """
-    if data is not None and not isinstance(data, dict):
-        raise ConfigError([f"config={data!r} is invalid: must be a mapping of config sections"])
-    data = deep_copy(data or {})
-    problems: list[str] = []
-    parsed = []
-    for text in overrides or []:
-        try:
-            parsed.append((text, *parse_override(text)))
-        except ConfigError as err:
-            problems.extend(err.problems)
-    algorithm = data.get("algorithm", Config.algorithm)
-    for _, path, value in parsed:
-        if path == ["algorithm"]:
-            algorithm = value
-    _drop_other_sections(data, algorithm)
-    for text, path, value in parsed:
-        problem = _override_problem(path, value, algorithm)
-        if problem:
-            problems.append(problem)
-            continue
-        node = data
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                problems.append(f"override {text!r} is invalid: {part} is not a section")
-                break
-        else:
-            node[path[-1]] = value
-    cfg = _fill_config(data, problems)  # a field with a bad type keeps its default...
-    check_config(cfg, problems)  # ...so the range checks can run on the rest at the same time
-    return cfg
-
-
-def _fill_config(data: dict[str, Any], problems: list[str]) -> Config:
-    classes = _algorithm_classes()
-    algorithm = data.get("algorithm", Config.algorithm)
-    cls = classes.get(algorithm) if isinstance(algorithm, str) else None
-    section = data.pop(algorithm, {}) if cls is not None else {}
-    cfg = fill_dataclass(Config, data, "", problems, hidden=("algo",))
-    if cls is None:
-        cfg.algo = None  # the unknown name is reported by the range checks
-    elif not isinstance(section, dict):
-        problems.append(
-            f"{algorithm}={section!r} is invalid: must be a mapping of "
-            f"{cls.config_class.__name__} fields"
-        )
-        cfg.algo = cls.config_class()
-    else:
-        cfg.algo = fill_dataclass(cls.config_class, section, f"{algorithm}.", problems)
-    return cfg
-
-
-def _drop_other_sections(data: dict[str, Any], algorithm: Any) -> None:
-    """Drop what a config of ``algorithm`` no longer holds; one warning names all of it."""
-    dropped = []
-    for key in [k for k in data if k in _algorithm_classes() and k != algorithm]:
-        del data[key]
-        dropped.append(f"the {key} section")
-    for old, (new, owner) in MOVED_KEYS.items():
-        section, name = old.split(".")
-        if not isinstance(data.get(section), dict) or name not in data[section]:
-            continue
-        value = data[section].pop(name)
-        new_section, new_name = new.split(".")
-        if owner == algorithm and isinstance(data.setdefault(new_section, {}), dict):
-            data[new_section].setdefault(new_name, value)
-            dropped.append(f"{old} (moved to {new})")
-        else:
-            dropped.append(f"{old} (now {new}, for algorithm={owner})")
-    if dropped:
-        log.warning(IGNORED_WARNING, ", ".join(dropped), algorithm)
-
-
-def _override_problem(path: list[str], value: Any, algorithm: Any) -> str | None:
-    key = ".".join(path)
-    if key in MOVED_KEYS:
-        return MOVED_KEY_MSG.format(key=key, new=MOVED_KEYS[key][0], value=value)
-    if len(path) > 1 and path[0] != algorithm and path[0] in _algorithm_classes():
-        return OTHER_SECTION_MSG.format(
-            key=key, section=path[0], algorithm=algorithm, rest=".".join(path[1:])
-        )
-    return None
-
-
-def check_config(cfg: Config, problems: list[str] | None = None) -> None:
-    """Check ranges and the env of a Config (one built by hand too); one ConfigError for all.
-
-    Args:
-        cfg: the config.
-        problems: problems found before (e.g. unknown keys), reported with the rest.
-    """
-    problems = list(problems or [])
-    _validate(cfg, problems)
-    from fleetrl.engines import check_engine_config
-
-    check_engine_config(cfg.env, problems)
-    from fleetrl.preflight import check_env  # gymnasium and torchrl: imported when first needed
-
-    check_env(cfg, problems)
-    if problems:
-        raise ConfigError(problems)
-
-
-def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config file, apply ``key=value`` overrides, validate everything.
-
-    Examples:
-        >>> cfg = load_config("configs/ppo_cartpole.yaml", ["ppo.lr=3e-4", "env.num_envs=4"])
-        >>> cfg.algorithm, cfg.env.id, cfg.env.num_envs, cfg.ppo.lr
-        ('ppo', 'CartPole-v1', 4, 0.0003)
-        >>> load_config("configs/ppo_cartpole.yaml", ["ppo.lr=-1"])
-        Traceback (most recent call last):
-        ...
-        fleetrl.errors.ConfigError: ...ppo.lr=-1.0 is invalid: must be > 0...
-    """
-    return config_from_dict(read_yaml_mapping(path, "config"), overrides)
-
-
-def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """Plain dict (YAML- and ``torch.load(weights_only=True)``-safe): the sections and the
-    chosen algorithm's, under its name; Enums as their values."""
-    out = {
-        f.name: to_plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name != "algo"
-    }
-    if cfg.algo is not None:
-        out[cfg.algorithm] = to_plain(cfg.algo)
-    return out
+    def uses_ray(self) -> bool:
+        """Whether the run starts Ray: remote collectors or gradient workers on Ray actors."""
+        remote = self.collector.num_collectors > 0 or self.scheme.num_grad_workers > 1
+        return remote and self.trainer.backend == "ray"

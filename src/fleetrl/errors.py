@@ -19,7 +19,9 @@ are module constants so that tests can match them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "EnvError",
     "FleetError",
     "PolicyError",
+    "Problem",
     "Problems",
     "WorkerError",
     "WorkerLostError",
@@ -40,10 +43,16 @@ class FleetError(Exception):
 
 
 class ConfigError(FleetError, ValueError):
-    """An argument or config value is invalid. Lists every problem found."""
+    """An argument or config value is invalid. Lists every problem found.
 
-    def __init__(self, problems: Iterable[str]):
-        self.problems = list(problems)
+    ``details`` holds each :class:`Problem` (key, value, what is allowed);
+    ``problems`` their messages.
+    """
+
+    def __init__(self, problems: Iterable[Problem | str]):
+        items = list(problems)
+        self.details = [p if isinstance(p, Problem) else Problem("", text=str(p)) for p in items]
+        self.problems = [str(p) for p in items]
         if len(self.problems) == 1:
             msg = self.problems[0]
         else:
@@ -99,39 +108,104 @@ class WorkerLostError(WorkerError):
         self.args = (f"{role} {worker_id} was lost: {cause}",)
 
 
+def shown(value: Any) -> Any:
+    """What a message shows of a value: an Enum member by its value, as the YAML has it."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an argument or a config key: the key, its value, what is allowed.
+
+    ``str(problem)`` is the message: ``<key>=<value> is invalid: <allowed>``, or
+    ``text`` where a problem is said whole (an unknown key, a file that cannot be read).
+
+    Examples:
+        >>> str(Problem("ppo.lr", -1.0, "must be > 0"))
+        'ppo.lr=-1.0 is invalid: must be > 0'
+    """
+
+    key: str
+    value: Any = None
+    allowed: str = ""
+    text: str | None = None
+
+    def __str__(self) -> str:
+        if self.text is not None:
+            return self.text
+        return f"{self.key}={shown(self.value)!r} is invalid: {self.allowed}"
+
+
 def bad_value(arg: str, value: Any, allowed: str) -> str:
-    """Format one problem: the argument, the value it got, and what is allowed."""
-    return f"{arg}={value!r} is invalid: {allowed}"
+    """One problem's message: the argument, the value it got, and what is allowed."""
+    return str(Problem(arg, value, allowed))
 
 
 class Problems:
-    """Gathers every problem with a set of arguments, then raises them at once.
+    """Gathers every problem with a set of arguments or a config, then raises them at once.
+
+    The one problem gatherer of fleetrl: collectors check their Python arguments
+    with it, and the config's checks (:mod:`fleetrl.setup.verify`) check keys
+    with it, where :meth:`section` prefixes the keys (``ppo.`` + ``lr``). Called
+    (or :meth:`check`), it records at most one problem per key: a ``.nan`` lr is
+    not finite, and need not also be "not > 0".
 
     Examples:
         >>> p = Problems()
         >>> p.check(3 > 0, "frames_per_batch", 3, "must be > 0")
-        >>> p.check(-1 > 0, "num_envs", -1, "must be >= 1")
+        >>> p.section("ppo")(-1 > 0, "lr", -1.0, "must be > 0")
+        >>> [str(x) for x in p]
+        ['ppo.lr=-1.0 is invalid: must be > 0']
         >>> p.raise_if_any()
         Traceback (most recent call last):
         ...
-        fleetrl.errors.ConfigError: num_envs=-1 is invalid: must be >= 1
+        fleetrl.errors.ConfigError: ppo.lr=-1.0 is invalid: must be > 0
     """
 
-    def __init__(self) -> None:
-        self.items: list[str] = []
+    def __init__(self, items: list[Problem] | None = None, prefix: str = "") -> None:
+        self.items: list[Problem] = [] if items is None else items
+        self.prefix = prefix
 
-    def add(self, arg: str, value: Any, allowed: str) -> None:
-        self.items.append(bad_value(arg, value, allowed))
+    def __call__(self, ok: bool, key: str, value: Any, allowed: str) -> None:
+        """Record ``key=value`` as a problem unless ``ok`` (or ``key`` already has one)."""
+        if not ok and not self.has(key):
+            self.items.append(Problem(f"{self.prefix}{key}", value, allowed))
 
-    def check(self, ok: bool, arg: str, value: Any, allowed: str) -> None:
-        if not ok:
-            self.add(arg, value, allowed)
+    check = __call__
 
-    def positive_int(self, arg: str, value: Any, *, allow_minus_one: bool = False) -> None:
+    def add(self, key: str, value: Any, allowed: str) -> None:
+        """Record a problem with ``key=value``."""
+        self.items.append(Problem(f"{self.prefix}{key}", value, allowed))
+
+    def say(self, key: str, text: str) -> None:
+        """Record a problem with ``key``, said whole by ``text``."""
+        self.items.append(Problem(f"{self.prefix}{key}", text=text))
+
+    def extend(self, problems: Iterable[Problem]) -> None:
+        """Record problems found elsewhere (each once)."""
+        for problem in problems:
+            if problem not in self.items:
+                self.items.append(problem)
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` (under this section) has a problem already."""
+        return any(p.key == f"{self.prefix}{key}" for p in self.items)
+
+    def section(self, name: str) -> Problems:
+        """The same problems, with keys under ``name.``."""
+        return Problems(self.items, f"{self.prefix}{name}.")
+
+    def positive_int(self, key: str, value: Any, *, allow_minus_one: bool = False) -> None:
         ok = isinstance(value, int) and not isinstance(value, bool)
         ok = ok and (value > 0 or (allow_minus_one and value == -1))
         allowed = "an int > 0" + (" or -1 (no limit)" if allow_minus_one else "")
-        self.check(ok, arg, value, f"must be {allowed}")
+        self.check(ok, key, value, f"must be {allowed}")
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
 
     def raise_if_any(self) -> None:
         if self.items:

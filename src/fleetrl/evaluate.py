@@ -31,7 +31,7 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import Config
-from fleetrl.engines import env_spec
+from fleetrl.envs.make import create_env_fn
 from fleetrl.keys import DONE_KEY, EPISODE_RETURN_KEY
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def evaluate(
 ) -> torch.Tensor:
     """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode).
 
-    ``env_id``: a gymnasium id or an :class:`fleetrl.engines.AtariEnv` (the engine of training).
+    ``env_id``: a gymnasium id or an :class:`fleetrl.envs.AtariEnv` (the engine of training).
     """
     returns: list[float] = []
     with SyncDataCollector(
@@ -113,7 +113,7 @@ class Evaluator:
         with _own_random_stream():
             returns = evaluate(
                 policy,
-                env_spec(self.config.env),
+                create_env_fn(self.config.env),
                 t.num_test_episodes,
                 seed=t.seed + EVAL_SEED_OFFSET + iterations,
                 max_episode_steps=self.config.env.max_episode_steps,
@@ -148,7 +148,7 @@ class Evaluator:
         with _own_random_stream():
             video = record_video(
                 policy,
-                env_spec(self.config.env),
+                create_env_fn(self.config.env),
                 path,
                 num_episodes=self.config.logging.video_episodes,
                 seed=t.seed + EVAL_SEED_OFFSET + iterations,

@@ -27,7 +27,7 @@ and are merged exactly from every frame delivered to it:
   The learner divides the rewards it learns from by ``sqrt(var(G) + eps)``
   (then clips them); logged episode returns stay raw.
 
-When statistics change (:class:`~fleetrl.scheme.rollouts.Rollouts`): the
+When statistics change (:class:`~fleetrl.learners.rollouts.Rollouts`): the
 moments of each batch delivered are merged after the update on it, so a batch
 is learned with the statistics it was collected with (PPO's first-epoch ratio
 stays 1; its rewards are scaled by the returns of the batches before it) and
@@ -64,7 +64,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from fleetrl.envs import NestedKey
+from fleetrl.envs.base import NestedKey
 from fleetrl.keys import DISCOUNTED_RETURN_KEY, MASK_KEY, REWARD_KEY
 
 __all__ = [

@@ -1,11 +1,11 @@
 """Trainer: collect, learn, publish weights, evaluate, log, checkpoint.
 
-The training itself runs in a :class:`~fleetrl.scheme.Scheme` chosen by the
-config's ``scheme`` section: the central learner (one
+The training itself runs in a :class:`~fleetrl.learners.Learner` chosen by
+the config (:func:`~fleetrl.learners.make_learner`): the central learner (one
 :class:`~fleetrl.algorithms.Algorithm` in this process fed by collectors,
-publishing its weights every ``weight_update_interval`` batches), or gradient
-workers under an update worker (sync, async or decentralized). The Trainer
-loop is the same for all of them. An *iteration* is one pass of that loop,
+publishing its weights every ``weight_update_interval`` batches), the
+decoupled one, or gradient workers under an update worker (sync, async or
+decentralized). The Trainer loop is the same for all of them. An *iteration* is one pass of that loop,
 one metrics row (:attr:`Trainer.iterations`, ``train/iterations``); an
 *update* is one optimizer step (the policy version, ``time/updates_per_s``).
 Every ``test_every`` iterations the policy is
@@ -35,24 +35,20 @@ from typing import Any
 
 import yaml
 
-from fleetrl.build import make_algorithm
-from fleetrl.checkpoint import (
-    Resumption,
-    RunCheckpoints,
-    latest_checkpoint,
-    load_checkpoint,
-)
-from fleetrl.config import Config, check_config, config_to_dict, read_yaml_mapping
-from fleetrl.engines import env_spec
+from fleetrl.checkpoint import Resumption, RunCheckpoints
+from fleetrl.config import Config
 from fleetrl.errors import ConfigError
-from fleetrl.evaluate import Evaluator, evaluate, plot_learning_curve
+from fleetrl.evaluate import Evaluator, plot_learning_curve
+from fleetrl.learners import Learner, make_learner
 from fleetrl.metrics import MetricLogger
-from fleetrl.preflight import check_budget, check_resume_overrides, config_terms
 from fleetrl.run_control import ProgressBar, RunDir, StopOnSignal, default_run_dir
-from fleetrl.scheme import Scheme
+from fleetrl.runtime import RayStart, ray_running
+from fleetrl.setup.build import make_algorithm
+from fleetrl.setup.load import config_to_dict, read_yaml_mapping
+from fleetrl.setup.resume import check_budget, check_resume_overrides
+from fleetrl.setup.verify import check, resource_problems
 
-# evaluate, latest_checkpoint and load_checkpoint: importable from here as before
-__all__ = ["Trainer", "evaluate", "latest_checkpoint", "load_checkpoint"]
+__all__ = ["Trainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,17 +104,18 @@ class Trainer:
         self.startup_s: float | None = None
         self.config = config
         self.run_dir = Path(run_dir or config.logging.run_dir or default_run_dir(config))
-        # everything that can refuse the run is checked before the run directory is made
-        check_config(config)  # a Config built by hand was never validated
-        if config.logging.video_every:  # an env that cannot render fails now, not at its video
-            from fleetrl.video import check_rendering
-
-            check_rendering(env_spec(config.env), "logging.video_every", config.logging.video_every)
+        # everything that can refuse the run is checked before the run directory is made (a
+        # Config built in code was never checked); the env is described once, here
+        #: the env's spaces and engine (:class:`~fleetrl.envs.EnvSpec`), read once for the run
+        self.env_spec = check(config)
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules
-        self.algorithm = make_algorithm(config, config.trainer.seed, **modules)
-        self.scheme: Scheme | None = None
+        self.algorithm = make_algorithm(
+            config, config.trainer.seed, env_spec=self.env_spec, **modules
+        )
+        #: the learner while :meth:`train` runs
+        self.learner: Learner | None = None
         self.frames = 0
         self.iterations = 0  # loop iterations (metrics rows), not optimizer steps
         self.episodes = 0
@@ -143,6 +140,11 @@ class Trainer:
             resume_frames=self.frames if resume else None,
             columns=self.evaluator.columns,  # fixed from the first row: appended, never rewritten
         )
+        # Ray comes up in the background while the caller goes on (train() waits for it)
+        self._ray_start = (
+            RayStart({"address": config.collector.address}) if config.uses_ray else None
+        )
+        self._started_ray = False
 
     # ------------------------------------------------------------- resume
     def _resume(self) -> None:
@@ -174,13 +176,13 @@ class Trainer:
         every row up to the checkpoint. Older checkpoints are deleted only once
         the new one has loaded back (:func:`~fleetrl.checkpoint.save_checkpoint`).
         """
-        if self.scheme is not None:
-            collector = self.scheme.collector_state()
+        if self.learner is not None:
+            collector = self.learner.collector_state()
         else:  # not training: a resumed run's collector state is still to be used
             collector = self.resumption.collector_state if self.resumption else None
         self.metrics.sync()
         return self.checkpoints.save(
-            algorithm=(self.scheme or self.algorithm).state_dict(),
+            algorithm=(self.learner or self.algorithm).state_dict(),
             counters={
                 "frames": self.frames,
                 "iterations": self.iterations,
@@ -209,34 +211,49 @@ class Trainer:
             and sum(self.recent_returns) / len(self.recent_returns) >= target
         )
 
-    def make_scheme(self) -> Scheme:
-        """The configured scheme, starting from this trainer's algorithm and frame count."""
-        return Scheme(
+    def make_learner(self) -> Learner:
+        """The configured learner, starting from this trainer's algorithm and frame count."""
+        return make_learner(
             self.config,
             self.algorithm,
             frames=self.frames,
             seed=self.config.trainer.seed + 7919 * self.iterations,
             modules=self.modules,
+            env_spec=self.env_spec,
             replica_states=self.resumption.replica_states if self.resumption else None,
             collector_state=self.resumption.collector_state if self.resumption else None,
         )
 
-    def _start_scheme(self) -> Scheme:
-        """:meth:`make_scheme`; if it fails, a run that never started leaves nothing behind.
+    def _start_learner(self) -> Learner:
+        """:meth:`make_learner`; if it fails, a run that never started leaves nothing behind.
 
-        The collectors and workers find some problems only once Ray answers
-        (resources, a cluster address): what this Trainer created in the run
-        directory is removed again, and the collectors' problems are said in
-        config keys.
+        Ray, started in the background by the constructor, is waited for here,
+        and the resources the run asks for are checked against it (in config
+        keys). Some problems show only once Ray answers (a cluster address that
+        does not answer, resources the run cannot have): what this Trainer
+        created in the run directory is removed again.
         """
         try:
-            return self.make_scheme()
-        except BaseException as err:
+            if self._ray_start is not None:
+                self._started_ray = self._ray_start.wait() or self._started_ray
+                self._ray_start = None
+                problems = resource_problems(self.config)  # now that Ray answers
+                if problems:
+                    raise ConfigError(problems)
+            return self.make_learner()
+        except BaseException:
             self.metrics.close()
             self._made.remove_created()
-            if isinstance(err, ConfigError):
-                raise config_terms(err, self.config) from None
+            self._stop_ray()
             raise
+
+    def _stop_ray(self) -> None:
+        """Shut down a Ray instance this trainer started."""
+        if self._started_ray and ray_running():
+            import ray
+
+            ray.shutdown()
+        self._started_ray = False
 
     def train(self) -> dict[str, float]:
         """Run until ``total_frames`` or the target return; returns the last metrics.
@@ -252,32 +269,32 @@ class Trainer:
         t = self.config.trainer
         self.interrupted: signal.Signals | None = None
         start = time.perf_counter()
-        self.scheme = scheme = self._start_scheme()
+        self.learner = learner = self._start_learner()
         progress = ProgressBar(self.config, self.frames)
         frames_at_start = self.frames
         last: dict[str, float] = {}
         if self.resumption is not None:
-            self.resumption.continue_with(scheme.approximate_resume)
-        version_at_start = scheme.learner.version
-        # installed after the scheme starts: ray.init sets a SIGTERM handler of its own
+            self.resumption.continue_with(learner.approximate_resume)
+        version_at_start = learner.version
+        # installed after the learner starts: ray.init sets a SIGTERM handler of its own
         stop = StopOnSignal()
         try:
             stop.__enter__()
             while self.frames < t.total_frames:
-                self._apply_schedules(scheme)
+                self._apply_schedules(learner)
                 iteration_start = time.perf_counter()
-                result = scheme.run_iteration()
+                result = learner.run_iteration()
                 if result is None:
                     break
                 if self.startup_s is None:  # the batch arrived collect_s into the iteration
-                    collect_s = result["metrics"]["time/collect_s"]
+                    collect_s = result.metrics["time/collect_s"]
                     self.startup_s = iteration_start + collect_s - self._constructed_at
-                self.frames += result["frames"]
-                self.recent_returns.extend(result["returns"])
-                self.episodes += len(result["returns"])
+                self.frames += result.frames
+                self.recent_returns.extend(result.returns)
+                self.episodes += len(result.returns)
                 self.iterations += 1
                 elapsed = time.perf_counter() - start
-                lengths = result["lengths"]
+                lengths = result.lengths
                 last = {
                     "train/frames": self.frames,
                     "train/iterations": self.iterations,
@@ -286,15 +303,15 @@ class Trainer:
                     "train/episode_length": _mean(lengths) if lengths else float("nan"),
                     **self.algorithm.logged_parameters(),
                     "time/fps": (self.frames - frames_at_start) / elapsed,
-                    "time/updates_per_s": (scheme.learner.version - version_at_start) / elapsed,
+                    "time/updates_per_s": (learner.version - version_at_start) / elapsed,
                     "time/elapsed_s": elapsed,
-                    **result["metrics"],
-                    **result["info"],
+                    **result.metrics,
+                    **result.info,
                 }
                 if self.evaluator.due(self.iterations):
                     last.update(self._evaluate())
                 self.metrics.log(self.frames, last)
-                progress.update(result["frames"], last)
+                progress.update(result.frames, last)
                 if t.checkpoint_every and self.iterations % t.checkpoint_every == 0:
                     self.checkpoint()
                 if stop.received is not None:  # between iterations: the state is whole here
@@ -304,14 +321,15 @@ class Trainer:
                         "target return %s reached at %d frames", t.target_return, self.frames
                     )
                     break
-            self.checkpoint()  # while the scheme runs: decentralized state lives in the workers
+            self.checkpoint()  # while the learner runs: decentralized state lives in the workers
             if stop.received is not None:
                 self.interrupted = stop.received
                 logger.warning(STOPPED, stop.received.name, self.frames)
         finally:
             stop.__exit__()
-            scheme.shutdown()
-            self.scheme = None
+            learner.shutdown()
+            self.learner = None
+            self._stop_ray()
             progress.close()
         if self.config.logging.plot:
             self.plot()

@@ -65,9 +65,9 @@ __all__ = [
     "TB_VIDEO_TAG",
     "Video",
     "add_tensorboard_clip",
-    "check_rendering",
     "check_video_path",
     "record_video",
+    "rendering_problem",
     "video_env",
 ]
 
@@ -153,15 +153,15 @@ def check_video_path(path: str | Path, key: str = "--video") -> Path:
 def video_env(env_id: Any) -> tuple[gym.Env, float]:
     """One env that renders rgb_array frames, and its real-time frame rate.
 
-    ``env_id``: a gymnasium id or an :class:`fleetrl.engines.AtariEnv` (built in
+    ``env_id``: a gymnasium id or an :class:`fleetrl.envs.AtariEnv` (built in
     the gymnasium engine with its preprocessing, whatever its engine).
     """
-    from fleetrl.engines import AtariEnv, _gym_atari, is_atari_id
+    from fleetrl.envs.atari import AtariEnv, gym_atari, is_atari_id
 
     if isinstance(env_id, str) and is_atari_id(env_id):
         env_id = AtariEnv(env_id)
     if isinstance(env_id, AtariEnv):
-        env = _gym_atari(env_id.env_id, env_id.atari, render_mode="rgb_array")
+        env = gym_atari(env_id.env_id, env_id.atari, render_mode="rgb_array")
         return env, ATARI_HZ / env_id.atari.frame_skip
     if not isinstance(env_id, str):
         raise EnvError(f"env={env_id!r} is invalid for a video: pass a gymnasium id or an AtariEnv")
@@ -173,20 +173,21 @@ def video_env(env_id: Any) -> tuple[gym.Env, float]:
     return env, float(fps)
 
 
-def check_rendering(env_id: Any, key: str, value: Any) -> None:
-    """Build the video env, reset it and render one frame; a ConfigError naming ``key`` if
-    that fails (before a run starts, not at its first video)."""
+def rendering_problem(env_id: Any) -> str | None:
+    """Why ``env_id`` cannot be filmed (None: it can): its video env is built, reset and
+    rendered once, so that a run finds out before it starts, not at its first video."""
     try:
         env, _ = video_env(env_id)
     except EnvError as err:
-        raise ConfigError([f"{key}={value!r} is invalid: {err}"]) from None
+        return str(err)
     recorder = _FrameRecorder(env, getattr(env_id, "env_id", env_id), 1, None, False, 1.0)
     try:
         recorder.reset(seed=0)
     except EnvError as err:
-        raise ConfigError([f"{key}={value!r} is invalid: {err}"]) from None
+        return str(err)
     finally:
         env.close()
+    return None
 
 
 def record_video(
@@ -203,7 +204,7 @@ def record_video(
 
     Args:
         policy: a TensorDict policy (``None``: random actions).
-        env_id: a gymnasium id or an :class:`fleetrl.engines.AtariEnv`.
+        env_id: a gymnasium id or an :class:`fleetrl.envs.AtariEnv`.
         path: the mp4 to write (replaced atomically; checked with :func:`check_video_path`).
         num_episodes: episodes in the video, one after the other on one env.
         seed: episode ``i`` is seeded ``seed + i``.

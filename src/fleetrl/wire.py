@@ -78,7 +78,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from fleetrl.envs import NestedKey
+from fleetrl.envs.base import NestedKey
 from fleetrl.errors import ConfigError, bad_value
 from fleetrl.keys import DONE_KEY
 

@@ -5,13 +5,14 @@ import torch
 from tensordict import TensorDict
 
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.algorithms import A2C, PPO, A2CConfig, PPOConfig, env_info
+from fleetrl.algorithms import A2C, PPO, A2CConfig, PPOConfig
+from fleetrl.envs.spec import env_spec
 
 
 @pytest.fixture(scope="module")
 def cartpole_batch():
     torch.manual_seed(0)
-    ppo = PPO(PPOConfig(), env_info("CartPole-v1"))
+    ppo = PPO(PPOConfig(), env_spec("CartPole-v1"))
     with SyncDataCollector("CartPole-v1", ppo.policy, frames_per_batch=256, num_envs=4) as c:
         c.set_seed(0)
         return c.next()
@@ -19,7 +20,7 @@ def cartpole_batch():
 
 @pytest.mark.parametrize(("cls", "cfg"), [(PPO, PPOConfig()), (A2C, A2CConfig())])
 def test_gradients_applied_elsewhere_equal_a_local_step(cls, cfg, cartpole_batch):
-    info = env_info("CartPole-v1")
+    info = env_spec("CartPole-v1")
     torch.manual_seed(1)
     local = cls(cfg, info)
     torch.manual_seed(1)
@@ -42,7 +43,7 @@ def test_gradients_applied_elsewhere_equal_a_local_step(cls, cfg, cartpole_batch
 
 
 def test_compute_gradients_leaves_no_grad_behind(cartpole_batch):
-    ppo = PPO(PPOConfig(), env_info("CartPole-v1"))
+    ppo = PPO(PPOConfig(), env_spec("CartPole-v1"))
     before = ppo.get_weights()
     grads, _ = ppo.compute_gradients(ppo.prepare(cartpole_batch.clone()))
     assert all(p.grad is None for p in ppo.loss_module.parameters())
@@ -52,7 +53,7 @@ def test_compute_gradients_leaves_no_grad_behind(cartpole_batch):
 
 def test_update_algorithm_parameter_changes_behaviour(cartpole_batch):
     torch.manual_seed(2)
-    ppo = PPO(PPOConfig(lr=1e-3), env_info("CartPole-v1"))
+    ppo = PPO(PPOConfig(lr=1e-3), env_spec("CartPole-v1"))
     ppo.update_algorithm_parameter("lr", 0.0)
     assert ppo.optimizer.param_groups[0]["lr"] == 0.0
     before = ppo.get_weights()
@@ -71,12 +72,12 @@ def test_update_algorithm_parameter_changes_behaviour(cartpole_batch):
 
 
 def test_seed_properties_and_state_round_trip(cartpole_batch):
-    ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_info("CartPole-v1"))
+    ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
     assert (ppo.gamma, ppo.num_epochs, ppo.num_mini_batch) == (0.99, 2, 4)
     ppo.learn(cartpole_batch.clone())
     assert ppo.mini_batch_size == 64 and ppo.num_updates == 8
     state = ppo.state_dict()
-    other = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_info("CartPole-v1"))
+    other = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
     other.load_state_dict(state)
     assert (other.get_weights() == ppo.get_weights()).all()
     assert other.num_updates == 8
@@ -88,11 +89,11 @@ def test_dqn_checkpoint_keeps_the_target_update_schedule():
     cfg = DQNConfig(
         learning_starts=32, updates_per_batch=3, target_update_interval=5, batch_size=16
     )
-    dqn = DQN(cfg, env_info("CartPole-v1"))
+    dqn = DQN(cfg, env_spec("CartPole-v1"))
     with SyncDataCollector("CartPole-v1", dqn.policy, frames_per_batch=64, num_envs=2) as c:
         dqn.learn(c.next())
     assert dqn.target_updater.counter == 3
-    other = DQN(cfg, env_info("CartPole-v1"))
+    other = DQN(cfg, env_spec("CartPole-v1"))
     other.load_state_dict(torch.load(_roundtrip(dqn.state_dict()), weights_only=True))
     assert other.target_updater.counter == 3 and len(other.buffer) == 64
 
@@ -107,7 +108,7 @@ def _roundtrip(state):
 
 
 def test_continuous_actions_on_pendulum():
-    ppo = PPO(PPOConfig(), env_info("Pendulum-v1"))
+    ppo = PPO(PPOConfig(), env_spec("Pendulum-v1"))
     with SyncDataCollector("Pendulum-v1", ppo.policy, frames_per_batch=128, num_envs=2) as c:
         batch = c.next()
     assert batch["action"].shape == (2, 64, 1)
@@ -120,13 +121,13 @@ def test_algorithm_on_the_wrong_action_space_speaks_the_python_api():
     from fleetrl.algorithms import DQN, SAC, DQNConfig, SACConfig
 
     with pytest.raises(ConfigError) as info:
-        SAC(SACConfig(), env_info("CartPole-v1"))
+        SAC(SACConfig(), env_spec("CartPole-v1"))
     assert str(info.value) == (
         "info.num_actions=2 is invalid: SAC needs an env with continuous (Box) actions and this "
         "one has discrete actions; use DQN, PPO or A2C for it"
     )
     with pytest.raises(ConfigError) as info:
-        DQN(DQNConfig(), env_info("Pendulum-v1"))
+        DQN(DQNConfig(), env_spec("Pendulum-v1"))
     assert str(info.value) == (
         "info.num_actions=None is invalid: DQN needs an env with discrete actions and this one "
         "has 1-dimensional continuous actions; use SAC, PPO or A2C for it"

@@ -17,8 +17,10 @@ import torch
 from torch._dynamo.utils import counters
 
 from fleetrl import ConfigError, SyncDataCollector, load_config
-from fleetrl.algorithms import PPO, PPOConfig, env_info
+from fleetrl.algorithms import PPO, SAC, PPOConfig, SACConfig
 from fleetrl.algorithms.base import CUDAGRAPHS_CPU_MSG
+from fleetrl.algorithms.sac import SAC_CUDAGRAPHS_MSG
+from fleetrl.envs.spec import env_spec
 
 TOLERANCE = 1e-5
 SETTINGS = {
@@ -42,14 +44,14 @@ def learn(algorithm, batch, seed: int) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def batches():
     torch.manual_seed(0)
-    policy = PPO(PPOConfig(**SETTINGS), env_info("CartPole-v1")).policy
+    policy = PPO(PPOConfig(**SETTINGS), env_spec("CartPole-v1")).policy
     with SyncDataCollector("CartPole-v1", policy, frames_per_batch=64, num_envs=2) as c:
         c.set_seed(0)
         return [c.next() for _ in range(4)]
 
 
 def test_compiled_ppo_takes_the_eager_steps_through_parameter_changes_and_a_resume(batches, caplog):
-    info = env_info("CartPole-v1")
+    info = env_spec("CartPole-v1")
     torch.manual_seed(0)
     eager = PPO(PPOConfig(**SETTINGS), info)
     torch.manual_seed(0)
@@ -92,10 +94,35 @@ def test_compiled_ppo_takes_the_eager_steps_through_parameter_changes_and_a_resu
     assert all(torch.equal(a, b) for a, b in zip(before, resumed._params))
 
 
+def test_a_checkpoint_moves_between_eager_and_compiled_learners(batches):
+    """An eager run's checkpoint resumes compiled and back: the optimizer keeps its own
+    implementation (fused on the CPU; capturable with a tensor learning rate compiled)."""
+    info = env_spec("CartPole-v1")
+    torch.manual_seed(0)
+    eager = PPO(PPOConfig(**SETTINGS), info)
+    learn(eager, batches[0], 0)
+    compiled = PPO(PPOConfig(compile=True, **SETTINGS), info)
+    compiled.load_state_dict(eager.state_dict())
+    group = compiled.optimizer.param_groups[0]
+    assert group["capturable"] and isinstance(group["lr"], torch.Tensor)
+    learn(eager, batches[1], 1), learn(compiled, batches[1], 1)
+    assert max_difference(eager, compiled) < TOLERANCE
+    back = PPO(PPOConfig(**SETTINGS), info)
+    back.load_state_dict(compiled.state_dict())
+    group = back.optimizer.param_groups[0]
+    assert group["fused"] and not group["capturable"] and isinstance(group["lr"], float)
+    learn(eager, batches[2], 2), learn(back, batches[2], 2)
+    assert max_difference(eager, back) < TOLERANCE
+
+
 def test_cudagraphs_need_a_cuda_learner():
     message = CUDAGRAPHS_CPU_MSG.format(algo="ppo", device="cpu")
     with pytest.raises(ConfigError, match=re.escape(message)):
-        PPO(PPOConfig(cudagraphs=True), env_info("CartPole-v1"))
+        PPO(PPOConfig(cudagraphs=True), env_spec("CartPole-v1"))
+    with pytest.raises(
+        ConfigError, match=re.escape(f"sac.cudagraphs=True is invalid: {SAC_CUDAGRAPHS_MSG}")
+    ):
+        SAC(SACConfig(cudagraphs=True), env_spec("Pendulum-v1"))
     with pytest.raises(ConfigError) as err:
         load_config("configs/ppo_cartpole.yaml", ["ppo.cudagraphs=true"])
     assert str(err.value) == (
@@ -107,6 +134,6 @@ def test_cudagraphs_need_a_cuda_learner():
 
 def test_compile_takes_true_or_torch_compile_options():
     cfg = load_config("configs/ppo_cartpole.yaml", ["ppo.compile={mode: max-autotune}"])
-    assert cfg.ppo.compile == {"mode": "max-autotune"}
+    assert cfg.algo.compile == {"mode": "max-autotune"}
     with pytest.raises(ConfigError, match=re.escape("ppo.compile=3 is invalid: must be")):
         load_config("configs/ppo_cartpole.yaml", ["ppo.compile=3"])

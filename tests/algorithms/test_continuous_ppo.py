@@ -8,15 +8,11 @@ from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import TanhNormal
 
-from fleetrl.algorithms.models import (
-    ActionDistribution,
-    StateIndependentScale,
-    env_info,
-    make_actor_critic,
-)
+from fleetrl.algorithms.models import ActionDistribution, StateIndependentScale, make_actor_critic
 from fleetrl.algorithms.ppo import PPO, PPOConfig
-from fleetrl.config import config_from_dict
+from fleetrl.envs.spec import env_spec
 from fleetrl.errors import ConfigError
+from fleetrl.setup.load import config_from_dict
 
 
 def _obs(n: int = 5) -> TensorDict:
@@ -25,7 +21,7 @@ def _obs(n: int = 5) -> TensorDict:
 
 
 def test_normal_is_cleanrls_policy():
-    info = env_info("HalfCheetah-v5")
+    info = env_spec("HalfCheetah-v5")
     actor, critic = make_actor_critic("mlp", info, [64, 64], distribution="normal")
     body = actor.module[0].module
     assert isinstance(body, StateIndependentScale)
@@ -53,13 +49,13 @@ def test_normal_is_cleanrls_policy():
 
 def test_tanh_normal_stays_the_default():
     assert PPOConfig().distribution is ActionDistribution.TANH_NORMAL
-    ppo = PPO(PPOConfig(), env_info("Pendulum-v1"))
+    ppo = PPO(PPOConfig(), env_spec("Pendulum-v1"))
     td = ppo.policy(TensorDict({"observation": torch.randn(4, 3)}, [4]))
     assert td["action"].abs().max() <= 2.0  # squashed into Pendulum's [-2, 2]
     dist = ppo.policy.get_dist(TensorDict({"observation": torch.randn(4, 3)}, [4]))
     assert isinstance(dist, TanhNormal)
     cfg = config_from_dict({"algorithm": "ppo"}, ["ppo.distribution=normal"])
-    assert cfg.ppo.distribution is ActionDistribution.NORMAL
+    assert cfg.algo.distribution is ActionDistribution.NORMAL
     with pytest.raises(
         ConfigError, match=r"ppo\.distribution='beta' is invalid: must be 'tanh_normal' or 'normal'"
     ):
@@ -72,7 +68,7 @@ def test_ppo_learns_the_log_std():
         {"algorithm": "ppo", "env": {"id": "HalfCheetah-v5"}},
         ["ppo.distribution=normal", "collector.frames_per_batch=16", "ppo.num_mini_batch=1"],
     )
-    ppo = PPO(cfg.ppo, env_info("HalfCheetah-v5"))
+    ppo = PPO(cfg.algo, env_spec("HalfCheetah-v5"))
     with set_exploration_type(ExplorationType.RANDOM):
         td = ppo.policy(_obs(16))
     td["advantage"] = torch.randn(16, 1)

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.algorithms import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig, env_info
+from fleetrl.algorithms import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig
 from fleetrl.algorithms.base import flatten_valid
+from fleetrl.envs.spec import env_spec
 from fleetrl.keys import TRANSITION_KEYS
 from fleetrl.wire import FLAT_SIZE_MSG, PARAM_DTYPE_MSG, ParamCodec
 
@@ -31,7 +32,7 @@ CASES = {
 def build(name: str, seed: int = 1):
     cls, cfg, env_id = CASES[name]
     torch.manual_seed(seed)  # the same seed: the same initial weights
-    return cls(cfg(), env_info(env_id))
+    return cls(cfg(), env_spec(env_id))
 
 
 @pytest.fixture(scope="module", params=list(CASES))

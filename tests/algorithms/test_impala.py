@@ -14,10 +14,11 @@ import torch
 from tensordict import TensorDict
 
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.algorithms import APPO, IMPALA, APPOConfig, IMPALAConfig, env_info
+from fleetrl.algorithms import APPO, IMPALA, APPOConfig, IMPALAConfig
 from fleetrl.algorithms.vtrace import NO_BEHAVIOUR_LOG_PROB_MSG
-from fleetrl.config import config_from_dict
+from fleetrl.envs.spec import env_spec
 from fleetrl.errors import PolicyError
+from fleetrl.setup.load import config_from_dict
 
 GAMMA = 0.9
 
@@ -90,7 +91,7 @@ def vtrace_reference(batch, v, nv, log_pi, gamma, rho_bar, c_bar):
 def test_vtrace_targets_equal_the_hand_computed_reference(rho_bar, c_bar):
     torch.manual_seed(0)
     cfg = IMPALAConfig(gamma=GAMMA, rho_bar=rho_bar, c_bar=c_bar, hidden_sizes=[8])
-    impala = IMPALA(cfg, env_info("CartPole-v1"))
+    impala = IMPALA(cfg, env_spec("CartPole-v1"))
     batch = fixed_batch(impala)
     v, nv, log_pi = inputs(impala, batch)
     assert not np.allclose(log_pi, batch["action_log_prob"].numpy())  # off-policy
@@ -133,7 +134,7 @@ def test_on_policy_vtrace_reduces_to_n_step_returns(cls, rho_bar, c_bar):
     rho_bar, c_bar >= 1 is the n-step bootstrapped return."""
     torch.manual_seed(1)
     config_class = cls.config_class
-    algo = cls(config_class(gamma=0.95, rho_bar=rho_bar, c_bar=c_bar), env_info("CartPole-v1"))
+    algo = cls(config_class(gamma=0.95, rho_bar=rho_bar, c_bar=c_bar), env_spec("CartPole-v1"))
     with SyncDataCollector("CartPole-v1", algo.policy, frames_per_batch=256, num_envs=4) as c:
         c.set_seed(0)
         batch = c.next()
@@ -148,7 +149,7 @@ def test_on_policy_vtrace_reduces_to_n_step_returns(cls, rho_bar, c_bar):
 
 
 def test_a_batch_without_behaviour_log_probs_is_refused():
-    impala = IMPALA(IMPALAConfig(hidden_sizes=[8]), env_info("CartPole-v1"))
+    impala = IMPALA(IMPALAConfig(hidden_sizes=[8]), env_spec("CartPole-v1"))
     batch = fixed_batch(impala).exclude("action_log_prob")
     with pytest.raises(
         PolicyError, match=re.escape(NO_BEHAVIOUR_LOG_PROB_MSG.format(key="action_log_prob"))
@@ -159,7 +160,7 @@ def test_a_batch_without_behaviour_log_probs_is_refused():
 def test_appo_learns_with_its_clipped_ratio_over_the_behaviour_policy():
     torch.manual_seed(2)
     appo = APPO(
-        APPOConfig(num_epochs=2, num_mini_batch=2, hidden_sizes=[8]), env_info("CartPole-v1")
+        APPOConfig(num_epochs=2, num_mini_batch=2, hidden_sizes=[8]), env_spec("CartPole-v1")
     )
     batch = fixed_batch(appo)
     before = appo.get_weights()
@@ -193,7 +194,7 @@ BAD = [
         "appo.c_bar=2.0 is invalid: must be > 0 and <= rho_bar (1.0)",
     ),
     ("impala", {"rho_bar": ".nan"}, "impala.rho_bar="),
-    ("appo", {"max_policy_lag": -1}, "appo.max_policy_lag=-1 is invalid: must be null"),
+    ("appo", {"max_learn_lag": -1}, "appo.max_learn_lag=-1 is invalid: must be null"),
 ]
 
 
@@ -211,9 +212,9 @@ def test_a_lag_bound_below_what_the_publish_interval_gives_is_a_config_error():
                 "env": {"id": "CartPole-v1", "num_envs": 4},
                 "collector": {"num_collectors": 0, "frames_per_batch": 64},
                 "trainer": {"total_frames": 256, "weight_update_interval": 3},
-                "appo": {"num_epochs": 2, "num_mini_batch": 2, "max_policy_lag": 7},
+                "appo": {"num_epochs": 2, "num_mini_batch": 2, "max_learn_lag": 7},
             }
         )
-    assert "appo.max_policy_lag=7 is invalid: must be null (no bound) or >= 8" in str(err.value)
-    ok = config("appo", rho_bar=2.0, c_bar=2.0, max_policy_lag=None)
-    assert (ok.appo.rho_bar, ok.appo.c_bar, ok.appo.max_policy_lag) == (2.0, 2.0, None)
+    assert "appo.max_learn_lag=7 is invalid: must be null (no bound) or >= 8" in str(err.value)
+    ok = config("appo", rho_bar=2.0, c_bar=2.0, max_learn_lag=None)
+    assert (ok.algo.rho_bar, ok.algo.c_bar, ok.algo.max_learn_lag) == (2.0, 2.0, None)

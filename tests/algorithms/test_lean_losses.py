@@ -28,10 +28,10 @@ from fleetrl.algorithms import (
     IMPALAConfig,
     PPOConfig,
     SACConfig,
-    env_info,
 )
 from fleetrl.algorithms.base import flatten_valid
 from fleetrl.algorithms.heads import ActorCriticHeads, PolicyHead
+from fleetrl.envs.spec import env_spec
 from fleetrl.keys import TRANSITION_KEYS
 
 CASES = {
@@ -59,7 +59,7 @@ CASES = {
 def build(name: str):
     cls, cfg, env_id = CASES[name]
     torch.manual_seed(3)
-    return cls(cfg(), env_info(env_id))
+    return cls(cfg(), env_spec(env_id))
 
 
 def minibatch(name: str, algorithm):
@@ -152,7 +152,7 @@ def test_networks_of_another_structure_go_through_the_torchrl_loss():
     assert PolicyHead.of(three) is None
     critic = TensorDictModule(_TwoOut(), in_keys=["observation"], out_keys=["state_value", "h"])
     assert ActorCriticHeads.of(plain_actor, critic) is None
-    ppo = PPO(PPOConfig(), env_info("CartPole-v1"), actor=plain_actor, critic=critic)
+    ppo = PPO(PPOConfig(), env_spec("CartPole-v1"), actor=plain_actor, critic=critic)
     assert ppo.heads is None and ppo.keys is None
     with SyncDataCollector("CartPole-v1", ppo.policy, frames_per_batch=64, num_envs=2) as c:
         info = ppo.learn(c.next())
@@ -170,9 +170,9 @@ class _TwoOut(nn.Module):
 
 
 def test_a_shared_pixel_torso_runs_once_and_gives_the_separate_networks_gradients():
-    from fleetrl.algorithms.models import EnvInfo
+    from fleetrl.envs.spec import EnvSpec
 
-    info = EnvInfo(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
+    info = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
     torch.manual_seed(0)
     ppo = PPO(PPOConfig(), info)
     assert ppo.heads.torso is not None  # actor and critic share the Nature torso

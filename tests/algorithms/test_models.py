@@ -10,25 +10,25 @@ from torch import nn
 
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.algorithms import A2C, DQN, PPO, A2CConfig, DQNConfig, PPOConfig, env_info
+from fleetrl.algorithms import A2C, DQN, PPO, A2CConfig, DQNConfig, PPOConfig
 from fleetrl.algorithms.models import (
     CONV_ACTIONS_MSG,
     CONV_OBS_MSG,
-    EnvInfo,
     ImpalaTorso,
     ModelKind,
     NatureTorso,
     make_actor_critic,
     make_qnet,
 )
-from fleetrl.config import config_from_dict
+from fleetrl.envs.spec import EnvSpec, env_spec
+from fleetrl.setup.load import config_from_dict
 
 ALGOS = {"ppo": (PPO, PPOConfig), "a2c": (A2C, A2CConfig), "dqn": (DQN, DQNConfig)}
 
 
 @pytest.fixture(scope="module")
-def pixel_info() -> EnvInfo:
-    return env_info(PIXEL_ENV_ID)
+def pixel_info() -> EnvSpec:
+    return env_spec(PIXEL_ENV_ID)
 
 
 def collect(policy, frames: int = 32, num_envs: int = 2):
@@ -55,7 +55,7 @@ def test_env_info_reads_shape_and_dtype(pixel_info):
     assert pixel_info.obs_dtype == torch.uint8
     assert pixel_info.obs_dim == 4 * 84 * 84
     assert pixel_info.pixels and pixel_info.num_actions == 3
-    cartpole = env_info("CartPole-v1")
+    cartpole = env_spec("CartPole-v1")
     assert (cartpole.obs_shape, cartpole.obs_dtype, cartpole.obs_dim) == ((4,), torch.float32, 4)
     assert not cartpole.pixels
 
@@ -91,7 +91,7 @@ def test_model_is_chosen_by_config(algo, model, torso, pixel_info):
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn"])
 def test_auto_on_flat_observations_is_the_mlp(algo):
     cls, cfg = ALGOS[algo]
-    algorithm = cls(cfg(), env_info("CartPole-v1"))
+    algorithm = cls(cfg(), env_spec("CartPole-v1"))
     assert torsos(*networks(algorithm)) == []
 
 

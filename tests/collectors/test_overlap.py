@@ -13,7 +13,6 @@ from tensordict.nn import TensorDictModule
 from torchrl.data import Unbounded
 
 from fleetrl import ConfigError, RayCollector, SyncDataCollector
-from fleetrl.build import make_collector
 from fleetrl.collectors.overlap import (
     OVERLAP_ENV_MSG,
     OVERLAP_NUM_ENVS_MSG,
@@ -24,8 +23,10 @@ from fleetrl.collectors.overlap import (
     pays_off,
     worker_overlap,
 )
-from fleetrl.config import AtariConfig, config_from_dict
-from fleetrl.engines import AtariEnv
+from fleetrl.config import AtariConfig
+from fleetrl.envs.atari import AtariEnv
+from fleetrl.setup.build import make_collector
+from fleetrl.setup.load import config_from_dict
 from policies import atari_row_policy, frame_hash
 
 try:

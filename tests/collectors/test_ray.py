@@ -26,10 +26,10 @@ from fleetrl import (
     WorkerLostError,
     episode_stats,
 )
-from fleetrl.collectors.ray import MAX_POLICY_LAG_ALLOWED, MAX_RESTART_ATTEMPTS_ALLOWED
-from fleetrl.collectors.ray_checks import VERSION_MSG
-from fleetrl.collectors.restarts import GAVE_UP_MSG
+from fleetrl.collectors.arguments import VERSION_MSG
+from fleetrl.collectors.ray_checks import MAX_RESTART_ATTEMPTS_ALLOWED, MAX_SERVED_LAG_ALLOWED
 from fleetrl.errors import bad_value
+from fleetrl.workers import GAVE_UP_MSG
 from policies import categorical_actor, constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -191,7 +191,7 @@ def test_update_policy_weights_with_a_version_tags_the_batches_after_it():
         assert (fourth["collector", "policy_version"] == 20).all()
 
 
-def test_max_policy_lag_counts_the_published_versions():
+def test_max_served_lag_counts_the_published_versions():
     """With a learner's versions (optimizer steps), the bound is in optimizer steps."""
     with RayCollector(
         counting(50),
@@ -201,7 +201,7 @@ def test_max_policy_lag_counts_the_published_versions():
         num_collectors=1,
         sync=True,
         prefetch=1,
-        max_policy_lag=4,
+        max_served_lag=4,
     ) as c:
         it = iter(c)
         tags = [int(next(it)["collector", "policy_version"].min())]  # the next round starts
@@ -254,7 +254,7 @@ def test_max_weight_update_interval_bounds_staleness_of_queued_tasks():
 
 
 @pytest.mark.parametrize(("prefetch", "bound"), [(0, None), (0, 0), (1, 1)])
-def test_async_slow_worker_lag_is_unbounded_unless_max_policy_lag(prefetch, bound, tmp_path):
+def test_async_slow_worker_lag_is_unbounded_unless_max_served_lag(prefetch, bound, tmp_path):
     gate = tmp_path / "gate"  # worker 1 cannot step until the test opens it
     with RayCollector(
         [counting(5), lambda: GatedEnv(str(gate), 5)],
@@ -264,7 +264,7 @@ def test_async_slow_worker_lag_is_unbounded_unless_max_policy_lag(prefetch, boun
         sync=False,
         prefetch=prefetch,
         update_after_each_batch=True,
-        max_policy_lag=bound,
+        max_served_lag=bound,
     ) as c:
         lags, workers = [], []
         for i, b in enumerate(c):
@@ -298,7 +298,7 @@ def test_sync_lag_bound_with_a_slow_worker_and_extra_publishes(bound):
         total_frames=200,
         sync=True,
         prefetch=1,
-        max_policy_lag=bound,
+        max_served_lag=bound,
     ) as c:
         lags = []
         for b in c:
@@ -511,39 +511,39 @@ def test_bad_fault_bounds_are_refused_with_the_others_before_any_actor(tmp_path)
             None,
             frames_per_batch=16,
             prefetch=-1,
-            max_policy_lag=-1,
+            max_served_lag=-1,
             max_restart_attempts=True,
         )
     assert info.value.problems == [
         "prefetch=-1 is invalid: must be an int >= 0",
-        bad_value("max_policy_lag", -1, MAX_POLICY_LAG_ALLOWED),
+        bad_value("max_served_lag", -1, MAX_SERVED_LAG_ALLOWED),
         bad_value("max_restart_attempts", True, MAX_RESTART_ATTEMPTS_ALLOWED),
     ]
     assert not marker.exists()
 
 
 def test_config_keys_reach_the_collector_and_are_checked():
-    from fleetrl.build import make_collector
-    from fleetrl.config import config_from_dict
+    from fleetrl.setup.build import make_collector
+    from fleetrl.setup.load import config_from_dict
 
     sections = {"env": {"id": "CartPole-v1", "num_envs": 1}}
     collector = {"num_collectors": 1, "frames_per_batch": 16, "sync": False}
     config = config_from_dict(
-        {**sections, "collector": {**collector, "max_policy_lag": 2, "max_restart_attempts": 5}}
+        {**sections, "collector": {**collector, "max_served_lag": 2, "max_restart_attempts": 5}}
     )
     c = make_collector(config, None, total_frames=32, seed=0)
     try:
-        assert (c.max_policy_lag, c.max_restart_attempts) == (2, 5)
+        assert (c.max_served_lag, c.max_restart_attempts) == (2, 5)
         assert sum(frames_of(b) for b in c) == 32
         assert c.stats()["policy_lag"]["bound"] == 2
     finally:
         c.shutdown()
     with pytest.raises(ConfigError) as info:
         config_from_dict(
-            {**sections, "collector": {"max_policy_lag": -1, "max_restart_attempts": -2}}
+            {**sections, "collector": {"max_served_lag": -1, "max_restart_attempts": -2}}
         )
     assert info.value.problems == [
-        "collector.max_policy_lag=-1 is invalid: must be null (no bound) or >= 0",
+        "collector.max_served_lag=-1 is invalid: must be null (no bound) or >= 0",
         "collector.max_restart_attempts=-2 is invalid: must be >= 0 (0: a collector worker's "
         "death ends the run)",
     ]

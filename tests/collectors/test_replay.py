@@ -8,11 +8,7 @@ import torch
 from fakes import CountingEnv
 from fleetrl import ConfigError, RayCollector
 from fleetrl.collectors.ray import POLL_MSG
-from fleetrl.collectors.replay import (
-    BAD_BUFFER_ALLOWED,
-    TRANSITION_KEYS,
-    RemoteReplayBuffer,
-)
+from fleetrl.collectors.replay import BAD_BUFFER_ALLOWED, TRANSITION_KEYS, RemoteReplayBuffer
 from policies import constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -119,13 +115,13 @@ def test_replay_buffer_conflicts_are_refused_before_any_actor():
             frames_per_batch=20,
             total_frames=40,
             sync=True,
-            max_policy_lag=2,
+            max_served_lag=2,
             replay_buffer=object(),
         )
     msg = str(err.value)
     assert f"replay_buffer='object' is invalid: {BAD_BUFFER_ALLOWED}" in msg
     assert "sync=True is invalid: use sync=False" in msg
-    assert "max_policy_lag=2 is invalid: a stale batch is discarded" in msg
+    assert "max_served_lag=2 is invalid: a stale batch is discarded" in msg
 
 
 def test_poll_needs_first_ready_mode():

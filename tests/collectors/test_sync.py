@@ -17,8 +17,8 @@ from fleetrl import (
     SyncDataCollector,
     episode_stats,
 )
-from fleetrl.collectors.sync import NO_ACTION_MSG
-from fleetrl.envs import NEXT_STEP_MSG
+from fleetrl.collectors.probe import NO_ACTION_MSG
+from fleetrl.envs.gymnasium import NEXT_STEP_MSG
 from policies import categorical_actor, constant_policy, mlp
 
 # ------------------------------------------------------------------ layout

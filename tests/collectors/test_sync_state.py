@@ -14,7 +14,7 @@ from torchrl.modules import LSTMModule, ProbabilisticActor
 
 from fakes import counting_vec
 from fleetrl import EnvError, SyncDataCollector
-from fleetrl.env_state import STATE_MISMATCH_MSG
+from fleetrl.envs.state import STATE_MISMATCH_MSG
 from policies import categorical_actor
 
 
@@ -51,9 +51,10 @@ def make_policy(case: str):
     if case == "cartpole_lstm":
         return lstm_actor()
     if case == "pendulum_random":
-        from fleetrl.algorithms.models import env_info, make_actor
+        from fleetrl.algorithms.models import make_actor
+        from fleetrl.envs.spec import env_spec
 
-        return make_actor(env_info("Pendulum-v1"), [16])
+        return make_actor(env_spec("Pendulum-v1"), [16])
     return categorical_actor()
 
 

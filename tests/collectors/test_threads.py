@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from fleetrl.collectors import RayCollector
-from fleetrl.config import config_from_dict
 from fleetrl.errors import ConfigError
-from fleetrl.scheme import GradWorker
+from fleetrl.learners import GradWorker
+from fleetrl.setup.load import config_from_dict
 from policies import threads_probe
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from fleetrl import ConfigError, load_config
-from fleetrl.build import make_algorithm
 from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from fleetrl.config_checks import DECOUPLED_NEEDS
-from fleetrl.scheme.decoupled import DecoupledLearner, allowed_updates
+from fleetrl.learners.decoupled import DecoupledLearner, allowed_updates
+from fleetrl.setup.build import make_algorithm
+from fleetrl.setup.verify import DECOUPLED_NEEDS
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -41,7 +41,7 @@ def test_learner_never_exceeds_the_ratio_and_takes_every_update_it_allows():
     learner = DecoupledLearner(cfg, algorithm, seed=1)
     steps_at: list[tuple[int, int, int]] = []  # (version before, steps, allowed then)
     published: list[int] = []
-    update_on, publish = algorithm.update_on, learner.publish
+    update_on, publish = algorithm.update_on, learner.collection.publish
 
     def counted_update(minibatches):
         minibatches = list(minibatches)
@@ -52,25 +52,25 @@ def test_learner_never_exceeds_the_ratio_and_takes_every_update_it_allows():
         published.append(learner.version)
         return publish()
 
-    algorithm.update_on, learner.publish = counted_update, counted_publish
+    algorithm.update_on, learner.collection.publish = counted_update, counted_publish
     frames, rows = 0, []
     try:
         while (result := learner.run_iteration()) is not None:
-            frames += result["frames"]
+            frames += result.frames
             rows.append(result)
         written = learner.buffer.write_count()
     finally:
         learner.shutdown()
     assert frames == 448 == written == learner.written
     # each iteration takes in a whole batch's frames or more; the last may hold the remainder
-    assert all(r["frames"] >= 64 for r in rows[:-1])
+    assert all(r.frames >= 64 for r in rows[:-1])
     # no step is taken before the ratio allows it, and every step allowed is taken
     assert all(before + steps <= allowed for before, steps, allowed in steps_at)
     total = allowed_updates(448, start=64, updates_per_batch=4, frames_per_batch=64)
     assert total == 24 and learner.version == 24 == sum(s for _, s, _ in steps_at)
     # weights every 3 updates (a sample call never runs past a publish)
     assert published == list(range(3, 25, 3))
-    assert rows[-1]["metrics"]["train/policy_version"] == 24
+    assert rows[-1].metrics["train/policy_version"] == 24
 
 
 def test_cli_trains_decoupled_dqn_then_resumes_with_its_buffer(tmp_path, capsys):
@@ -105,7 +105,7 @@ def test_decoupled_config_errors_name_every_key():
                 "collector.decoupled=true",
                 "collector.num_collectors=0",
                 "scheme.num_grad_workers=2",
-                "collector.max_policy_lag=2",
+                "collector.max_served_lag=2",
                 "collector.decoupled_frames_ahead=0",
             ],
         )
@@ -119,7 +119,7 @@ def test_decoupled_config_errors_name_every_key():
         in problems
     )
     assert (
-        f"collector.max_policy_lag=2 is invalid: {DECOUPLED_NEEDS['collector.max_policy_lag']}"
+        f"collector.max_served_lag=2 is invalid: {DECOUPLED_NEEDS['collector.max_served_lag']}"
         in problems
     )
     assert "collector.decoupled_frames_ahead=0 is invalid: must be > 0, or null" in problems

@@ -1,16 +1,16 @@
 """The one collection path: the central learner and a gradient worker collect through the
-same :class:`~fleetrl.scheme.rollouts.Rollouts`, so the same config and seed give the same
+same :class:`~fleetrl.learners.collection.Collection`, so the same config and seed give the same
 frames and episodes in both, and the warm-up rule is the algorithm class's."""
 
 from __future__ import annotations
 
 import torch
 
-from fleetrl.build import make_algorithm
-from fleetrl.config import config_from_dict
-from fleetrl.scheme import GradWorker
-from fleetrl.scheme.central import CentralLearner
-from fleetrl.scheme.rollouts import Rollouts, warmup_frames
+from fleetrl.learners import GradWorker
+from fleetrl.learners.central import CentralLearner
+from fleetrl.learners.collection import Collection, warmup_frames
+from fleetrl.setup.build import make_algorithm
+from fleetrl.setup.load import config_from_dict
 
 FPB = 256
 SEED = 5
@@ -44,12 +44,12 @@ def test_central_learner_and_gradient_worker_collect_the_same_episodes():
     finally:
         central.shutdown()
         worker.shutdown()
-    assert result["frames"] == report["frames"] == FPB
-    assert len(result["returns"]) > 0  # CartPole's first random-ish episodes end within 256 frames
-    assert result["returns"] == report["returns"]
-    assert result["lengths"] == report["lengths"]
+    assert result.frames == report.collected.frames == FPB
+    assert len(result.returns) > 0  # CartPole's first random-ish episodes end within 256 frames
+    assert result.returns == report.collected.returns
+    assert result.lengths == report.collected.lengths
     # the episodes' frames are inside the batch: lengths are whole episodes
-    assert sum(result["lengths"]) <= FPB and all(n >= 1 for n in result["lengths"])
+    assert sum(result.lengths) <= FPB and all(n >= 1 for n in result.lengths)
 
 
 def test_the_warm_up_is_the_algorithm_classs_and_shared_out_among_learners():
@@ -65,9 +65,9 @@ def test_the_warm_up_is_the_algorithm_classs_and_shared_out_among_learners():
 def test_a_local_collector_is_told_every_version_and_the_collection_is_taken_once():
     cfg = config(section={"num_epochs": 1, "num_mini_batch": 2})
     algorithm = make_algorithm(cfg, SEED)
-    rollouts = Rollouts(cfg, algorithm, total_frames=2 * FPB, seed=SEED)
+    rollouts = Collection(cfg, algorithm, total_frames=2 * FPB, seed=SEED)
     try:
-        assert not rollouts.remote
+        assert rollouts.shares_policy
         first = rollouts.next_batch()
         algorithm.learn(first)  # 2 optimizer steps
         second = rollouts.next_batch()

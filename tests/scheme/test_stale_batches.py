@@ -1,9 +1,9 @@
-"""The learner's lag bound on arriving batches (IMPALA/APPO's ``max_policy_lag``).
+"""The learner's lag bound on arriving batches (IMPALA/APPO's ``max_learn_lag``).
 
 The deterministic setup: one async Ray collector with ``prefetch=2`` (two tasks
 in flight, each issued with the weights published when it is issued), IMPALA
 taking one optimizer step per batch and publishing after each, and
-``max_policy_lag=1``. Task k+2 is issued when batch k is served, before the
+``max_learn_lag=1``. Task k+2 is issued when batch k is served, before the
 learner steps on batch k, so it carries the version from before that step. By
 hand (``tN(v)``: task N issued at version v; lag = learner's version - v):
 
@@ -25,30 +25,30 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from fleetrl.build import make_algorithm
-from fleetrl.config import config_from_dict
 from fleetrl.keys import POLICY_VERSION_KEY
-from fleetrl.scheme import Scheme
-from fleetrl.scheme.versions import StaleBatchFilter, too_stale
+from fleetrl.learners import make_learner
+from fleetrl.learners.versions import StaleBatchFilter, too_stale
+from fleetrl.setup.build import make_algorithm
+from fleetrl.setup.load import config_from_dict
 
 FPB = 32
 
 
 def test_the_drop_rule_counts_batches_past_the_bound_only():
-    stale = StaleBatchFilter(max_policy_lag=3)
+    stale = StaleBatchFilter(max_learn_lag=3)
     tags = TensorDict({POLICY_VERSION_KEY: torch.tensor([[4, 5], [5, 5]])}, [2, 2])
     assert [stale.admit(v, tags) for v in (4, 7, 8, 9)] == [True, True, False, False]
     assert stale.dropped == 2  # the oldest tag (4) counts
     masked = tags.clone()
     masked.set(("collector", "mask"), torch.tensor([[False, True], [True, True]]))
     assert stale.admit(8, masked) and stale.dropped == 2  # a padded step's tag is not looked at
-    unbounded = StaleBatchFilter(max_policy_lag=None)
+    unbounded = StaleBatchFilter(max_learn_lag=None)
     assert unbounded.admit(10**6, tags) and unbounded.dropped == 0
     assert (too_stale(5, 5, 0), too_stale(6, 5, 0), too_stale(99, 0, None)) == (False, True, False)
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_a_batch_older_than_max_policy_lag_is_dropped_and_counted():
+def test_a_batch_older_than_max_learn_lag_is_dropped_and_counted():
     cfg = config_from_dict(
         {
             "algorithm": "impala",
@@ -61,21 +61,21 @@ def test_a_batch_older_than_max_policy_lag_is_dropped_and_counted():
                 "num_cpus_per_collector": 0,
             },
             "trainer": {"total_frames": 8 * FPB, "seed": 1},
-            "impala": {"max_policy_lag": 1, "hidden_sizes": [8]},
+            "impala": {"max_learn_lag": 1, "hidden_sizes": [8]},
         }
     )
     algorithm = make_algorithm(cfg, cfg.trainer.seed)
-    scheme = Scheme(cfg, algorithm, seed=cfg.trainer.seed)
+    scheme = make_learner(cfg, algorithm, seed=cfg.trainer.seed)
     try:
         results = []
         while (result := scheme.run_iteration()) is not None:
             results.append(result)
     finally:
         scheme.shutdown()
-    rows = [r["metrics"] for r in results]
+    rows = [r.metrics for r in results]
     assert [r["train/dropped_batches"] for r in rows] == [0, 0, 1, 0, 1, 0]
     assert [r["train/policy_lag_max"] for r in rows] == [0, 1, 1, 1, 1, 1]
     assert [r["train/policy_version"] for r in rows] == [1, 2, 3, 4, 5, 6]
     # a dropped batch's frames were collected: they count, the budget is spent exactly
-    assert [r["frames"] for r in results] == [FPB, FPB, 2 * FPB, FPB, 2 * FPB, FPB]
-    assert scheme.learner.stale.dropped == 2 and algorithm.num_updates == 6
+    assert [r.frames for r in results] == [FPB, FPB, 2 * FPB, FPB, 2 * FPB, FPB]
+    assert scheme.stale.dropped == 2 and algorithm.num_updates == 6

@@ -7,7 +7,6 @@ from fleetrl.algorithms.appo import APPO, APPOConfig
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.dqn import DQN, DQNConfig
 from fleetrl.algorithms.impala import IMPALA, IMPALAConfig
-from fleetrl.algorithms.models import EnvInfo, env_info
 from fleetrl.algorithms.ppo import PPO, PPOConfig
 from fleetrl.algorithms.sac import SAC, SACConfig
 
@@ -23,11 +22,9 @@ __all__ = [
     "APPOConfig",
     "Algorithm",
     "DQNConfig",
-    "EnvInfo",
     "IMPALAConfig",
     "PPOConfig",
     "SACConfig",
-    "env_info",
 ]
 
 #: the one registry: a config's ``algorithm`` -> the class (which knows its config class,

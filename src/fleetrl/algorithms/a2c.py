@@ -17,7 +17,8 @@ from torch import nn
 from torchrl.objectives import A2CLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
-from fleetrl.algorithms.models import EnvInfo, ModelKind
+from fleetrl.algorithms.models import ModelKind
+from fleetrl.envs.spec import EnvSpec
 
 __all__ = ["A2C", "A2CConfig"]
 
@@ -59,8 +60,8 @@ class A2C(ActorCritic):
 
     Examples:
         >>> from fleetrl import A2C, A2CConfig, SyncDataCollector
-        >>> from fleetrl.algorithms import env_info
-        >>> a2c = A2C(A2CConfig(), env_info("CartPole-v1"))
+        >>> from fleetrl.envs import env_spec
+        >>> a2c = A2C(A2CConfig(), env_spec("CartPole-v1"))
         >>> with SyncDataCollector("CartPole-v1", a2c.policy, frames_per_batch=64,
         ...                        num_envs=4) as collector:
         ...     info = a2c.learn(collector.next())
@@ -74,7 +75,7 @@ class A2C(ActorCritic):
     def __init__(
         self,
         config: A2CConfig,
-        info: EnvInfo,
+        info: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,

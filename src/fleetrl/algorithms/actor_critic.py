@@ -31,8 +31,10 @@ from torchrl.objectives.value.functional import vec_generalized_advantage_estima
 
 from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid, on
 from fleetrl.algorithms.heads import ActorCriticHeads
-from fleetrl.algorithms.models import ActionDistribution, EnvInfo, make_actor_critic
-from fleetrl.config import AlgorithmConfig, Checks, Config, Schedule
+from fleetrl.algorithms.models import ActionDistribution, make_actor_critic
+from fleetrl.config import AlgorithmConfig, Config, Schedule
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.errors import Problems
 from fleetrl.keys import DONE_KEY, MASK_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = [
@@ -58,7 +60,7 @@ GAE_KEYS = (
 class ActorCriticConfig(AlgorithmConfig):
     """What the actor-critic sections share (checked here: GAE and the loss coefficients)."""
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
         if hasattr(self, "gae_lambda"):
             check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
@@ -156,7 +158,7 @@ class ActorCritic(Algorithm):
     def __init__(
         self,
         config: Any,
-        info: EnvInfo,
+        info: EnvSpec,
         loss_class: type[nn.Module],
         *,
         actor: nn.Module | None,

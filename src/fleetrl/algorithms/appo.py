@@ -20,9 +20,10 @@ from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
 from fleetrl.algorithms.actor_critic import ClipEpsilon
-from fleetrl.algorithms.models import EnvInfo
 from fleetrl.algorithms.vtrace import VTraceActorCritic, VTraceConfig
-from fleetrl.config import Checks, Config, Schedule
+from fleetrl.config import Config, Schedule
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.errors import Problems
 
 __all__ = ["APPO", "APPOConfig"]
 
@@ -53,7 +54,7 @@ class APPOConfig(VTraceConfig):
     def steps_per_batch(self) -> int:
         return self.num_epochs * self.num_mini_batch
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
         check(self.clip_epsilon > 0, "clip_epsilon", self.clip_epsilon, "must be > 0")
         check(
@@ -85,8 +86,8 @@ class APPO(ClipEpsilon, VTraceActorCritic):
 
     Examples:
         >>> from fleetrl import APPO, APPOConfig
-        >>> from fleetrl.algorithms import env_info
-        >>> appo = APPO(APPOConfig(num_epochs=2, num_mini_batch=4), env_info("CartPole-v1"))
+        >>> from fleetrl.envs import env_spec
+        >>> appo = APPO(APPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
         >>> appo.steps_per_batch, round(appo.clip_epsilon, 3)
         (8, 0.1)
     """
@@ -97,7 +98,7 @@ class APPO(ClipEpsilon, VTraceActorCritic):
     def __init__(
         self,
         config: APPOConfig,
-        info: EnvInfo,
+        info: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,

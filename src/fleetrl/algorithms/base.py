@@ -89,6 +89,8 @@ DEVICE_MSG = (
     "build of torch and a GPU"
 )
 COMPILED_MSG = "%s: compiled its update step in %.1f s (torch.compile%s)"
+#: eager (or compiled) calls of the update step before CUDA graphs capture it
+CUDA_GRAPH_WARMUP = 3
 
 
 def flatten_valid(batch: TensorDictBase, keys: Iterable[Any] | None = None) -> TensorDictBase:
@@ -346,9 +348,9 @@ class Algorithm(abc.ABC):
         return float(self.optimizer.param_groups[0]["lr"])
 
     @property
-    def max_policy_lag(self) -> int | None:
+    def max_learn_lag(self) -> int | None:
         """The most optimizer steps behind the learner a batch may arrive and still be
-        learned from (:class:`~fleetrl.scheme.versions.StaleBatchFilter`); None: no bound,
+        learned from (:class:`~fleetrl.learners.versions.StaleBatchFilter`); None: no bound,
         as for every algorithm without a lag correction."""
         return None
 
@@ -432,18 +434,27 @@ class Algorithm(abc.ABC):
         return self._train_step(data)
 
     def _graphed_step(self, data: TensorDictBase) -> dict[str, torch.Tensor]:
-        """train_step captured in a CUDA graph (tensordict's CudaGraphModule), made at first use."""
+        """train_step captured in a CUDA graph (tensordict's CudaGraphModule): the first
+        ``CUDA_GRAPH_WARMUP`` calls run it (and compile it, with ``compile``), the next one
+        captures it, every later one replays the graph. ``compile_s`` is the time to the
+        capture."""
         if self._graphed is None:
             from tensordict.nn import CudaGraphModule
 
-            start = time.perf_counter()
-            self._graphed = CudaGraphModule(self._train_step, warmup=3)
-            info = self._graphed(data)
-            torch.cuda.synchronize()
-            self.compile_s = time.perf_counter() - start
+            self._graphed = CudaGraphModule(self._train_step, warmup=CUDA_GRAPH_WARMUP)
+            self._graph_calls = 0
+            self._graph_s = 0.0
+        if self._graph_calls > CUDA_GRAPH_WARMUP:
+            return self._graphed(data)
+        start = time.perf_counter()
+        info = self._graphed(data)
+        torch.cuda.synchronize()
+        self._graph_s += time.perf_counter() - start
+        self._graph_calls += 1
+        if self._graph_calls > CUDA_GRAPH_WARMUP:  # this call captured the graph
+            self.compile_s = self._graph_s
             logger.info(COMPILED_MSG, type(self).__name__, self.compile_s, " + CUDA graph")
-            return info
-        return self._graphed(data)
+        return info
 
     def flat_gradients(self, data: TensorDictBase) -> tuple[np.ndarray, dict[str, float]]:
         """Gradients of the loss on ``data`` as one flat array, and what to log.
@@ -642,14 +653,19 @@ def _as_built(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> dict[s
     A checkpoint written by an eager CPU learner (fused Adam) resumes into a compiled
     or CUDA-graphed one (capturable Adam with a tensor learning rate) and back: the
     hyperparameters and moments are the checkpoint's, how the step runs is this
-    learner's.
+    learner's. The moments are copied: torch's ``load_state_dict`` keeps a tensor that
+    needs no cast, and two learners loaded from one state must not share their moments.
     """
     groups = []
     for group, own in zip(saved["param_groups"], optimizer.param_groups, strict=True):
         group = {**group, **{k: own[k] for k in OPTIMIZER_IMPLEMENTATION if k in own}}
         group["lr"] = float(group["lr"])  # a tensor again after loading, where it is one now
         groups.append(group)
-    return {**saved, "param_groups": groups}
+    state = {
+        index: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in moments.items()}
+        for index, moments in saved["state"].items()
+    }
+    return {**saved, "state": state, "param_groups": groups}
 
 
 def compile_options(value: Any) -> dict[str, Any] | None:

@@ -27,10 +27,11 @@ from torchrl.objectives import DQNLoss, HardUpdate
 
 from fleetrl.algorithms.base import as_device
 from fleetrl.algorithms.heads import TensorNet
-from fleetrl.algorithms.models import EnvInfo, ModelKind, make_qnet
+from fleetrl.algorithms.models import ModelKind, make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
-from fleetrl.config import Checks, Config
-from fleetrl.errors import ConfigError
+from fleetrl.config import Config
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["DQN", "DQNConfig"]
@@ -70,7 +71,7 @@ class DQNConfig(ReplayConfig):
     """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
     (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
         for name in ("target_update_interval", "eps_anneal_frames"):
             check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
@@ -94,9 +95,9 @@ class DQN(ReplayAlgorithm):
 
     Examples:
         >>> from fleetrl import DQN, DQNConfig, SyncDataCollector
-        >>> from fleetrl.algorithms import env_info
+        >>> from fleetrl.envs import env_spec
         >>> dqn = DQN(DQNConfig(learning_starts=64, updates_per_batch=4, batch_size=32),
-        ...           env_info("CartPole-v1"))
+        ...           env_spec("CartPole-v1"))
         >>> with SyncDataCollector("CartPole-v1", dqn.policy, frames_per_batch=64,
         ...                        num_envs=2) as collector:
         ...     info = dqn.learn(collector.next())
@@ -111,7 +112,7 @@ class DQN(ReplayAlgorithm):
     def __init__(
         self,
         config: DQNConfig,
-        info: EnvInfo,
+        info: EnvSpec,
         *,
         qnet: nn.Module | None = None,
         device: Any = None,

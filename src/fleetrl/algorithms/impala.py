@@ -18,8 +18,8 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import A2CLoss
 
-from fleetrl.algorithms.models import EnvInfo
 from fleetrl.algorithms.vtrace import VTraceActorCritic, VTraceConfig
+from fleetrl.envs.spec import EnvSpec
 
 __all__ = ["IMPALA", "IMPALAConfig"]
 
@@ -42,8 +42,8 @@ class IMPALA(VTraceActorCritic):
 
     Examples:
         >>> from fleetrl import IMPALA, IMPALAConfig
-        >>> from fleetrl.algorithms import env_info
-        >>> impala = IMPALA(IMPALAConfig(rho_bar=2.0), env_info("CartPole-v1"))
+        >>> from fleetrl.envs import env_spec
+        >>> impala = IMPALA(IMPALAConfig(rho_bar=2.0), env_spec("CartPole-v1"))
         >>> impala.vtrace.rho_bar, impala.vtrace.c_bar, impala.steps_per_batch
         (2.0, 1.0, 1)
     """
@@ -54,7 +54,7 @@ class IMPALA(VTraceActorCritic):
     def __init__(
         self,
         config: IMPALAConfig,
-        info: EnvInfo,
+        info: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,

@@ -31,27 +31,22 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
-from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
 
+from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
 
 __all__ = [
     "ActionDistribution",
-    "EnvInfo",
     "ImpalaTorso",
     "ModelKind",
     "NatureTorso",
     "StateIndependentScale",
     "conv_problems",
-    "env_info",
     "make_actor",
     "make_actor_critic",
     "make_critic",
@@ -94,74 +89,7 @@ class ActionDistribution(str, enum.Enum):
     NORMAL = "normal"  # CleanRL's: state-independent log-std, clipped at the env
 
 
-@dataclass
-class EnvInfo:
-    """What a model builder needs to know about the env."""
-
-    obs_dim: int
-    num_actions: int | None  # discrete: number of actions; continuous: None
-    action_dim: int
-    action_low: torch.Tensor | None
-    action_high: torch.Tensor | None
-    obs_shape: tuple[int, ...] = ()
-    obs_dtype: torch.dtype = torch.float32  # torch.uint8 for a uint8 Box observation (pixels)
-
-    @property
-    def discrete(self) -> bool:
-        return self.num_actions is not None
-
-    @property
-    def pixels(self) -> bool:
-        """A stack of uint8 images, channels first: what ``model: auto`` gives a CNN."""
-        return len(self.obs_shape) == 3 and self.obs_dtype == torch.uint8
-
-
-def env_info(env_id: Any) -> EnvInfo:
-    """Read the spaces of a gymnasium env (Box observations; Discrete or Box actions).
-
-    ``env_id`` may also be an ALE id or a :class:`fleetrl.engines.AtariEnv`: the
-    env is then built through its engine, so the observation is the preprocessed
-    frame stack, e.g. uint8 (4, 84, 84).
-    """
-    from fleetrl.engines import AtariEnv, is_atari_id
-    from fleetrl.mujoco_envs import MujocoEnv
-
-    if isinstance(env_id, MujocoEnv):
-        env_id = env_id.env_id  # both engines: the gymnasium env's spaces (float32 obs, below)
-    if isinstance(env_id, str) and is_atari_id(env_id):
-        env_id = AtariEnv(env_id)
-    if isinstance(env_id, AtariEnv):
-        return _engine_info(env_id)
-    env = gym.make(env_id)
-    try:
-        obs, act = env.observation_space, env.action_space
-        obs_shape = tuple(int(d) for d in obs.shape)
-        obs_dim = int(torch.tensor(obs_shape).prod())
-        obs_dtype = torch.uint8 if obs.dtype == np.uint8 else torch.float32
-        if isinstance(act, gym.spaces.Discrete):
-            return EnvInfo(obs_dim, int(act.n), 1, None, None, obs_shape, obs_dtype)
-        low = torch.as_tensor(act.low, dtype=torch.float32)
-        high = torch.as_tensor(act.high, dtype=torch.float32)
-        return EnvInfo(obs_dim, None, int(act.shape[0]), low, high, obs_shape, obs_dtype)
-    finally:
-        env.close()
-
-
-def _engine_info(spec: Any) -> EnvInfo:
-    """An Atari env's spaces as its engine builds them (one env, closed at once)."""
-    from fleetrl.envs import make_env
-
-    env = make_env(spec, num_envs=1)
-    try:
-        shape, dtype = env.observation_spec["observation"]
-        obs_dtype = torch.uint8 if dtype == np.uint8 else torch.float32
-        obs_dim = int(np.prod(shape))
-        return EnvInfo(obs_dim, env.num_actions, 1, None, None, tuple(shape), obs_dtype)
-    finally:
-        env.close()
-
-
-def resolve_model(model: str | ModelKind, info: EnvInfo) -> ModelKind:
+def resolve_model(model: str | ModelKind, info: EnvSpec) -> ModelKind:
     """``auto`` -> ``cnn`` for pixels (3-D uint8), ``mlp`` otherwise; other kinds as given."""
     kind = ModelKind(model)
     if kind is ModelKind.AUTO:
@@ -169,7 +97,7 @@ def resolve_model(model: str | ModelKind, info: EnvInfo) -> ModelKind:
     return kind
 
 
-def conv_problems(algo: str, model: str, env_id: str, info: EnvInfo) -> list[str]:
+def conv_problems(algo: str, model: str, env_id: str, info: EnvSpec) -> list[str]:
     """Why ``model`` cannot serve this env (empty when it can): for config validation."""
     kind = resolve_model(model, info)
     if kind in (ModelKind.AUTO, ModelKind.MLP):
@@ -287,7 +215,7 @@ class ImpalaTorso(_PixelTorso):
         self.out_features = features
 
 
-def make_torso(kind: ModelKind, info: EnvInfo) -> _PixelTorso:
+def make_torso(kind: ModelKind, info: EnvSpec) -> _PixelTorso:
     """The conv torso of ``kind`` (``cnn`` or ``impala``) for this env's frames."""
     if kind is ModelKind.IMPALA:
         return ImpalaTorso(info.obs_shape)
@@ -318,7 +246,7 @@ class _FlatInput(nn.Module):
 
 
 def _mlp_for(
-    info: EnvInfo,
+    info: EnvSpec,
     out_dim: int,
     hidden: list[int],
     activation: type[nn.Module] = nn.Tanh,
@@ -361,7 +289,7 @@ def _init_cleanrl(net: nn.Module, head_std: float) -> nn.Module:
 
 
 def make_actor(
-    info: EnvInfo,
+    info: EnvSpec,
     hidden: list[int],
     activation: type[nn.Module] = nn.Tanh,
     normalizer: nn.Module | None = None,
@@ -403,7 +331,7 @@ def make_actor(
 
 
 def make_critic(
-    info: EnvInfo,
+    info: EnvSpec,
     hidden: list[int],
     normalizer: nn.Module | None = None,
     *,
@@ -427,7 +355,7 @@ def _categorical(logits_net: nn.Module) -> ProbabilisticActor:
 
 def make_actor_critic(
     model: str | ModelKind,
-    info: EnvInfo,
+    info: EnvSpec,
     hidden: list[int],
     *,
     actor: nn.Module | None = None,
@@ -449,7 +377,7 @@ def make_actor_critic(
     own. ``mlp``: separate MLPs of ``hidden`` widths (see :class:`ModelKind`).
 
     Examples:
-        >>> info = EnvInfo(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
+        >>> info = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
         >>> actor, critic = make_actor_critic("auto", info, [64, 64])
         >>> [type(m).__name__ for m in critic.module]
         ['NatureTorso', 'Linear']
@@ -476,7 +404,7 @@ def make_actor_critic(
     return actor, critic
 
 
-def make_qnet(model: str | ModelKind, info: EnvInfo, hidden: list[int]) -> nn.Module:
+def make_qnet(model: str | ModelKind, info: EnvSpec, hidden: list[int]) -> nn.Module:
     """DQN's default Q network, observation -> one value per action.
 
     ``cnn``: CleanRL's ``dqn_atari.py`` network (Nature torso, then a linear

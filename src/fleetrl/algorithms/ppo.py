@@ -18,8 +18,10 @@ from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig, ClipEpsilon
-from fleetrl.algorithms.models import ActionDistribution, EnvInfo, ModelKind
-from fleetrl.config import Checks, Config, Schedule
+from fleetrl.algorithms.models import ActionDistribution, ModelKind
+from fleetrl.config import Config, Schedule
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.errors import Problems
 
 __all__ = ["PPO", "PPOConfig"]
 
@@ -63,7 +65,7 @@ class PPOConfig(ActorCriticConfig):
     """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
     (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
         check(self.clip_epsilon > 0, "clip_epsilon", self.clip_epsilon, "must be > 0")
         check(
@@ -98,8 +100,8 @@ class PPO(ClipEpsilon, ActorCritic):
         Build PPO for CartPole and learn from one collected batch:
 
         >>> from fleetrl import PPO, PPOConfig, SyncDataCollector
-        >>> from fleetrl.algorithms import env_info
-        >>> ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_info("CartPole-v1"))
+        >>> from fleetrl.envs import env_spec
+        >>> ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
         >>> with SyncDataCollector("CartPole-v1", ppo.policy, frames_per_batch=256,
         ...                        num_envs=4) as collector:
         ...     info = ppo.learn(collector.next())
@@ -116,7 +118,7 @@ class PPO(ClipEpsilon, ActorCritic):
     def __init__(
         self,
         config: PPOConfig,
-        info: EnvInfo,
+        info: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,

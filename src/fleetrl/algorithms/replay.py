@@ -10,7 +10,7 @@ step is followed by a target-network update
 (:meth:`ReplayAlgorithm.after_update`). The buffer is part of the checkpoint,
 so a resumed run learns from the same data. In decoupled mode
 (``collector.decoupled``) the buffer lives in a Ray actor that the collectors
-write to (:mod:`fleetrl.scheme.decoupled`); the learner counts its frames with
+write to (:mod:`fleetrl.learners.decoupled`); the learner counts its frames with
 :meth:`ReplayAlgorithm.take_frames` and checkpoints that buffer in the same
 place.
 
@@ -29,7 +29,8 @@ from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.algorithms.base import Algorithm, flatten_valid
-from fleetrl.config import AlgorithmConfig, Checks, Config
+from fleetrl.config import AlgorithmConfig, Config
+from fleetrl.errors import Problems
 from fleetrl.keys import TRANSITION_KEYS
 
 __all__ = ["ReplayAlgorithm", "ReplayConfig"]
@@ -39,7 +40,7 @@ __all__ = ["ReplayAlgorithm", "ReplayConfig"]
 class ReplayConfig(AlgorithmConfig):
     """What DQN's and SAC's sections share: the buffer and the sampled steps (checked here)."""
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
         for name in ("buffer_size", "batch_size", "updates_per_batch"):
             check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
@@ -90,7 +91,7 @@ class ReplayAlgorithm(Algorithm):
 
     def take_frames(self, frames: int, buffer_size: int) -> None:
         """Count ``frames`` written to a replay buffer outside this algorithm (decoupled
-        collection, :mod:`fleetrl.scheme.decoupled`): the schedules advance as if they were
+        collection, :mod:`fleetrl.learners.decoupled`): the schedules advance as if they were
         stored here, and ``buffer_size`` is what :attr:`batch_info` reports."""
         self.frames_seen += frames
         self.batch_info = {

@@ -30,13 +30,20 @@ from torchrl.objectives import SACLoss, SoftUpdate
 from fleetrl.algorithms.actor_critic import to_device
 from fleetrl.algorithms.base import as_device
 from fleetrl.algorithms.heads import PolicyHead, StackedMLP, TensorNet
-from fleetrl.algorithms.models import EnvInfo, make_actor
+from fleetrl.algorithms.models import make_actor
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
-from fleetrl.config import Checks, Config
-from fleetrl.errors import ConfigError
+from fleetrl.config import Config
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["SAC", "SACConfig"]
+
+SAC_CUDAGRAPHS_MSG = (
+    "SAC's update samples actions from torchrl's TanhNormal, and the backward of that "
+    "sample cannot be captured in a CUDA graph (cudaErrorStreamCaptureImplicit, torchrl "
+    "0.14.1); use sac.compile=true"
+)
 
 
 @dataclass
@@ -64,8 +71,9 @@ class SACConfig(ReplayConfig):
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     """hidden layers of the actor and Q networks."""
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
+        check(not self.cudagraphs, "cudagraphs", self.cudagraphs, SAC_CUDAGRAPHS_MSG)
         check(self.alpha_init > 0, "alpha_init", self.alpha_init, "must be > 0")
         check(0 < self.tau <= 1, "tau", self.tau, "must be in (0, 1]")
 
@@ -82,9 +90,9 @@ class SAC(ReplayAlgorithm):
 
     Examples:
         >>> from fleetrl import SAC, SACConfig, SyncDataCollector
-        >>> from fleetrl.algorithms import env_info
+        >>> from fleetrl.envs import env_spec
         >>> sac = SAC(SACConfig(learning_starts=64, updates_per_batch=2, batch_size=32,
-        ...                     hidden_sizes=[32, 32]), env_info("Pendulum-v1"))
+        ...                     hidden_sizes=[32, 32]), env_spec("Pendulum-v1"))
         >>> with SyncDataCollector("Pendulum-v1", sac.policy, frames_per_batch=64,
         ...                        num_envs=2) as collector:
         ...     info = sac.learn(collector.next())
@@ -100,7 +108,7 @@ class SAC(ReplayAlgorithm):
     def __init__(
         self,
         config: SACConfig,
-        info: EnvInfo,
+        info: EnvSpec,
         *,
         actor: nn.Module | None = None,
         qvalue: nn.Module | None = None,
@@ -114,6 +122,8 @@ class SAC(ReplayAlgorithm):
                     "or A2C for it"
                 ]
             )
+        if config.cudagraphs:
+            raise ConfigError([f"sac.cudagraphs=True is invalid: {SAC_CUDAGRAPHS_MSG}"])
         device = as_device(device)
         if actor is None:
             actor = make_actor(info, config.hidden_sizes, activation=nn.ReLU)

@@ -26,8 +26,8 @@ The targets also store the critic's values of the batch (``state_value``), as
 GAE does for PPO: a clipped value loss (``appo.clip_value``) keeps the new
 value within the clip of those.
 
-Stale batches: ``max_policy_lag`` bounds how many optimizer steps behind the
-learner a batch may be when it arrives (:class:`~fleetrl.scheme.versions.
+Stale batches: ``max_learn_lag`` bounds how many optimizer steps behind the
+learner a batch may be when it arrives (:class:`~fleetrl.learners.versions.
 StaleBatchFilter` drops and counts the older ones, in ``train/dropped_batches``).
 """
 
@@ -44,8 +44,8 @@ from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
 from fleetrl.algorithms.base import end_padded_rows, flatten_valid
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ModelKind
-from fleetrl.config import Checks, Config
-from fleetrl.errors import PolicyError
+from fleetrl.config import Config
+from fleetrl.errors import PolicyError, Problems
 from fleetrl.keys import DONE_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
@@ -71,7 +71,7 @@ class VTraceConfig(ActorCriticConfig):
     c_bar: float = 1.0
     """truncation of the importance weights that carry corrections back in time (the
     paper's c-bar, the 'trace cutting'); > 0 and <= rho_bar."""
-    max_policy_lag: int | None = 32
+    max_learn_lag: int | None = 32
     """drop a batch that arrives more than this many optimizer steps behind the learner
     (counted in train/dropped_batches; null: no bound). Must be at least the lag that
     trainer.weight_update_interval alone gives: (interval - 1) x steps per batch."""
@@ -94,7 +94,7 @@ class VTraceConfig(ActorCriticConfig):
         """Optimizer steps on each collected batch."""
         return 1
 
-    def validate(self, config: Config, check: Checks) -> None:
+    def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
         check(self.rho_bar > 0, "rho_bar", self.rho_bar, "must be > 0 (1.0: the paper's)")
         check(
@@ -106,9 +106,9 @@ class VTraceConfig(ActorCriticConfig):
         interval = config.trainer.weight_update_interval
         least = max(0, interval - 1) * self.steps_per_batch
         check(
-            self.max_policy_lag is None or self.max_policy_lag >= least,
-            "max_policy_lag",
-            self.max_policy_lag,
+            self.max_learn_lag is None or self.max_learn_lag >= least,
+            "max_learn_lag",
+            self.max_learn_lag,
             f"must be null (no bound) or >= {least}: with trainer.weight_update_interval="
             f"{interval} and {self.steps_per_batch} optimizer steps per batch, batches arrive "
             f"up to {least} steps behind even without asynchrony, and every one would be dropped",
@@ -216,9 +216,9 @@ class VTraceActorCritic(ActorCritic):
         )
 
     @property
-    def max_policy_lag(self) -> int | None:
+    def max_learn_lag(self) -> int | None:
         """Batches arriving more than this many optimizer steps behind are dropped (None: none)."""
-        return self.config.max_policy_lag
+        return self.config.max_learn_lag
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """V-trace targets for the whole batch with the current actor and critic, then its

@@ -110,6 +110,21 @@ class DataCollectorBase(abc.ABC):
             return None
         return self.total_frames - self._frames
 
+    @property
+    def frames_in_flight(self) -> int:
+        """Frames of tasks issued and not yet delivered (0 for a collector in this process)."""
+        return 0
+
+    def acts_with(self, policy: Any) -> bool:
+        """Whether this collector acts with ``policy`` itself, in this process: publishing
+        then moves only the version its batches are tagged with (the weights are the
+        caller's own). False for a collector that acts with a copy."""
+        return False
+
+    def stats(self) -> dict[str, Any]:
+        """What the collector counts (at least ``frames``, delivered so far)."""
+        return {"frames": self.frames}
+
     def _check_open(self) -> None:
         if self.state is CollectorState.CLOSED:
             raise CollectorClosedError(CLOSED_MSG.format(name=type(self).__name__))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetrl.envs import NestedKey
+from fleetrl.envs.base import NestedKey
 from fleetrl.keys import (
     DONE_KEY,
     EPISODE_LENGTH_KEY,

@@ -38,13 +38,13 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.utils import set_exploration_type
 
-from fleetrl.envs import BatchedEnv, NestedKey, StepResult
+from fleetrl.envs.base import BatchedEnv, NestedKey, StepResult
 from fleetrl.errors import Problems
 from fleetrl.keys import REWARD_KEY, TERMINATED_KEY, TRUNCATED_KEY
 
 if TYPE_CHECKING:
     from fleetrl.collectors.sync import SyncDataCollector
-    from fleetrl.engines import AtariEnv
+    from fleetrl.envs.atari import AtariEnv
 
 __all__ = [
     "HalvedEnv",
@@ -137,7 +137,8 @@ def overlap_spec(
     With :attr:`Overlap.ON`, an env that cannot be split is a problem naming
     ``arg``; with :attr:`Overlap.AUTO` it quietly gets the plain loop.
     """
-    from fleetrl.engines import AtariEnv, EnvEngine, is_atari_id
+    from fleetrl.config import EnvEngine
+    from fleetrl.envs.atari import AtariEnv, is_atari_id
 
     if overlap is Overlap.OFF:
         return None
@@ -195,11 +196,11 @@ class HalvedEnv(BatchedEnv):
     one at a time through :attr:`halves` and :attr:`rows`.
 
     Args:
-        spec: an ``ale_vector`` or ``envpool`` :class:`~fleetrl.engines.AtariEnv`.
+        spec: an ``ale_vector`` or ``envpool`` :class:`~fleetrl.envs.AtariEnv`.
         num_envs: an even number of envs >= 2.
 
     Examples:
-        >>> from fleetrl.engines import AtariEnv
+        >>> from fleetrl.envs import AtariEnv
         >>> env = HalvedEnv(AtariEnv("ALE/Pong-v5", engine="ale_vector", num_threads=1), 4)
         >>> env.rows
         (slice(0, 2, None), slice(2, 4, None))

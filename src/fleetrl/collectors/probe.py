@@ -27,7 +27,8 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.envs.utils import set_exploration_type
 
-from fleetrl.envs import NestedKey, TorchRLEnv
+from fleetrl.envs.base import NestedKey
+from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import PolicyError
 from fleetrl.policies import PerEnvPolicy, RandomPolicy, ReshapeAction, accelerated, module_device
 

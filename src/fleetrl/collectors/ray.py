@@ -25,13 +25,13 @@ it. Policy lag here is how far the newest published version is ahead of the
 version a batch was collected with when the batch is served (versions are
 publishes, or the learner's optimizer steps when it passes ``version=``; the
 lag a learner logs is measured at learning time, see
-:mod:`fleetrl.scheme.versions`). In sync mode, with one publish per batch, a
+:mod:`fleetrl.learners.versions`). In sync mode, with one publish per batch, a
 batch is at most ``prefetch`` publishes behind (``prefetch=0``: strictly
 on-policy), however slow a worker is: a round waits for all. In async mode
 every worker always has ``max(1, prefetch)`` tasks in flight and batches are
 served first ready, so the lag grows with the number of workers and tasks in
 flight, even when they are equally fast, and is unbounded with a slow worker,
-even with ``prefetch=0``. ``max_policy_lag=k``
+even with ``prefetch=0``. ``max_served_lag=k``
 enforces a bound in both modes: a batch more than k versions behind is not served;
 it is counted in ``stats()["stale_batches"]``/``["stale_frames"]`` and its
 task is issued again with the current weights, so frames stay exact (the
@@ -50,12 +50,17 @@ First-ready only (``sync=False``).
 Weights: see :meth:`RayCollector.update_policy_weights_`. torchrl 0.14's newer
 arguments have torchrl's meaning (:mod:`fleetrl.collectors.arguments`).
 
+Backends (``backend=``): the workers are Ray actors (``"ray"``, the default),
+or objects in this process that run one task at a time (``"inprocess"``, for
+debugging and fast tests of the accounting; :mod:`fleetrl.backends`). Every
+rule above and below holds on both.
+
 Fault tolerance: a worker whose actor dies (killed, crashed, node lost) is
 replaced by a new actor with the same worker id; it receives the current
 weights with its first task and the tasks lost with the old actor are issued
 to it again. A replacement that dies too (e.g. while building its envs) is
 replaced again after a doubling wait, up to ``max_restart_attempts`` in a row
-(default 3; see :mod:`fleetrl.collectors.restarts`); then
+(default 3; :class:`~fleetrl.workers.WorkerGroup`); then
 :class:`~fleetrl.errors.WorkerLostError` (a ``WorkerError``) names the worker,
 the attempts and the last cause. The lost tasks stay on the books meanwhile:
 ``frames``, ``remaining_frames`` and ``stats()["pending"]`` stay exact, and a
@@ -70,31 +75,26 @@ traceback (:func:`~fleetrl.collectors.ray_checks.worker_failure`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
-import ray
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl.backends import BACKENDS, Backend, make_backend
 from fleetrl.collectors.arguments import check_feature_arguments
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
-from fleetrl.collectors.pool import Slot, Task, WorkerPool
+from fleetrl.collectors.pool import CollectorSlot, Task, WorkerPool
 from fleetrl.collectors.ray_checks import (
-    MAX_POLICY_LAG_ALLOWED,
-    MAX_RESTART_ATTEMPTS_ALLOWED,
     all_problems,
     check_added_collectors,
     check_arguments,
     check_bounds,
     check_resources,
     check_weight_update,
-    init_ray,
     put_policy,
 )
-from fleetrl.collectors.replay import buffer_handle, check_replay_buffer, progress_record
-from fleetrl.collectors.restarts import DEFAULT_MAX_RESTART_ATTEMPTS
+from fleetrl.collectors.replay import buffer_actor, check_replay_buffer, progress_record
 from fleetrl.collectors.rounds import SyncRounds
 from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.sync import SyncDataCollector
@@ -103,10 +103,11 @@ from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
 from fleetrl.errors import ConfigError, Problems
 from fleetrl.policies import as_weights, policy_weights
+from fleetrl.runtime import ray_running, start_ray
 from fleetrl.wire import unpack_batch
+from fleetrl.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 
-# the messages of the bounds are re-exported here, where tests and callers found them
-__all__ = ["MAX_POLICY_LAG_ALLOWED", "MAX_RESTART_ATTEMPTS_ALLOWED", "POLL_MSG", "RayCollector"]
+__all__ = ["POLL_MSG", "RayCollector"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class RayCollector(DataCollectorBase):
         prefetch: tasks each worker may run ahead of the consumer (default 1).
             Sync mode: the policy lag is at most ``prefetch`` with one publish
             per batch (0: strictly on-policy). Async mode: no bound (see the
-            module docstring); use ``max_policy_lag``.
+            module docstring); use ``max_served_lag``.
         fraction_samples: sync mode; a preempted straggler stops once it holds
             at least this fraction of its share.
         fraction_workers: sync mode; once this fraction of the collectors have
@@ -166,7 +167,7 @@ class RayCollector(DataCollectorBase):
             way, batches of fleetrl's collector cross Ray in the compact
             layout of :mod:`fleetrl.wire` (each observation once)
             and arrive in the full one.
-        max_policy_lag: ``None`` (no bound) or k >= 0: a batch collected with
+        max_served_lag: ``None`` (no bound) or k >= 0: a batch collected with
             weights more than k versions older than the newest published is
             not served; its frames are collected again with the current
             weights (counted in ``stats()["stale_batches"]``).
@@ -191,7 +192,11 @@ class RayCollector(DataCollectorBase):
             their batches' valid transitions; the iterator then yields progress
             records (see the module docstring). Needs ``sync=False`` and no
             ``trajs_per_batch``, ``split_trajs``, ``postproc`` or
-            ``max_policy_lag``. The buffer is the caller's: shutdown leaves it.
+            ``max_served_lag``. The buffer is the caller's: shutdown leaves it.
+        backend: where the workers run: ``"ray"`` (Ray actors, the default) or
+            ``"inprocess"`` (objects in this process, one task at a time: for
+            debugging and tests; see :mod:`fleetrl.backends`), or a
+            :class:`~fleetrl.backends.Backend`.
 
     Examples:
         >>> collector = RayCollector("CartPole-v1", None, frames_per_batch=400,
@@ -232,7 +237,7 @@ class RayCollector(DataCollectorBase):
         fraction_samples: float = 1.0,
         fraction_workers: float = 1.0,
         compress: str | None = None,
-        max_policy_lag: int | None = None,
+        max_served_lag: int | None = None,
         max_restart_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
         num_threads: int | None = 1,
         policy_factory: Any = None,
@@ -241,6 +246,7 @@ class RayCollector(DataCollectorBase):
         cudagraph_policy: bool | dict[str, Any] | None = None,
         set_truncated: bool = False,
         replay_buffer: Any = None,
+        backend: str | Backend = "ray",
     ):
         super().__init__()
         self.state = CollectorState.CLOSED  # READY once every actor is up
@@ -249,7 +255,9 @@ class RayCollector(DataCollectorBase):
         self._pool: WorkerPool | None = None  # the actors, once Ray is up
         self._rounds: SyncRounds | None = None  # sync mode's rounds in flight
         p = Problems()
-        check_bounds(p, max_policy_lag, max_restart_attempts)
+        if not isinstance(backend, Backend) and backend not in BACKENDS:
+            p.add("backend", backend, f"must be one of {list(BACKENDS)} or a fleetrl Backend")
+        check_bounds(p, max_served_lag, max_restart_attempts)
         check_replay_buffer(
             p,
             replay_buffer,
@@ -257,7 +265,8 @@ class RayCollector(DataCollectorBase):
             trajs_per_batch=trajs_per_batch,
             split_trajs=split_trajs,
             postproc=postproc,
-            max_policy_lag=max_policy_lag,
+            max_served_lag=max_served_lag,
+            backend=backend,
         )
         #: the buffer the workers extend (their tasks then yield progress records), or None
         self.replay_buffer = replay_buffer
@@ -317,7 +326,7 @@ class RayCollector(DataCollectorBase):
         self.update_after_each_batch = update_after_each_batch
         self.max_weight_update_interval = max_weight_update_interval
         self.prefetch = prefetch
-        self.max_policy_lag = max_policy_lag
+        self.max_served_lag = max_served_lag
         self.max_restart_attempts = max_restart_attempts
         self.num_threads = num_threads
         self.fraction_samples = float(fraction_samples)
@@ -340,14 +349,18 @@ class RayCollector(DataCollectorBase):
             else TrajectoryBatcher(trajs_per_batch, drop_partial=reset_at_each_iter)
         )
         self._yielded = False
-        self._served = ServedStats(max_policy_lag, compress)
+        self._served = ServedStats(max_served_lag, compress)
+        #: where the workers run (:mod:`fleetrl.backends`)
+        self.backend = make_backend(backend)
         try:
-            self._started_ray = init_ray(ray_init_config)
-            check_resources(remotes)
-            self._weights = WeightStore(with_board=max_weight_update_interval > 0)
+            if self.backend.name == "ray":
+                self._started_ray = start_ray(ray_init_config)
+                check_resources(remotes)
+            self._weights = WeightStore(self.backend, with_board=max_weight_update_interval > 0)
             self._pool = WorkerPool(
+                self.backend,
                 self._weights,
-                put_policy(self.policy),
+                put_policy(self.backend, self.policy),
                 collector_class=collector_class,
                 native=self.native,
                 num_workers_per_collector=num_workers_per_collector,
@@ -361,7 +374,7 @@ class RayCollector(DataCollectorBase):
                 devices=devices,
                 common=common,
                 max_restart_attempts=max_restart_attempts,
-                replay_buffer=None if replay_buffer is None else buffer_handle(replay_buffer),
+                replay_buffer=None if replay_buffer is None else buffer_actor(replay_buffer),
             )
             self._rounds = SyncRounds(
                 self._pool,
@@ -377,7 +390,7 @@ class RayCollector(DataCollectorBase):
 
     # ----------------------------------------------------------- budget
     @property
-    def _slots(self) -> list[Slot]:
+    def _slots(self) -> list[CollectorSlot]:
         return self._pool.slots if self._pool is not None else []
 
     def _budget(self) -> int | None:
@@ -426,7 +439,7 @@ class RayCollector(DataCollectorBase):
     def _top_up_async(self, limit: int) -> None:
         pool = self._pool
         for slot in pool.slots:
-            while len(slot.inflight) < limit:
+            while pool.in_flight(slot) < limit:
                 budget = self._budget()
                 if budget is not None and budget <= 0:
                     return
@@ -440,16 +453,14 @@ class RayCollector(DataCollectorBase):
         pool = self._pool
         self._top_up_async(max(1, self.prefetch))
         while pool.pending:
-            ready, _ = ray.wait(list(pool.pending), num_returns=1)
-            task = pool.pending[ready[0]]
-            worker = task.worker
-            result = pool.get(ready[0])
-            if result is None:
+            [pending] = pool.wait(pool.pending, num_returns=1)
+            result = pool.get(pending)
+            if result is None:  # its worker died: replaced, the task issued again
                 continue
-            if self._served.stale(result, task, self._weights.version):
-                pool.reissue_stale(task)
+            if self._served.stale(result, pending.task, self._weights.version):
+                pool.reissue_stale(pending)
                 continue
-            batch = self._receive(result, worker)
+            batch = self._receive(result, pending.task.worker)
             self._frames += result.frames
             if self.prefetch:
                 self._top_up_async(self.prefetch)
@@ -478,22 +489,23 @@ class RayCollector(DataCollectorBase):
         pool.revive_dead()
         if issue:
             self._top_up_async(max(1, self.prefetch))
-        refs = list(pool.pending)
-        if not refs:
+        pendings = pool.pending
+        if not pendings:
             return []
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        ready = pool.wait(pendings, num_returns=1, timeout=timeout)
         if ready:  # and every other task that is done by now
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            ready = pool.wait(pendings, num_returns=len(pendings), timeout=0)
         served = []
-        for ref in ready:
-            task = pool.pending[ref]
-            result = pool.get(ref)
-            if result is None:  # its worker died: replaced, the task issued again
+        for pending, ref in [(p, p.ref) for p in ready]:
+            if pending.ref is not ref:  # issued again meanwhile (its worker died): not done
                 continue
-            if self._served.stale(result, task, self._weights.version):
-                pool.reissue_stale(task)
+            result = pool.get(pending)
+            if result is None:  # its worker died: replaced, its tasks issued again
                 continue
-            batch = self._receive(result, task.worker)
+            if self._served.stale(result, pending.task, self._weights.version):
+                pool.reissue_stale(pending)
+                continue
+            batch = self._receive(result, pending.task.worker)
             self._frames += result.frames
             served.append(self._served_batch(batch))
         if issue:
@@ -556,8 +568,8 @@ class RayCollector(DataCollectorBase):
         <fleetrl.collectors.SyncDataCollector.update_policy_weights_>` takes it:
         the number of this version, which batches collected with these weights
         carry in ``("collector", "policy_version")``. A learner passes its
-        optimizer-step count (:mod:`fleetrl.scheme.versions`), so tags, lag and
-        ``max_policy_lag`` count optimizer steps. Default: the newest published
+        optimizer-step count (:mod:`fleetrl.learners.versions`), so tags, lag and
+        ``max_served_lag`` count optimizer steps. Default: the newest published
         version + 1 (the count of publishes, when no caller gives versions).
         Versions never go back: a ``version`` below :attr:`policy_version` is
         a :class:`~fleetrl.errors.ConfigError`. The same version again
@@ -605,7 +617,7 @@ class RayCollector(DataCollectorBase):
         self._pool.revive_dead()
         for slot in self._slots:
             slot.seed = seed
-            seed = ray.get(slot.handle.set_seed.remote(seed, static_seed))
+            seed = self._pool.ask(slot, "set_seed", seed, static_seed)
         return seed
 
     def state_dict(self) -> dict[str, Any]:
@@ -614,7 +626,7 @@ class RayCollector(DataCollectorBase):
         return {
             "frames": self._frames,
             "policy_version": self.policy_version,
-            "workers": ray.get([s.handle.state_dict.remote() for s in self._slots]),
+            "workers": self._pool.ask_all("state_dict"),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -622,7 +634,7 @@ class RayCollector(DataCollectorBase):
         self._pool.revive_dead()
         self._frames = int(state["frames"])
         self._weights.version = max(self._weights.version, int(state["policy_version"]))
-        ray.get([s.handle.load_state_dict.remote(w) for s, w in zip(self._slots, state["workers"])])
+        self._pool.ask_all("load_state_dict", [(w,) for w in state["workers"]])
 
     def add_collectors(
         self,
@@ -657,7 +669,7 @@ class RayCollector(DataCollectorBase):
         and preemption counts.
 
         ``policy_lag`` holds running aggregates over served batches (``last``, ``mean``,
-        ``max``, ``count``) and the ``bound`` (``max_policy_lag``); ``stale_batches`` /
+        ``max``, ``count``) and the ``bound`` (``max_served_lag``); ``stale_batches`` /
         ``stale_frames`` count batches discarded for breaking it; ``pending`` counts tasks
         issued and not yet returned (those lost with a dead worker included) and the frames
         issued and not yet served. ``wire`` counts every batch served: its bytes in the full
@@ -667,18 +679,20 @@ class RayCollector(DataCollectorBase):
         return self._served.report(self._frames, self.policy_version, self._pool)
 
     def worker_handles(self) -> list[Any]:
-        """The live actor handles, by worker id (for inspection and fault-injection tests)."""
+        """The backend's handles of the workers, by worker id (Ray actor handles; the worker
+        objects in process; None for a dead one), for inspection and fault-injection tests."""
         return self._pool.handles()
 
     def _shutdown(self) -> None:
-        if not ray.is_initialized():  # Ray already gone (interpreter exit): nothing to release
-            return
+        if self.backend.name == "ray" and not ray_running():
+            return  # Ray already gone (interpreter exit): nothing to release
         if self._pool is not None:
             self._pool.shutdown()
         if self._rounds is not None:
             self._rounds.clear()
         if self._weights is not None:
-            with contextlib.suppress(Exception):
-                self._weights.close()
-        if self._started_ray and ray.is_initialized():
+            self._weights.close()
+        if self._started_ray and ray_running():
+            import ray
+
             ray.shutdown()

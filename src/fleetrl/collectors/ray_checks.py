@@ -12,35 +12,25 @@ from __future__ import annotations
 import difflib
 import inspect
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
-import ray
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl.backends import Backend, WorkerRaised
 from fleetrl.batch_sizes import batch_size_problems
-from fleetrl.collectors.arguments import (  # shared with SyncDataCollector; kept importable here
-    MODEL_ID_MSG,
-    VERSION_MSG,
-    WEIGHTS_TWICE_MSG,
-    WORKER_IDS_MSG,
-    check_weight_update,
-)
+from fleetrl.collectors.arguments import check_weight_update
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.overlap import check_overlap_kwargs
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
+from fleetrl.runtime import resource_shortfalls
 from fleetrl.wire import Compression
 
 __all__ = [
-    "MAX_POLICY_LAG_ALLOWED",
     "MAX_RESTART_ATTEMPTS_ALLOWED",
-    "MODEL_ID_MSG",
+    "MAX_SERVED_LAG_ALLOWED",
     "SET_BY_RAY",
-    "VERSION_MSG",
-    "WEIGHTS_TWICE_MSG",
-    "WORKER_IDS_MSG",
     "RayArguments",
     "all_problems",
     "check_added_collectors",
@@ -50,11 +40,9 @@ __all__ = [
     "check_env_counts",
     "check_resources",
     "check_weight_update",
-    "init_ray",
     "is_torchrl_collector_class",
     "per_collector_args",
     "put_policy",
-    "remote_traceback",
     "takes_env_list",
     "worker_failure",
 ]
@@ -94,7 +82,7 @@ POLICY_PICKLE_MSG = (
     "builds its own"
 )
 #: an error raised in a worker that is one of these arrives as its own type
-MAX_POLICY_LAG_ALLOWED = "must be None (no bound) or an int >= 0 (versions)"
+MAX_SERVED_LAG_ALLOWED = "must be None (no bound) or an int >= 0 (versions)"
 MAX_RESTART_ATTEMPTS_ALLOWED = "must be an int >= 0 (0: a worker's death ends the run)"
 RETYPED_ERRORS = (ConfigError, EnvError, PolicyError)
 
@@ -264,37 +252,34 @@ def per_collector(p: Problems, name: str, value: Any, count: int) -> list[Any]:
 
 
 def check_resources(remotes: list[dict[str, Any]]) -> None:
-    """Refuse requests the cluster can never satisfy, before any actor starts."""
-    total = ray.cluster_resources()
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    asked: dict[str, float] = {}
-    p = Problems()
-    for index, config in enumerate(remotes):
+    """Refuse requests the cluster can never satisfy, before any actor starts
+    (:func:`fleetrl.runtime.resource_shortfalls`, said in ``remote_configs``' words)."""
+    requests = []
+    for config in remotes:
         wants = {"CPU": config.get("num_cpus", 1), "GPU": config.get("num_gpus", 0) or 0}
         wants.update(config.get("resources") or {})
         if config.get("memory"):
             wants["memory"] = config["memory"]
-        for name, amount in wants.items():
-            if not amount:
-                continue
-            asked[name] = asked.get(name, 0) + amount
-            best = max((n.get(name, 0) for n in nodes), default=0)
-            if amount > best:
-                key = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, name)
-                p.add(
-                    f"remote_configs[{index}]",
-                    config,
-                    NODE_RESOURCES_MSG.format(
-                        index=index, asked=amount, name=name, have=best, key=key
-                    ),
-                )
-    for name, amount in asked.items():
-        have = total.get(name, 0)
-        if amount > have:
+        requests.append(wants)
+    p = Problems()
+    for short in resource_shortfalls(requests):
+        if short.request is not None:
+            index = short.request
+            key = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(short.resource, short.resource)
+            p.add(
+                f"remote_configs[{index}]",
+                remotes[index],
+                NODE_RESOURCES_MSG.format(
+                    index=index, asked=short.asked, name=short.resource, have=short.have, key=key
+                ),
+            )
+        else:
             p.add(
                 "remote_configs",
                 remotes[0] if len(remotes) == 1 else "<per collector>",
-                RESOURCES_MSG.format(count=len(remotes), asked=amount, name=name, have=have),
+                RESOURCES_MSG.format(
+                    count=len(remotes), asked=short.asked, name=short.resource, have=short.have
+                ),
             )
     p.raise_if_any()
 
@@ -383,22 +368,6 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def init_ray(ray_init_config: dict[str, Any] | None) -> bool:
-    """Use the running Ray, or start a local one (dashboard off); returns whether it started one."""
-    config = dict(ray_init_config or {})
-    if ray.is_initialized():
-        if config:
-            logger.warning("Ray is already initialized; ray_init_config=%r is not applied", config)
-        return False
-    if "address" not in config:
-        config.setdefault("include_dashboard", False)
-    ray.init(**config)
-    return True
-
-
 def check_added_collectors(
     slots: list[Any],
     num_collectors: Any,
@@ -431,24 +400,16 @@ def check_added_collectors(
     return env_fns, kwargs_list, remotes
 
 
-def put_policy(policy: Any) -> Any:
-    """``ray.put`` the policy once for every worker; one that cannot be pickled is refused
+def put_policy(backend: Backend, policy: Any) -> Any:
+    """Store the policy once for every worker; on Ray, one that cannot be pickled is refused
     with the fix (``policy_factory``), before any actor starts."""
     try:
-        return ray.put(policy)
+        return backend.put(policy)
     except Exception as err:  # pickling errors come as TypeError, PicklingError, ...
         raise PolicyError(POLICY_PICKLE_MSG.format(policy=policy, err=err)) from err
 
 
-def remote_traceback(err: BaseException) -> str:
-    """The remote error with its traceback, as plain text (Ray colours it for terminals)."""
-    text = _ANSI.sub("", str(err))
-    if not text.lstrip().startswith("Traceback"):
-        text = "Traceback (most recent call last, in the worker):\n" + text
-    return text
-
-
-def worker_failure(worker_id: int, err: BaseException) -> FleetError:
+def worker_failure(worker_id: int, err: WorkerRaised) -> FleetError:
     """The error to raise for an exception a worker raised.
 
     A :class:`ConfigError`, :class:`EnvError` or :class:`PolicyError` arrives as
@@ -456,8 +417,7 @@ def worker_failure(worker_id: int, err: BaseException) -> FleetError:
     the remote traceback. Anything else is a :class:`WorkerError`. Both carry
     ``worker_id`` and the traceback as ``cause``.
     """
-    cause = getattr(err, "cause", None)
-    text = remote_traceback(err)
+    cause, text = err.error, err.text
     if isinstance(cause, ConfigError):
         error: FleetError = ConfigError([f"collector {worker_id}: {p}" for p in cause.problems])
     elif isinstance(cause, (EnvError, PolicyError)):
@@ -481,17 +441,17 @@ def all_problems(p: Problems, check: Any, **arguments: Any) -> Any:
     return result
 
 
-def check_bounds(p: Problems, max_policy_lag: Any, max_restart_attempts: Any) -> None:
+def check_bounds(p: Problems, max_served_lag: Any, max_restart_attempts: Any) -> None:
     """Check the policy-lag bound and the restart attempts (before any actor starts)."""
 
     def whole(value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
     p.check(
-        max_policy_lag is None or whole(max_policy_lag),
-        "max_policy_lag",
-        max_policy_lag,
-        MAX_POLICY_LAG_ALLOWED,
+        max_served_lag is None or whole(max_served_lag),
+        "max_served_lag",
+        max_served_lag,
+        MAX_SERVED_LAG_ALLOWED,
     )
     p.check(
         whole(max_restart_attempts),

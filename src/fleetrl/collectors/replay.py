@@ -1,4 +1,4 @@
-"""A replay buffer in a Ray actor, written to by the collector workers themselves.
+"""A replay buffer in an actor (Ray's, or in this process), written to by the collector workers.
 
 Decoupled off-policy collection (Ape-X's layout): each
 :class:`~fleetrl.collectors.worker.CollectorWorker` of a
@@ -22,20 +22,16 @@ Everything else is torchrl's ``TensorDictReplayBuffer`` over a
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
-import ray
 import torch
 from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
+from fleetrl.backends import Actor, Backend, RayBackend, make_backend
 from fleetrl.errors import Problems
-from fleetrl.keys import (
-    MASK_KEY,
-    POLICY_VERSION_KEY,
-    TRANSITION_KEYS,
-)
+from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS
+from fleetrl.runtime import pin_threads
 
 __all__ = ["RemoteReplayBuffer", "ReplayBufferActor", "transitions"]
 
@@ -59,8 +55,7 @@ class ReplayBufferActor:
     """
 
     def __init__(self, capacity: int, batch_size: int, num_threads: int | None = 1):
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
+        pin_threads(num_threads)
         self.buffer = TensorDictReplayBuffer(
             storage=LazyTensorStorage(capacity), batch_size=batch_size
         )
@@ -94,7 +89,7 @@ class ReplayBufferActor:
 
 
 class RemoteReplayBuffer:
-    """The driver's handle on a :class:`ReplayBufferActor` (starts the actor; Ray must run).
+    """The driver's handle on a :class:`ReplayBufferActor`, which it starts.
 
     Args:
         capacity: transitions kept.
@@ -102,6 +97,8 @@ class RemoteReplayBuffer:
 
     Keyword Args:
         num_cpus: Ray CPUs reserved for the actor (default 0: it mostly waits).
+        backend: where the actor runs, ``"ray"`` (Ray must run) or ``"inprocess"``
+            (:mod:`fleetrl.backends`); the collector that writes into it must use the same.
 
     Examples:
         >>> rb = RemoteReplayBuffer(10_000, 64)  # doctest: +SKIP
@@ -113,39 +110,47 @@ class RemoteReplayBuffer:
         torch.Size([4, 64])
     """
 
-    def __init__(self, capacity: int, batch_size: int, *, num_cpus: float = 0):
+    def __init__(
+        self,
+        capacity: int,
+        batch_size: int,
+        *,
+        num_cpus: float = 0,
+        backend: str | Backend = "ray",
+    ):
         self.capacity = capacity
         self.batch_size = batch_size
-        self.handle = (
-            ray.remote(ReplayBufferActor).options(num_cpus=num_cpus).remote(capacity, batch_size)
+        self.backend = make_backend(backend)
+        #: the actor the collector workers extend
+        self.actor: Actor = self.backend.start(
+            ReplayBufferActor, capacity, batch_size, options={"num_cpus": num_cpus}
         )
 
     def extend(self, data: TensorDictBase) -> int:
         """Add transitions from this process; returns the transitions written so far."""
-        return ray.get(self.handle.extend.remote(data))
+        return self.actor.ask("extend", data)
 
     def sample(self, n: int = 1) -> TensorDictBase:
-        """``n`` minibatches, ``[n, batch_size]``, in one Ray call."""
-        return ray.get(self.handle.sample.remote(n))
+        """``n`` minibatches, ``[n, batch_size]``, in one call."""
+        return self.actor.ask("sample", n)
 
     def __len__(self) -> int:
-        return ray.get(self.handle.size.remote())
+        return self.actor.ask("size")
 
     def write_count(self) -> int:
         """Transitions written since the start."""
-        return ray.get(self.handle.write_count.remote())
+        return self.actor.ask("write_count")
 
     def state_dict(self) -> dict[str, Any]:
         """The actor's buffer (torchrl's ``state_dict``) and its write count."""
-        return ray.get(self.handle.state_dict.remote())
+        return self.actor.ask("state_dict")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        ray.get(self.handle.load_state_dict.remote(state))
+        self.actor.ask("load_state_dict", state)
 
     def shutdown(self) -> None:
-        """Kill the actor (its content is lost)."""
-        with contextlib.suppress(Exception):  # already gone
-            ray.kill(self.handle)
+        """End the actor (its content is lost)."""
+        self.backend.kill(self.actor)
 
 
 # ------------------------------------------------------ RayCollector's side
@@ -155,30 +160,54 @@ REPLAY_BUFFER_CONFLICTS = (
     ("trajs_per_batch", None, "whole trajectories are assembled from batches in the driver"),
     ("split_trajs", False, "trajectories are split from batches in the driver"),
     ("postproc", None, "postproc runs on batches in the driver"),
-    ("max_policy_lag", None, "a stale batch is discarded in the driver, after it was written"),
+    ("max_served_lag", None, "a stale batch is discarded in the driver, after it was written"),
 )
 #: said after the reason of a conflict
 REPLAY_BUFFER_WHY = (
     "; with replay_buffer= the workers write into the buffer and send no batch (leave it {fine})"
 )
 BAD_BUFFER_ALLOWED = (
-    "must be a fleetrl.collectors.replay.RemoteReplayBuffer or the handle of a Ray actor with an "
+    "must be a fleetrl.collectors.replay.RemoteReplayBuffer, or the handle of a Ray actor with an "
     "extend(TensorDict) method (ReplayBufferActor)"
 )
 
+BUFFER_BACKEND_MSG = (
+    "runs on backend {buffer!r} and the workers on backend={workers!r}: build the "
+    "RemoteReplayBuffer with backend={workers!r}"
+)
 
-def buffer_handle(replay_buffer: Any) -> Any:
-    """The actor handle the workers call, from a :class:`RemoteReplayBuffer` or a handle."""
-    handle = getattr(replay_buffer, "handle", replay_buffer)
-    return handle if isinstance(handle, ray.actor.ActorHandle) else None
+
+def buffer_actor(replay_buffer: Any) -> Actor | None:
+    """The actor the workers call: a :class:`RemoteReplayBuffer`'s, or a Ray actor handle's
+    (None for anything else)."""
+    if isinstance(replay_buffer, RemoteReplayBuffer):
+        return replay_buffer.actor
+    if isinstance(replay_buffer, Actor):
+        return replay_buffer
+    try:
+        from ray.actor import ActorHandle
+    except ImportError:  # pragma: no cover - ray is a dependency
+        return None
+    if isinstance(replay_buffer, ActorHandle):
+        return Actor(RayBackend(), replay_buffer)
+    return None
 
 
 def check_replay_buffer(problems: Problems, replay_buffer: Any, **arguments: Any) -> None:
     """Add a problem for a ``replay_buffer`` that is no actor and for every conflicting argument."""
     if replay_buffer is None:
         return
-    if buffer_handle(replay_buffer) is None:
+    actor = buffer_actor(replay_buffer)
+    if actor is None:
         problems.add("replay_buffer", type(replay_buffer).__name__, BAD_BUFFER_ALLOWED)
+    backend = arguments.pop("backend", "ray")
+    name = backend.name if isinstance(backend, Backend) else backend
+    if actor is not None and actor.backend.name != name:
+        problems.add(
+            "replay_buffer",
+            type(replay_buffer).__name__,
+            BUFFER_BACKEND_MSG.format(buffer=actor.backend.name, workers=name),
+        )
     for arg, fine, why in REPLAY_BUFFER_CONFLICTS:
         value = arguments[arg]
         if value is not fine and value != fine:

@@ -17,9 +17,7 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
-import ray
 import torch
 from tensordict import TensorDictBase
 
@@ -28,6 +26,7 @@ from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.worker import TaskResult
 from fleetrl.keys import MASK_KEY
 from fleetrl.wire import empty_round, unpack_batch
+from fleetrl.workers import Pending
 
 __all__ = ["Round", "SyncRounds", "split_frames"]
 
@@ -39,7 +38,7 @@ class Round:
     """One round in flight: a task per worker with a share."""
 
     round_id: int
-    refs: dict[int, Any]  # worker id -> ref of its task for this round
+    refs: dict[int, Pending]  # worker id -> its task for this round (in flight)
     shares: dict[int, int]
     preempt_sent: bool = False
     issued: int = 0  # frames it added to the issued count
@@ -117,13 +116,15 @@ class SyncRounds:
         """Forget the rounds in flight (at shutdown)."""
         self._rounds = deque()
 
-    def _reissued(self, task: Task, new_ref: Any) -> None:
-        """A task of a round was issued again: the round waits on the new ref."""
+    def _reissued(self, pending: Pending) -> None:
+        """A task of a round was issued again (a new worker, or a stale batch): a new worker
+        is asked to stop too when its round's preemption was sent already."""
+        task = pending.task
+        if task.round_id < 0:
+            return
         for rnd in self._rounds:
-            if rnd.round_id == task.round_id and task.round_id >= 0:
-                rnd.refs[task.worker] = new_ref
-                if rnd.preempt_sent:
-                    self._pool.slots[task.worker].handle.preempt.remote(rnd.round_id)
+            if rnd.round_id == task.round_id and rnd.preempt_sent:
+                pending.slot.actor.fire("preempt", rnd.round_id)
 
     def _gather(self, rnd: Round) -> dict[int, TaskResult]:
         pool = self._pool
@@ -132,24 +133,26 @@ class SyncRounds:
         if self._preempt:
             need = max(1, math.ceil(self.fraction_workers * len(rnd.refs)))
         while len(results) < len(rnd.refs):
-            waiting = {ref: w for w, ref in rnd.refs.items() if w not in results}
+            waiting = {pending: w for w, pending in rnd.refs.items() if w not in results}
             if len(results) >= need and not rnd.preempt_sent:
                 rnd.preempt_sent = True
                 for w in waiting.values():
-                    pool.slots[w].handle.preempt.remote(rnd.round_id)
-            ready, _ = ray.wait(list(waiting), num_returns=1)
-            worker = waiting[ready[0]]
-            task = pool.pending[ready[0]]
-            result = pool.get(ready[0])
-            if result is None:  # worker replaced, its task re-issued into rnd.refs
+                    pool.slots[w].actor.fire("preempt", rnd.round_id)
+            [pending] = pool.wait(list(waiting), num_returns=1)
+            worker = waiting[pending]
+            result = pool.get(pending)
+            if result is None:  # worker replaced, its task issued again (the same pending)
                 continue
-            if self._served.stale(result, task, pool.weights.version):  # again, into rnd.refs
-                pool.reissue_stale(task)
+            if self._served.stale(result, pending.task, pool.weights.version):  # issued again
+                pool.reissue_stale(pending)
                 continue
             results[worker] = result
             if result.preempted:
                 logger.debug(
-                    "worker %d preempted with %d of %d frames", worker, result.frames, task.frames
+                    "worker %d preempted with %d of %d frames",
+                    worker,
+                    result.frames,
+                    pending.task.frames,
                 )
         return results
 

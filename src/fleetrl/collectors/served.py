@@ -1,7 +1,7 @@
 """ServedStats: what a :class:`~fleetrl.collectors.RayCollector` counts about the batches it serves.
 
 Policy lag as running aggregates (constant memory however long the run), the
-``max_policy_lag`` bound (a batch that breaks it is counted, not served), bytes
+``max_served_lag`` bound (a batch that breaks it is counted, not served), bytes
 on the wire (see :mod:`fleetrl.wire`), preempted tasks and the
 workers' collection time.
 """
@@ -20,12 +20,12 @@ class ServedStats:
     """Running counts over served batches.
 
     Args:
-        max_policy_lag: ``None`` (no bound) or the versions a served batch may be behind.
+        max_served_lag: ``None`` (no bound) or the versions a served batch may be behind.
         compress: the collector's codec; ``compression()`` counts compressed traffic only.
     """
 
-    def __init__(self, max_policy_lag: int | None, compress: str | None):
-        self.max_policy_lag = max_policy_lag
+    def __init__(self, max_served_lag: int | None, compress: str | None):
+        self.max_served_lag = max_served_lag
         self.compress = compress
         self.counts: dict[str, Any] = {
             "batches": 0,
@@ -46,10 +46,10 @@ class ServedStats:
         }
 
     def stale(self, result: TaskResult, task: Task, version: int) -> bool:
-        """Whether a batch breaks ``max_policy_lag`` at ``version``; such a batch is counted, not served."""
-        if self.max_policy_lag is None or task.random:  # random actions: no policy to lag
+        """Whether a batch breaks ``max_served_lag`` at ``version``; such a batch is counted, not served."""
+        if self.max_served_lag is None or task.random:  # random actions: no policy to lag
             return False
-        if version - result.policy_version <= self.max_policy_lag:
+        if version - result.policy_version <= self.max_served_lag:
             return False
         self.counts["stale_batches"] += 1
         self.counts["stale_frames"] += result.frames
@@ -101,7 +101,7 @@ class ServedStats:
             "mean": st["lag_sum"] / count if count else 0.0,
             "max": st["lag_max"],
             "count": count,
-            "bound": self.max_policy_lag,
+            "bound": self.max_served_lag,
         }
 
     def compression(self) -> dict[str, Any]:

@@ -55,11 +55,12 @@ from fleetrl.collectors.overlap import (
     overlap_spec,
     overlapped_rollout,
 )
-from fleetrl.collectors.probe import NO_ACTION_MSG as NO_ACTION_MSG  # tests match it here
 from fleetrl.collectors.probe import accelerate, probe_policy, setup_policy
 from fleetrl.collectors.sync_state import collector_state, load_collector_state, seed_collector
 from fleetrl.collectors.trajectories import TrajectoryBatcher
-from fleetrl.envs import BatchedEnv, NestedKey, TorchRLEnv, make_env
+from fleetrl.envs.base import BatchedEnv, NestedKey
+from fleetrl.envs.make import make_env
+from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import ConfigError, Problems, bad_value
 from fleetrl.keys import (
     DISCOUNTED_RETURN_KEY,
@@ -73,10 +74,7 @@ from fleetrl.keys import (
     TRUNCATED_KEY,
     WORKER_ID_KEY,
 )
-from fleetrl.policies import (
-    as_policy,
-    as_weights,
-)
+from fleetrl.policies import as_policy, as_weights
 
 __all__ = ["SyncDataCollector"]
 
@@ -308,6 +306,9 @@ class SyncDataCollector(DataCollectorBase):
             return []
         return list(self.env.observation_spec)
 
+    def acts_with(self, policy: Any) -> bool:
+        return policy is not None and self.policy is policy
+
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed the envs, the random-action sampler and torch; returns the next seed.
 
@@ -372,7 +373,7 @@ class SyncDataCollector(DataCollectorBase):
         episodes in progress (trajectory ids, running returns and lengths, the
         observation and recurrent state the policy sees next); and under
         ``"env"`` the envs' own state and random generators, or None where the
-        env cannot be saved (see :mod:`fleetrl.env_state`). Tensors and plain
+        env cannot be saved (see :mod:`fleetrl.envs.state`). Tensors and plain
         values only, so it loads with ``torch.load(weights_only=True)``. The
         policy's random draws come from torch's global generator, which the
         caller saves.

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fleetrl.envs import NestedKey
+from fleetrl.envs.base import NestedKey
 
 if TYPE_CHECKING:
     from fleetrl.collectors.sync import SyncDataCollector
@@ -69,7 +69,7 @@ def load_collector_state(c: SyncDataCollector, state: dict[str, Any]) -> None:
     c._traj_ids = state["traj_ids"].numpy().copy()
     c._ep_return = state["episode_return"].numpy().copy()
     c._ep_length = state["episode_length"].numpy().copy()
-    if "discounted_return" in state:  # older checkpoints: reward scaling starts afresh
+    if "discounted_return" in state:  # saved where the collector scales rewards
         c._discounted_return = state["discounted_return"].numpy().copy()
     c._obs = {_as_key(key): value.numpy().copy() for key, value in state["obs"]}
     for key, arr in c._step_np.items():

@@ -1,7 +1,7 @@
 """Versioned policy weights for remote collectors.
 
 The learner publishes a version with :meth:`WeightStore.publish`: one
-``ray.put`` of the weights (in the format of :func:`fleetrl.wire.pack_weights`),
+``put`` of the weights with the workers' backend (:mod:`fleetrl.backends`) (in the format of :func:`fleetrl.wire.pack_weights`),
 whatever the number of workers. Nothing
 blocks: a worker receives the reference with its next task, and only when its
 own version is older (:meth:`WeightStore.for_worker`), so weights cross the
@@ -14,7 +14,7 @@ still starts with the newest weights.
 
 A version is the caller's number, the tag of the batches collected with the
 weights: a learner passes its optimizer-step count
-(:mod:`fleetrl.scheme.versions`); without one, the newest version + 1.
+(:mod:`fleetrl.learners.versions`); without one, the newest version + 1.
 Versions never go back, but a learner may publish the same version again:
 weights can change without an optimizer step (DQN's epsilon is a buffer of the
 acting policy). So whether a worker must load is decided by publishes, which
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import ray
 from tensordict import TensorDictBase
 
+from fleetrl.backends import Actor, Backend
 from fleetrl.wire import pack_weights
 
 __all__ = ["VersionBoard", "WeightStore"]
@@ -58,17 +58,18 @@ class VersionBoard:
 
 
 class WeightStore:
-    """The latest published weights, as one Ray object per version."""
+    """The latest published weights, stored once per version with the workers' backend."""
 
-    def __init__(self, *, with_board: bool = False):
+    def __init__(self, backend: Backend, *, with_board: bool = False):
+        self.backend = backend
         self.version = 0  # the newest version: what batches collected with it are tagged
         self.publishes = 0  # what a worker's copy is compared by (a version can be republished)
-        self.ref: ray.ObjectRef | None = None
+        self.ref: Any = None
         # worker id -> (publish, version, ref) of a targeted publish newer than the last broadcast
-        self._targeted: dict[int, tuple[int, int, ray.ObjectRef | None]] = {}
+        self._targeted: dict[int, tuple[int, int, Any]] = {}
         self._broadcast = (0, 0)  # the newest (publish, version) every worker gets
-        self.board = (
-            ray.remote(num_cpus=0)(VersionBoard).options(max_concurrency=8).remote()
+        self.board: Actor | None = (
+            backend.start(VersionBoard, options={"num_cpus": 0, "max_concurrency": 8})
             if with_board
             else None
         )
@@ -88,21 +89,19 @@ class WeightStore:
         self.version = self.version + 1 if version is None else int(version)
         self.publishes += 1
         if worker_ids is not None:
-            ref = ray.put(pack_weights(weights)) if weights is not None else self.ref
+            ref = self.backend.put(pack_weights(weights)) if weights is not None else self.ref
             for worker_id in worker_ids:
                 self._targeted[worker_id] = (self.publishes, self.version, ref)
             return self.version
         self._targeted.clear()
         self._broadcast = (self.publishes, self.version)
         if weights is not None:
-            self.ref = ray.put(pack_weights(weights))
+            self.ref = self.backend.put(pack_weights(weights))
             if self.board is not None:
-                self.board.post.remote(self.version, [self.ref])
+                self.board.fire("post", self.version, [self.ref])
         return self.version
 
-    def for_worker(
-        self, worker_publish: int, worker_id: int | None = None
-    ) -> tuple[int, int, ray.ObjectRef | None]:
+    def for_worker(self, worker_publish: int, worker_id: int | None = None) -> tuple[int, int, Any]:
         """What a task for a worker last sent publish ``worker_publish`` should carry.
 
         Returns the publish the worker holds once the task starts, the version
@@ -117,5 +116,5 @@ class WeightStore:
 
     def close(self) -> None:
         if self.board is not None:
-            ray.kill(self.board)
+            self.backend.kill(self.board)
             self.board = None

@@ -1,9 +1,12 @@
-"""CollectorWorker: the Ray actor that runs one collector and serves batches.
+r"""CollectorWorker: the Ray actor that runs one collector and serves batches.
 
 One task = one batch: ``collect(frames, ...)`` carries the frame count, the
 weights when the worker lacks the newest version, and the sync round it
-belongs to. The actor has two concurrency groups: collection runs one task at a
-time, while ``preempt`` (group ``control``) can stop a running rollout.
+belongs to. On Ray the actor has two concurrency groups: collection runs one
+task at a time, while ``preempt`` (group ``control``) can stop a running
+rollout. The worker runs on any backend (:mod:`fleetrl.backends`): the version
+board and the replay buffer it is given are :class:`~fleetrl.backends.Actor`\ s
+of its own backend.
 
 Batches cross Ray in the wire format of :mod:`fleetrl.wire`:
 numpy leaves (or compressed ones), and for a fleetrl collector's batches the
@@ -20,7 +23,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import ray
 import torch
 from tensordict import TensorDictBase
 
@@ -28,9 +30,20 @@ from fleetrl.collectors.base import episode_stats
 from fleetrl.collectors.replay import transitions
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
+from fleetrl.runtime import node_id, pin_threads
 from fleetrl.wire import pack_batch, unpack_weights
 
 __all__ = ["CollectorWorker", "TaskResult"]
+
+
+def _control(method: Any) -> Any:
+    """Run ``method`` in the actor's ``control`` concurrency group on Ray (beside a rollout)."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray is a dependency; in process it needs none
+        return method
+    return ray.method(concurrency_group="control")(method)
+
 
 #: each worker incarnation owns 2**32 trajectory ids; workers own 2**40
 TRAJ_IDS_PER_INCARNATION = 1 << 32
@@ -89,8 +102,7 @@ class CollectorWorker:
         replay_buffer: Any = None,
     ):
         self.replay_buffer = replay_buffer
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
+        pin_threads(num_threads)
         self.worker_id = worker_id
         self.compress = compress
         self.board = board
@@ -138,11 +150,11 @@ class CollectorWorker:
         return {
             "worker_id": worker_id,
             "pid": os.getpid(),
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_id": node_id(),
             "num_envs": self.collector.num_envs if self.native else None,
         }
 
-    @ray.method(concurrency_group="control")
+    @_control
     def preempt(self, round_id: int) -> None:
         """Ask the rollout of sync round ``round_id`` (and older) to stop once it has its minimum."""
         self._stop_round = max(self._stop_round, round_id)
@@ -162,10 +174,10 @@ class CollectorWorker:
         if self._since_pull < self.interval:
             return
         self._since_pull = 0
-        newer = ray.get(self.board.newer_than.remote(self.version))
+        newer = self.board.ask("newer_than", self.version)
         if newer is not None:
             version, (ref,) = newer
-            self._load_weights(ray.get(ref), version)
+            self._load_weights(self.board.backend.get(ref), version)
 
     def collect(
         self,
@@ -223,7 +235,7 @@ class CollectorWorker:
         """
         stats = episode_stats(batch)
         data = transitions(batch)
-        written = ray.get(self.replay_buffer.extend.remote(data))
+        written = self.replay_buffer.ask("extend", data)
         result.batch = None
         result.frames = data.numel()
         result.progress = {

@@ -3,17 +3,17 @@
 A gradient worker owns a replica of the algorithm and its collectors (a
 RayCollector, or with ``collector.num_collectors: 0`` a SyncDataCollector in
 its own process), which it collects through the central learner's path
-(:class:`~fleetrl.scheme.rollouts.Rollouts`: publishing, warm-up, episode
+(:class:`~fleetrl.learners.collection.Collection`: publishing, warm-up, episode
 statistics). Each :meth:`GradWorker.step` computes the gradient of one
-minibatch and returns it as a TensorDict with the weights version it was
-computed on (the master's optimizer-step count, :mod:`fleetrl.scheme.versions`)
+minibatch and returns it in a :class:`~fleetrl.learners.records.StepReport` with the weights version it was
+computed on (the master's optimizer-step count, :mod:`fleetrl.learners.versions`)
 and the version its batch was collected with (the batch's tag); when the
 current batch is used up it first collects a new one and prepares it (GAE with
 the current critic). The sequence of minibatches is the
 central learner's: :meth:`~fleetrl.algorithms.Algorithm.gradient_batches`.
 
-The same class runs as a Ray actor (the scheme's remote workers) or as a plain
-object in the driver (tests, debugging).
+The same class runs on any backend (:mod:`fleetrl.backends`): a Ray actor, or
+an object in the driver's process.
 """
 
 from __future__ import annotations
@@ -29,45 +29,45 @@ from tensordict import TensorDict, TensorDictBase
 
 from fleetrl.algorithms.base import InfoMean
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.build import make_algorithm
-from fleetrl.config import Config, config_from_dict
-from fleetrl.scheme.rollouts import Rollouts
-from fleetrl.scheme.versions import batch_version
+from fleetrl.config import Config
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.learners.collection import Collection
+from fleetrl.learners.records import StepReport
+from fleetrl.learners.versions import batch_version
+from fleetrl.runtime import node_id, pin_threads
+from fleetrl.setup.build import make_algorithm
 
-__all__ = ["GradWorker", "StepReport"]
-
-#: what one step returns (a plain dict: it travels through Ray)
-StepReport = dict[str, Any]
+__all__ = ["GradWorker"]
 
 
 class GradWorker:
     """One gradient worker.
 
     Args:
-        config: the run's config (a dict from ``config_to_dict`` or a Config).
+        config: the run's config.
         index: this worker's index among the gradient workers.
         seed: seeds its torch RNG and its collectors.
         state: the master algorithm's ``state_dict`` to start from (weights,
             optimizer, hyperparameters), so every replica starts identical.
         version: the version (the master's optimizer-step count) ``state`` holds.
         modules: custom networks (``actor``, ``critic``), as for the Trainer.
+        env_spec: the env's spaces, read once by the driver (None: read here).
     """
 
     def __init__(
         self,
-        config: Config | dict[str, Any],
+        config: Config,
         index: int,
         seed: int,
         state: dict[str, Any] | None = None,
         version: int = 0,
         modules: dict[str, Any] | None = None,
+        env_spec: EnvSpec | None = None,
     ):
-        self.config = config if isinstance(config, Config) else config_from_dict(config)
-        threads = self.config.scheme.num_threads_per_grad_worker
-        if threads is not None:  # one by default: the workers share the machine's cores
-            torch.set_num_threads(threads)
+        self.config = config
+        pin_threads(self.config.scheme.num_threads_per_grad_worker)  # one by default
         self.index = index
-        self.algorithm = make_algorithm(self.config, seed, **(modules or {}))
+        self.algorithm = make_algorithm(self.config, seed, env_spec=env_spec, **(modules or {}))
         if state is not None:
             self.algorithm.load_state_dict(state)
         # the replica's step count is the master's version of the weights it holds
@@ -77,7 +77,7 @@ class GradWorker:
         if isinstance(self.algorithm, ReplayAlgorithm):  # its own buffer, 1/world of the frames
             self.algorithm.frame_scale = world
             collected = self.algorithm.frames_seen
-        self.rollouts = Rollouts(
+        self.collection = Collection(
             self.config,
             self.algorithm,
             total_frames=-1,
@@ -144,19 +144,19 @@ class GradWorker:
         if self._statistics is not None:
             self.algorithm.normalization.load_statistics(self._statistics)
             self._statistics = None
-        batch = self.rollouts.next_batch()  # endless: never None
+        batch = self.collection.next_batch()  # endless: never None
         self._batch_version = batch_version(batch)
         self._steps = self.algorithm.gradient_batches(batch)
         self._steps_left = self.algorithm.steps_per_batch
 
     def _report(self, **values: Any) -> StepReport:
         """A step's report: what this worker collected since its last one, and ``values``."""
-        collection, _ = self.rollouts.take()  # publish time: part of collecting here
-        report = {"worker": self.index, **collection.as_report(), **values}
+        collected, _ = self.collection.take()  # publish time: part of collecting here
+        report = StepReport(worker=self.index, collected=collected, **values)
         # sync/async (no gloo group): the master merges the moments of what was collected
-        moments = self.rollouts.moments
+        moments = self.collection.moments
         if self._world_size == 1 and moments is not None and moments.frames:
-            report["moments"] = self.rollouts.take_moments()
+            report.moments = self.collection.take_moments()
         return report
 
     # ------------------------------------------------------------ gradients
@@ -170,7 +170,7 @@ class GradWorker:
     ) -> StepReport:
         """Load ``weights`` if given, then compute the gradient of the next minibatch.
 
-        Returns a report: ``grads`` (a TensorDict keyed like the trainable
+        Returns a :class:`~fleetrl.learners.records.StepReport`: ``grads`` (a TensorDict keyed like the trainable
         parameters; with ``packed=True``, as the update worker asks, one flat
         array from :meth:`~fleetrl.algorithms.Algorithm.flat_gradients`, which is 5x
         cheaper through Ray), ``version`` (the weights they were computed on),
@@ -200,7 +200,7 @@ class GradWorker:
         self._steps_left -= 1
         return self._report(
             grads=grads,
-            info={**self.rollouts.batch_info(), **info},
+            info={**self.collection.batch_info(), **info},
             version=self.version,
             collection_version=self._batch_version,
             batch_done=self._steps_left == 0,
@@ -274,22 +274,22 @@ class GradWorker:
         self._steps_left = 0
         self._all_gather_moments()
         report = self._report(
-            info={**self.rollouts.batch_info(), **mean_info.mean()},
+            info={**self.collection.batch_info(), **mean_info.mean()},
             version=self.version,
             collection_version=self._batch_version,
             steps=steps,
             **timings,
         )
         if self.index == 0:
-            report["weights"] = self.algorithm.flat_weights()
+            report.weights = self.algorithm.flat_weights()
             if self.algorithm.normalization is not None:
-                report["statistics"] = self.algorithm.normalization.statistics()
+                report.statistics = self.algorithm.normalization.statistics()
         return report
 
     def _all_gather_moments(self) -> None:
         """Decentralized normalization: every replica merges every replica's moments of
         this batch, in rank order, so all hold the same statistics (gloo all-gather)."""
-        moments = self.rollouts.take_moments()
+        moments = self.collection.take_moments()
         if moments is None:
             return
         import torch.distributed as dist
@@ -302,7 +302,7 @@ class GradWorker:
     def collector_stats(self) -> dict[str, Any]:
         """The stats of this worker's collector (a RayCollector's: frames, lag, preemption,
         compression; a local one's: frames)."""
-        return self.rollouts.stats()
+        return self.collection.stats()
 
     def get_version(self) -> int:
         return self.version
@@ -312,13 +312,11 @@ class GradWorker:
         return self.index
 
     def node_id(self) -> str:
-        """The Ray node this worker runs on."""
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
+        """The Ray node this worker runs on ("local" in process)."""
+        return node_id()
 
     def shutdown(self) -> None:
-        self.rollouts.shutdown()
+        self.collection.shutdown()
         import torch.distributed as dist
 
         if dist.is_initialized():

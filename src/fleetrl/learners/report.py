@@ -7,13 +7,13 @@ value for is NaN, never absent:
 
 ==============================  =====================================================
 ``train/policy_lag``, ``_max``  lag of the iteration's optimizer steps
-                                (:mod:`fleetrl.scheme.versions`); NaN without a step
+                                (:mod:`fleetrl.learners.versions`); NaN without a step
 ``train/policy_version``        the learner's optimizer-step count after the iteration
 ``train/grad_asynchrony``,      versions between the weights a gradient was computed
 ``_max``                        on and those it is applied to (central: 0)
-``train/dropped_gradients``     async gradients dropped past ``scheme.max_policy_lag``
+``train/dropped_gradients``     async gradients dropped past ``scheme.max_gradient_lag``
                                 (0 elsewhere)
-``train/dropped_batches``       batches dropped past the algorithm's ``max_policy_lag``
+``train/dropped_batches``       batches dropped past the algorithm's ``max_learn_lag``
                                 on arrival (IMPALA/APPO's central learner; 0
                                 elsewhere: gradient workers learn every batch)
 ``train/grad_workers_restarted`` gradient workers replaced so far (central: NaN)
@@ -35,13 +35,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import Any, TypedDict
 
 from fleetrl.algorithms.base import InfoMean
 from fleetrl.errors import FleetError
-from fleetrl.scheme.versions import PolicyLag
+from fleetrl.learners.records import Collected, IterationResult
+from fleetrl.learners.versions import PolicyLag
 
-__all__ = ["METRIC_COLUMNS", "IterationReport", "IterationResult", "metrics_row"]
+__all__ = ["METRIC_COLUMNS", "IterationReport", "metrics_row"]
 
 METRIC_COLUMNS: tuple[str, ...] = (
     "train/policy_lag",
@@ -62,7 +62,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
 )
 
 UNKNOWN_COLUMNS_MSG = (
-    "metrics {names} are not in the metric schema (fleetrl.scheme.report.METRIC_COLUMNS): "
+    "metrics {names} are not in the metric schema (fleetrl.learners.report.METRIC_COLUMNS): "
     "add them there, so that every scheme reports them"
 )
 
@@ -81,16 +81,6 @@ def metrics_row(values: Mapping[str, float]) -> dict[str, float]:
     return {name: float(values.get(name, math.nan)) for name in METRIC_COLUMNS}
 
 
-class IterationResult(TypedDict):
-    """What a learner's ``run_iteration`` returns to the Trainer."""
-
-    frames: int  #: frames collected in the iteration
-    returns: list[float]  #: returns of the episodes that ended in it
-    lengths: list[int]  #: their lengths
-    info: dict[str, float]  #: loss info, the mean over the iteration's optimizer steps
-    metrics: dict[str, float]  #: the metric schema's row
-
-
 class IterationReport:
     """One iteration of a learner (central or distributed), gathered as it happens.
 
@@ -102,11 +92,11 @@ class IterationReport:
 
     Example:
         >>> it = IterationReport(workers=0)
-        >>> it.add_collection(0, {"frames": 8, "returns": [2.0], "lengths": [4], "collect_s": 0.5})
+        >>> it.add_collection(0, Collected(frames=8, returns=[2.0], lengths=[4], collect_s=0.5))
         >>> it.info.add({"loss": 1.0})
         >>> it.learn_s, it.broadcast_s = 0.25, 0.25
         >>> r = it.result(version=4)
-        >>> r["frames"], r["info"], r["metrics"]["time/collect_to_process"]
+        >>> r.frames, r.info, r.metrics["time/collect_to_process"]
         (8, {'loss': 1.0}, 1.0)
     """
 
@@ -121,7 +111,7 @@ class IterationReport:
         self._asynchrony_count = 0
         self._asynchrony_max = 0
         self.dropped = 0
-        self.dropped_batches = 0  # batches past the algorithm's max_policy_lag (central)
+        self.dropped_batches = 0  # batches past the algorithm's max_learn_lag (central)
         self.collect_s: dict[int, float] = {}
         self.grad_s: dict[int, float] = {}
         self.learn_s = 0.0
@@ -129,14 +119,13 @@ class IterationReport:
         self.broadcast_s = 0.0
         self.start = time.perf_counter()
 
-    def add_collection(self, worker: int, report: Mapping[str, Any]) -> None:
-        """A report's collection (:meth:`~fleetrl.scheme.rollouts.Collection.as_report`'s
-        keys) and, from a gradient worker, its ``grad_s``."""
-        self.frames += report["frames"]
-        self.returns.extend(report["returns"])
-        self.lengths.extend(report["lengths"])
-        self.collect_s[worker] = self.collect_s.get(worker, 0.0) + report["collect_s"]
-        self.grad_s[worker] = self.grad_s.get(worker, 0.0) + report.get("grad_s", 0.0)
+    def add_collection(self, worker: int, collected: Collected, grad_s: float = 0.0) -> None:
+        """What ``worker`` collected and, a gradient worker, the time its gradients took."""
+        self.frames += collected.frames
+        self.returns.extend(collected.returns)
+        self.lengths.extend(collected.lengths)
+        self.collect_s[worker] = self.collect_s.get(worker, 0.0) + collected.collect_s
+        self.grad_s[worker] = self.grad_s.get(worker, 0.0) + grad_s
 
     def add_asynchrony(self, versions: int, steps: int = 1) -> None:
         """``steps`` gradients applied ``versions`` versions after the weights they were
@@ -160,12 +149,12 @@ class IterationReport:
             timings = {"time/grad_s": grad, "time/update_s": self.update_s}
             process = grad + self.update_s + self.broadcast_s
         count = self._asynchrony_count
-        return {
-            "frames": self.frames,
-            "returns": self.returns,
-            "lengths": self.lengths,
-            "info": self.info.mean(),
-            "metrics": metrics_row(
+        return IterationResult(
+            frames=self.frames,
+            returns=self.returns,
+            lengths=self.lengths,
+            info=self.info.mean(),
+            metrics=metrics_row(
                 {
                     **self.lag.metrics(),
                     "train/policy_version": version,
@@ -181,4 +170,4 @@ class IterationReport:
                     "time/iteration_s": time.perf_counter() - self.start,
                 }
             ),
-        }
+        )

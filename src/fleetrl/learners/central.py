@@ -4,11 +4,11 @@ The scheme with one gradient worker: collect a batch and run the whole update
 on it (:meth:`~fleetrl.algorithms.Algorithm.learn`). Collecting, publishing the
 version (and to remote collectors the weights, every
 ``trainer.weight_update_interval`` batches) and the episode statistics are the
-gradient workers' too: :class:`~fleetrl.scheme.rollouts.Rollouts`. The policy
-lag is measured from the batches' tags (:mod:`fleetrl.scheme.versions`).
+gradient workers' too: :class:`~fleetrl.learners.collection.Collection`. The policy
+lag is measured from the batches' tags (:mod:`fleetrl.learners.versions`).
 
 Resume is exact with local collection (``collector.num_collectors: 0``) and
-an env whose state can be saved (:mod:`fleetrl.env_state`): the collector is
+an env whose state can be saved (:mod:`fleetrl.envs.state`): the collector is
 built unseeded and loads its saved state, so the envs, the episodes in
 progress and the random-action generator go on where the checkpoint left
 them. Otherwise a resumed run gets freshly seeded collectors (every env
@@ -23,9 +23,11 @@ from typing import Any
 from fleetrl.algorithms import Algorithm
 from fleetrl.config import Config
 from fleetrl.errors import EnvError
-from fleetrl.scheme.report import IterationReport, IterationResult
-from fleetrl.scheme.rollouts import Rollouts
-from fleetrl.scheme.versions import StaleBatchFilter, batch_version
+from fleetrl.learners.base import Learner
+from fleetrl.learners.collection import Collection
+from fleetrl.learners.records import IterationResult
+from fleetrl.learners.report import IterationReport
+from fleetrl.learners.versions import StaleBatchFilter, batch_version
 
 __all__ = ["CentralLearner"]
 
@@ -41,7 +43,7 @@ APPROX_NO_STATE_MSG = "the checkpoint holds no collector state: the envs are res
 APPROX_MISMATCH_MSG = "{err}; the envs are reseeded instead"
 
 
-class CentralLearner:
+class CentralLearner(Learner):
     """Collect and learn in one process (the collectors themselves may be remote).
 
     Args:
@@ -63,11 +65,8 @@ class CentralLearner:
         seed: int = 0,
         collector_state: dict[str, Any] | None = None,
     ):
-        self.config = config
-        self.algorithm = algorithm
+        super().__init__(config, algorithm)
         n = config.collector.num_collectors
-        #: why resuming from a checkpoint is approximate here; None where it is exact
-        self.approximate_resume: str | None = None
         if n > 0:
             self.approximate_resume = APPROX_RAY_MSG.format(n=n)
         elif collector_state is None:
@@ -78,7 +77,7 @@ class CentralLearner:
             # the straight run's collector: the whole budget and the same random-action phase;
             # its frame count, envs and episodes come from the saved state
             try:
-                self.rollouts = Rollouts(
+                self.collection = Collection(
                     config,
                     algorithm,
                     total_frames=config.trainer.total_frames,
@@ -88,7 +87,7 @@ class CentralLearner:
             except EnvError as err:  # the env settings changed since the checkpoint
                 self.approximate_resume = APPROX_MISMATCH_MSG.format(err=err)
         if self.approximate_resume is not None:
-            self.rollouts = Rollouts(
+            self.collection = Collection(
                 config,
                 algorithm,
                 total_frames=config.trainer.total_frames - frames,
@@ -96,28 +95,23 @@ class CentralLearner:
                 collected=frames,
             )
         #: IMPALA/APPO bound the lag of the batches they learn from (others: no bound)
-        self.stale = StaleBatchFilter(algorithm.max_policy_lag)
-
-    @property
-    def version(self) -> int:
-        """The learner's optimizer-step count (the algorithm's ``num_updates``)."""
-        return self.algorithm.num_updates
+        self.stale = StaleBatchFilter(algorithm.max_learn_lag)
 
     def run_iteration(self) -> IterationResult | None:
         """One collected batch and the update on it; None once the collector is exhausted."""
         it = IterationReport(workers=0)
-        batch = self.rollouts.next_batch()
+        batch = self.collection.next_batch()
         # first ready: a batch past the lag bound is dropped (its frames and episodes still
-        # count, through the rollouts' collection), never waited out or learned from
+        # count, through the collection's books), never waited out or learned from
         while batch is not None and not self.stale.admit(self.version, batch):
             it.dropped_batches += 1
-            batch = self.rollouts.next_batch()
+            batch = self.collection.next_batch()
         if batch is None:
             if not it.dropped_batches:
                 return None
             # the budget ran out on dropped batches: report their frames, learn nothing
-            collection, it.broadcast_s = self.rollouts.take()
-            it.add_collection(0, collection.as_report())
+            collected, it.broadcast_s = self.collection.take()
+            it.add_collection(0, collected)
             return it.result(self.version)
         learn_start = time.perf_counter()
         first_version = self.version
@@ -127,19 +121,13 @@ class CentralLearner:
         # one learner: every gradient is applied to the weights it was computed on
         it.add_asynchrony(0, steps)
         it.learn_s = time.perf_counter() - learn_start
-        collection, it.broadcast_s = self.rollouts.take()
-        it.add_collection(0, collection.as_report())
+        collected, it.broadcast_s = self.collection.take()
+        it.add_collection(0, collected)
         return it.result(self.version)
-
-    def update_algorithm_parameter(self, name: str, value: float) -> None:
-        self.algorithm.update_algorithm_parameter(name, value)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.algorithm.state_dict()
 
     def collector_state(self) -> dict[str, Any] | None:
         """The local collector's state for a checkpoint (None for remote collectors)."""
-        return self.rollouts.state()
+        return self.collection.state()
 
     def shutdown(self) -> None:
-        self.rollouts.shutdown()
+        self.collection.shutdown()

@@ -45,20 +45,23 @@ import logging
 import time
 from typing import Any
 
+from tensordict import TensorDictBase
+
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.build import make_collector
 from fleetrl.collectors.replay import RemoteReplayBuffer
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
-from fleetrl.scheme.central import APPROX_RAY_MSG
-from fleetrl.scheme.report import IterationReport, IterationResult
-from fleetrl.scheme.rollouts import warmup_frames
+from fleetrl.learners.base import Learner
+from fleetrl.learners.central import APPROX_RAY_MSG
+from fleetrl.learners.collection import Collection
+from fleetrl.learners.records import IterationResult
+from fleetrl.learners.report import IterationReport
 
 __all__ = ["DecoupledLearner", "allowed_updates"]
 
 logger = logging.getLogger(__name__)
 
-#: minibatches sampled per Ray call (one round trip serves this many optimizer steps)
+#: minibatches sampled per call (one round trip serves this many optimizer steps)
 SAMPLE_CHUNK = 8
 NOT_REPLAY_MSG = (
     "algorithm={name!r} is invalid with collector.decoupled=true: it needs a replay "
@@ -81,7 +84,7 @@ def allowed_updates(
     return (frames - start) * updates_per_batch // frames_per_batch
 
 
-class DecoupledLearner:
+class DecoupledLearner(Learner):
     """The central learner of decoupled off-policy training (see the module docstring).
 
     Args:
@@ -95,45 +98,38 @@ class DecoupledLearner:
     def __init__(self, config: Config, algorithm: Any, *, frames: int = 0, seed: int = 0):
         if not isinstance(algorithm, ReplayAlgorithm):
             raise ConfigError([NOT_REPLAY_MSG.format(name=config.algorithm)])
+        super().__init__(config, algorithm)
         c = config.collector
-        self.config = config
         self.algorithm: ReplayAlgorithm = algorithm
         self.interval = config.trainer.weight_update_interval
         self.frames_per_batch = c.frames_per_batch
         self.updates_per_batch = algorithm.update_every
         self.start = algorithm.learning_starts
         self.frames_ahead = c.decoupled_frames_ahead or c.frames_per_batch * c.num_collectors
-        #: the collectors run on Ray: their envs and episodes are not saved
-        self.approximate_resume: str | None = APPROX_RAY_MSG.format(n=c.num_collectors)
+        #: the collectors run remotely: their envs and episodes are not saved
+        self.approximate_resume = APPROX_RAY_MSG.format(n=c.num_collectors)
         self.written = algorithm.frames_seen  # frames in the buffer's history, resumes included
         self.newest_version = 0  # of the newest progress record
-        self.published = 0  # the version published last
-        self.buffer = RemoteReplayBuffer(config.algo.buffer_size, config.algo.batch_size)
-        self.collector: Any = None
+        self.buffer = RemoteReplayBuffer(
+            config.algo.buffer_size, config.algo.batch_size, backend=config.trainer.backend
+        )
+        self.collection: Collection | None = None
         try:
             if len(algorithm.buffer):  # a resumed run: its checkpoint's buffer moves to the actor
                 state = {"buffer": algorithm.buffer.state_dict(), "written": self.written}
                 self.buffer.load_state_dict(state)
                 algorithm.buffer.empty()
-            self.collector = make_collector(
+            self.collection = Collection(
                 config,
-                algorithm.policy,
+                algorithm,
                 total_frames=config.trainer.total_frames - frames,
                 seed=seed,
-                init_random_frames=warmup_frames(algorithm, collected=frames),
+                collected=frames,
                 replay_buffer=self.buffer,
             )
-            self.published = self.collector.policy_version
-            if self.version > self.published:
-                self.publish()
         except BaseException:
             self.shutdown()
             raise
-
-    @property
-    def version(self) -> int:
-        """The learner's optimizer-step count (the algorithm's ``num_updates``)."""
-        return self.algorithm.num_updates
 
     def allowed(self) -> int:
         """The optimizer steps the ratio allows for the frames written so far."""
@@ -148,18 +144,8 @@ class DecoupledLearner:
         """Frames written that the updates taken so far account for."""
         return self.start + -(-self.version * self.frames_per_batch // self.updates_per_batch)
 
-    def publish(self) -> float:
-        """Publish the weights under the current version; returns the seconds it took."""
-        start = time.perf_counter()
-        self.collector.update_policy_weights_(version=self.version)
-        self.published = self.version
-        return time.perf_counter() - start
-
-    def _done(self) -> bool:
-        """The budget is spent and every task served."""
-        return self.collector.remaining_frames == 0 and self.collector.frames_in_flight == 0
-
-    def _take(self, records: list[Any], it: IterationReport) -> int:
+    def _take(self, records: list[TensorDictBase]) -> int:
+        """Account the progress records: frames written, the newest version, the buffer size."""
         frames = 0
         for record in records:
             n = int(record["frames"])
@@ -169,41 +155,33 @@ class DecoupledLearner:
                 self.newest_version, int(record["collector", "policy_version"])
             )
             self.algorithm.take_frames(n, min(int(record["written"]), self.buffer.capacity))
-            it.add_collection(
-                0,
-                {
-                    "frames": n,
-                    "returns": record["episode_return"].tolist(),
-                    "lengths": record["episode_length"].tolist(),
-                    "collect_s": 0.0,
-                },
-            )
         return frames
 
     def _update(self, owed: int, it: IterationReport) -> None:
         """Up to ``owed`` optimizer steps from one sample call (none past the next publish),
         then the publish if it is due."""
+        collection = self.collection
         start = time.perf_counter()
-        n = min(owed, SAMPLE_CHUNK, self.published + self.interval - self.version)
+        n = min(owed, SAMPLE_CHUNK, collection.published + self.interval - self.version)
         samples = self.buffer.sample(n)
         first = self.version
         it.info.add(self.algorithm.update_on(samples.unbind(0)), weight=n)
         it.lag.add(first, self.version - first, self.newest_version)
         it.add_asynchrony(0, self.version - first)  # one learner: applied where computed
         it.learn_s += time.perf_counter() - start
-        if self.version - self.published >= self.interval:
-            it.broadcast_s += self.publish()
+        if self.version - collection.published >= self.interval:
+            collection.publish()
 
     def run_iteration(self) -> IterationResult | None:
         """Learn while at least ``frames_per_batch`` frames are written (fewer at the end of
         the budget, followed by every update they allow); None once nothing is left."""
+        collection = self.collection
         it = IterationReport(workers=0)
         frames = 0
         version_before = self.version
-        wait_s = 0.0
         while True:
             owed = self.allowed() - self.version
-            if self._done():
+            if collection.exhausted:
                 if owed <= 0:
                     break
                 self._update(owed, it)  # the budget's last frames: every update they allow
@@ -213,21 +191,16 @@ class DecoupledLearner:
             if owed > 0:
                 self._update(owed, it)
                 # behind the ratio: take what is done, issuing only within the frames ahead
-                ahead = self.written + self.collector.frames_in_flight - self._frames_needed()
-                frames += self._take(self.collector.poll(0.0, issue=ahead < self.frames_ahead), it)
+                ahead = self.written + collection.frames_in_flight - self._frames_needed()
+                frames += self._take(collection.poll(0.0, issue=ahead < self.frames_ahead))
                 continue
             # ahead of the ratio: wait for the workers
-            start = time.perf_counter()
-            records = self.collector.poll(None)
-            wait_s += time.perf_counter() - start
-            frames += self._take(records, it)
+            frames += self._take(collection.poll(None))
         if frames == 0 and self.version == version_before:
             return None
-        it.collect_s[0] = wait_s
+        collected, it.broadcast_s = collection.take()
+        it.add_collection(0, collected)
         return it.result(self.version)
-
-    def update_algorithm_parameter(self, name: str, value: float) -> None:
-        self.algorithm.update_algorithm_parameter(name, value)
 
     def state_dict(self) -> dict[str, Any]:
         """The algorithm's state with the actor's buffer where its own would be."""
@@ -236,11 +209,7 @@ class DecoupledLearner:
         state["frames_seen"] = self.written
         return state
 
-    def collector_state(self) -> dict[str, Any] | None:
-        """None: the collectors run on Ray (their envs are not saved)."""
-        return None
-
     def shutdown(self) -> None:
-        if self.collector is not None:
-            self.collector.shutdown()
+        if self.collection is not None:
+            self.collection.shutdown()
         self.buffer.shutdown()

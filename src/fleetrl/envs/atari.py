@@ -12,18 +12,10 @@ into a :class:`~fleetrl.envs.BatchedEnv`. It is a plain picklable spec, so a
 - ``ale_vector``: ale-py's ``AtariVectorEnv`` (C++ threads, preprocessing in C++).
 - ``envpool``: ``envpool.make(..., env_type="gymnasium")`` in sync mode.
 
-The C++ engines step asynchronously too: ``send(action)`` returns at once
-while the engine's threads step, ``recv()`` finishes the step (``step`` is the
-two), which the overlapped collector (:mod:`fleetrl.collectors.overlap`) uses.
-
-The two C++ engines reset an env on the step *after* its episode ended
-(next-step autoreset): that step ignores the action and returns the reset
-observation, a transition spanning two episodes. :class:`_NextStepEnv` resets
-the finished envs right after the step that ended them (ALE's ``reset_mask``,
-envpool's ``reset(env_id)``), so the terminal transition keeps the episode's
-last frame stack as its next observation, the policy's next input is the reset
-stack, and no policy step is wasted. The same reset-rows call serves the
-collector's own truncation (``max_frames_per_traj``).
+The two C++ engines reset an env on the step *after* its episode ended;
+:class:`~fleetrl.envs.cpp.NextStepEnv` turns that into a same-step reset, so
+the terminal transition keeps the episode's last frame stack (and the engines
+step asynchronously too, which the overlapped collector uses).
 
 Examples:
     >>> from fleetrl.envs import make_env
@@ -35,40 +27,29 @@ Examples:
 
 from __future__ import annotations
 
-import abc
 import dataclasses
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
-from fleetrl.config import AtariConfig, EnvConfig
-from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, StepResult
+from fleetrl.config import AtariConfig, EnvEngine
+from fleetrl.envs.base import ENGINE_MSG, BatchedEnv, NestedKey
+from fleetrl.envs.cpp import EnvPoolEnv, NextStepEnv
+from fleetrl.envs.gymnasium import GymVectorEnv
 from fleetrl.errors import ConfigError, EnvError
 
 __all__ = [
+    "AleVectorEnv",
     "AtariEnv",
-    "EnvEngine",
-    "check_engine_config",
-    "env_spec",
+    "EnvPoolAtariEnv",
+    "check_atari_engine",
+    "gym_atari",
     "is_atari_id",
     "make_cpp_engine",
 ]
 
-
-class EnvEngine(str, enum.Enum):
-    """What steps the envs: any of the three for Atari; gymnasium or envpool for MuJoCo
-    (:mod:`fleetrl.mujoco_envs`)."""
-
-    GYMNASIUM = "gymnasium"
-    ALE_VECTOR = "ale_vector"
-    ENVPOOL = "envpool"
-
-
-ENGINE_MSG = "{prefix}engine={value!r} is invalid: must be one of {allowed}"
 ATARI_RANGE_MSG = "{prefix}atari.{key}={value!r} is invalid: {allowed}"
 LIFE_LOSS_MSG = (
     "{prefix}atari.terminal_on_life_loss=True is invalid with {prefix}engine={engine!r}: "
@@ -161,7 +142,7 @@ class AtariEnv:
         problems: list[str] = []
         if not is_atari_id(self.env_id):  # also registers the ALE ids in this process
             problems.append(NOT_ALE_ID_MSG.format(value=self.env_id))
-        _check(self.env_id, self.engine, self.atari, "", problems)
+        check_atari_engine(self.env_id, self.engine, self.atari, "", problems)
         if problems:
             raise ConfigError(problems)
         self.engine = EnvEngine(self.engine)
@@ -175,7 +156,7 @@ class AtariEnv:
             return GymVectorEnv(_gym_vector(self.env_id, self.atari, num_envs))
         if self.engine == EnvEngine.ALE_VECTOR:
             return AleVectorEnv(self, num_envs, seed_offset)
-        return EnvPoolEnv(self, num_envs, seed_offset)
+        return EnvPoolAtariEnv(self, num_envs, seed_offset)
 
     @classmethod
     def from_kwargs(cls, env_id: str, kwargs: dict[str, Any]) -> AtariEnv:
@@ -189,26 +170,12 @@ class AtariEnv:
         return cls(env_id, engine, AtariConfig(**kwargs), num_threads)
 
 
-def env_spec(env: EnvConfig) -> Any:
-    """What the collectors build for a config's ``env`` section: an ALE id becomes an
-    :class:`AtariEnv` with ``env.engine`` and ``env.atari``; a MuJoCo id in the envpool
-    engine a :class:`~fleetrl.mujoco_envs.MujocoEnv`; other ids stay ids."""
-    if is_atari_id(env.id):
-        return AtariEnv(env.id, env.engine, env.atari)
-    if env.engine != EnvEngine.GYMNASIUM:
-        from fleetrl.mujoco_envs import MujocoEnv, is_mujoco_id
+def check_atari_engine(
+    env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: list[str]
+) -> None:
+    """Append every problem of stepping the ALE id ``env_id`` in ``engine`` with ``atari``
+    (``prefix``: ``"env."`` to name config keys, ``""`` for AtariEnv's arguments)."""
 
-        if is_mujoco_id(env.id):
-            return MujocoEnv(env.id, env.engine, env.max_episode_steps)
-    return env.id
-
-
-def check_engine_config(env: EnvConfig, problems: list[str]) -> None:
-    """Append every problem of ``env.engine`` and ``env.atari`` (config keys in the messages)."""
-    _check(env.id, env.engine, env.atari, "env.", problems)
-
-
-def _check(env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: list[str]) -> None:
     def check(ok: bool, key: str, allowed: str) -> None:
         if not ok:
             value = getattr(atari, key)
@@ -235,12 +202,6 @@ def _check(env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: 
     if engine == EnvEngine.GYMNASIUM:
         return
     id_key = "env.id" if prefix else "env_id"  # the config key, or AtariEnv's argument
-    if prefix and not is_atari_id(env_id):
-        from fleetrl.mujoco_envs import check_mujoco_engine, is_mujoco_id
-
-        if is_mujoco_id(env_id):  # a config's MuJoCo id: envpool steps it too
-            check_mujoco_engine(env_id, engine, prefix, problems)
-            return
     if not is_atari_id(env_id):
         msg = NOT_ENVPOOL_ID_MSG if prefix and engine == EnvEngine.ENVPOOL else NOT_ATARI_MSG
         problems.append(
@@ -276,7 +237,7 @@ def _envpool_task(env_id: str) -> str:
 # ---------------------------------------------------------------- gymnasium
 
 
-def _gym_atari(env_id: str, a: AtariConfig, render_mode: str | None = None) -> gym.Env:
+def gym_atari(env_id: str, a: AtariConfig, render_mode: str | None = None) -> gym.Env:
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLimit
 
     # frameskip=1: AtariPreprocessing skips (and max-pools), as the C++ engines do;
@@ -305,7 +266,7 @@ def _gym_atari(env_id: str, a: AtariConfig, render_mode: str | None = None) -> g
 def _gym_vector(env_id: str, a: AtariConfig, num_envs: int) -> gym.vector.VectorEnv:
     from gymnasium.vector import AutoresetMode
 
-    fns = [lambda: _gym_atari(env_id, a)] * num_envs
+    fns = [lambda: gym_atari(env_id, a)] * num_envs
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
@@ -320,7 +281,7 @@ def make_cpp_engine(
     ``batch_size`` below ``num_envs`` gives the engine's async mode (each call
     answers the first ``batch_size`` envs ready); the collectors use the sync
     mode (``batch_size = num_envs``) through :class:`AleVectorEnv` and
-    :class:`EnvPoolEnv`, which add fleetrl's episode-boundary handling.
+    :class:`EnvPoolAtariEnv`, which add fleetrl's episode-boundary handling.
     """
     a = spec.atari
     batch_size = num_envs if batch_size is None else batch_size
@@ -375,83 +336,7 @@ def make_cpp_engine(
     )
 
 
-class _NextStepEnv(BatchedEnv):
-    """A C++ vector env with next-step autoreset, reset right after each episode end.
-
-    Cost per step: the engine's step; when episodes ended, one copy of the batch
-    of observations (the engine may reuse its output buffer) and one reset call
-    for the finished envs.
-    """
-
-    def __init__(self, spec: AtariEnv, num_envs: int, num_actions: int):
-        self.spec = spec
-        self.num_envs = num_envs
-        self.batch_shape = torch.Size([num_envs])
-        a = spec.atari
-        self.observation_spec = {
-            "observation": ((a.frame_stack, a.screen_size, a.screen_size), np.dtype(np.uint8))
-        }
-        self.action_shape, self.action_dtype = (), np.dtype(np.int64)
-        self.num_actions = num_actions
-        self._rng = np.random.default_rng()
-        self._obs: np.ndarray | None = None  # the policy's current input, for reset_envs
-
-    @abc.abstractmethod
-    def _send(self, action: np.ndarray) -> None:
-        """Start stepping every env with ``action`` (returns at once; the engine's threads step)."""
-
-    @abc.abstractmethod
-    def _recv(self) -> tuple[np.ndarray, ...]:
-        """Wait for the step :meth:`_send` started: obs, reward, terminated, truncated, in env order."""
-
-    @abc.abstractmethod
-    def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
-        """Reset the envs where ``mask`` is True; their observations, in env order."""
-
-    def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
-        assert self._obs is not None
-        obs = self._obs.copy()
-        obs[mask] = self._reset_rows(mask)
-        self._obs = obs
-        return {"observation": obs}
-
-    def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
-        self.send(action)
-        return self.recv()
-
-    def send(self, action: np.ndarray | torch.Tensor) -> None:
-        """Start a step of every env and return at once: the engine's threads step while
-        the caller works (the overlapped collector runs the policy on the other half)."""
-        if isinstance(action, torch.Tensor):
-            action = action.numpy()
-        self._send(np.ascontiguousarray(action, dtype=np.int64).reshape(self.num_envs))
-
-    def recv(self) -> StepResult:
-        """Finish the step :meth:`send` started, with the episode-boundary handling."""
-        next_obs, reward, terminated, truncated = self._recv()
-        done = terminated | truncated
-        obs = next_obs
-        if done.any():
-            next_obs = next_obs.copy()  # the final stacks, before the reset may reuse the buffer
-            obs = next_obs.copy()
-            obs[done] = self._reset_rows(done)
-        self._obs = obs
-        return StepResult(
-            {"observation": next_obs},
-            {"observation": obs},
-            np.asarray(reward, dtype=np.float32),
-            np.asarray(terminated, dtype=bool),
-            np.asarray(truncated, dtype=bool),
-        )
-
-    def random_action(self) -> torch.Tensor:
-        return torch.from_numpy(self._rng.integers(0, self.num_actions, size=self.num_envs))
-
-    def seed_actions(self, seed: int) -> None:
-        self._rng = np.random.default_rng(seed)
-
-
-class AleVectorEnv(_NextStepEnv):
+class AleVectorEnv(NextStepEnv):
     """ale-py's ``AtariVectorEnv``: C++ threads step and preprocess the games.
 
     ``seed_offset``: this engine's env i is seeded as env ``seed_offset + i`` of
@@ -461,10 +346,16 @@ class AleVectorEnv(_NextStepEnv):
 
     def __init__(self, spec: AtariEnv, num_envs: int, seed_offset: int = 0):
         a = spec.atari
+        self.spec = spec
         self.env = make_cpp_engine(spec, num_envs)
         self.seed_offset = seed_offset
-        super().__init__(spec, num_envs, int(self.env.single_action_space.n))
-
+        super().__init__(
+            num_envs,
+            _frame_stack(a),
+            (),
+            np.dtype(np.int64),
+            int(self.env.single_action_space.n),
+        )
         #: agent steps since each env's reset (zero padding in young stacks; the time limit)
         self._age = np.zeros(num_envs, dtype=np.int64)
         self._limit = a.max_episode_frames // a.frame_skip
@@ -508,47 +399,23 @@ class AleVectorEnv(_NextStepEnv):
         self.env.close()
 
 
-class EnvPoolEnv(_NextStepEnv):
+class EnvPoolAtariEnv(EnvPoolEnv):
     """envpool's Atari envs in sync mode (every env stepped each call).
 
     ``seed_offset``: as :class:`AleVectorEnv`'s (env i seeded as env ``seed_offset + i``).
     """
 
     def __init__(self, spec: AtariEnv, num_envs: int, seed_offset: int = 0):
-        self.seed_offset = seed_offset
-        self.env = make_cpp_engine(spec, num_envs, seed=seed_offset)
-        super().__init__(spec, num_envs, int(self.env.action_space.n))
+        self.spec, self.num_envs, self.seed_offset = spec, num_envs, seed_offset
+        self.env = self._make(seed_offset)
+        super().__init__(
+            num_envs, _frame_stack(spec.atari), (), np.dtype(np.int64), int(self.env.action_space.n)
+        )
 
-    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
-        if seed is not None:  # envpool takes its seeds when built
-            self.env.close()
-            self.env = make_cpp_engine(self.spec, self.num_envs, seed=seed + self.seed_offset)
-        obs, info = self.env.reset()
-        self._obs = _in_env_order(obs, info["env_id"]).copy()
-        return {"observation": self._obs}
-
-    def _send(self, action: np.ndarray) -> None:
-        self.env.send(action, None)  # None: every env, as the sync mode steps them
-
-    def _recv(self) -> tuple[np.ndarray, ...]:
-        obs, reward, terminated, truncated, info = self.env.recv(reset=False, return_info=True)
-        ids = info["env_id"]
-        return tuple(_in_env_order(x, ids) for x in (obs, reward, terminated, truncated))
-
-    def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
-        ids = np.flatnonzero(mask).astype(np.int32)
-        obs, info = self.env.reset(ids)
-        order = np.argsort(info["env_id"], kind="stable")  # rows in the order of ids
-        return obs[order]
-
-    def close(self) -> None:
-        self.env.close()
+    def _make(self, seed: int) -> Any:
+        return make_cpp_engine(self.spec, self.num_envs, seed=seed)
 
 
-def _in_env_order(x: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
-    """Sync mode answers every env; rows are in env order unless envpool says otherwise."""
-    if np.array_equal(env_ids, np.arange(len(env_ids))):
-        return x
-    out = np.empty_like(x)
-    out[env_ids] = x
-    return out
+def _frame_stack(a: AtariConfig) -> tuple[tuple[int, ...], np.dtype]:
+    """The observation of every Atari engine: uint8 (frame_stack, screen_size, screen_size)."""
+    return (a.frame_stack, a.screen_size, a.screen_size), np.dtype(np.uint8)

@@ -10,14 +10,16 @@ from typing import Any
 
 import torch
 
-from fleetrl.algorithms import ALGORITHMS, Algorithm, env_info
-from fleetrl.algorithms.models import ActionDistribution, EnvInfo, make_actor_critic
+from fleetrl.algorithms import ALGORITHMS, Algorithm
+from fleetrl.algorithms.models import ActionDistribution, make_actor_critic
 from fleetrl.config import Config
-from fleetrl.engines import env_spec
+from fleetrl.envs.make import create_env_fn
+from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
 from fleetrl.normalization import ObservationNormalizer, RewardScaler, find_normalizers
+from fleetrl.setup.verify import describe
 
-__all__ = ["make_algorithm", "make_collector", "normalized_networks"]
+__all__ = ["make_algorithm", "make_collector", "normalized_networks", "spec_of"]
 
 USER_NETWORK_MSG = (
     "env.normalize_observation=True but the {names} passed in code hold no "
@@ -26,17 +28,21 @@ USER_NETWORK_MSG = (
 )
 
 
-def make_algorithm(config: Config, seed: int | None = None, **modules: Any) -> Algorithm:
+def make_algorithm(
+    config: Config, seed: int | None = None, *, env_spec: EnvSpec | None = None, **modules: Any
+) -> Algorithm:
     """The configured algorithm (custom networks such as ``actor``, ``critic`` as keywords).
 
     With a ``seed``, torch is seeded first, so default networks initialise alike
     wherever they are built (the trainer, every gradient worker); without one
     (a checkpoint's weights are loaded next), torch's random state is left alone.
+    ``env_spec``: the run's (:func:`fleetrl.setup.verify.describe`, which builds the env
+    once per process when it is not given).
     """
     if seed is not None:
         torch.manual_seed(seed)
     cls = ALGORITHMS[config.algorithm]
-    info = env_info(env_spec(config.env))
+    info = env_spec if env_spec is not None else spec_of(config)
     if config.env.normalize_observation:
         modules = normalized_networks(config, info, modules)
     algorithm = cls(config.algo, info, device=config.trainer.device, **modules)
@@ -45,7 +51,16 @@ def make_algorithm(config: Config, seed: int | None = None, **modules: Any) -> A
     return algorithm
 
 
-def normalized_networks(config: Config, info: EnvInfo, modules: dict[str, Any]) -> dict[str, Any]:
+def spec_of(config: Config) -> EnvSpec:
+    """The env's spec (built once per process and env section); ConfigError where it cannot be."""
+    spec, problems = describe(config)
+    if problems:
+        raise ConfigError(problems)
+    assert spec is not None
+    return spec
+
+
+def normalized_networks(config: Config, info: EnvSpec, modules: dict[str, Any]) -> dict[str, Any]:
     """The default actor and critic with one shared
     :class:`~fleetrl.normalization.ObservationNormalizer` first in both (``env.normalize_observation``).
 
@@ -96,7 +111,7 @@ def make_collector(
         from fleetrl.collectors import SyncDataCollector
 
         collector = SyncDataCollector(
-            env_spec(e),
+            create_env_fn(e),
             policy,
             frames_per_batch=c.frames_per_batch,
             total_frames=total_frames,
@@ -110,7 +125,7 @@ def make_collector(
         from fleetrl.collectors import RayCollector
 
         collector = RayCollector(
-            env_spec(e),
+            create_env_fn(e),
             policy,
             frames_per_batch=c.frames_per_batch,
             total_frames=total_frames,
@@ -121,7 +136,7 @@ def make_collector(
             compress=c.compress,
             fraction_samples=c.fraction_samples,
             fraction_workers=c.fraction_workers,
-            max_policy_lag=c.max_policy_lag,
+            max_served_lag=c.max_served_lag,
             max_restart_attempts=c.max_restart_attempts,
             num_threads=c.num_threads,
             max_frames_per_traj=e.max_episode_steps,
@@ -130,6 +145,7 @@ def make_collector(
             remote_configs={"num_cpus": c.num_cpus_per_collector},
             ray_init_config={"address": c.address} if c.address else None,
             replay_buffer=replay_buffer,
+            backend=config.trainer.backend,
         )
     if seed is not None:
         collector.set_seed(seed)

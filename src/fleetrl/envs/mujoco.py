@@ -2,9 +2,9 @@
 
 A :class:`MujocoEnv` names a gymnasium MuJoCo id (``HalfCheetah-v5``,
 ``Hopper-v5``, ``Walker2d-v5``, ``Ant-v5``, ``Humanoid-v5``, ...), an
-:class:`~fleetrl.engines.EnvEngine` and the env's own arguments;
+:class:`~fleetrl.envs.EnvEngine` and the env's own arguments;
 :func:`fleetrl.envs.make_env` builds it into a :class:`~fleetrl.envs.BatchedEnv`.
-Like :class:`~fleetrl.engines.AtariEnv` it is a plain picklable spec, so a
+Like :class:`~fleetrl.envs.AtariEnv` it is a plain picklable spec, so a
 ``RayCollector`` ships it to its workers.
 
 - ``gymnasium``: ``gymnasium.make_vec`` of the id (``gymnasium[mujoco]``), in a
@@ -13,7 +13,7 @@ Like :class:`~fleetrl.engines.AtariEnv` it is a plain picklable spec, so a
 - ``envpool``: ``envpool.make(id, env_type="gymnasium")`` in sync mode. envpool
   1.2.5 has the v3, v4 and v5 tasks of the gymnasium ids under the same names;
   its v5 physics is gymnasium's: with the reset noise off, the same actions give
-  the same observations to float rounding (``tests/test_mujoco_engines.py``).
+  the same observations to float rounding (the MuJoCo engine tests).
 
 Episode boundaries are those of every engine: ``terminated`` when the robot
 fell (the env's health check), ``truncated`` at the time limit (1,000 steps,
@@ -21,7 +21,7 @@ or ``max_episode_steps``), never both, and the terminal transition's next
 observation is the episode's real last state. envpool resets an env on the
 step after its episode ended (next-step autoreset); the engine resets the
 finished envs right after the step that ended them, as the Atari engines do
-(:class:`fleetrl.engines._NextStepEnv`), so no transition spans two episodes.
+(:class:`fleetrl.envs.cpp.NextStepEnv`), so no transition spans two episodes.
 
 Observations are handed on as ``float32`` (both engines' are ``float64``), and
 actions are clipped to the action bounds at the env: the batch keeps the
@@ -44,8 +44,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fleetrl.engines import ENGINE_MSG, EnvEngine, EnvPoolEnv, _in_env_order
-from fleetrl.envs import BatchedEnv, GymVectorEnv, NestedKey, make_gym_vector_env
+from fleetrl.config import EnvEngine
+from fleetrl.envs.base import ENGINE_MSG, BatchedEnv
+from fleetrl.envs.cpp import EnvPoolEnv
+from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
 from fleetrl.errors import ConfigError
 
 __all__ = ["MujocoEnv", "check_mujoco_engine", "is_mujoco_id"]
@@ -100,7 +102,7 @@ class MujocoEnv:
 
     Args:
         env_id: a gymnasium MuJoCo id, e.g. ``"HalfCheetah-v5"``.
-        engine: ``gymnasium`` or ``envpool`` (an :class:`~fleetrl.engines.EnvEngine` or its value).
+        engine: ``gymnasium`` or ``envpool`` (an :class:`~fleetrl.envs.EnvEngine` or its value).
         max_episode_steps: the env's time limit (None: its own, 1,000 for the locomotion tasks).
         num_threads: envpool's threads (0: one per core).
         env_kwargs: the env's own arguments, the same names in both engines
@@ -219,51 +221,47 @@ def _make_envpool(spec: MujocoEnv, num_envs: int, seed: int) -> Any:
 class EnvPoolMujocoEnv(EnvPoolEnv):
     """envpool's MuJoCo envs in sync mode, reset right after each episode end.
 
-    Stepping, the next-step autoreset handling and the partial resets are the
-    Atari :class:`~fleetrl.engines.EnvPoolEnv`'s; this class sets up the
-    continuous spaces. Cost per step beyond envpool's: a float64 -> float32
-    copy of the observations and a clip of the actions ([N, action_dim]).
+    Stepping, the next-step autoreset handling and the partial resets are
+    :class:`~fleetrl.envs.cpp.EnvPoolEnv`'s; this class sets up the continuous
+    spaces. Cost per step beyond envpool's: a float64 -> float32 copy of the
+    observations and a clip of the actions ([N, action_dim]).
     """
 
-    # EnvPoolEnv.__init__ builds an Atari engine: this one sets the same fields itself
-
     def __init__(self, spec: MujocoEnv, num_envs: int, seed_offset: int = 0):
-        self.spec = spec  # type: ignore[assignment]
-        self.seed_offset = seed_offset
-        self.num_envs = num_envs
-        self.batch_shape = torch.Size([num_envs])
-        self.env = _make_envpool(spec, num_envs, seed_offset)
+        self.spec, self.num_envs, self.seed_offset = spec, num_envs, seed_offset
+        self.env = self._make(seed_offset)
         obs_space, act_space = self.env.observation_space, self.env.action_space
-        self.observation_spec = {"observation": (tuple(obs_space.shape), np.dtype(np.float32))}
-        self.action_shape, self.action_dtype = tuple(act_space.shape), np.dtype(np.float32)
-        self.num_actions = None
+        super().__init__(
+            num_envs,
+            (tuple(obs_space.shape), np.dtype(np.float32)),
+            tuple(act_space.shape),
+            np.dtype(np.float32),
+            None,
+        )
         self._low = act_space.low.astype(np.float64)
         self._high = act_space.high.astype(np.float64)
-        self._rng = np.random.default_rng()
-        self._obs: np.ndarray | None = None
 
-    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
-        if seed is not None:  # envpool takes its seeds when built
-            self.env.close()
-            self.env = _make_envpool(self.spec, self.num_envs, seed + self.seed_offset)
-        obs, info = self.env.reset()
-        self._obs = _in_env_order(obs, info["env_id"]).astype(np.float32)
-        return {"observation": self._obs}
+    def _make(self, seed: int) -> Any:
+        return _make_envpool(self.spec, self.num_envs, seed)
 
-    def send(self, action: np.ndarray | torch.Tensor) -> None:
+    @property
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return self._low.astype(np.float32), self._high.astype(np.float32)
+
+    def _observation(self, obs: np.ndarray) -> np.ndarray:
+        return obs.astype(np.float32)
+
+    def _actions(self, action: np.ndarray | torch.Tensor) -> np.ndarray:
         if isinstance(action, torch.Tensor):
             action = action.numpy()
         action = np.asarray(action, dtype=np.float64).reshape(self.num_envs, *self.action_shape)
-        self._send(np.clip(action, self._low, self._high))
+        return np.clip(action, self._low, self._high)
 
     def _recv(self) -> tuple[np.ndarray, ...]:
         obs, reward, terminated, truncated = super()._recv()
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool) & ~terminated
-        return obs.astype(np.float32), reward, terminated, truncated
-
-    def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
-        return super()._reset_rows(mask).astype(np.float32)
+        return obs, reward, terminated, truncated
 
     def random_action(self) -> torch.Tensor:
         sample = self._rng.uniform(self._low, self._high, size=(self.num_envs, *self.action_shape))

@@ -1,23 +1,25 @@
 """How the update worker updates: one strategy object per learner mode.
 
-The :class:`~fleetrl.scheme.update_worker.UpdateWorker` keeps the gradient
+The :class:`~fleetrl.learners.update_worker.UpdateWorker` keeps the gradient
 workers alive (start, replace, weights, parameters, checkpoints); which
 updates an iteration makes is a strategy's one job, chosen once at
-construction from the :class:`~fleetrl.scheme.modes.LearnerMode`
+construction from the :class:`~fleetrl.config.LearnerMode`
 (:func:`update_strategy`):
 
 - :class:`SyncUpdate`: every worker's gradient on the same weights, averaged,
   one optimizer step, the new weights to every worker with its next step;
 - :class:`AsyncUpdate`: gradients applied first ready (those more than
-  ``scheme.max_policy_lag`` versions old are dropped), the new weights only to
+  ``scheme.max_gradient_lag`` versions old are dropped), the new weights only to
   the worker whose gradient came back;
 - :class:`DecentralizedUpdate`: the workers all-reduce among themselves and
   each steps its own optimizer; the master only gathers reports and mirrors
   rank 0.
 
-A strategy answers :meth:`UpdateStrategy.start` (after the workers answered),
+A strategy uses the update worker's public calls only (submit a step, wait for
+the first, read a report, apply a gradient, mirror rank 0) and answers
+:meth:`UpdateStrategy.start` (after the workers answered),
 :meth:`UpdateStrategy.run` (one iteration into an
-:class:`~fleetrl.scheme.report.IterationReport`) and
+:class:`~fleetrl.learners.report.IterationReport`) and
 :meth:`UpdateStrategy.master_state` (the state a checkpoint holds).
 """
 
@@ -26,18 +28,16 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import ray
-from ray.exceptions import RayActorError, RayTaskError
-
 from fleetrl.algorithms.base import InfoMean
-from fleetrl.collectors.ray_checks import remote_traceback
+from fleetrl.backends import WorkerDied, WorkerRaised
+from fleetrl.config import LearnerMode
 from fleetrl.errors import WorkerError
-from fleetrl.scheme.modes import LearnerMode
-from fleetrl.scheme.report import IterationReport
+from fleetrl.learners.records import StepReport
+from fleetrl.learners.report import IterationReport
 
 if TYPE_CHECKING:  # the update worker builds its strategy: no import at run time
-    from fleetrl.scheme.grad_worker import StepReport
-    from fleetrl.scheme.update_worker import UpdateWorker
+    from fleetrl.learners.update_worker import UpdateWorker
+    from fleetrl.workers import Pending
 
 __all__ = [
     "AsyncUpdate",
@@ -61,7 +61,7 @@ def _mean_over_workers(reports: list[StepReport]) -> dict[str, float]:
     """Each logged value averaged over the workers' reports."""
     info = InfoMean()
     for r in reports:
-        info.add(r["info"])
+        info.add(r.info)
     return info.mean()
 
 
@@ -93,19 +93,19 @@ class SyncUpdate(UpdateStrategy):
     def run(self, it: IterationReport) -> None:
         uw = self.learner
         for _ in range(uw.algorithm.steps_per_batch):
-            send = uw._weights_ref_version == uw.version
-            refs = [uw._step(i, send) for i in range(uw.num_workers)]
+            send = uw.weights_sent
+            steps = [uw.submit_step(i, send) for i in range(uw.num_workers)]
             reports: list[StepReport] = []
-            for i in range(uw.num_workers):
-                report = uw._get_step(i, refs[i])
+            for step in steps:
+                report = uw.step_report(step)
                 while report is None:  # replaced: the new worker starts on current weights
-                    report = uw._get_step(i, uw._step(i, send_weights=False))
+                    report = uw.step_report(step)
                 reports.append(report)
             for r in reports:
-                it.add_collection(r["worker"], r)
-                it.lag.add(uw.version, 1, r["collection_version"])
-                it.add_asynchrony(uw.version - r["version"])
-            norm = uw.apply_mean_gradients([r["grads"] for r in reports], it)
+                it.add_collection(r.worker, r.collected, r.grad_s)
+                it.lag.add(uw.version, 1, r.collection_version)
+                it.add_asynchrony(uw.version - r.version)
+            norm = uw.apply_mean_gradients([r.grads for r in reports], it)
             it.info.add(_with_norm(_mean_over_workers(reports), norm))
 
 
@@ -119,35 +119,33 @@ class AsyncUpdate(UpdateStrategy):
 
     def __init__(self, learner: UpdateWorker):
         super().__init__(learner)
-        self._inflight: dict[Any, int] = {}  # the step each worker is computing
+        self._inflight: list[Pending] = []  # the step each worker is computing
 
     def run(self, it: IterationReport) -> None:
         uw = self.learner
         if not self._inflight:
-            for i in range(uw.num_workers):
-                send = uw._weights_ref_version == uw.version
-                self._inflight[uw._step(i, send)] = i
+            self._inflight = [uw.submit_step(i, uw.weights_sent) for i in range(uw.num_workers)]
         received = 0
         while received < uw.algorithm.steps_per_batch * uw.num_workers:
-            [ref], _ = ray.wait(list(self._inflight), num_returns=1)
-            index = self._inflight.pop(ref)
-            report = uw._get_step(index, ref)
-            if report is None:  # replaced: resubmit on the current weights it started with
-                self._inflight[uw._step(index, send_weights=False)] = index
+            step = uw.wait_first(self._inflight)
+            report = uw.step_report(step)
+            if report is None:  # replaced: the step was issued again on the current weights
                 continue
+            self._inflight.remove(step)
             received += 1
-            it.add_collection(index, report)
-            asynchrony = uw.version - report["version"]
-            if asynchrony > uw.scheme.max_policy_lag:
+            index = step.slot.index
+            it.add_collection(index, report.collected, report.grad_s)
+            asynchrony = uw.version - report.version
+            if asynchrony > uw.scheme.max_gradient_lag:
                 uw.dropped_gradients += 1
                 it.dropped += 1
             else:
-                it.lag.add(uw.version, 1, report["collection_version"])
+                it.lag.add(uw.version, 1, report.collection_version)
                 it.add_asynchrony(asynchrony)
-                norm = uw._apply(report["grads"], it)
-                it.info.add(_with_norm(report["info"], norm))
+                norm = uw.apply(report.grads, it)
+                it.info.add(_with_norm(report.info, norm))
             # new weights go only to this worker (after a drop too: it must catch up)
-            self._inflight[uw._step(index, send_weights=True)] = index
+            self._inflight.append(uw.submit_step(index, send_weights=True))
 
 
 class DecentralizedUpdate(UpdateStrategy):
@@ -158,47 +156,41 @@ class DecentralizedUpdate(UpdateStrategy):
     def start(self) -> None:
         """Form the workers' gloo group (rank 0 hosts the rendezvous)."""
         uw = self.learner
-        address, port = ray.get(uw.workers[0].node_address.remote())
-        ray.get(
-            [
-                w.init_process_group.remote(
-                    address, port, rank, uw.num_workers, uw.scheme.collective_timeout_s
-                )
-                for rank, w in enumerate(uw.workers)
-            ]
-        )
+        address, port = uw.workers[0].ask("node_address")
+        n = uw.num_workers
+        timeout = uw.scheme.collective_timeout_s
+        uw.ask_all("init_process_group", [(address, port, rank, n, timeout) for rank in range(n)])
 
     def run(self, it: IterationReport) -> None:
         uw = self.learner
-        refs = {w.train_batch.remote(): i for i, w in enumerate(uw.workers)}
+        refs = {w.call("train_batch"): i for i, w in enumerate(uw.workers)}
         by_worker: dict[int, StepReport] = {}
         pending = list(refs)
         while pending:  # first failure first: the others would wait for it in the all-reduce
-            [ref], pending = ray.wait(pending, num_returns=1)
+            [ref], pending = uw.backend.wait(pending, num_returns=1)
             try:
-                by_worker[refs[ref]] = ray.get(ref)
-            except (RayTaskError, RayActorError) as err:
+                by_worker[refs[ref]] = uw.backend.get(ref)
+            except (WorkerRaised, WorkerDied) as err:
+                cause = err.text if isinstance(err, WorkerRaised) else err.cause
                 raise WorkerError(
-                    refs[ref],
-                    GROUP_MEMBER_LOST_MSG.format(cause=remote_traceback(err)),
-                    role="gradient worker",
+                    refs[ref], GROUP_MEMBER_LOST_MSG.format(cause=cause), role="gradient worker"
                 ) from None
         reports = [by_worker[i] for i in range(uw.num_workers)]
-        steps = reports[0]["steps"]  # the same on every replica (same frames, same schedule)
+        steps = reports[0].steps  # the same on every replica (same frames, same schedule)
         for r in reports:
-            it.add_collection(r["worker"], r)
-            # each replica took its steps at versions r["version"] - steps, ..., r["version"] - 1
-            it.lag.add(r["version"] - steps, steps, r["collection_version"])
+            it.add_collection(r.worker, r.collected, r.grad_s)
+            # each replica took its steps at versions r.version - steps, ..., r.version - 1
+            it.lag.add(r.version - steps, steps, r.collection_version)
             it.add_asynchrony(0, steps)
-            it.update_s += r["update_s"] / uw.num_workers
-            it.broadcast_s += r["reduce_s"] / uw.num_workers  # the all-reduce replaces it
+            it.update_s += r.update_s / uw.num_workers
+            it.broadcast_s += r.reduce_s / uw.num_workers  # the all-reduce replaces it
         it.info.add(_mean_over_workers(reports), weight=steps)
-        uw._mirror(reports)
+        uw.mirror(reports[0])
         uw.applied_gradients += steps
 
     def master_state(self) -> dict[str, Any]:
         """Rank 0's state: its optimizer state is the live one."""
-        state = ray.get(self.learner.workers[0].state_dict.remote())
+        state = self.learner.workers[0].ask("state_dict")
         state.pop("version")
         return state
 

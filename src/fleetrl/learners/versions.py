@@ -19,11 +19,11 @@ tag``: a perfectly on-policy PPO run with 4 steps per batch logs a mean lag of
 tags into ``train/policy_lag`` (the mean over the iteration's steps) and
 ``train/policy_lag_max``.
 
-A learner that corrects for lag (IMPALA, APPO: ``max_policy_lag`` on the
+A learner that corrects for lag (IMPALA, APPO: ``max_learn_lag`` on the
 algorithm) bounds it too: :class:`StaleBatchFilter` drops a batch that arrives
-more than ``max_policy_lag`` optimizer steps behind the learner and counts it
+more than ``max_learn_lag`` optimizer steps behind the learner and counts it
 (``train/dropped_batches``), as the update worker drops async gradients past
-``scheme.max_policy_lag``. The dropped batch's frames were collected and count
+``scheme.max_gradient_lag``. The dropped batch's frames were collected and count
 toward the budget; it is never learned from.
 
 A collector's own ``stats()["policy_lag"]`` is a different measure: how many
@@ -93,7 +93,7 @@ class PolicyLag:
         }
 
 
-def too_stale(version: int, batch_version: int, max_policy_lag: int | None) -> bool:
+def too_stale(version: int, batch_version: int, max_learn_lag: int | None) -> bool:
     """Whether a batch tagged ``batch_version`` is past the bound when the learner is at
     ``version`` (None: no bound).
 
@@ -101,34 +101,34 @@ def too_stale(version: int, batch_version: int, max_policy_lag: int | None) -> b
         >>> too_stale(10, 7, 3), too_stale(10, 6, 3), too_stale(10, 0, None)
         (False, True, False)
     """
-    return max_policy_lag is not None and version - batch_version > max_policy_lag
+    return max_learn_lag is not None and version - batch_version > max_learn_lag
 
 
 class StaleBatchFilter:
     """The learner's lag bound on arriving batches: admits or drops each one, counting drops.
 
     Args:
-        max_policy_lag: the most optimizer steps a batch may be behind the learner when it
+        max_learn_lag: the most optimizer steps a batch may be behind the learner when it
             arrives (None: every batch is admitted).
 
     Example:
         >>> from tensordict import TensorDict
         >>> import torch
-        >>> stale = StaleBatchFilter(max_policy_lag=2)
+        >>> stale = StaleBatchFilter(max_learn_lag=2)
         >>> batch = TensorDict({POLICY_VERSION_KEY: torch.tensor([5, 5])}, [2])
         >>> stale.admit(7, batch), stale.admit(8, batch), stale.dropped
         (True, False, 1)
     """
 
-    def __init__(self, max_policy_lag: int | None):
-        self.max_policy_lag = max_policy_lag
+    def __init__(self, max_learn_lag: int | None):
+        self.max_learn_lag = max_learn_lag
         self.dropped = 0  # batches dropped so far
 
     def admit(self, version: int, batch: TensorDictBase) -> bool:
         """True if the learner at ``version`` may learn from ``batch``; else counts it."""
-        if self.max_policy_lag is None:
+        if self.max_learn_lag is None:
             return True
-        if too_stale(version, batch_version(batch), self.max_policy_lag):
+        if too_stale(version, batch_version(batch), self.max_learn_lag):
             self.dropped += 1
             return False
         return True

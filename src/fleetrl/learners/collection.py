@@ -1,47 +1,44 @@
-"""Rollouts: the one collection path of every learner (central and gradient workers).
+"""Collection: the one way every learner collects (central, gradient workers, decoupled).
 
-The central learner and each gradient worker collect the same way, through a
-:class:`Rollouts`. It owns
+A :class:`Collection` owns
 
-- the collector: remote (a :class:`~fleetrl.collectors.RayCollector`) or local
-  (a :class:`~fleetrl.collectors.SyncDataCollector` acting with the learner's
-  own module), told apart by its type;
+- the collector (:func:`~fleetrl.setup.build.make_collector`): in this process,
+  acting with the learner's own module, or on remote workers; with a replay
+  buffer, remote workers that write into it and report progress;
 - the warm-up rule: an algorithm whose class says ``random_start`` acts
   uniformly at random for its first ``learning_starts`` frames, shared out among
   the learners that collect (:func:`warmup_frames`);
-- publishing: before each batch the collector is given the learner's version
-  (its optimizer-step count, :mod:`fleetrl.scheme.versions`): a local one every
-  batch (it only tags, the module is the learner's own), a remote one with the
-  weights every ``trainer.weight_update_interval`` batches, and before the
-  first batch of a learner that starts past the collector's version;
-- the episode statistics and frame counts of what was collected since the
-  last report (:class:`Collection`).
-- the normalization statistics (:mod:`fleetrl.normalization`): the moments
-  of each batch delivered (stale batches dropped later count too) are held
-  until :meth:`Rollouts.take`, which comes after the update on the batch; the
-  central learner's are merged there into its algorithm's statistics (which
-  the next publish carries to remote collectors); a gradient worker's are
-  handed out by :meth:`Rollouts.take_moments` for its master instead.
-
-Loss info is averaged everywhere with :class:`~fleetrl.algorithms.base.InfoMean`.
+- publishing: the collector is given the learner's version (its optimizer-step
+  count, :mod:`fleetrl.learners.versions`). A collector that acts with the
+  learner's own module (:meth:`~fleetrl.collectors.DataCollectorBase.acts_with`)
+  gets it before every batch: only its tag moves. Any other gets the weights
+  every ``trainer.weight_update_interval`` batches, and before the first batch
+  of a learner that starts past the collector's version;
+- the books of what was collected since the last report (:class:`Collected`):
+  frames and the episodes that ended, from batches or from progress records;
+- the normalization moments (:mod:`fleetrl.normalization`) of each batch
+  delivered (stale batches dropped later count too), held until :meth:`take`,
+  which comes after the update on the batch: the central learner's are merged
+  there into its algorithm's statistics (which the next publish carries to
+  remote collectors); a gradient worker's are handed out by
+  :meth:`take_moments` for its master instead.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from tensordict import TensorDictBase
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.build import make_collector
-from fleetrl.collectors import RayCollector, episode_stats, frames_in
 from fleetrl.config import Config
+from fleetrl.learners.records import Collected
 from fleetrl.normalization import Moments
+from fleetrl.setup.build import make_collector
 
-__all__ = ["Collection", "Rollouts", "warmup_frames"]
+__all__ = ["Collection", "warmup_frames"]
 
 
 def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> int:
@@ -60,41 +57,12 @@ def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> in
     return max(0, -(-algorithm.learning_starts // share) - collected)
 
 
-@dataclass
 class Collection:
-    """What a learner collected since its last report: frames, finished episodes, time.
-
-    Plain values (lists, not tensors): a gradient worker sends it through Ray.
-    """
-
-    frames: int = 0
-    returns: list[float] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    collect_s: float = 0.0
-
-    def add(self, batch: TensorDictBase, seconds: float) -> None:
-        stats = episode_stats(batch)
-        self.frames += frames_in(batch)
-        self.returns.extend(stats.returns.tolist())
-        self.lengths.extend(stats.lengths.tolist())
-        self.collect_s += seconds
-
-    def as_report(self) -> dict[str, Any]:
-        """The report keys a learner's step report carries (``frames``, ``returns``, ...)."""
-        return {
-            "frames": self.frames,
-            "returns": self.returns,
-            "lengths": self.lengths,
-            "collect_s": self.collect_s,
-        }
-
-
-class Rollouts:
-    """A learner's collector with its publishing rule and episode statistics.
+    """A learner's collector with its publishing rule and its books.
 
     Args:
-        config: the run's config (``collector`` and ``env`` sections, and
-            ``trainer.weight_update_interval``).
+        config: the run's config (``collector`` and ``env`` sections,
+            ``trainer.weight_update_interval`` and ``trainer.backend``).
         algorithm: the learner's algorithm: its policy acts, its
             ``num_updates`` is the version published.
         total_frames: the collector's frame budget (-1: endless).
@@ -108,6 +76,8 @@ class Rollouts:
         merge_moments: merge the normalization moments into the algorithm in
             :meth:`take` (the central learner); False: hold them for
             :meth:`take_moments` (a gradient worker, whose master merges them).
+        replay_buffer: a replay buffer the remote workers write into (decoupled
+            learning): :meth:`poll` then returns their progress records.
     """
 
     def __init__(
@@ -121,6 +91,7 @@ class Rollouts:
         share: int = 1,
         state: dict[str, Any] | None = None,
         merge_moments: bool = True,
+        replay_buffer: Any = None,
     ):
         self.algorithm = algorithm
         self.interval = config.trainer.weight_update_interval
@@ -130,6 +101,7 @@ class Rollouts:
             total_frames=total_frames,
             seed=seed,
             init_random_frames=warmup_frames(algorithm, collected=collected, share=share),
+            replay_buffer=replay_buffer,
         )
         if state is not None:
             try:
@@ -137,10 +109,10 @@ class Rollouts:
             except BaseException:
                 self.collector.shutdown()
                 raise
-        #: the collector runs on Ray actors (it then needs the weights, not only the version)
-        self.remote = isinstance(self.collector, RayCollector)
+        #: the collector acts with the learner's own module: a publish moves only its tag
+        self.shares_policy = self.collector.acts_with(algorithm.policy)
         self.batches = 0  # collected so far: publishing counts them
-        self.collection = Collection()
+        self.collected = Collected()
         self.publish_s = 0.0  # time spent publishing since the last take()
         self.normalization = algorithm.normalization
         self.merge_moments = merge_moments
@@ -158,18 +130,26 @@ class Rollouts:
         """The learner's optimizer-step count: the version it publishes."""
         return self.algorithm.num_updates
 
-    def publish(self) -> None:
-        """Give the collector the current version (remote: with the weights).
+    @property
+    def published(self) -> int:
+        """The version the collector has now."""
+        return self.collector.policy_version
+
+    def publish(self) -> float:
+        """Give the collector the current version (with the weights, unless it acts with the
+        learner's own module); returns the seconds it took.
 
         The same version again when no optimizer step was taken since the last
         publish: the acting policy's buffers (DQN's epsilon) may have changed.
         """
         start = time.perf_counter()
         self.collector.update_policy_weights_(version=self.version)
-        self.publish_s += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.publish_s += seconds
+        return seconds
 
     def _publish_due(self) -> bool:
-        if not self.remote:  # acts with the learner's own module: only its tag must follow
+        if self.shares_policy:  # acts with the learner's own module: only its tag must follow
             return True
         if self.batches == 0:  # a replica that caught up on the master's weights since start
             return self.version > self.collector.policy_version
@@ -177,7 +157,7 @@ class Rollouts:
 
     def next_batch(self) -> TensorDictBase | None:
         """Publish if due, then the next batch (None once the budget is spent); its frames
-        and finished episodes are added to :attr:`collection`."""
+        and finished episodes are added to :attr:`collected`."""
         if self._publish_due():
             self.publish()
         start = time.perf_counter()
@@ -185,10 +165,31 @@ class Rollouts:
         if batch is None:
             return None
         self.batches += 1
-        self.collection.add(batch, time.perf_counter() - start)
+        self.collected.add(batch, time.perf_counter() - start)
         if self.moments is not None:
             self.moments.add(self.normalization.moments(batch))
         return batch
+
+    def poll(self, timeout: float | None = 0.0, *, issue: bool = True) -> list[TensorDictBase]:
+        """The progress records of the tasks done now (decentralized collection into a replay
+        buffer, :meth:`~fleetrl.collectors.RayCollector.poll`), added to :attr:`collected`;
+        the seconds spent waiting count as collection time."""
+        start = time.perf_counter()
+        records = self.collector.poll(timeout, issue=issue)
+        self.collected.collect_s += time.perf_counter() - start
+        for record in records:
+            self.collected.add_progress(record)
+        return records
+
+    @property
+    def exhausted(self) -> bool:
+        """The budget is spent and every task served."""
+        return self.collector.remaining_frames == 0 and self.collector.frames_in_flight == 0
+
+    @property
+    def frames_in_flight(self) -> int:
+        """Frames of tasks issued and not yet served."""
+        return self.collector.frames_in_flight
 
     def take_moments(self) -> Moments | None:
         """The normalization moments held since the last call (reset); None: no normalization."""
@@ -197,7 +198,7 @@ class Rollouts:
             self.moments = self.normalization.empty()
         return moments
 
-    def take(self) -> tuple[Collection, float]:
+    def take(self) -> tuple[Collected, float]:
         """What was collected and the time spent publishing since the last call; both reset.
 
         Called after the update on what was collected: with ``merge_moments``, the
@@ -205,9 +206,9 @@ class Rollouts:
         """
         if self.merge_moments and self.moments is not None:
             self.normalization.merge(self.take_moments())
-        collection, publish_s = self.collection, self.publish_s
-        self.collection, self.publish_s = Collection(), 0.0
-        return collection, publish_s
+        collected, publish_s = self.collected, self.publish_s
+        self.collected, self.publish_s = Collected(), 0.0
+        return collected, publish_s
 
     def batch_info(self) -> dict[str, float]:
         """What the algorithm logs about the last batch it took in (a replay algorithm's
@@ -218,14 +219,12 @@ class Rollouts:
 
     def stats(self) -> dict[str, Any]:
         """The collector's stats (remote: frames, lag, preemption, compression)."""
-        if not self.remote:
-            return {"frames": self.collector.frames}
         return self.collector.stats()
 
     def state(self) -> dict[str, Any] | None:
-        """A local collector's state for a checkpoint, without the policy weights (the
-        learner's own module, which the checkpoint holds); None for remote collectors."""
-        if self.remote:
+        """The collector's state for a checkpoint where it acts with the learner's module
+        (without those weights: the checkpoint holds them); None for any other."""
+        if not self.shares_policy:
             return None
         state = self.collector.state_dict()
         state.pop("policy_state_dict", None)

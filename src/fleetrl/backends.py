@@ -1,0 +1,395 @@
+"""Where workers run: Ray actors, or plain objects in this process.
+
+Collector workers (:class:`~fleetrl.collectors.RayCollector`) and gradient
+workers (:class:`~fleetrl.learners.UpdateWorker`) are started and called
+through one small interface, as Sample Factory's serial and parallel runners
+and PufferLib's Serial and Ray backends are:
+
+- :meth:`Backend.start` builds a worker and returns its :class:`Actor`;
+- :meth:`Actor.call` issues a method call and returns a reference to its result
+  (:meth:`Actor.fire` issues one whose result nobody reads; :meth:`Actor.ask`
+  issues one and waits for it);
+- :meth:`Backend.get` and :meth:`Backend.wait` read results, first ready first;
+- :meth:`Backend.put` stores an object once for many calls (the weights);
+- :meth:`Backend.kill` ends a worker.
+
+A result that cannot come raises one of two errors, whatever the backend:
+:class:`WorkerDied` (the worker is gone: killed, crashed, its node lost) or
+:class:`WorkerRaised` (the method raised; the worker lives on).
+
+:class:`RayBackend` runs each worker as a Ray actor. :class:`InProcessBackend`
+runs it as an object in this process, serially: a call runs when its result
+is first asked for (:meth:`~Backend.get`, :meth:`~Backend.wait`), after the
+calls issued to the same worker before it, as a Ray actor runs its calls in
+order; a :meth:`~Actor.fire` runs at once. Constructor arguments are copied,
+as Ray's pickling copies them, so two workers never share a policy. A worker
+dies in process by raising :class:`SimulatedDeath` (tests use it where a Ray
+test would kill the actor's process). It is for debugging (one process, one
+stack, ``pdb`` works) and for tests of the accounting, lag, preemption,
+stale-batch and restart logic that run in milliseconds.
+
+Examples:
+    >>> class Counter:
+    ...     def __init__(self, start):
+    ...         self.n = start
+    ...     def add(self, k):
+    ...         self.n += k
+    ...         return self.n
+    >>> backend = InProcessBackend()
+    >>> counter = backend.start(Counter, 10)
+    >>> refs = [counter.call("add", 1), counter.call("add", 2)]
+    >>> backend.get(refs[1]), backend.get(refs[0])
+    (13, 11)
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import copy
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from fleetrl.runtime import remote_traceback
+
+__all__ = [
+    "BACKENDS",
+    "Actor",
+    "Backend",
+    "InProcessBackend",
+    "RayBackend",
+    "SimulatedDeath",
+    "WorkerDied",
+    "WorkerRaised",
+    "make_backend",
+]
+
+#: the backends a config (``trainer.backend``) or a ``backend=`` argument names
+BACKENDS = ("ray", "inprocess")
+
+
+class WorkerDied(Exception):
+    """A worker is gone (killed, crashed, its node lost): its calls in flight are lost."""
+
+    def __init__(self, cause: str):
+        super().__init__(cause)
+        #: what the backend knows of the death, as text
+        self.cause = cause
+
+
+class WorkerRaised(Exception):
+    """A worker's method raised; the worker itself lives on."""
+
+    def __init__(self, error: BaseException | None, text: str):
+        super().__init__(text)
+        #: the exception the method raised (None where the backend could not rebuild it)
+        self.error = error
+        #: the error with the worker's traceback, as plain text
+        self.text = text
+
+
+class SimulatedDeath(Exception):
+    """Raised by a worker in process to die as a killed Ray actor would (tests)."""
+
+
+class Actor:
+    """One started worker: issue its method calls through :attr:`backend`."""
+
+    def __init__(self, backend: Backend, handle: Any):
+        self.backend = backend
+        #: the backend's own handle (a Ray ``ActorHandle``, or the in-process worker)
+        self.handle = handle
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Issue ``method(*args, **kwargs)``; returns a reference to read with ``backend.get``."""
+        return self.backend.call(self, method, args, kwargs)
+
+    def fire(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Issue a call whose result nobody reads (a signal: preempt, post)."""
+        self.backend.fire(self, method, args, kwargs)
+
+    def ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Issue a call and wait for its result."""
+        return self.backend.get(self.call(method, *args, **kwargs))
+
+
+class Backend(abc.ABC):
+    """Starts workers and reads their results (see the module docstring)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def start(
+        self, cls: type, *args: Any, options: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Actor:
+        """Build ``cls(*args, **kwargs)`` as a worker. ``options``: Ray's actor options
+        (resources, concurrency groups); the in-process backend has no use for them."""
+
+    @abc.abstractmethod
+    def call(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> Any: ...
+
+    def fire(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> None:
+        self.call(actor, method, args, kwargs)
+
+    @abc.abstractmethod
+    def get(self, ref: Any) -> Any:
+        """The result of a call; :class:`WorkerDied` or :class:`WorkerRaised` if there is none."""
+
+    def get_all(self, refs: Sequence[Any]) -> list[Any]:
+        return [self.get(ref) for ref in refs]
+
+    @abc.abstractmethod
+    def wait(
+        self, refs: Sequence[Any], num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[Any], list[Any]]:
+        """The refs whose calls are done (at least ``num_returns``, unless ``timeout``
+        passes first) and the others, each in the order given."""
+
+    @abc.abstractmethod
+    def put(self, value: Any) -> Any:
+        """Store ``value`` once for many calls; a call given the reference receives the value."""
+
+    @abc.abstractmethod
+    def kill(self, actor: Actor | None) -> None:
+        """End a worker at once (nothing if it is gone already)."""
+
+
+# ----------------------------------------------------------------------- Ray
+
+
+class RayBackend(Backend):
+    """Each worker is a Ray actor (Ray must be started: :func:`fleetrl.runtime.start_ray`)."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        self._classes: dict[tuple[type, Any], Any] = {}
+
+    def __reduce__(self) -> Any:  # travels to workers as a fresh, empty backend
+        return (RayBackend, ())
+
+    def _remote_class(self, cls: type, groups: Any) -> Any:
+        """The Ray actor class, made once per class (Ray exports a class once per definition)."""
+        key = (cls, groups)
+        if key not in self._classes:
+            import ray
+
+            self._classes[key] = _RAY_CLASSES.setdefault(
+                key,
+                ray.remote(concurrency_groups=dict(groups))(cls) if groups else ray.remote(cls),
+            )
+        return self._classes[key]
+
+    def start(
+        self, cls: type, *args: Any, options: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Actor:
+        options = dict(options or {})
+        groups = options.pop("concurrency_groups", None)
+        groups = tuple(sorted(groups.items())) if groups else None
+        remote = self._remote_class(cls, groups)
+        options.setdefault("max_restarts", 0)  # a death is the caller's to handle
+        options.setdefault("max_task_retries", 0)
+        return Actor(self, remote.options(**options).remote(*args, **kwargs))
+
+    def call(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        return getattr(actor.handle, method).remote(*args, **kwargs)
+
+    def get(self, ref: Any) -> Any:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            return ray.get(ref)
+        except RayTaskError as err:
+            raise WorkerRaised(getattr(err, "cause", None), remote_traceback(err)) from None
+        except RayActorError as err:
+            raise WorkerDied(remote_traceback(err)) from None
+
+    def wait(
+        self, refs: Sequence[Any], num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[Any], list[Any]]:
+        import ray
+
+        if not refs:
+            return [], []
+        return ray.wait(list(refs), num_returns=min(num_returns, len(refs)), timeout=timeout)
+
+    def put(self, value: Any) -> Any:
+        import ray
+
+        return ray.put(value)
+
+    def kill(self, actor: Actor | None) -> None:
+        if actor is None:
+            return
+        import ray
+
+        with contextlib.suppress(Exception):  # already gone, or Ray shut down
+            ray.kill(actor.handle)
+
+
+#: (class, concurrency groups) -> its Ray actor class, per process
+_RAY_CLASSES: dict[tuple[type, Any], Any] = {}
+
+
+# ----------------------------------------------------------------- in process
+
+
+class _Call:
+    """A call issued in process: run when its result is first asked for."""
+
+    __slots__ = ("actor", "args", "done", "error", "kwargs", "method", "value")
+
+    def __init__(self, actor: _LocalWorker, method: str, args: tuple, kwargs: dict[str, Any]):
+        self.actor, self.method, self.args, self.kwargs = actor, method, args, kwargs
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class _Stored:
+    """What :meth:`InProcessBackend.put` returns: a call given it receives the value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class _LocalWorker:
+    """An in-process worker: its object (None once dead) and the calls it has queued."""
+
+    def __init__(self, obj: Any, death: str | None = None):
+        self.obj = obj
+        self.death = death  # why it died (None: alive)
+        self.queue: list[_Call] = []
+
+
+class InProcessBackend(Backend):
+    """Each worker is an object in this process, run serially (see the module docstring)."""
+
+    name = "inprocess"
+
+    def start(
+        self, cls: type, *args: Any, options: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Actor:
+        import torch
+
+        args, kwargs = copy.deepcopy((_resolve(args), _resolve(kwargs)))  # Ray pickles them
+        threads = torch.get_num_threads()  # a worker pins its process's threads: not ours
+        try:
+            worker = _LocalWorker(cls(*args, **kwargs))
+        except SimulatedDeath as err:
+            worker = _LocalWorker(None, f"the worker died while starting: {err}")
+        except Exception as err:  # Ray reports a constructor that raised as a dead actor
+            worker = _LocalWorker(None, _text(err))
+        finally:
+            torch.set_num_threads(threads)
+        return Actor(self, worker)
+
+    def call(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        call = _Call(actor.handle, method, args, kwargs)
+        actor.handle.queue.append(call)
+        return call
+
+    def fire(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> None:
+        worker = actor.handle
+        if worker.death is None:  # a signal to a dead worker is lost, as on Ray
+            self._run(_Call(worker, method, args, kwargs))
+
+    def _run(self, call: _Call) -> None:
+        import torch
+
+        worker = call.actor
+        call.done = True
+        if worker.death is not None:
+            call.error = WorkerDied(worker.death)
+            return
+        threads = torch.get_num_threads()
+        try:
+            call.value = getattr(worker.obj, call.method)(
+                *_resolve(call.args), **_resolve(call.kwargs)
+            )
+        except SimulatedDeath as err:
+            worker.obj, worker.death = None, f"the worker died: {err}"
+            call.error = WorkerDied(worker.death)
+        except Exception as err:
+            call.error = WorkerRaised(err, _text(err))
+        finally:
+            torch.set_num_threads(threads)
+
+    def _complete(self, call: _Call) -> None:
+        """Run ``call`` and the calls queued before it on its worker, in order."""
+        queue = call.actor.queue
+        while not call.done:
+            first = queue.pop(0)
+            self._run(first)
+
+    def get(self, ref: Any) -> Any:
+        if isinstance(ref, _Stored):
+            return ref.value
+        self._complete(ref)
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+    def wait(
+        self, refs: Sequence[Any], num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[Any], list[Any]]:
+        """Runs calls, in the order given, until ``num_returns`` are done (serially there is
+        nothing to wait for: ``timeout`` does not apply)."""
+        refs = list(refs)
+        for ref in refs:
+            if sum(r.done for r in refs) >= min(num_returns, len(refs)):
+                break
+            self._complete(ref)
+        return [r for r in refs if r.done], [r for r in refs if not r.done]
+
+    def put(self, value: Any) -> Any:
+        return _Stored(value)
+
+    def kill(self, actor: Actor | None) -> None:
+        if actor is None:
+            return
+        worker = actor.handle
+        if worker.death is None:
+            worker.obj, worker.death = None, "the worker was killed"
+        for call in worker.queue:
+            call.done, call.error = True, WorkerDied(worker.death)
+        worker.queue.clear()
+
+
+def _resolve(value: Any) -> Any:
+    """Arguments as a Ray call receives them: a stored object given directly is its value."""
+    if isinstance(value, _Stored):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(v.value if isinstance(v, _Stored) else v for v in value)
+    if isinstance(value, dict):
+        return {k: v.value if isinstance(v, _Stored) else v for k, v in value.items()}
+    return value
+
+
+def _text(err: BaseException) -> str:
+    return "Traceback (most recent call last, in the worker):\n" + "".join(
+        traceback.format_exception(type(err), err, err.__traceback__)[1:]
+    )
+
+
+def make_backend(backend: str | Backend) -> Backend:
+    """A backend by name (``"ray"`` or ``"inprocess"``), or the one given.
+
+    Examples:
+        >>> make_backend("inprocess").name
+        'inprocess'
+    """
+    if isinstance(backend, Backend):
+        return backend
+    if backend == "ray":
+        return RayBackend()
+    if backend == "inprocess":
+        return InProcessBackend()
+    raise ValueError(
+        f"backend={backend!r} is invalid: must be one of {list(BACKENDS)} or a Backend"
+    )

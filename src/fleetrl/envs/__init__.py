@@ -1,0 +1,64 @@
+"""Environments: one batched interface over every env a user builds, three engines, one spec per run.
+
+- :func:`make_env` turns what a user passes as an env into a :class:`BatchedEnv`
+  (:mod:`fleetrl.envs.make`): gymnasium (:mod:`~fleetrl.envs.gymnasium`),
+  torchrl (:mod:`~fleetrl.envs.torchrl_env`), Atari (:class:`AtariEnv`,
+  :mod:`~fleetrl.envs.atari`) and MuJoCo (:class:`MujocoEnv`,
+  :mod:`~fleetrl.envs.mujoco`) in the engines of :class:`EnvEngine`; the C++
+  engines' episode boundaries: :mod:`~fleetrl.envs.cpp`.
+- :func:`env_spec` reads an env's spaces once (:class:`EnvSpec`).
+- :mod:`~fleetrl.envs.state` saves and restores gymnasium envs for exact resume.
+
+Imported when first used (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "AtariEnv": "fleetrl.envs.atari",
+    "BatchedEnv": "fleetrl.envs.base",
+    "EnvEngine": "fleetrl.config",
+    "EnvSpec": "fleetrl.envs.spec",
+    "MujocoEnv": "fleetrl.envs.mujoco",
+    "StepResult": "fleetrl.envs.base",
+    "create_env_fn": "fleetrl.envs.make",
+    "env_spec": "fleetrl.envs.spec",
+    "make_env": "fleetrl.envs.make",
+}
+
+__all__ = [
+    "AtariEnv",
+    "BatchedEnv",
+    "EnvEngine",
+    "EnvSpec",
+    "MujocoEnv",
+    "StepResult",
+    "create_env_fn",
+    "env_spec",
+    "make_env",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fleetrl.envs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from fleetrl.config import EnvEngine
+    from fleetrl.envs.atari import AtariEnv
+    from fleetrl.envs.base import BatchedEnv, StepResult
+    from fleetrl.envs.make import create_env_fn, make_env
+    from fleetrl.envs.mujoco import MujocoEnv
+    from fleetrl.envs.spec import EnvSpec, env_spec

@@ -1,0 +1,162 @@
+"""make_env: one batched env from whatever a user passes as an environment.
+
+:func:`make_env` accepts a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``,
+a torchrl ``EnvBase``, an :class:`~fleetrl.envs.AtariEnv` or
+:class:`~fleetrl.envs.MujocoEnv` spec, or a callable returning any of these,
+and returns a :class:`~fleetrl.envs.BatchedEnv`: N environments stepped as one
+batch, speaking numpy (the engines: :mod:`fleetrl.envs.gymnasium`,
+:mod:`fleetrl.envs.torchrl_env`, :mod:`fleetrl.envs.atari`,
+:mod:`fleetrl.envs.mujoco`). :func:`create_env_fn` is what a config's ``env``
+section builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import torch
+from gymnasium.vector import AutoresetMode
+
+from fleetrl.config import EnvConfig, EnvEngine
+from fleetrl.envs.atari import AtariEnv, is_atari_id
+from fleetrl.envs.base import BatchedEnv
+from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
+from fleetrl.envs.mujoco import MujocoEnv, is_mujoco_id
+from fleetrl.envs.torchrl_env import TorchRLEnv, is_torchrl_env
+from fleetrl.errors import EnvError
+
+__all__ = ["create_env_fn", "make_env"]
+
+ENV_TYPE_MSG = (
+    "create_env_fn={value!r} is invalid: pass a gymnasium id (e.g. 'CartPole-v1'), a gymnasium "
+    "Env or VectorEnv, a torchrl EnvBase, or a callable returning one of these"
+)
+NUM_ENVS_MSG = (
+    "num_envs={value!r} is invalid for an already built {kind}: it is only used to vectorize a "
+    "gymnasium id or factory; leave num_envs=None (or equal to the env's {n} sub-envs)"
+)
+FACTORY_GYM_MSG = (
+    "create_env_fn={value!r} raised gymnasium's {kind}: {err}; check the env id and the "
+    "arguments the factory passes to gymnasium"
+)
+
+
+def make_env(
+    create_env_fn: Any,
+    num_envs: int | None = None,
+    create_env_kwargs: dict[str, Any] | None = None,
+) -> BatchedEnv:
+    """Turn what a user passes as an env into a :class:`BatchedEnv`.
+
+    Args:
+        create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
+            torchrl ``EnvBase``, or a callable returning one of these; or a
+            :class:`fleetrl.envs.AtariEnv` or :class:`fleetrl.envs.MujocoEnv`.
+            An ALE id (``"ALE/Pong-v5"``) is
+            built as ``AtariEnv(id)``: the standard Atari preprocessing in the
+            gymnasium engine.
+        num_envs: how many copies to vectorize in-process. Used for gymnasium ids
+            and factories (default 1); an already built vector or torchrl env
+            keeps its own batch.
+        create_env_kwargs: keyword arguments for ``create_env_fn`` (or for
+            ``gymnasium.make`` when it is an id; for an ALE id, ``engine`` and
+            :class:`~fleetrl.config.AtariConfig` fields, e.g. ``{"engine": "envpool"}``; for a
+            MuJoCo id with an ``engine``, :class:`~fleetrl.envs.MujocoEnv`'s fields and
+            the env's own arguments).
+
+    Examples:
+        >>> env = make_env("CartPole-v1", num_envs=4)
+        >>> env.num_envs, env.num_actions
+        (4, 2)
+        >>> env.close()
+    """
+    kwargs = dict(create_env_kwargs or {})
+    if isinstance(create_env_fn, str) and is_atari_id(create_env_fn):
+        create_env_fn = AtariEnv.from_kwargs(create_env_fn, kwargs)
+    elif isinstance(create_env_fn, str) and "engine" in kwargs and is_mujoco_id(create_env_fn):
+        create_env_fn = MujocoEnv.from_kwargs(create_env_fn, kwargs)
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
+        return create_env_fn.make(num_envs or 1)
+    if isinstance(create_env_fn, str):
+        return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))
+    if isinstance(create_env_fn, gym.vector.VectorEnv):
+        _check_prebuilt_num_envs(num_envs, create_env_fn.num_envs, "gymnasium VectorEnv")
+        return GymVectorEnv(create_env_fn)
+    if isinstance(create_env_fn, gym.Env):
+        if num_envs not in (None, 1):
+            raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind="gymnasium Env", n=1))
+        env = create_env_fn
+        return GymVectorEnv(
+            gym.vector.SyncVectorEnv([lambda: env], autoreset_mode=AutoresetMode.SAME_STEP)
+        )
+    if is_torchrl_env(create_env_fn):
+        _check_prebuilt_num_envs(num_envs, max(1, create_env_fn.batch_size.numel()), "torchrl env")
+        return TorchRLEnv(create_env_fn)
+    if callable(create_env_fn):
+        return _make_from_factory(create_env_fn, num_envs, kwargs)
+    raise EnvError(ENV_TYPE_MSG.format(value=create_env_fn))
+
+
+def _check_prebuilt_num_envs(num_envs: int | None, n: int, kind: str) -> None:
+    if num_envs is not None and num_envs != n:
+        raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind=kind, n=n))
+
+
+def _call_factory(factory: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    try:
+        return factory(**kwargs)
+    except gym.error.Error as err:  # e.g. an unknown id inside the factory
+        raise EnvError(
+            FACTORY_GYM_MSG.format(value=factory, kind=type(err).__name__, err=err)
+        ) from err
+
+
+def _make_from_factory(
+    factory: Callable[..., Any], num_envs: int | None, kwargs: dict[str, Any]
+) -> BatchedEnv:
+    first = _call_factory(factory, kwargs)
+    if num_envs not in (None, 1) and is_torchrl_env(first) and first.batch_size == torch.Size([]):
+        return TorchRLEnv(_serial_copies(first, factory, num_envs, kwargs), unbatched_copies=True)
+    if isinstance(first, gym.Env) and not isinstance(first, gym.vector.VectorEnv):
+        n = num_envs or 1
+        envs = [first] + [_call_factory(factory, kwargs) for _ in range(n - 1)]
+        fns = [(lambda e=e: e) for e in envs]
+        return GymVectorEnv(gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP))
+    if num_envs not in (None, 1) and (
+        isinstance(first, gym.vector.VectorEnv) or is_torchrl_env(first)
+    ):
+        # A factory of batched envs cannot be vectorized again in-process.
+        n = first.num_envs if isinstance(first, gym.vector.VectorEnv) else first.batch_size.numel()
+        if num_envs != n:
+            first.close()
+            raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind=type(first).__name__, n=n))
+    if isinstance(first, (gym.vector.VectorEnv, str)) or is_torchrl_env(first):
+        return make_env(first, None)
+    raise EnvError(ENV_TYPE_MSG.format(value=factory) + f" (the callable returned {first!r})")
+
+
+def _serial_copies(first: Any, factory: Callable[..., Any], n: int, kwargs: dict[str, Any]) -> Any:
+    """``n`` copies of an unbatched torchrl env as one ``SerialEnv`` of batch ``[n]``.
+
+    torchrl's collectors give each copy of a factory its own worker; we step
+    the copies in-process instead (a ``ParallelEnv`` would start n processes
+    inside a collector that Ray gives one CPU). The first copy is the env
+    already built.
+    """
+    from torchrl.envs import SerialEnv
+
+    fns = [lambda: first] + [lambda: _call_factory(factory, kwargs)] * (n - 1)
+    return SerialEnv(n, fns)
+
+
+def create_env_fn(env: EnvConfig) -> Any:
+    """What the collectors build for a config's ``env`` section: an ALE id becomes an
+    :class:`~fleetrl.envs.AtariEnv` with ``env.engine`` and ``env.atari``; a MuJoCo id in the
+    envpool engine a :class:`~fleetrl.envs.MujocoEnv`; other ids stay ids."""
+    if is_atari_id(env.id):
+        return AtariEnv(env.id, env.engine, env.atari)
+    if env.engine != EnvEngine.GYMNASIUM and is_mujoco_id(env.id):
+        return MujocoEnv(env.id, env.engine, env.max_episode_steps)
+    return env.id

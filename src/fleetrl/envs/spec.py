@@ -1,0 +1,120 @@
+"""EnvSpec: what a run needs to know about its env, read once from one built env.
+
+The spaces (observation shape and dtype, discrete actions or the action
+bounds), and the facts of the engine that steps it. A run computes one
+:class:`EnvSpec` when it starts (:func:`env_spec`, which builds one env of the
+configured engine and closes it) and passes it down: the checks of the config,
+the default networks of the algorithm, the evaluation. No later step builds an
+env to read its spaces.
+
+Examples:
+    >>> spec = env_spec("CartPole-v1")
+    >>> spec.obs_shape, spec.num_actions, spec.discrete
+    ((4,), 2, True)
+    >>> env_spec("Pendulum-v1").action_high.tolist()
+    [2.0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fleetrl.config import EnvEngine
+from fleetrl.envs.atari import AtariEnv
+from fleetrl.envs.make import make_env
+from fleetrl.envs.mujoco import MujocoEnv
+from fleetrl.envs.torchrl_env import is_torchrl_env
+
+__all__ = ["EnvSpec", "env_spec"]
+
+
+@dataclass
+class EnvSpec:
+    """The spaces of an env and the facts of its engine.
+
+    Continuous actions carry their bounds; discrete ones their count. A pixel
+    observation (3-D ``uint8``, channels first) is what ``model: auto`` gives a CNN.
+    """
+
+    obs_dim: int
+    num_actions: int | None  # discrete: number of actions; continuous: None
+    action_dim: int
+    action_low: torch.Tensor | None
+    action_high: torch.Tensor | None
+    obs_shape: tuple[int, ...] = ()
+    obs_dtype: torch.dtype = torch.float32  # torch.uint8 for a uint8 Box observation (pixels)
+    #: the env's name (a gymnasium id, or the spec's), for messages
+    env_id: str = ""
+    #: the engine that steps it (None: an env built by the user)
+    engine: EnvEngine | None = None
+
+    @property
+    def discrete(self) -> bool:
+        return self.num_actions is not None
+
+    @property
+    def pixels(self) -> bool:
+        """A stack of uint8 images, channels first: what ``model: auto`` gives a CNN."""
+        return len(self.obs_shape) == 3 and self.obs_dtype == torch.uint8
+
+
+def env_spec(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+    """The :class:`EnvSpec` of what ``create_env_fn`` builds (one env, closed at once).
+
+    Takes what :func:`~fleetrl.envs.make_env` takes (a gymnasium id, an
+    :class:`~fleetrl.envs.AtariEnv` or :class:`~fleetrl.envs.MujocoEnv`, a
+    gymnasium or torchrl env or a factory); the observation is what the
+    collectors see (an Atari game's preprocessed frame stack, e.g. uint8
+    ``(4, 84, 84)``; MuJoCo's ``float32``).
+    """
+    env = make_env(create_env_fn, num_envs=None, create_env_kwargs=create_env_kwargs)
+    built_here = not isinstance(create_env_fn, (gym.Env, gym.vector.VectorEnv)) and not (
+        is_torchrl_env(create_env_fn)
+    )
+    try:
+        (shape, dtype), *_ = env.observation_spec.values()
+        obs_dtype = torch.uint8 if dtype == np.uint8 else torch.float32
+        obs_dim = int(np.prod(shape)) if shape else 1
+        low, high = _bounds(env)
+        action_dim = 1 if env.num_actions is not None else int(np.prod(env.action_shape or (1,)))
+        engine = getattr(create_env_fn, "engine", None)
+        if isinstance(create_env_fn, str):
+            engine = EnvEngine.GYMNASIUM
+        return EnvSpec(
+            obs_dim,
+            env.num_actions,
+            action_dim,
+            low,
+            high,
+            tuple(int(d) for d in shape),
+            obs_dtype,
+            env_id=_name(create_env_fn),
+            engine=None if engine is None else EnvEngine(engine),
+        )
+    finally:
+        if built_here:  # an env the caller built stays open for the caller
+            env.close()
+
+
+def _bounds(env: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A continuous action space's bounds (None for discrete actions)."""
+    if env.num_actions is not None:
+        return None, None
+    bounds = getattr(env, "action_bounds", None)
+    if bounds is None:
+        return None, None
+    low, high = bounds
+    return torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
+
+
+def _name(create_env_fn: Any) -> str:
+    if isinstance(create_env_fn, str):
+        return create_env_fn
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
+        return create_env_fn.env_id
+    return type(create_env_fn).__name__

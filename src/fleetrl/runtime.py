@@ -1,0 +1,189 @@
+"""What every layer may use to run work elsewhere: starting Ray, reading a remote error,
+the resources the cluster can give, and the thread count of a worker process.
+
+The collectors and the learners both start Ray when they need it and nobody
+started it yet (:func:`start_ray`), and both report an error raised in another
+process with its traceback (:func:`remote_traceback`). Ray is imported when
+first needed: ``import fleetrl.runtime`` loads neither Ray nor torch.
+
+Examples:
+    >>> remote_traceback(ValueError("\\x1b[31mbad\\x1b[0m value"))
+    'Traceback (most recent call last, in the worker):\\nbad value'
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "RayStart",
+    "Shortfall",
+    "node_id",
+    "pin_threads",
+    "ray_running",
+    "remote_traceback",
+    "resource_shortfalls",
+    "start_ray",
+]
+
+logger = logging.getLogger(__name__)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def ray_running() -> bool:
+    """Whether this process is connected to Ray (without importing Ray if nothing did)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def start_ray(init_kwargs: dict[str, Any] | None = None) -> bool:
+    """Use the Ray this process is connected to, or start (or attach to) one.
+
+    ``init_kwargs`` are ``ray.init``'s arguments (``{"address": ...}`` attaches to a
+    cluster); a local instance starts without its dashboard. Returns whether this
+    call started or attached, so that its caller shuts down only what it started.
+    A start in flight in the background (:class:`RayStart`) is waited for first.
+    """
+    if _IN_FLIGHT:
+        _IN_FLIGHT[-1].wait()
+    return _init(init_kwargs)
+
+
+def _init(init_kwargs: dict[str, Any] | None) -> bool:
+    import ray
+
+    kwargs = dict(init_kwargs or {})
+    if ray.is_initialized():
+        if kwargs.get("address") or len(kwargs) > 1:
+            logger.warning(
+                "Ray is already initialized; ray.init arguments %r are not applied", kwargs
+            )
+        return False
+    if not kwargs.get("address"):
+        kwargs.pop("address", None)
+        kwargs.setdefault("include_dashboard", False)
+    ray.init(**kwargs)
+    return True
+
+
+class RayStart:
+    """Start Ray in a background thread now, so that its processes come up while this
+    process goes on (imports, checks, building networks); :meth:`wait` returns whether
+    it started Ray. Any :func:`start_ray` meanwhile waits for it.
+
+    Examples:
+        >>> start = RayStart({"address": "local", "num_cpus": 1})  # doctest: +SKIP
+        >>> start.wait()  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self, init_kwargs: dict[str, Any] | None = None):
+        self.started = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(init_kwargs,), daemon=True)
+        _IN_FLIGHT.append(self)
+        self._thread.start()
+
+    def _run(self, init_kwargs: dict[str, Any] | None) -> None:
+        # Ray says once that a thread other than the main one sets no SIGTERM handler: the
+        # trainer installs its own
+        worker_log = logging.getLogger("ray._private.worker")
+        level = worker_log.level
+        worker_log.setLevel(logging.ERROR)
+        try:
+            self.started = _init(init_kwargs)
+        except BaseException as err:  # raised again by wait(), in the caller's thread
+            self._error = err
+        finally:
+            worker_log.setLevel(level)
+
+    def wait(self) -> bool:
+        """Wait for the start; raises what it raised. Returns whether it started Ray."""
+        self._thread.join()
+        if self in _IN_FLIGHT:
+            _IN_FLIGHT.remove(self)
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self.started
+
+
+#: background starts not yet waited for
+_IN_FLIGHT: list[RayStart] = []
+
+
+def remote_traceback(err: BaseException) -> str:
+    """The remote error with its traceback, as plain text (Ray colours it for terminals)."""
+    text = _ANSI.sub("", str(err))
+    if not text.lstrip().startswith("Traceback"):
+        text = "Traceback (most recent call last, in the worker):\n" + text
+    return text
+
+
+def pin_threads(num_threads: int | None) -> None:
+    """Use ``num_threads`` torch threads in this process (None: torch's default): workers
+    that share a machine's cores each take one unless told otherwise."""
+    if num_threads is not None:
+        import torch
+
+        torch.set_num_threads(num_threads)
+
+
+def node_id() -> str:
+    """The Ray node this process runs on ("local" outside Ray)."""
+    if not ray_running():
+        return "local"
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """A resource request the running Ray cluster cannot meet.
+
+    ``request`` is the index of a request that fits on no alive node (None: the
+    requests together exceed the cluster's total of ``resource``).
+    """
+
+    request: int | None
+    resource: str
+    asked: float
+    have: float
+
+
+def resource_shortfalls(requests: list[dict[str, float]]) -> list[Shortfall]:
+    """What the running Ray cluster can never give ``requests`` (one mapping of resource
+    name to amount per worker): a worker no alive node can hold, and a total beyond the
+    cluster's. Empty where Ray does not run (it is checked once it does).
+
+    The one resource check of fleetrl: the config's check (in config keys) and
+    RayCollector's (in its arguments' words) both say what it finds.
+    """
+    if not ray_running():
+        return []
+    import ray
+
+    total = ray.cluster_resources()
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    found: list[Shortfall] = []
+    asked: dict[str, float] = {}
+    for index, request in enumerate(requests):
+        for name, amount in request.items():
+            if not amount:
+                continue
+            asked[name] = asked.get(name, 0) + amount
+            best = max((n.get(name, 0) for n in nodes), default=0)
+            if amount > best:
+                found.append(Shortfall(index, name, amount, best))
+    for name, amount in asked.items():
+        if amount > total.get(name, 0):
+            found.append(Shortfall(None, name, amount, total.get(name, 0)))
+    return found

@@ -1,0 +1,71 @@
+"""Setup: load a config, verify it, build what a run needs from it.
+
+Between the entry points (the CLI, the Trainer) and the parts they build:
+
+- :mod:`~fleetrl.setup.load`: YAML and ``key=value`` overrides in, a typed
+  :class:`~fleetrl.config.Config` out (:func:`load_config`, :func:`config_from_dict`,
+  :func:`parse_config`), and back (:func:`config_to_dict`);
+- :mod:`~fleetrl.setup.verify`: every problem of a config at once, in config keys
+  (:func:`verify`, :func:`check`), with the env described once (:func:`describe`);
+- :mod:`~fleetrl.setup.build`: the algorithm and the collectors of a config
+  (:func:`make_algorithm`, :func:`make_collector`);
+- :mod:`~fleetrl.setup.resume`: what a resumed run may change.
+
+Imported when first used (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "check": "fleetrl.setup.verify",
+    "config_from_dict": "fleetrl.setup.load",
+    "config_to_dict": "fleetrl.setup.load",
+    "describe": "fleetrl.setup.verify",
+    "load_config": "fleetrl.setup.load",
+    "make_algorithm": "fleetrl.setup.build",
+    "make_collector": "fleetrl.setup.build",
+    "parse_config": "fleetrl.setup.load",
+    "read_yaml_mapping": "fleetrl.setup.load",
+    "verify": "fleetrl.setup.verify",
+}
+
+__all__ = [
+    "check",
+    "config_from_dict",
+    "config_to_dict",
+    "describe",
+    "load_config",
+    "make_algorithm",
+    "make_collector",
+    "parse_config",
+    "read_yaml_mapping",
+    "verify",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fleetrl.setup' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from fleetrl.setup.build import make_algorithm, make_collector
+    from fleetrl.setup.load import (
+        config_from_dict,
+        config_to_dict,
+        load_config,
+        parse_config,
+        read_yaml_mapping,
+    )
+    from fleetrl.setup.verify import check, describe, verify

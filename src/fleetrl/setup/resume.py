@@ -1,0 +1,98 @@
+"""Resuming a run: the keys a resume cannot change, and a budget that is spent.
+
+:func:`check_resume_overrides` gives the resumed run's config (its
+``config.yaml`` with the command line's overrides) and refuses an override
+that changes what the checkpoint depends on (:data:`FROZEN_ON_RESUME`);
+:func:`check_budget` refuses to resume a run that is complete. Each speaks the
+config's language: the key, the value and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fleetrl.config import Config
+from fleetrl.errors import ConfigError
+from fleetrl.setup.load import config_from_dict, config_to_dict
+
+__all__ = [
+    "COMPLETE_MSG",
+    "FROZEN_MSG",
+    "FROZEN_ON_RESUME",
+    "check_budget",
+    "check_resume_overrides",
+]
+
+COMPLETE_MSG = (
+    "trainer.total_frames={total} is invalid: the run in {run_dir} is complete at {frames} "
+    "frames; to train further, resume with a larger budget, e.g. "
+    "trainer.total_frames={suggest}"
+)
+FROZEN_MSG = (
+    "{key}={value!r} is invalid on resume: the run in {run_dir} was started with "
+    "{key}={before!r} and its checkpoint holds {what}; drop the override, or "
+    "start a new run (fleetrl train CONFIG --run-dir NEW_DIR)"
+)
+#: keys a resumed run cannot change, and what in the checkpoint depends on each
+#: (``{algo}``: the section of the run's algorithm)
+FROZEN_ON_RESUME = {
+    "algorithm": "that algorithm's networks and optimizer",
+    "env.id": "networks sized for that env's spaces",
+    "env.atari.frame_stack": "networks sized for that many stacked frames",
+    "env.atari.screen_size": "networks sized for that frame size",
+    "env.atari.full_action_space": "networks sized for that many actions",
+    "scheme.num_grad_workers": "state for that many gradient workers",
+    "{algo}.hidden_sizes": "networks of those sizes",
+    "{algo}.model": "networks of that kind",
+    "env.normalize_observation": "networks with (or without) observation statistics",
+    "env.normalize_reward": "reward-scaling statistics (or none)",
+}
+
+
+def check_resume_overrides(
+    saved: dict[str, Any], overrides: list[str] | None, run_dir: str | Path
+) -> Config:
+    """The resumed run's config: ``saved`` (its config.yaml) with ``overrides`` applied.
+
+    Raises one ConfigError naming every override that changes a key of
+    :data:`FROZEN_ON_RESUME`, with the value the run was started with.
+    """
+    before = config_from_dict(saved)
+    after = config_from_dict(saved, overrides)
+    old, new = config_to_dict(before), config_to_dict(after)
+    problems = []
+    for pattern, what in FROZEN_ON_RESUME.items():
+        if "{algo}" in pattern and after.algorithm != before.algorithm:
+            continue  # the new algorithm has none of the old one's section: "algorithm" says it
+        key = pattern.format(algo=before.algorithm)
+        was, now = _get(old, key), _get(new, key)
+        if was != now:
+            problems.append(
+                FROZEN_MSG.format(key=key, value=now, before=was, run_dir=run_dir, what=what)
+            )
+    if problems:
+        raise ConfigError(problems)
+    return after
+
+
+def _get(data: dict[str, Any], key: str) -> Any:
+    """The value at a dotted key; None where the config has no such key (``sac.model``)."""
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def check_budget(frames: int, cfg: Config, run_dir: str | Path) -> None:
+    """Refuse to resume a run that already trained ``trainer.total_frames`` frames."""
+    total = cfg.trainer.total_frames
+    if frames >= total:
+        raise ConfigError(
+            [
+                COMPLETE_MSG.format(
+                    total=total, run_dir=run_dir, frames=frames, suggest=frames + total
+                )
+            ]
+        )

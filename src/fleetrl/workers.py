@@ -1,0 +1,299 @@
+"""WorkerGroup: workers of one kind on a backend, their tasks in flight, and their restarts.
+
+One machinery serves collector workers (:mod:`fleetrl.collectors.pool`) and
+gradient workers (:mod:`fleetrl.learners.update_worker`):
+
+- **Slots.** One :class:`WorkerSlot` per worker index: its :class:`~fleetrl.backends.Actor`,
+  its incarnation (how many times it was replaced), its deaths in a row, its
+  restarts, and the tasks it owes.
+- **Tasks.** :meth:`WorkerGroup.submit` issues a task to a slot's worker (the
+  owner's ``issue`` function makes the call) and returns a :class:`Pending`: the
+  task and the reference to its result, which stays the same object when the
+  task is issued again.
+- **Restart and re-issue.** A worker that dies is replaced by a new one with
+  the same index (the owner's ``start`` function builds it, its ``ready``
+  function, if any, waits for it to be up); the tasks it owed are issued again
+  to the new worker. A replacement that dies too is replaced again, after a
+  wait that doubles with each attempt (:class:`RestartPolicy`), up to
+  ``max_attempts`` in a row; then :class:`~fleetrl.errors.WorkerLostError`.
+  The tasks owed stay on the books meanwhile (:attr:`WorkerSlot.lost`), so a
+  caller that catches the error and goes on still gets every task done once.
+
+A method that raises is not a death: :meth:`WorkerGroup.get` raises
+:class:`~fleetrl.backends.WorkerRaised` for the owner to report in its own words.
+
+Examples:
+    >>> from fleetrl.backends import InProcessBackend, SimulatedDeath
+    >>> class Doubler:
+    ...     calls = 0
+    ...     def run(self, x):
+    ...         Doubler.calls += 1
+    ...         if Doubler.calls == 2:
+    ...             raise SimulatedDeath("killed")
+    ...         return 2 * x
+    >>> backend = InProcessBackend()
+    >>> group = WorkerGroup(
+    ...     backend, role="doubler", start=lambda slot: backend.start(Doubler),
+    ...     issue=lambda slot, task: slot.actor.call("run", task))
+    >>> slots = group.add([WorkerSlot(0)])
+    >>> a, b = group.submit(slots[0], 1), group.submit(slots[0], 2)
+    >>> group.get(a), group.get(b), group.get(b)  # b's worker died: replaced, b issued again
+    (2, None, 4)
+    >>> slots[0].incarnation, slots[0].restarts
+    (1, 1)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetrl.backends import Actor, Backend, WorkerDied
+from fleetrl.errors import WorkerLostError
+
+__all__ = [
+    "DEFAULT_MAX_RESTART_ATTEMPTS",
+    "GAVE_UP_MSG",
+    "Pending",
+    "RestartPolicy",
+    "WorkerGroup",
+    "WorkerSlot",
+]
+
+logger = logging.getLogger(__name__)
+
+#: replacements of one worker tried in a row before giving up
+DEFAULT_MAX_RESTART_ATTEMPTS = 3
+
+#: the wait before the second attempt; it doubles for each later one, up to BACKOFF_MAX_S
+BACKOFF_BASE_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+GAVE_UP_MSG = (
+    "it died, and {attempts} replacement(s) in a row died too before completing a task "
+    "(max_restart_attempts={max_attempts}); fix the cause or raise max_restart_attempts. "
+    "Last cause:\n{cause}"
+)
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How many replacements in a row, and the backoff between them.
+
+    A single death costs nothing (no wait before the first replacement); each
+    later attempt of a series waits twice as long, so a cause that passes (a
+    node restarting, memory freed) has time to pass.
+
+    Examples:
+        >>> policy = RestartPolicy(max_attempts=3)
+        >>> [policy.delay(a) for a in (1, 2, 3, 4)]
+        [0.0, 0.1, 0.2, 0.4]
+        >>> policy.gives_up(deaths=4)
+        True
+    """
+
+    max_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS
+    base_s: float = BACKOFF_BASE_S
+    max_s: float = BACKOFF_MAX_S
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before replacement ``attempt`` (1-based) of a series."""
+        if attempt <= 1:
+            return 0.0
+        return min(self.max_s, self.base_s * 2 ** (attempt - 2))
+
+    def gives_up(self, deaths: int) -> bool:
+        """Whether ``deaths`` in a row (the first death and the replacements that died)
+        exhaust the attempts."""
+        return deaths > self.max_attempts
+
+    def wait(self, attempt: int) -> None:
+        time.sleep(self.delay(attempt))
+
+    def gave_up(self, deaths: int, cause: str) -> str:
+        """The message for giving up after ``deaths`` in a row."""
+        return GAVE_UP_MSG.format(attempts=deaths - 1, max_attempts=self.max_attempts, cause=cause)
+
+
+@dataclass(eq=False)
+class WorkerSlot:
+    """One worker index: its actor and its books. Owners subclass it for what they keep
+    per worker (a collector's env factory and arguments)."""
+
+    index: int
+    actor: Actor | None = None
+    incarnation: int = 0  # replacements so far: 0 for the first actor
+    deaths: int = 0  # in a row, since its last completed task
+    restarts: int = 0
+    #: tasks of a dead actor, still owed (issued again to its replacement)
+    lost: list[Pending] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Pending:
+    """A task in flight: what was asked, of which slot, and the reference to its result
+    (replaced when the task is issued again to a new worker)."""
+
+    task: Any
+    slot: WorkerSlot
+    ref: Any = None
+
+
+class WorkerGroup:
+    """Workers of one kind on one backend (see the module docstring).
+
+    Args:
+        backend: where the workers run.
+        role: what a worker is called in messages ("collector worker", "gradient worker").
+        start: builds the actor of a slot (a new one for each incarnation).
+        issue: issues a task to a slot's actor; returns the reference to its result.
+        ready: waits until a new actor is up (raise :class:`~fleetrl.backends.WorkerDied`
+            if it died starting); None: not waited for (a death shows at its next task).
+        max_attempts: replacements of one worker tried in a row.
+        on_reissue: told of each task issued again (its ``ref`` is new).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        role: str,
+        start: Callable[[WorkerSlot], Actor],
+        issue: Callable[[WorkerSlot, Any], Any],
+        ready: Callable[[list[WorkerSlot]], None] | None = None,
+        max_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
+        on_reissue: Callable[[Pending], None] | None = None,
+    ):
+        self.backend = backend
+        self.role = role
+        self._start = start
+        self._issue = issue
+        self._ready = ready
+        self.policy = RestartPolicy(max_attempts=max_attempts)
+        self.on_reissue = on_reissue
+        self.slots: list[WorkerSlot] = []
+        #: every task in flight, by the reference to its result
+        self.pending: dict[Any, Pending] = {}
+
+    # ------------------------------------------------------------- workers
+    def add(self, slots: Iterable[WorkerSlot]) -> list[WorkerSlot]:
+        """Start a worker for each slot (waiting for them with ``ready``); returns the slots."""
+        slots = list(slots)
+        self.slots.extend(slots)
+        for slot in slots:
+            slot.actor = self._start(slot)
+        if self._ready is not None:
+            self._ready(slots)
+        return slots
+
+    def replace(self, slot: WorkerSlot, cause: str) -> None:
+        """Replace a dead worker with a new one of the same index; the tasks it owed are
+        issued again to it (they stay owed while no replacement is up)."""
+        mine = [p for p in self.pending.values() if p.slot is slot]
+        for p in mine:
+            del self.pending[p.ref]
+        slot.lost.extend(mine)
+        self._revive(slot, cause)
+
+    def _revive(self, slot: WorkerSlot, cause: str) -> None:
+        policy = self.policy
+        while True:
+            self.backend.kill(slot.actor)
+            slot.actor = None
+            slot.deaths += 1
+            if policy.gives_up(slot.deaths):
+                deaths, slot.deaths = slot.deaths, 0  # going on starts a new series
+                raise WorkerLostError(
+                    slot.index, policy.gave_up(deaths, cause), role=self.role, attempts=deaths - 1
+                ) from None
+            policy.wait(slot.deaths)
+            slot.incarnation += 1
+            slot.restarts += 1
+            logger.warning(
+                "%s %d died; starting incarnation %d (attempt %d of %d)",
+                self.role,
+                slot.index,
+                slot.incarnation,
+                slot.deaths,
+                policy.max_attempts,
+            )
+            slot.actor = self._start(slot)
+            if self._ready is None:
+                break
+            try:
+                self._ready([slot])
+            except WorkerDied as err:
+                cause = err.cause
+                continue
+            except BaseException:  # its start raised: not a death, but this actor is no use
+                self.backend.kill(slot.actor)
+                slot.actor = None  # the next revive_dead starts another; the tasks still owed
+                slot.deaths = 0
+                raise
+            break
+        lost, slot.lost = slot.lost, []
+        for p in lost:
+            self._submit(p)
+            if self.on_reissue is not None:
+                self.on_reissue(p)
+
+    def revive_dead(self) -> None:
+        """Start the workers left dead by a WorkerLostError the caller caught."""
+        for slot in self.slots:
+            if slot.actor is None:
+                self._revive(slot, "(replacement after a WorkerLostError)")
+
+    # --------------------------------------------------------------- tasks
+    def _submit(self, pending: Pending) -> Pending:
+        pending.ref = self._issue(pending.slot, pending.task)
+        self.pending[pending.ref] = pending
+        return pending
+
+    def submit(self, slot: WorkerSlot, task: Any) -> Pending:
+        """Issue ``task`` to ``slot``'s worker."""
+        return self._submit(Pending(task, slot))
+
+    def submit_again(self, pending: Pending) -> Pending:
+        """Issue a task whose result was read (and not used) again, to the same slot."""
+        return self._submit(pending)
+
+    def wait(
+        self, pendings: Sequence[Pending], num_returns: int = 1, timeout: float | None = None
+    ) -> list[Pending]:
+        """The tasks among ``pendings`` that are done (at least ``num_returns`` unless
+        ``timeout`` passes first), first ready first."""
+        by_ref = {p.ref: p for p in pendings}
+        ready, _ = self.backend.wait(list(by_ref), num_returns=num_returns, timeout=timeout)
+        return [by_ref[r] for r in ready]
+
+    def get(self, pending: Pending) -> Any:
+        """The task's result; None when its worker died (the worker is then replaced and the
+        task issued again, so ``pending`` can be waited for again)."""
+        try:
+            result = self.backend.get(pending.ref)
+        except WorkerDied as err:
+            if pending.ref in self.pending:  # not yet re-issued by another task's get
+                self.replace(pending.slot, err.cause)
+            return None
+        self.pending.pop(pending.ref, None)
+        pending.slot.deaths = 0
+        return result
+
+    def done(self, pending: Pending) -> None:
+        """Forget a task whose result will not be read (its worker is being shut down)."""
+        self.pending.pop(pending.ref, None)
+
+    @property
+    def owed(self) -> list[Pending]:
+        """Tasks issued and not yet returned, those lost with a dead worker included."""
+        return [*self.pending.values(), *(p for s in self.slots for p in s.lost)]
+
+    def shutdown(self) -> None:
+        """End every worker; the tasks in flight are dropped."""
+        for slot in self.slots:
+            self.backend.kill(slot.actor)
+            slot.actor = None
+        self.pending = {}
