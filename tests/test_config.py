@@ -24,7 +24,8 @@ from fleetrl.algorithms import (
 )
 from fleetrl.algorithms.models import ModelKind
 from fleetrl.config import Config, EnvConfig, LearnerMode, Schedule
-from fleetrl.setup.load import config_from_dict, config_to_dict, load_config
+from fleetrl.setup.load import config_from_dict, load_config
+from fleetrl.setup.parse import config_to_dict
 from fleetrl.setup.verify import check
 
 CONFIGS = sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml"))

@@ -274,7 +274,7 @@ def test_pixel_networks_refuse_observation_normalization():
 
 
 def test_resume_cannot_switch_normalization(tmp_path):
-    from fleetrl.setup.load import config_to_dict
+    from fleetrl.setup.parse import config_to_dict
     from fleetrl.setup.resume import check_resume_overrides
 
     saved = config_to_dict(config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}))

@@ -12,6 +12,11 @@ Examples:
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
+#: a TensorDict key: a name, or a tuple of names into nested TensorDicts
+NestedKey: TypeAlias = str | tuple[str, ...]
+
 __all__ = [
     "ACTION_KEY",
     "ACTION_LOG_PROB_KEY",
@@ -29,6 +34,7 @@ __all__ = [
     "TRANSITION_KEYS",
     "TRUNCATED_KEY",
     "WORKER_ID_KEY",
+    "NestedKey",
 ]
 
 OBSERVATION_KEY = "observation"

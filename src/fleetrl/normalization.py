@@ -64,8 +64,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from fleetrl.envs.base import NestedKey
-from fleetrl.keys import DISCOUNTED_RETURN_KEY, MASK_KEY, REWARD_KEY
+from fleetrl.keys import DISCOUNTED_RETURN_KEY, MASK_KEY, REWARD_KEY, NestedKey
 
 __all__ = [
     "Moments",

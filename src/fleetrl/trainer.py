@@ -44,7 +44,7 @@ from fleetrl.metrics import MetricLogger
 from fleetrl.run_control import ProgressBar, RunDir, StopOnSignal, default_run_dir
 from fleetrl.runtime import RayStart, ray_running
 from fleetrl.setup.build import make_algorithm
-from fleetrl.setup.load import config_to_dict, read_yaml_mapping
+from fleetrl.setup.parse import config_to_dict, read_yaml_mapping
 from fleetrl.setup.resume import check_budget, check_resume_overrides
 from fleetrl.setup.verify import check, resource_problems
 

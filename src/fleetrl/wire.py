@@ -78,9 +78,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from fleetrl.envs.base import NestedKey
 from fleetrl.errors import ConfigError, bad_value
-from fleetrl.keys import DONE_KEY
+from fleetrl.keys import DONE_KEY, NestedKey
 
 __all__ = [
     "Compression",

@@ -170,7 +170,7 @@ def test_state_dict_round_trip_and_versions():
     ) as second:
         second.load_state_dict(state)
         assert (second.frames, second.policy_version) == (2 * N * 8, 5)
-        assert second._next_traj_id == state["next_traj_id"]
+        assert second.state_dict()["next_traj_id"] == state["next_traj_id"]
         batch = second.next()
     assert batch["collector", "policy_version"].unique().tolist() == [5]
 

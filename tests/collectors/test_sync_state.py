@@ -96,7 +96,7 @@ def test_an_env_that_cannot_be_saved_restores_only_the_counters():
     assert state["env"] is None  # a custom env: its state is unknown
     with SyncDataCollector(counting_vec([3, 4]), None, frames_per_batch=8) as second:
         second.load_state_dict(state)
-        assert (second.frames, second._next_traj_id) == (8, state["next_traj_id"])
+        assert (second.frames, second.state_dict()["next_traj_id"]) == (8, state["next_traj_id"])
 
 
 def test_a_state_for_other_envs_is_a_clear_error():

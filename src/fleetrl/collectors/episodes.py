@@ -1,17 +1,21 @@
-"""Episode columns of a batch: done, running return and length, trajectory ids.
+"""Episode bookkeeping: the episodes in progress, and the episode columns of each batch.
 
-Filled once per batch from the rewards and episode ends the rollout wrote,
-with numpy cumulative sums, instead of five writes per step in the hot loop.
-Shared by the plain rollout (:mod:`fleetrl.collectors.sync`) and the
-overlapped one (:mod:`fleetrl.collectors.overlap`), which write the same
-buffers.
+:class:`EpisodeBook` holds, per env, the episode in progress (its trajectory
+id, running return and length, and discounted return) and the next free
+trajectory id; it fills a batch's episode columns (done, running return and
+length, trajectory ids, discounted return) once per batch from the rewards and
+episode ends the rollout wrote, with numpy cumulative sums instead of five
+writes per step in the hot loop (:func:`episode_columns`,
+:func:`discounted_returns`), and saves and restores itself.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from fleetrl.envs.base import NestedKey
+import numpy as np
+import torch
+
 from fleetrl.keys import (
     DONE_KEY,
     EPISODE_LENGTH_KEY,
@@ -20,9 +24,87 @@ from fleetrl.keys import (
     TERMINATED_KEY,
     TRAJ_IDS_KEY,
     TRUNCATED_KEY,
+    NestedKey,
 )
 
-__all__ = ["discounted_returns", "episode_columns"]
+__all__ = ["EpisodeBook", "discounted_returns", "episode_columns"]
+
+
+class EpisodeBook:
+    """The episodes in progress in ``num_envs`` envs, and the trajectory ids they take.
+
+    Args:
+        num_envs: envs in the batch.
+        traj_id_start: the first trajectory id (a RayCollector gives each worker
+            its own range, so ids are unique across workers).
+        return_discount: also track each env's running discounted return with
+            this discount (what reward scaling takes the variance of); None: off.
+
+    Examples:
+        >>> book = EpisodeBook(2, traj_id_start=10)
+        >>> book.start_all()
+        >>> book.traj_ids.tolist(), book.next_traj_id
+        ([10, 11], 12)
+    """
+
+    def __init__(self, num_envs: int, traj_id_start: int = 0, return_discount: float | None = None):
+        self.num_envs = num_envs
+        self.return_discount = return_discount
+        self.next_traj_id = traj_id_start
+        self.traj_ids = np.zeros(num_envs, dtype=np.int64)
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+        self.discounted = np.zeros(num_envs, dtype=np.float64)
+
+    def start_all(self) -> None:
+        """A new episode in every env (after a full reset), each with a new trajectory id."""
+        n = self.num_envs
+        self.traj_ids = np.arange(self.next_traj_id, self.next_traj_id + n, dtype=np.int64)
+        self.next_traj_id += n
+        self.returns = np.zeros(n, dtype=np.float64)
+        self.lengths = np.zeros(n, dtype=np.int64)
+        self.discounted = np.zeros(n, dtype=np.float64)
+
+    def fill(self, views: dict[NestedKey, np.ndarray]) -> np.ndarray | None:
+        """Fill a batch's episode columns in place (see :func:`episode_columns`) and carry
+        the episodes on; returns the discounted return at every step (``[N, steps]``
+        float64) when tracked, else None."""
+        self.returns, self.lengths, self.traj_ids, self.next_traj_id = episode_columns(
+            views, self.returns, self.lengths, self.traj_ids, self.next_traj_id
+        )
+        if self.return_discount is None:
+            return None
+        g, self.discounted = discounted_returns(
+            views[REWARD_KEY][..., 0],
+            views[DONE_KEY][..., 0],
+            self.discounted,
+            self.return_discount,
+        )
+        return g
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tensors and plain values: the next free id, and per env its episode in progress."""
+        state: dict[str, Any] = {
+            "next_traj_id": self.next_traj_id,
+            "traj_ids": torch.from_numpy(self.traj_ids.copy()),
+            "episode_return": torch.from_numpy(self.returns.copy()),
+            "episode_length": torch.from_numpy(self.lengths.copy()),
+        }
+        if self.return_discount is not None:
+            state["discounted_return"] = torch.from_numpy(self.discounted.copy())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], *, episodes: bool = True) -> None:
+        """Restore :meth:`state_dict`; ``episodes=False``: only the next free id (the envs
+        were not saved, so their episodes start afresh)."""
+        self.next_traj_id = int(state["next_traj_id"])
+        if not episodes:
+            return
+        self.traj_ids = state["traj_ids"].numpy().copy()
+        self.returns = state["episode_return"].numpy().copy()
+        self.lengths = state["episode_length"].numpy().copy()
+        if "discounted_return" in state:  # saved where the collector scales rewards
+            self.discounted = state["discounted_return"].numpy().copy()
 
 
 def episode_columns(

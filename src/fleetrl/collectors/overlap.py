@@ -17,10 +17,12 @@ as in the unsplit engine, so the per-env streams are the unsplit engine's, and
 a policy that acts on each env's row alone gives bit-identical batches with
 and without overlap (``tests/collectors/test_overlap.py``).
 
-At a batch end both halves are received: no step is in flight across batches,
-so ``update_policy_weights_``, ``state_dict`` and the policy-version tags stay
-exact. Random batches (``init_random_frames``) run the plain loop over the two
-halves (both stepped at once), with the same random actions as unsplit.
+The halves are two env groups of the one rollout loop
+(:func:`fleetrl.collectors.rollout.rollout`). At a batch end both halves are
+received: no step is in flight across batches, so ``update_policy_weights_``,
+``state_dict`` and the policy-version tags stay exact. Random batches
+(``init_random_frames``) step the two halves as one group (both stepped at
+once), with the same random actions as unsplit.
 
 Cost against the plain loop: two policy calls of N/2 rows per step instead of
 one of N, and per-half row slices (numpy views, allocated once per batch).
@@ -30,20 +32,16 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
-from torchrl.envs.utils import set_exploration_type
 
-from fleetrl.envs.base import BatchedEnv, NestedKey, StepResult
+from fleetrl.envs.base import BatchedEnv, StepResult
 from fleetrl.errors import Problems
-from fleetrl.keys import REWARD_KEY, TERMINATED_KEY, TRUNCATED_KEY
+from fleetrl.keys import NestedKey
 
 if TYPE_CHECKING:
-    from fleetrl.collectors.sync import SyncDataCollector
     from fleetrl.envs.atari import AtariEnv
 
 __all__ = [
@@ -53,7 +51,6 @@ __all__ = [
     "available_cores",
     "check_overlap_kwargs",
     "overlap_spec",
-    "overlapped_rollout",
     "pays_off",
     "worker_overlap",
 ]
@@ -192,8 +189,8 @@ class HalvedEnv(BatchedEnv):
 
     As a :class:`BatchedEnv` it steps both halves at once (send both, then
     receive both) and answers the whole batch, so everything built on a
-    ``BatchedEnv`` works unchanged; :func:`overlapped_rollout` drives the halves
-    one at a time through :attr:`halves` and :attr:`rows`.
+    ``BatchedEnv`` works unchanged; the rollout (:func:`fleetrl.collectors.rollout.rollout`)
+    drives the halves one at a time as two env :attr:`groups`.
 
     Args:
         spec: an ``ale_vector`` or ``envpool`` :class:`~fleetrl.envs.AtariEnv`.
@@ -220,6 +217,8 @@ class HalvedEnv(BatchedEnv):
         self.halves = (first, second)
         #: the rows of each half in the batch
         self.rows = (slice(0, half), slice(half, num_envs))
+        #: (engine, rows) per half: the env groups the rollout steps in turn
+        self.groups = list(zip(self.halves, self.rows))
         self.spec = spec
         self.num_envs = num_envs
         self.batch_shape = torch.Size([num_envs])
@@ -259,120 +258,3 @@ class HalvedEnv(BatchedEnv):
     def close(self) -> None:
         for h in self.halves:
             h.close()
-
-
-class _Half:
-    """One half's engine, rows, policy input and row views of a batch's buffers."""
-
-    def __init__(self, env: Any, rows: slice, step_td: TensorDictBase):
-        self.env = env
-        self.rows = rows
-        self.td = step_td[rows]  # views of the collector's step TensorDict: refreshed in place
-        self.out: TensorDictBase | None = None
-        self.in_flight = False
-
-
-def overlapped_rollout(
-    c: SyncDataCollector,
-    steps: int,
-    *,
-    min_steps: int | None = None,
-    should_stop: Callable[[], bool] | None = None,
-) -> TensorDictBase:
-    """The collector's rollout of ``steps`` steps with the policy, halves overlapped.
-
-    Writes the same buffers as ``SyncDataCollector._rollout`` row slice by row
-    slice, then shares its batch-level bookkeeping. Preemption (``should_stop``)
-    is checked once per step, where both halves are received.
-    """
-    env: HalvedEnv = c.env
-    if c.reset_at_each_iter:
-        c._reset_episodes(env.reset())
-    # Everything below is decided once per batch, not per step.
-    policy, out_keys, to_env, carried = c._act, c._out_keys, c._action_to_env, c._carried
-    td, views = c._alloc(steps, out_keys)
-    step_np, step_td = c._step_np, c._step_td
-    obs_views = [
-        (k, views[k], views[("next", *k) if isinstance(k, tuple) else ("next", k)])
-        for k in env.observation_spec
-    ]
-    state_views = [(views[k], step_td.get(k).numpy()) for k in c._state_keys]
-    out_views = [(k, views[k]) for k in out_keys]
-    device = (
-        c.policy_device if c.policy_device is not None and c.policy_device.type != "cpu" else None
-    )
-    v_reward = views[REWARD_KEY][..., 0]
-    v_term, v_trunc = views[TERMINATED_KEY][..., 0], views[TRUNCATED_KEY][..., 0]
-    max_len = c.max_frames_per_traj
-    steps_in_ep = c._ep_length.copy() if max_len is not None else None
-    carried_t = [(step_td.get(key), next_key) for key, next_key in carried]
-    is_init = step_td.get("is_init").numpy() if c._use_is_init else None
-    halves = [_Half(h, r, step_td) for h, r in zip(env.halves, env.rows)]
-
-    def infer(h: _Half, t: int) -> None:
-        r = h.rows
-        out = policy(h.td if device is None else h.td.to(device, non_blocking=True))
-        for view, state in state_views:
-            view[r, t] = state[r]
-        for key, view in out_views:
-            value = out.get(key)
-            view[r, t] = (value.cpu() if device is not None else value).numpy()
-        for key, view, _ in obs_views:
-            view[r, t] = step_np[key][r]
-        action = out.get("action")
-        h.env.send(action if to_env is None else to_env(action))  # steps while we go on
-        h.out, h.in_flight = out, True
-
-    def finish(h: _Half, t: int) -> None:
-        r = h.rows
-        h.in_flight = False  # even if recv raises: never received twice
-        res = h.env.recv()
-        for key, _, next_view in obs_views:
-            next_view[r, t] = res.next_obs[key]
-        truncated, obs = res.truncated, res.obs
-        if steps_in_ep is not None:
-            ages = steps_in_ep[r]  # a view: updated in place
-            ages += 1
-            forced = (ages >= max_len) & ~(res.terminated | truncated)
-            if forced.any():
-                truncated = truncated | forced
-                obs = h.env.reset_envs(forced)
-            ages[res.terminated | truncated] = 0
-        v_reward[r, t] = res.reward
-        v_term[r, t] = res.terminated
-        v_trunc[r, t] = truncated
-        for key, arr in step_np.items():
-            arr[r] = obs[key]
-        if carried_t or is_init is not None:
-            done = res.terminated | truncated
-            for state, next_key in carried_t:
-                rows = state[r]
-                rows.copy_(h.out.get(next_key))  # in place: the halves' views stay valid
-                if done.any():
-                    rows[torch.from_numpy(done)] = 0
-            if is_init is not None:
-                is_init[r, 0] = done
-
-    stop_from = steps if should_stop is None or min_steps is None else min_steps
-    done_steps = steps
-    try:
-        with torch.inference_mode(), set_exploration_type(c.exploration_type):
-            for h in halves:
-                infer(h, 0)
-            for t in range(steps):
-                go_on = t + 1 < steps
-                for i, h in enumerate(halves):
-                    finish(h, t)
-                    if i == 0 and go_on and t + 1 >= stop_from and should_stop():
-                        go_on, done_steps = False, t + 1  # the other half is received below
-                    if go_on:
-                        infer(h, t + 1)
-                if not go_on:
-                    break
-    except BaseException:
-        for h in halves:  # leave no step in flight, so the engines can be used or closed
-            if h.in_flight:
-                h.env.recv()
-        raise
-    c._obs = {key: arr.copy() for key, arr in step_np.items()}
-    return c._finish_batch(td, views, steps, done_steps)

@@ -32,9 +32,10 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from fleetrl.envs.base import BatchedEnv, NestedKey
+from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import PolicyError
+from fleetrl.keys import NestedKey
 from fleetrl.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
 
 __all__ = [

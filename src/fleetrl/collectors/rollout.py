@@ -39,7 +39,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from fleetrl.envs.base import BatchedEnv, NestedKey
+from fleetrl.envs.base import BatchedEnv
 from fleetrl.keys import (
     EPISODE_LENGTH_KEY,
     EPISODE_RETURN_KEY,
@@ -47,6 +47,7 @@ from fleetrl.keys import (
     TERMINATED_KEY,
     TRAJ_IDS_KEY,
     TRUNCATED_KEY,
+    NestedKey,
 )
 
 __all__ = ["StepInput", "alloc_batch", "next_key", "rollout"]

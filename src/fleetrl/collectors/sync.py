@@ -1,16 +1,15 @@
 """SyncDataCollector: one process steps a batch of envs and writes TensorDict batches.
 
-The hot loop (:meth:`SyncDataCollector._rollout`) follows three rules:
+The collector is made of parts that each own their state:
 
-- every buffer of a batch is allocated once, before the first step, and
-  written by index through a numpy view (a numpy slice assignment costs about
-  0.6 us against about 2 us for the same torch indexing);
-- the policy runs on the whole env batch under ``torch.inference_mode()``,
-  reading a step TensorDict whose observation tensors share memory with
-  numpy arrays that are refreshed in place;
-- every choice (random or learned policy, one-hot actions, recurrent state,
-  forced truncation) is made before the loop; the only per-step branch is a
-  numpy ``done.any()`` for episode bookkeeping.
+- the envs (:mod:`fleetrl.envs`), or their two halves for overlapped
+  collection (:mod:`fleetrl.collectors.overlap`);
+- a :class:`~fleetrl.collectors.plan.PolicyPlan`: how the policy is called and
+  what it writes, from a pure probe when the collector is built;
+- the policy's step input (:class:`~fleetrl.collectors.rollout.StepInput`);
+- the episode bookkeeping (:class:`~fleetrl.collectors.episodes.EpisodeBook`);
+- the rollout loop (:func:`~fleetrl.collectors.rollout.rollout`), one loop over
+  env groups whatever the layout.
 
 Batches use torchrl's keys and layout, so torchrl loss modules and value
 estimators run on them unchanged: batch dims ``[*env_batch, time]``,
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.envs.utils import ExplorationType
 
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
@@ -47,34 +46,24 @@ from fleetrl.collectors.base import (
     as_exploration_type,
     check_common_arguments,
 )
-from fleetrl.collectors.episodes import discounted_returns, episode_columns
-from fleetrl.collectors.overlap import (
-    HalvedEnv,
-    Overlap,
-    as_overlap,
-    overlap_spec,
-    overlapped_rollout,
-)
-from fleetrl.collectors.probe import accelerate, probe_policy, setup_policy
-from fleetrl.collectors.sync_state import collector_state, load_collector_state, seed_collector
+from fleetrl.collectors.episodes import EpisodeBook
+from fleetrl.collectors.overlap import HalvedEnv, Overlap, as_overlap, overlap_spec
+from fleetrl.collectors.plan import accelerate, initial_states, place_policy, plan_policy
+from fleetrl.collectors.rollout import StepInput, alloc_batch, rollout
 from fleetrl.collectors.trajectories import TrajectoryBatcher
-from fleetrl.envs.base import BatchedEnv, NestedKey
+from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.make import make_env
 from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import ConfigError, Problems, bad_value
 from fleetrl.keys import (
     DISCOUNTED_RETURN_KEY,
     DONE_KEY,
-    EPISODE_LENGTH_KEY,
-    EPISODE_RETURN_KEY,
     POLICY_VERSION_KEY,
-    REWARD_KEY,
-    TERMINATED_KEY,
-    TRAJ_IDS_KEY,
     TRUNCATED_KEY,
     WORKER_ID_KEY,
+    NestedKey,
 )
-from fleetrl.policies import as_policy, as_weights
+from fleetrl.policies import RandomPolicy, as_policy, as_weights
 
 __all__ = ["SyncDataCollector"]
 
@@ -234,7 +223,6 @@ class SyncDataCollector(DataCollectorBase):
         self.postproc = postproc
         self.worker_id = worker_id
         self.policy_version = 0
-        self._next_traj_id = traj_id_start
         self.set_truncated = set_truncated
         self.trajs_per_batch = trajs_per_batch
         self._trajs = (
@@ -242,8 +230,6 @@ class SyncDataCollector(DataCollectorBase):
             if trajs_per_batch is None
             else TrajectoryBatcher(trajs_per_batch, drop_partial=reset_at_each_iter)
         )
-        self._compile = compile_options(compile_policy)
-        self._cudagraph = compile_options(cudagraph_policy)
 
         skip_absent_pandas_probe()
         self.env: BatchedEnv = (
@@ -257,9 +243,36 @@ class SyncDataCollector(DataCollectorBase):
             self._check_env_sizes()
             if policy_factory is not None:  # built here, where it acts (torchrl's meaning)
                 user_policy = as_policy(policy_factory())
-            setup_policy(self, user_policy)
-            probe_policy(self)
-            accelerate(self)
+            self._user_policy = user_policy
+            self._random_policy = RandomPolicy(self.env.random_action)
+            states: dict[NestedKey, torch.Tensor] = {}
+            if user_policy is None:
+                self.policy: Any = self._random_policy
+            else:
+                self.policy, self.policy_device = place_policy(user_policy, self.policy_device)
+                states = initial_states(self.policy, self.env.num_envs)
+            #: what the policy reads at each step: the observation and the states it carries
+            self._step = StepInput(self.env, states)
+            self._step.set_obs(self.env.reset())
+            plan = plan_policy(
+                self.policy,
+                self.env,
+                self._step.for_policy(self.policy_device),
+                self.exploration_type,
+            )
+            if self.policy is not self._random_policy:
+                plan = accelerate(
+                    plan,
+                    self.policy,
+                    compile_options=compile_options(compile_policy),
+                    cudagraph_options=compile_options(cudagraph_policy),
+                    device=self.policy_device,
+                )
+            #: how the policy is called and what it writes
+            self._plan = plan
+            #: the episodes in progress and the trajectory ids
+            self._episodes = EpisodeBook(self.env.num_envs, traj_id_start, return_discount)
+            self._start_episodes()
         except Exception:
             self.env.close()
             raise
@@ -279,11 +292,6 @@ class SyncDataCollector(DataCollectorBase):
         p.raise_if_any()
         if self.env_device is not None and isinstance(self.env, TorchRLEnv):
             self.env.env = self.env.env.to(self.env_device)
-
-    def _policy_input(self) -> TensorDictBase:
-        if self.policy_device is not None and self.policy_device.type != "cpu":
-            return self._step_td.to(self.policy_device, non_blocking=True)
-        return self._step_td
 
     # ----------------------------------------------------------- public API
     @property
@@ -319,7 +327,11 @@ class SyncDataCollector(DataCollectorBase):
         episodes in progress end here (their frames already delivered stay valid).
         """
         self._check_open()
-        return seed_collector(self, seed, static_seed)
+        torch.manual_seed(seed)
+        self.env.seed_actions(seed)
+        obs = self.env.reset_static(seed) if static_seed else self.env.reset(seed=seed)
+        self._start_episodes(obs)
+        return seed if static_seed else seed + self.env.num_envs
 
     def update_policy_weights_(
         self,
@@ -378,12 +390,29 @@ class SyncDataCollector(DataCollectorBase):
         policy's random draws come from torch's global generator, which the
         caller saves.
         """
-        return collector_state(self)
+        state: dict[str, Any] = {
+            "frames": self._frames,
+            "policy_version": self.policy_version,
+            **self._episodes.state_dict(),
+            **self._step.state_dict(),
+            "env": self.env.state_dict(),
+        }
+        if isinstance(self.policy, nn.Module) and self.policy is not self._random_policy:
+            state["policy_state_dict"] = self.policy.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s counters and weights; with a saved env state
         (``state["env"]`` not None), also the envs and the episodes in progress."""
-        load_collector_state(self, state)
+        self._frames = int(state["frames"])
+        self.policy_version = int(state["policy_version"])
+        if "policy_state_dict" in state:
+            self.policy.load_state_dict(state["policy_state_dict"])
+        saved_envs = state.get("env") is not None
+        self._episodes.load_state_dict(state, episodes=saved_envs)
+        if saved_envs:
+            self.env.load_state_dict(state["env"])
+            self._step.load_state_dict(state)
 
     def collect(
         self,
@@ -408,14 +437,9 @@ class SyncDataCollector(DataCollectorBase):
         if frames <= 0 or problems:
             raise ConfigError(problems or [bad_value("frames", frames, "must be > 0")])
         min_steps = frames // n if min_frames is None else max(1, -(-min_frames // n))
-        if self.overlap and not random and self.policy is not self._random_policy:
-            batch = overlapped_rollout(
-                self, frames // n, min_steps=min_steps, should_stop=should_stop
-            )
-        else:
-            batch = self._rollout(
-                frames // n, random=random, min_steps=min_steps, should_stop=should_stop
-            )
+        batch = self._rollout(
+            frames // n, random=random, min_steps=min_steps, should_stop=should_stop
+        )
         if self.split_trajs:
             from torchrl.collectors.utils import split_trajectories
 
@@ -444,50 +468,14 @@ class SyncDataCollector(DataCollectorBase):
     def _shutdown(self) -> None:
         self.env.close()
 
-    # ------------------------------------------------------------- hot loop
-    def _reset_episodes(self, obs: dict[NestedKey, np.ndarray]) -> None:
-        """Start fresh episodes in every env (after a full reset)."""
-        n = self.env.num_envs
-        for key, arr in self._step_np.items():
-            arr[:] = obs[key]
-        self._obs = obs
-        self._traj_ids = np.arange(self._next_traj_id, self._next_traj_id + n, dtype=np.int64)
-        self._next_traj_id += n
-        self._ep_return = np.zeros(n, dtype=np.float64)
-        self._ep_length = np.zeros(n, dtype=np.int64)
-        self._discounted_return = np.zeros(n, dtype=np.float64)
-        for key, _ in self._carried:
-            self._step_td.get(key).zero_()
-        if self._use_is_init:
-            self._step_td.get("is_init").fill_(True)
-
-    def _alloc(
-        self, steps: int, out_keys: list[NestedKey]
-    ) -> tuple[TensorDict, dict[NestedKey, np.ndarray]]:
-        """One batch of buffers on the CPU, [N, steps, ...], with numpy views to write them."""
-        n = self.env.num_envs
-        tensors: dict[NestedKey, torch.Tensor] = {}
-        for key, (shape, dtype) in self.env.observation_spec.items():
-            t = torch.from_numpy(np.empty((n, steps, *shape), dtype=dtype))
-            tensors[key] = t
-            tensors[_next(key)] = torch.from_numpy(np.empty((n, steps, *shape), dtype=dtype))
-        for key in self._state_keys:
-            ref = self._step_td.get(key)
-            tensors[key] = torch.empty(n, steps, *ref.shape[1:], dtype=ref.dtype)
-        for key in out_keys:
-            shape, dtype = self._out_specs[key]
-            tensors[key] = torch.empty(n, steps, *shape, dtype=dtype)
-        tensors[REWARD_KEY] = torch.empty(n, steps, 1, dtype=torch.float32)
-        for key in ("done", "terminated", "truncated"):
-            tensors[("next", key)] = torch.empty(n, steps, 1, dtype=torch.bool)
-        tensors[EPISODE_RETURN_KEY] = torch.empty(n, steps, 1, dtype=torch.float32)
-        tensors[EPISODE_LENGTH_KEY] = torch.empty(n, steps, 1, dtype=torch.int64)
-        tensors[TRAJ_IDS_KEY] = torch.empty(n, steps, dtype=torch.int64)
-        views = {k: v.numpy() for k, v in tensors.items()}
-        td = TensorDict(batch_size=[n, steps])
-        for k, v in tensors.items():
-            td.set(k, v)
-        return td, views
+    # ------------------------------------------------------------- rollout
+    def _start_episodes(self, obs: dict[NestedKey, np.ndarray] | None = None) -> None:
+        """Start fresh episodes in every env (after a full reset, whose ``obs`` the policy
+        sees next; None: the current observation)."""
+        if obs is not None:
+            self._step.set_obs(obs)
+        self._step.start_episodes()
+        self._episodes.start_all()
 
     def _rollout(
         self,
@@ -497,80 +485,43 @@ class SyncDataCollector(DataCollectorBase):
         min_steps: int | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> TensorDictBase:
-        env = self.env
+        """One batch of ``steps`` steps: the envs in one group, or in two halves that step
+        while the policy acts on the other (overlap, policy batches only)."""
+        env, plan = self.env, self._plan
         if self.reset_at_each_iter:
-            self._reset_episodes(env.reset())
+            self._start_episodes(env.reset())
         # Everything below is decided once per batch, not per step.
-        policy = self._random_policy if random else self._act
-        out_keys = ["action"] if random else self._out_keys
-        to_env = None if random else self._action_to_env
-        carried = [] if random else self._carried
-        td, views = self._alloc(steps, out_keys)
-        obs_views = [(k, views[k], views[_next(k)]) for k in env.observation_spec]
-        state_views = [(k, views[k]) for k in self._state_keys]
-        out_views = [(k, views[k]) for k in out_keys]
-        out_to_cpu = (
-            self.policy_device is not None and self.policy_device.type != "cpu" and not random
-        )
-        v_reward = views[REWARD_KEY][..., 0]
-        v_term, v_trunc = (
-            views[TERMINATED_KEY][..., 0],
-            views[TRUNCATED_KEY][..., 0],
-        )
+        random = random or self.policy is self._random_policy
+        if random:
+            act, out_keys, to_env, carried = self._random_policy, ["action"], None, []
+        else:
+            act, out_keys = plan.act, plan.out_keys
+            to_env, carried = plan.action_to_env, plan.carried
+        groups = env.groups if self.overlap and not random else [(env, slice(None))]
+        device = self.policy_device
+        on_device = device is not None and device.type != "cpu" and not random
+        specs = {k: plan.out_specs[k] for k in out_keys}
+        td, views = alloc_batch(env, self._step, specs, plan.state_keys, steps)
         max_len = self.max_frames_per_traj
-        steps_in_ep = self._ep_length.copy() if max_len is not None else None
-        step_np, step_td = self._step_np, self._step_td
-        is_init = step_td.get("is_init").numpy() if self._use_is_init else None
-        track_starts = bool(carried) or is_init is not None
-        obs = self._obs
-
-        stop_from = steps if should_stop is None or min_steps is None else min_steps
-        done_steps = steps
-        with torch.inference_mode(), set_exploration_type(self.exploration_type):
-            for t in range(steps):
-                if t >= stop_from and should_stop():
-                    done_steps = t
-                    break
-                out = policy(self._policy_input())
-                action = out.get("action")
-                for key, view in state_views:
-                    view[:, t] = step_td.get(key).numpy()
-                for key, view in out_views:
-                    value = out.get(key)
-                    view[:, t] = (value.cpu() if out_to_cpu else value).numpy()
-                for key, view, _ in obs_views:
-                    view[:, t] = obs[key]
-                res = env.step(action if to_env is None else to_env(action))
-                for key, _, next_view in obs_views:
-                    next_view[:, t] = res.next_obs[key]
-                truncated = res.truncated
-                obs = res.obs
-                if max_len is not None:
-                    steps_in_ep += 1
-                    forced = (steps_in_ep >= max_len) & ~(res.terminated | truncated)
-                    if forced.any():
-                        truncated = truncated | forced
-                        obs = env.reset_envs(forced)
-                    steps_in_ep[res.terminated | truncated] = 0
-                v_reward[:, t] = res.reward
-                v_term[:, t] = res.terminated
-                v_trunc[:, t] = truncated
-                for key, arr in step_np.items():
-                    arr[:] = obs[key]
-                if track_starts:
-                    done = res.terminated | truncated
-                    for key, next_key in carried:
-                        step_td.set(key, out.get(next_key))
-                        if done.any():
-                            step_td.get(key)[torch.from_numpy(done)] = 0
-                    if is_init is not None:
-                        is_init[:, 0] = done
-        self._obs = obs
-        if carried:  # carried states were produced under inference mode; keep plain tensors
-            for key, _ in carried:
-                step_td.set(key, step_td.get(key).clone())
-
-        return self._finish_batch(td, views, steps, done_steps)
+        taken = rollout(
+            groups,
+            self._step,
+            td,
+            views,
+            act=act,
+            out_keys=out_keys,
+            state_keys=plan.state_keys,
+            carried=carried,
+            uses_is_init=plan.uses_is_init,
+            to_env=to_env,
+            device=device if on_device else None,
+            exploration_type=self.exploration_type,
+            ages=self._episodes.lengths.copy() if max_len is not None else None,
+            max_len=max_len,
+            stop_from=min_steps if should_stop is not None else None,
+            should_stop=should_stop,
+        )
+        return self._finish_batch(td, views, steps, taken)
 
     def _finish_batch(
         self, td: TensorDict, views: dict[NestedKey, np.ndarray], steps: int, done_steps: int
@@ -582,16 +533,8 @@ class SyncDataCollector(DataCollectorBase):
             views = {k: v[:, :done_steps] for k, v in views.items()}
             steps = done_steps
         # once per batch with numpy cumulative sums, not five writes per step in the hot loop
-        self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id = episode_columns(
-            views, self._ep_return, self._ep_length, self._traj_ids, self._next_traj_id
-        )
-        if self.return_discount is not None:
-            g, self._discounted_return = discounted_returns(
-                views[REWARD_KEY][..., 0],
-                views[DONE_KEY][..., 0],
-                self._discounted_return,
-                self.return_discount,
-            )
+        g = self._episodes.fill(views)
+        if g is not None:
             td.set(DISCOUNTED_RETURN_KEY, torch.from_numpy(g.astype(np.float32)[..., None]))
         if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
             views[TRUNCATED_KEY][:, -1] = True
@@ -607,7 +550,3 @@ class SyncDataCollector(DataCollectorBase):
         if self.storing_device is not None and self.storing_device.type != "cpu":
             td = td.to(self.storing_device)
         return td
-
-
-def _next(key: NestedKey) -> tuple[str, ...]:
-    return ("next", *key) if isinstance(key, tuple) else ("next", key)

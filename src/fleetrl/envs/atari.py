@@ -35,10 +35,11 @@ import gymnasium as gym
 import numpy as np
 
 from fleetrl.config import AtariConfig, EnvEngine
-from fleetrl.envs.base import ENGINE_MSG, BatchedEnv, NestedKey
+from fleetrl.envs.base import ENGINE_MSG, BatchedEnv
 from fleetrl.envs.cpp import EnvPoolEnv, NextStepEnv
 from fleetrl.envs.gymnasium import GymVectorEnv
 from fleetrl.errors import ConfigError, EnvError
+from fleetrl.keys import NestedKey
 
 __all__ = [
     "AleVectorEnv",

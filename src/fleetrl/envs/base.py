@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from fleetrl.errors import EnvError
+from fleetrl.keys import NestedKey
 
-__all__ = ["ENGINE_MSG", "BatchedEnv", "NestedKey", "StepResult"]
+__all__ = ["ENGINE_MSG", "BatchedEnv", "StepResult"]
 
-NestedKey = str | tuple[str, ...]
 
 STATIC_SEED_MSG = (
     "set_seed(seed, static_seed=True) seeds every env with the same seed, which {env} cannot "
@@ -61,6 +61,7 @@ class BatchedEnv(abc.ABC):
     #: each env is one unbatched torchrl env (alone, or copies batched by fleetrl): torchrl
     #: feeds such envs' policies one env's shapes, and so does the collector
     unbatched_copies: bool = False
+    _sent: Any = None  # the action sent and not yet received
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
@@ -73,6 +74,21 @@ class BatchedEnv(abc.ABC):
     @abc.abstractmethod
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
         """Step every env with a batch of actions."""
+
+    def send(self, action: np.ndarray | torch.Tensor) -> None:
+        """Start a step of every env with ``action``; :meth:`recv` finishes it. An engine
+        that steps in threads of its own returns at once and steps meanwhile (the C++
+        engines); here the step runs in :meth:`recv`."""
+        self._sent = action
+
+    def recv(self) -> StepResult:
+        """Finish the step :meth:`send` started."""
+        action, self._sent = self._sent, None
+        return self.step(action)
+
+    def cancel(self) -> None:
+        """Leave no step in flight (after an error between :meth:`send` and :meth:`recv`)."""
+        self._sent = None
 
     @abc.abstractmethod
     def random_action(self) -> torch.Tensor:

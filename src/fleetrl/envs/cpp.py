@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetrl.envs.base import BatchedEnv, NestedKey, StepResult
+from fleetrl.envs.base import BatchedEnv, StepResult
+from fleetrl.keys import NestedKey
 
 __all__ = ["EnvPoolEnv", "NextStepEnv", "in_env_order"]
 
@@ -110,6 +111,10 @@ class NextStepEnv(BatchedEnv):
             np.asarray(terminated, dtype=bool),
             np.asarray(truncated, dtype=bool),
         )
+
+    def cancel(self) -> None:
+        """Finish a step in flight and drop it (the engine must not be left mid-step)."""
+        self.recv()
 
     def random_action(self) -> torch.Tensor:
         return torch.from_numpy(self._rng.integers(0, self.num_actions, size=self.num_envs))

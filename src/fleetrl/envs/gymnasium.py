@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fleetrl.envs.base import BatchedEnv, NestedKey, StepResult
+from fleetrl.envs.base import BatchedEnv, StepResult
 from fleetrl.envs.state import load_vector_env_state, vector_env_state
 from fleetrl.errors import EnvError
+from fleetrl.keys import NestedKey
 
 __all__ = ["GymVectorEnv", "make_gym_vector_env", "space_spec"]
 

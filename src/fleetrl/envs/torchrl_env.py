@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from fleetrl.envs.base import BatchedEnv, NestedKey, StepResult
+from fleetrl.envs.base import BatchedEnv, StepResult
+from fleetrl.keys import NestedKey
 
 __all__ = ["TorchRLEnv", "is_torchrl_env"]
 

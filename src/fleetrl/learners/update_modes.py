@@ -26,7 +26,7 @@ the first, read a report, apply a gradient, mirror rank 0) and answers
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from fleetrl.algorithms.base import InfoMean
 from fleetrl.backends import WorkerDied, WorkerRaised
@@ -35,13 +35,55 @@ from fleetrl.errors import WorkerError
 from fleetrl.learners.records import StepReport
 from fleetrl.learners.report import IterationReport
 
-if TYPE_CHECKING:  # the update worker builds its strategy: no import at run time
-    from fleetrl.learners.update_worker import UpdateWorker
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fleetrl.algorithms import Algorithm
+    from fleetrl.backends import Actor, Backend
+    from fleetrl.config import SchemeConfig
     from fleetrl.workers import Pending
+
+
+class GradientWorkers(Protocol):
+    """What a strategy may ask of the update worker: its public calls, nothing else."""
+
+    algorithm: Algorithm
+    scheme: SchemeConfig
+    num_workers: int
+    backend: Backend
+    dropped_gradients: int
+    applied_gradients: int
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def workers(self) -> list[Actor | None]: ...
+
+    @property
+    def weights_sent(self) -> bool: ...
+
+    def submit_step(self, index: int, send_weights: bool) -> Pending: ...
+
+    def wait_first(self, pendings: list[Pending]) -> Pending: ...
+
+    def step_report(self, pending: Pending) -> StepReport | None: ...
+
+    def apply(self, flat_grads: np.ndarray, it: IterationReport) -> float | None: ...
+
+    def apply_mean_gradients(
+        self, grads: list[np.ndarray], it: IterationReport | None = None
+    ) -> float | None: ...
+
+    def mirror(self, report: StepReport) -> None: ...
+
+    def ask_all(self, method: str, args: list[tuple[Any, ...]] | None = None) -> list[Any]: ...
+
 
 __all__ = [
     "AsyncUpdate",
     "DecentralizedUpdate",
+    "GradientWorkers",
     "SyncUpdate",
     "UpdateStrategy",
     "update_strategy",
@@ -70,7 +112,7 @@ class UpdateStrategy(abc.ABC):
 
     mode: ClassVar[LearnerMode]
 
-    def __init__(self, learner: UpdateWorker):
+    def __init__(self, learner: GradientWorkers):
         self.learner = learner
 
     def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
@@ -117,7 +159,7 @@ class AsyncUpdate(UpdateStrategy):
 
     mode = LearnerMode.ASYNC
 
-    def __init__(self, learner: UpdateWorker):
+    def __init__(self, learner: GradientWorkers):
         super().__init__(learner)
         self._inflight: list[Pending] = []  # the step each worker is computing
 
@@ -200,6 +242,6 @@ _STRATEGIES: dict[LearnerMode, type[UpdateStrategy]] = {
 }
 
 
-def update_strategy(mode: LearnerMode, learner: UpdateWorker) -> UpdateStrategy:
+def update_strategy(mode: LearnerMode, learner: GradientWorkers) -> UpdateStrategy:
     """The strategy of ``mode`` (sync, async or decentralized) on ``learner``'s workers."""
     return _STRATEGIES[mode](learner)

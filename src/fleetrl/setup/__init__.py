@@ -2,11 +2,13 @@
 
 Between the entry points (the CLI, the Trainer) and the parts they build:
 
-- :mod:`~fleetrl.setup.load`: YAML and ``key=value`` overrides in, a typed
-  :class:`~fleetrl.config.Config` out (:func:`load_config`, :func:`config_from_dict`,
-  :func:`parse_config`), and back (:func:`config_to_dict`);
+- :mod:`~fleetrl.setup.parse`: YAML and ``key=value`` overrides in, a typed
+  :class:`~fleetrl.config.Config` out with the parsing problems (:func:`parse_config`),
+  and back (:func:`config_to_dict`);
 - :mod:`~fleetrl.setup.verify`: every problem of a config at once, in config keys
   (:func:`verify`, :func:`check`), with the env described once (:func:`describe`);
+- :mod:`~fleetrl.setup.load`: parse, then verify (:func:`load_config`,
+  :func:`config_from_dict`);
 - :mod:`~fleetrl.setup.build`: the algorithm and the collectors of a config
   (:func:`make_algorithm`, :func:`make_collector`);
 - :mod:`~fleetrl.setup.resume`: what a resumed run may change.
@@ -22,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "check": "fleetrl.setup.verify",
     "config_from_dict": "fleetrl.setup.load",
-    "config_to_dict": "fleetrl.setup.load",
+    "config_to_dict": "fleetrl.setup.parse",
     "describe": "fleetrl.setup.verify",
     "load_config": "fleetrl.setup.load",
     "make_algorithm": "fleetrl.setup.build",
     "make_collector": "fleetrl.setup.build",
-    "parse_config": "fleetrl.setup.load",
-    "read_yaml_mapping": "fleetrl.setup.load",
+    "parse_config": "fleetrl.setup.parse",
+    "read_yaml_mapping": "fleetrl.setup.parse",
     "verify": "fleetrl.setup.verify",
 }
 
@@ -61,11 +63,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from fleetrl.setup.build import make_algorithm, make_collector
-    from fleetrl.setup.load import (
-        config_from_dict,
-        config_to_dict,
-        load_config,
-        parse_config,
-        read_yaml_mapping,
-    )
+    from fleetrl.setup.load import config_from_dict, load_config
+    from fleetrl.setup.parse import config_to_dict, parse_config, read_yaml_mapping
     from fleetrl.setup.verify import check, describe, verify

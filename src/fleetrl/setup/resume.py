@@ -14,7 +14,8 @@ from typing import Any
 
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
-from fleetrl.setup.load import config_from_dict, config_to_dict
+from fleetrl.setup.load import config_from_dict
+from fleetrl.setup.parse import config_to_dict
 
 __all__ = [
     "COMPLETE_MSG",

@@ -44,7 +44,7 @@ from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import EnvSpec, env_spec
 from fleetrl.errors import ConfigError, Problem, Problems
 from fleetrl.runtime import resource_shortfalls
-from fleetrl.setup.load import allowed_values, to_plain
+from fleetrl.setup.parse import allowed_values, to_plain
 
 __all__ = [
     "ACTIONS_MSG",
