@@ -5,7 +5,14 @@ fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S] [--video OUT.mp4]
 fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes,
                atari_throughput,wire_unpack,video_cost,mujoco_learning,
-               learner_throughput} [args ...]
+               learner_throughput,startup} [args ...]
+
+Start-up: this module imports neither torch, torchrl nor Ray (``fleetrl --help``
+answers at once). ``fleetrl train`` reads the config's few keys that say
+whether the run needs Ray before anything heavy is imported, and starts Ray in
+the background (:class:`~fleetrl.runtime.RayStart`), so that Ray's processes
+come up while this process imports torch, checks the config and builds the
+networks.
 """
 
 from __future__ import annotations
@@ -15,20 +22,81 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from fleetrl.errors import CheckpointError, FleetError
 
 __all__ = ["main"]
 
 
+def _raw_setting(data: Any, overrides: list[str], key: str, default: Any) -> Any:
+    """A config key's value as the YAML and the overrides give it, unchecked (None: unreadable)."""
+    import yaml
+
+    value = default
+    section, name = key.split(".")
+    if isinstance(data, dict) and isinstance(data.get(section), dict):
+        value = data[section].get(name, default)
+    for text in overrides:
+        if text.partition("=")[0].strip() == key:
+            try:
+                value = yaml.safe_load(text.partition("=")[2])
+            except yaml.YAMLError:
+                return None
+    return value
+
+
+def _start_ray_early(args: argparse.Namespace, overrides: list[str]) -> Any:
+    """Start Ray in the background when the run will need it, before the heavy imports; the
+    config is checked in full afterwards (a config that Ray does not help is refused then)."""
+    import yaml
+
+    from fleetrl.config import CollectorConfig, SchemeConfig, TrainerConfig
+
+    path = Path(args.resume) / "config.yaml" if args.resume else Path(args.config)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None  # the full load says what is wrong
+    collectors = _raw_setting(
+        data, overrides, "collector.num_collectors", CollectorConfig.num_collectors
+    )
+    workers = _raw_setting(
+        data, overrides, "scheme.num_grad_workers", SchemeConfig.num_grad_workers
+    )
+    backend = _raw_setting(data, overrides, "trainer.backend", TrainerConfig.backend)
+    address = _raw_setting(data, overrides, "collector.address", None)
+    remote = (isinstance(collectors, int) and collectors > 0) or (
+        isinstance(workers, int) and workers > 1
+    )
+    if not remote or backend != "ray" or not (address is None or isinstance(address, str)):
+        return None
+    from fleetrl.runtime import RayStart
+
+    return RayStart({"address": address})
+
+
 def _train(args: argparse.Namespace) -> int:
+    overrides = [args.config] if args.resume and args.config and "=" in args.config else []
+    overrides += args.overrides
+    ray_start = _start_ray_early(args, overrides)
+    try:
+        return _run_training(args, overrides)
+    finally:
+        if ray_start is not None and ray_start.wait():  # this process started Ray: it stops it
+            import ray
+
+            ray.shutdown()
+
+
+def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
+    from fleetrl.runtime import pin_threads
+
+    pin_threads(1)  # imports torch: after Ray's start has begun
     from fleetrl.setup.load import load_config
     from fleetrl.trainer import Trainer
 
     if args.resume:
-        overrides = ([args.config] if args.config and "=" in args.config else []) + args.overrides
         trainer = Trainer.from_run_dir(args.resume, overrides)
     else:
         trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
@@ -65,6 +133,8 @@ def _first_line(err: BaseException) -> str:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    import torch
+
     from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
     from fleetrl.envs.make import create_env_fn
     from fleetrl.evaluate import evaluate
@@ -190,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             "video_cost",
             "mujoco_learning",
             "learner_throughput",
+            "startup",
         ],
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER)
@@ -204,7 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval" and args.episodes is not None and args.episodes < 1:
         ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    torch.set_num_threads(1)
     try:
         return {"train": _train, "eval": _eval, "bench": _bench}[args.command](args)
     except FleetError as err:

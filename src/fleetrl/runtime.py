@@ -87,9 +87,13 @@ class RayStart:
     def __init__(self, init_kwargs: dict[str, Any] | None = None):
         self.started = False
         self._error: BaseException | None = None
+        #: a start already in flight (the CLI's): this one waits for it and starts nothing
+        self._leader = _IN_FLIGHT[-1] if _IN_FLIGHT else None
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(init_kwargs,), daemon=True)
-        _IN_FLIGHT.append(self)
-        self._thread.start()
+        if self._leader is None:
+            _IN_FLIGHT.append(self)
+            self._thread.start()
 
     def _run(self, init_kwargs: dict[str, Any] | None) -> None:
         # Ray says once that a thread other than the main one sets no SIGTERM handler: the
@@ -103,10 +107,19 @@ class RayStart:
             self._error = err
         finally:
             worker_log.setLevel(level)
+            self._done.set()
+        if self.started:
+            # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG is
+            # per thread on Linux): this one stays, parked, for the life of the process
+            threading.Event().wait()
 
     def wait(self) -> bool:
         """Wait for the start; raises what it raised. Returns whether it started Ray."""
-        self._thread.join()
+        if self._leader is not None:
+            self._leader.wait()  # its caller owns the instance
+            return False
+        if self._thread.ident is not None:
+            self._done.wait()
         if self in _IN_FLIGHT:
             _IN_FLIGHT.remove(self)
         if self._error is not None:

@@ -135,9 +135,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def layering_problems(
-    root: Path, package: str, layers: list[tuple[str, list[str]]]
-) -> list[str]:
+def layering_problems(root: Path, package: str, layers: list[tuple[str, list[str]]]) -> list[str]:
     """Every cycle, every module in no layer, every import from a lower layer up."""
     graph, packages = import_graph(root, package)
     problems = [f"import cycle: {' <-> '.join(c)}" for c in cycles(graph)]
@@ -173,7 +171,9 @@ def planted(tmp_path):
     (pkg / "top.py").write_text("from pkg import low\n")
     (pkg / "low.py").write_text("import pkg.top\n")  # up, and a cycle with top
     (pkg / "a.py").write_text("def f():\n    from pkg.b import g\n")
-    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n"
+    )
     (pkg / "loose.py").write_text("")
     return tmp_path
 
