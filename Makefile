@@ -1,11 +1,12 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   run the main job (creates .venv if missing)
-#   make test   run the test suite (creates .venv if missing)
+#   make demo       run the main job (creates .venv if missing)
+#   make test       unit + integration tests and the docstring examples, <= 6 min on 2 cores
+#   make test-all   everything, the end-to-end tests too (what CI runs), <= 15 min on 2 cores
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test test-unit test-all lint bench venv clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,8 +21,16 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/fleetrl train configs/ppo_cartpole.yaml
 
+# unit tests and doctests on both cores; the Ray tests in one process (one Ray instance)
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 tests/unit src/fleetrl
+	$(BIN)/python -m pytest -q -m "not e2e" tests/integration
+
+test-unit: venv
+	$(BIN)/python -m pytest -q -n 2 tests/unit src/fleetrl
+
+test-all: venv
+	$(BIN)/python -m pytest -q tests src/fleetrl
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

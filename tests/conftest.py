@@ -1,13 +1,53 @@
+"""The test pyramid (see the README's Tests):
+
+- ``tests/unit`` runs without Ray (``ray.init`` is refused there): workers run on the
+  in-process backend (``backend="inprocess"``, ``trainer.backend=inprocess``);
+- ``tests/integration`` runs on one real local Ray instance for the session;
+- ``tests/e2e`` (marker ``e2e``, added here to every test in it) runs whole jobs.
+  ``make test`` runs ``-m "not e2e"``; a slow variant of an integration test may carry
+  the marker too, and then runs with ``make test-all`` only.
+"""
+
 from __future__ import annotations
 
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+TESTS = Path(__file__).parent
+UNIT, INTEGRATION, E2E = TESTS / "unit", TESTS / "integration", TESTS / "e2e"
+NO_RAY = "tests/unit run without Ray: a test that needs it belongs in tests/integration"
+
+
+def _under(item, folder: Path) -> bool:
+    return folder in Path(str(item.fspath)).parents
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if _under(item, E2E):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _layer(request, monkeypatch):
+    """Unit tests may not start Ray; integration tests get the session's Ray instance."""
+    if _under(request.node, UNIT):
+        import ray
+
+        def refused(*args, **kwargs):
+            raise AssertionError(NO_RAY)
+
+        monkeypatch.setattr(ray, "init", refused)
+    elif _under(request.node, INTEGRATION):
+        request.getfixturevalue("ray_session")
+
+
 warnings.filterwarnings("ignore", category=UserWarning)
 torch.set_num_threads(1)
 
@@ -37,3 +77,22 @@ def ray_session():
         )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def update_worker():
+    """Builds UpdateWorkers (gradient workers on the config's backend) and shuts them down."""
+    from fleetrl.learners import UpdateWorker
+    from fleetrl.setup.build import make_algorithm
+
+    workers = []
+
+    def make(config, algorithm=None, modules=None):
+        algorithm = algorithm or make_algorithm(config, config.trainer.seed, **(modules or {}))
+        uw = UpdateWorker(config, algorithm, seed=config.trainer.seed, modules=modules)
+        workers.append(uw)
+        return uw
+
+    yield make
+    for uw in workers:
+        uw.shutdown()

@@ -72,7 +72,8 @@ def counting_vec(lengths: list[int], truncate: list[bool] | None = None) -> gym.
 
 class ExitOnBuild:
     """An env factory that kills its own process (``os._exit(1)``) while a budget of deaths
-    lasts: the way to kill a replacement worker while it starts, deterministically.
+    lasts: the way to kill a replacement worker while it starts, deterministically. In the
+    process that made it (the in-process backend) it raises ``SimulatedDeath`` instead.
 
     The budget lives in a file (workers are other processes): ``arm(k)`` makes the next k
     env constructions, in whichever process, die; ``disarm()`` stops it.
@@ -80,6 +81,7 @@ class ExitOnBuild:
 
     def __init__(self, budget_file: str, length: int = 5, sleep: float = 0.0):
         self.budget_file, self.length, self.sleep = budget_file, length, sleep
+        self.home = os.getpid()  # in this process (the in-process backend) a death is simulated
 
     def arm(self, deaths: int) -> None:
         with open(self.budget_file, "w") as f:
@@ -98,6 +100,10 @@ class ExitOnBuild:
         left = self.deaths_left()
         if left > 0:
             self.arm(left - 1)
+            if os.getpid() == self.home:
+                from fleetrl.backends import SimulatedDeath
+
+                raise SimulatedDeath("ExitOnBuild")
             os._exit(1)
         return CountingEnv(self.length, sleep=self.sleep)
 
@@ -246,3 +252,10 @@ def register_fake_envs() -> None:
 
 
 register_fake_envs()
+
+
+def kill_worker(collector, worker_id: int) -> None:
+    """Kill one of a RayCollector's workers, on whichever backend it runs."""
+    from fleetrl.backends import Actor
+
+    collector.backend.kill(Actor(collector.backend, collector.worker_handles()[worker_id]))

@@ -81,12 +81,30 @@ def _train(args: argparse.Namespace) -> int:
     overrides += args.overrides
     ray_start = _start_ray_early(args, overrides)
     try:
-        return _run_training(args, overrides)
-    finally:
-        if ray_start is not None and ray_start.wait():  # this process started Ray: it stops it
-            import ray
+        code = _run_training(args, overrides)
+    except BaseException:
+        # the run's own error is the one to report: a Ray start that failed too says nothing
+        # more (the run never reached Ray), so it is waited for and dropped
+        _stop_ray(ray_start, quiet=True)
+        raise
+    _stop_ray(ray_start)
+    return code
 
-            ray.shutdown()
+
+def _stop_ray(ray_start: Any, quiet: bool = False) -> None:
+    """Wait for the early Ray start; stop Ray if this process started it."""
+    if ray_start is None:
+        return
+    try:
+        started = ray_start.wait()
+    except Exception:
+        if not quiet:
+            raise
+        return
+    if started:
+        import ray
+
+        ray.shutdown()
 
 
 def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:

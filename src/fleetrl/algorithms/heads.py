@@ -21,7 +21,7 @@ policy, several heads, a module that reads more than one key): the algorithm
 then calls the module as a TensorDict module, through its torchrl loss. The
 parameters are the module's own (the same tensors the loss module and the
 optimizer hold), so both ways compute the same function
-(``tests/algorithms/test_lean_losses.py``).
+(``tests/unit/algorithms/test_lean_losses.py``).
 """
 
 from __future__ import annotations

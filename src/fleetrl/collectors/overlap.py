@@ -15,7 +15,7 @@ engine in async mode answering the first ready envs, so the halves never mix
 and row i of a batch is env i at every step. Env i is seeded with ``seed + i``
 as in the unsplit engine, so the per-env streams are the unsplit engine's, and
 a policy that acts on each env's row alone gives bit-identical batches with
-and without overlap (``tests/collectors/test_overlap.py``).
+and without overlap (``tests/unit/collectors/test_overlap.py``).
 
 The halves are two env groups of the one rollout loop
 (:func:`fleetrl.collectors.rollout.rollout`). At a batch end both halves are

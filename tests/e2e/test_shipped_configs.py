@@ -1,0 +1,364 @@
+"""Every shipped config, through the CLI as a user runs it: train -> resume -> eval.
+
+One parametrized test over ``configs/*.yaml``: each file as it is, with only a tiny
+budget put on top by overrides, trains on the engines and collectors it names
+(Ray collectors, gradient workers, first-ready IMPALA/APPO, real ALE Pong and
+MuJoCo HalfCheetah), then ``fleetrl train --resume`` raises the budget and the
+run goes on from its checkpoint, then ``fleetrl eval`` scores the checkpoint.
+Each family of configs adds the checks of what its file promises (the rows of a
+first-ready learner, the scheme's versions and dropped gradients, the replay
+buffer filling, the Nature CNN, normalization counts, the video of an eval).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import imageio_ffmpeg
+import pytest
+import yaml
+
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.cli import main
+from fleetrl.setup.load import load_config
+from runs import ROOT, conv_shapes, rows
+
+CONFIGS = ROOT / "configs"
+QUIET = ["trainer.target_return=null", "logging.progress_bar=false"]
+
+
+def train(config: str, run: Path, *overrides: str) -> None:
+    assert main(["train", str(CONFIGS / config), *overrides, "--run-dir", str(run)]) == 0
+
+
+def resume(run: Path, total_frames: int) -> None:
+    assert main(["train", "--resume", str(run), f"trainer.total_frames={total_frames}"]) == 0
+
+
+def evaluate(run: Path, capsys, config: str, episodes: int = 1) -> str:
+    """``fleetrl eval`` on the run's newest checkpoint; returns what it printed."""
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", str(episodes)]) == 0
+    out = capsys.readouterr().out
+    shipped = load_config(CONFIGS / config, [])
+    expected = f"{shipped.algorithm} on {shipped.env.id}, {episodes} episodes, deterministic"
+    assert re.search(re.escape(expected) + r": mean return -?[\d.]+ \+- [\d.]+", out), out
+    return out
+
+
+def frames_of(run: Path) -> list[int]:
+    return [int(float(r["train/frames"])) for r in rows(run)]
+
+
+# ------------------------------------------------- one algorithm, Ray or local collectors
+
+#: config -> (frames per batch, overrides)
+ALGO_TINY = {
+    "ppo_cartpole.yaml": (512, []),
+    "a2c_cartpole.yaml": (256, []),
+    "dqn_cartpole.yaml": (128, ["dqn.learning_starts=128", "dqn.updates_per_batch=2"]),
+    "sac_pendulum.yaml": (
+        128,
+        ["sac.learning_starts=128", "sac.updates_per_batch=2", "env.num_envs=2"],
+    ),
+    "ppo_pendulum.yaml": (512, ["ppo.num_mini_batch=4"]),
+}
+
+
+def algorithm_run(config: str, run: Path, capsys) -> None:
+    fpb, extra = ALGO_TINY[config]
+    tiny = ["collector.num_collectors=1", "env.num_envs=4", "trainer.num_test_episodes=2"]
+    args = [*QUIET, *tiny, *extra, f"collector.frames_per_batch={fpb}"]
+    train(config, run, *args, f"trainer.total_frames={2 * fpb}", "trainer.test_every=2")
+    metrics = rows(run)
+    assert frames_of(run) == [fpb, 2 * fpb]
+    assert {"train/episode_return", "time/fps", "train/policy_lag"} <= set(metrics[0])
+    assert any(k.startswith("loss/") for k in metrics[1])
+    assert metrics[1]["eval/return_mean"] != ""
+    assert (run / "config.yaml").is_file() and (run / "learning_curve.png").is_file()
+    assert any((run / "tensorboard").iterdir())
+    assert latest_checkpoint(run).name == f"checkpoint_{2 * fpb:012d}.pt"
+    assert f"frames {2 * fpb:,}" in capsys.readouterr().out
+    resume(run, 3 * fpb)
+    assert frames_of(run) == [fpb, 2 * fpb, 3 * fpb]
+    assert load_checkpoint(latest_checkpoint(run))["frames"] == 3 * fpb
+    evaluate(run, capsys, config)
+
+
+# ------------------------------------------------- gradient workers (scheme)
+
+SCHEME_METRICS = {
+    "train/policy_lag",
+    "train/grad_asynchrony",
+    "train/dropped_gradients",
+    "train/policy_version",
+    "time/fps",
+    "time/updates_per_s",
+    "time/collect_s",
+    "time/grad_s",
+    "time/update_s",
+    "time/broadcast_s",
+    "time/collect_to_process",
+}
+
+
+def scheme_run(config: str, run: Path, capsys) -> None:
+    mode = config.removeprefix("ppo_cartpole_").removesuffix(".yaml")
+    tiny = [
+        *QUIET,
+        "env.num_envs=4",
+        "collector.frames_per_batch=128",  # per gradient worker
+        "ppo.num_epochs=2",
+        "ppo.num_mini_batch=2",
+        "trainer.test_every=2",
+        "trainer.num_test_episodes=2",
+        "trainer.checkpoint_every=1",
+        "logging.tensorboard=false",
+    ]
+    train(config, run, *tiny, "trainer.total_frames=512")
+    metrics = rows(run)
+    frames = frames_of(run)
+    if mode == "async":  # first ready: a fast worker may take a second batch within an iteration
+        assert len(frames) == 2 and frames[-1] >= 512
+        assert all(f % 128 == 0 for f in frames)
+    else:  # one iteration = one batch per gradient worker (2 x 128 frames), 4 steps per batch
+        assert frames == [256, 512]
+    assert set(metrics[0]) >= SCHEME_METRICS
+    assert metrics[1]["eval/return_mean"] != ""
+    versions = [int(float(r["train/policy_version"])) for r in metrics]
+    if mode == "async":  # applied or dropped, never lost: 8 gradients per iteration
+        dropped = sum(float(r["train/dropped_gradients"]) for r in metrics)
+        assert versions[-1] + dropped == 16
+    else:
+        assert versions == [4, 8]
+    state = load_checkpoint(latest_checkpoint(run))
+    assert state["frames"] == frames[-1] and state["algorithm"]["num_updates"] == versions[-1]
+    capsys.readouterr()
+    budget = frames[-1] + 256
+    resume(run, budget)
+    assert f"frames {budget:,}" in capsys.readouterr().out or mode == "async"
+    resumed = load_checkpoint(latest_checkpoint(run))
+    assert resumed["frames"] >= budget and resumed["frames"] > frames[-1]
+    assert resumed["algorithm"]["num_updates"] > versions[-1]
+    evaluate(run, capsys, config)
+
+
+# ------------------------------------------------- IMPALA and APPO, first ready
+
+ASYNC_FPB = 64
+#: 2 async Ray collectors x 2 envs, 4 batches of 64 frames, one checkpoint per iteration
+ASYNC_TINY = [
+    *QUIET,
+    "env.num_envs=2",
+    "collector.num_cpus_per_collector=0",
+    f"collector.frames_per_batch={ASYNC_FPB}",
+    f"trainer.total_frames={4 * ASYNC_FPB}",
+    "trainer.test_every=2",
+    "trainer.num_test_episodes=1",
+    "trainer.checkpoint_every=1",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+
+
+def first_ready_run(config: str, run: Path, capsys) -> None:
+    fpb = ASYNC_FPB
+    name = config.split("_")[0]
+    shipped = load_config(CONFIGS / config, [])
+    assert shipped.algorithm == name
+    assert shipped.collector.num_collectors == 2 and shipped.collector.sync is False
+    section = [f"{name}.hidden_sizes=[16]"]
+    if name == "appo":
+        section += ["appo.num_epochs=1", "appo.num_mini_batch=2"]
+    train(config, run, *ASYNC_TINY, *section)
+    metrics = rows(run)
+    assert frames_of(run) == [fpb, 2 * fpb, 3 * fpb, 4 * fpb]
+    steps = 1 if name == "impala" else 2  # optimizer steps per batch
+    assert [int(float(r["train/policy_version"])) for r in metrics] == [
+        steps * i for i in (1, 2, 3, 4)
+    ]
+    for r in metrics:  # the lag of each batch, in optimizer steps, as a distribution
+        lag, lag_max = float(r["train/policy_lag"]), float(r["train/policy_lag_max"])
+        assert 0 <= lag <= lag_max <= float(r["train/policy_version"])
+        assert float(r["train/dropped_batches"]) == 0  # the shipped bound is far above
+        assert not math.isnan(float(r["time/learn_s"]))
+    state = load_checkpoint(latest_checkpoint(run))
+    assert state["frames"] == 4 * fpb and state["algorithm"]["num_updates"] == 4 * steps
+    assert "frames 256" in capsys.readouterr().out
+    resume(run, 6 * fpb)  # the budget raised: the run goes on from its checkpoint
+    assert frames_of(run)[-2:] == [5 * fpb, 6 * fpb]
+    evaluate(run, capsys, config)
+
+
+# ------------------------------------------------- MuJoCo HalfCheetah
+
+MUJOCO_FPB = 64
+MUJOCO_TINY = [
+    *QUIET,
+    "env.max_episode_steps=50",
+    "collector.num_cpus_per_collector=0",
+    f"collector.frames_per_batch={MUJOCO_FPB}",
+    f"trainer.total_frames={2 * MUJOCO_FPB}",
+    "trainer.test_every=1",
+    "trainer.num_test_episodes=1",
+    "trainer.checkpoint_every=1",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+MUJOCO_ALGO = {
+    # CleanRL's policy, the shipped file's alternative, trains through the CLI too
+    "ppo": ["ppo.num_epochs=1", "ppo.num_mini_batch=2", "ppo.distribution=normal"],
+    "sac": [  # envpool's engine
+        "env.engine=envpool",
+        "sac.buffer_size=1000",
+        f"sac.learning_starts={2 * MUJOCO_FPB}",  # random actions until 128 frames are stored
+        "sac.updates_per_batch=4",
+    ],
+}
+
+
+def mujoco_run(config: str, run: Path, capsys) -> None:
+    fpb = MUJOCO_FPB
+    algo = config.split("_")[0]
+    if algo == "sac":
+        pytest.importorskip("envpool")
+    train(config, run, *MUJOCO_TINY, *MUJOCO_ALGO[algo])
+    metrics = rows(run)
+    assert frames_of(run) == [fpb, 2 * fpb]
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["env"]["id"] == "HalfCheetah-v5" and saved["collector"]["num_collectors"] == 2
+    assert saved[algo]["hidden_sizes"] == ([64, 64] if algo == "ppo" else [256, 256])
+    state = load_checkpoint(latest_checkpoint(run))
+    assert (state["frames"], state["iterations"]) == (2 * fpb, 2)
+    assert state["collector"] is None  # Ray collected: no local collector state
+    # 50-step episodes: each collector's env ended once per 50 of its 64 frames
+    assert float(metrics[-1]["train/episodes"]) >= 2
+    if algo == "ppo":
+        # the shipped file normalizes: the learner's statistics count every frame delivered
+        assert (saved["env"]["normalize_observation"], saved["env"]["normalize_reward"]) == (
+            True,
+            True,
+        )
+        counts = [v for k, v in state["algorithm"]["loss_module"].items() if k.endswith("count")]
+        assert counts and all(float(c) == 2 * fpb for c in counts), counts
+        assert all(r["loss/objective"] != "" for r in metrics)
+        assert state["algorithm"]["num_updates"] == 2 * 2  # 1 epoch x 2 minibatches per batch
+        assert any("log_std" in k for k in state["algorithm"]["loss_module"])  # the override's
+    else:
+        assert metrics[0]["loss/qvalue"] == ""  # the first batch only fills the memory
+        assert float(metrics[1]["loss/qvalue"]) >= 0 and float(metrics[1]["train/alpha"]) > 0
+        assert float(metrics[1]["train/buffer_size"]) == 2 * fpb
+    assert all(r["eval/return_mean"] != "" for r in metrics)  # evaluated every iteration
+    assert "frames 128" in capsys.readouterr().out
+    resume(run, 3 * fpb)  # the budget raised: the run goes on from its checkpoint
+    assert frames_of(run) == [fpb, 2 * fpb, 3 * fpb]
+    assert load_checkpoint(latest_checkpoint(run))["frames"] == 3 * fpb
+    evaluate(run, capsys, config, episodes=2)
+    if algo == "ppo":  # and watched: HalfCheetah never falls, so 50 steps + the reset frame
+        video = run.parent / "cheetah.mp4"
+        assert main(["eval", str(run), "--video", str(video)]) == 0
+        reader = imageio_ffmpeg.read_frames(str(video))
+        width, height = next(reader)["size"]
+        assert (sum(1 for _ in reader), height, width) == (51, 480, 480)
+
+
+# ------------------------------------------------- Atari Pong on ALE's vector env
+
+ATARI_FPB = 64  # per batch
+ATARI_TINY = [
+    "env.engine=ale_vector",
+    "env.num_envs=2",
+    f"collector.frames_per_batch={ATARI_FPB}",
+    f"trainer.total_frames={2 * ATARI_FPB}",
+    "trainer.test_every=0",
+    "trainer.checkpoint_every=1",
+    # eval after resume plays one episode cut at 50 agent steps: a Pong episode takes thousands
+    "env.max_episode_steps=50",
+]  # logging as shipped: progress bar, CSV, TensorBoard, learning curve
+ATARI_ALGO = {
+    "ppo": ["ppo.num_epochs=1", "ppo.num_mini_batch=2"],
+    "appo": ["appo.num_epochs=1", "appo.num_mini_batch=2", "collector.num_cpus_per_collector=0"],
+    "dqn": [
+        "collector.num_collectors=0",  # replay and its learning starts are what is tested here
+        "dqn.buffer_size=1000",
+        f"dqn.learning_starts={2 * ATARI_FPB}",  # learns on the last batch only
+        "dqn.updates_per_batch=4",
+    ],
+}
+
+
+def collector_workers() -> int:
+    """CollectorWorker actors this Ray session has created, live or gone.
+
+    Ray's public state API needs the dashboard, which the session's Ray does not start.
+    """
+    from ray._private import state
+
+    return sum(a["ActorClassName"] == "CollectorWorker" for a in state.actors().values())
+
+
+def atari_run(config: str, run: Path, capsys) -> None:
+    fpb, total = ATARI_FPB, 2 * ATARI_FPB
+    algo = config.split("_")[0]
+    before = collector_workers()
+    train(config, run, "trainer.target_return=null", *ATARI_TINY, *ATARI_ALGO[algo])
+    err = capsys.readouterr().err
+    # tqdm's last refresh: the whole budget, with the return and fps the trainer posts
+    bar = re.findall(rf"{algo} ALE/Pong-v5: 100%\|.*\| {total}/{total} \[.*fps=", err)
+    assert bar, err[-2000:]
+    metrics = rows(run)
+    assert frames_of(run) == [fpb, 2 * fpb]
+    assert [int(float(r["train/iterations"])) for r in metrics] == [1, 2]
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["env"]["id"], saved["env"]["engine"]) == ("ALE/Pong-v5", "ale_vector")
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run / "learning_curve.png").stat().st_size > 0
+    assert latest_checkpoint(run).name == f"checkpoint_{total:012d}.pt"
+    state = load_checkpoint(latest_checkpoint(run))
+    assert (state["frames"], state["iterations"]) == (total, 2)
+    # the Nature CNN over 4 stacked 84x84 frames: 32 filters of 8x8 on 4 channels first
+    assert conv_shapes(state)[:3] == [(32, 4, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3)]
+    if algo == "dqn":
+        assert [float(r["train/buffer_size"]) for r in metrics] == [fpb, 2 * fpb]
+        assert metrics[0]["loss/td"] == ""  # the first batch only fills the memory
+        assert float(metrics[1]["loss/td"]) >= 0.0
+        assert state["collector"] is not None  # local: its envs and episodes are saved
+    else:
+        assert all(r["loss/objective"] != "" for r in metrics)  # an update per batch
+        assert saved["collector"]["num_collectors"] == 2  # the shipped file's, not overridden
+        # the frames came from Ray: the file's 2 collector actors were started for this run,
+        # and the checkpoint holds no local collector (a local one's envs would be there)
+        assert collector_workers() - before == 2
+        assert state["collector"] is None
+    resume(run, 3 * fpb)
+    assert frames_of(run) == [fpb, 2 * fpb, 3 * fpb]
+    evaluate(run, capsys, config)
+
+
+# ------------------------------------------------- the matrix
+
+FAMILIES: dict[str, Callable[[str, Path, object], None]] = {
+    **dict.fromkeys(ALGO_TINY, algorithm_run),
+    **{f"ppo_cartpole_{m}.yaml": scheme_run for m in ("parallel", "async", "decentralized")},
+    "impala_cartpole.yaml": first_ready_run,
+    "appo_cartpole.yaml": first_ready_run,
+    "ppo_mujoco.yaml": mujoco_run,
+    "sac_mujoco.yaml": mujoco_run,
+    "ppo_atari.yaml": atari_run,
+    "appo_atari.yaml": atari_run,
+    "dqn_atari.yaml": atari_run,
+}
+SHIPPED = sorted(p.name for p in CONFIGS.glob("*.yaml"))
+
+
+def test_the_matrix_holds_every_shipped_config():
+    assert sorted(FAMILIES) == SHIPPED
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("config", SHIPPED)
+def test_shipped_config_trains_resumes_and_evaluates(config, tmp_path, capsys):
+    FAMILIES[config](config, tmp_path / "run", capsys)

@@ -1,0 +1,61 @@
+"""Decoupled off-policy training (collector.decoupled): ratio, publishing, CLI, resume, checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetrl import ConfigError, load_config
+from fleetrl.setup.verify import DECOUPLED_NEEDS
+
+ROOT = Path(__file__).resolve().parents[3]
+DQN = str(ROOT / "configs" / "dqn_cartpole.yaml")
+TINY = [
+    "collector.decoupled=true",
+    "collector.num_collectors=2",
+    "env.num_envs=2",
+    "collector.frames_per_batch=64",
+    "dqn.learning_starts=64",
+    "dqn.updates_per_batch=4",
+    "dqn.batch_size=16",
+    "dqn.hidden_sizes=[32]",
+    "trainer.target_return=null",
+    "trainer.test_every=0",
+    "logging.progress_bar=false",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+
+
+def test_decoupled_config_errors_name_every_key():
+    with pytest.raises(ConfigError) as err:
+        load_config(
+            DQN,
+            [
+                "collector.decoupled=true",
+                "collector.num_collectors=0",
+                "scheme.num_grad_workers=2",
+                "collector.max_served_lag=2",
+                "collector.decoupled_frames_ahead=0",
+            ],
+        )
+    problems = err.value.problems
+    assert (
+        f"collector.num_collectors=0 is invalid: {DECOUPLED_NEEDS['collector.num_collectors']}"
+        in problems
+    )
+    assert (
+        f"scheme.num_grad_workers=2 is invalid: {DECOUPLED_NEEDS['scheme.num_grad_workers']}"
+        in problems
+    )
+    assert (
+        f"collector.max_served_lag=2 is invalid: {DECOUPLED_NEEDS['collector.max_served_lag']}"
+        in problems
+    )
+    assert "collector.decoupled_frames_ahead=0 is invalid: must be > 0, or null" in problems
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "configs" / "ppo_cartpole.yaml", ["collector.decoupled=true"])
+    assert err.value.problems == [
+        "algorithm='ppo' is invalid: " + DECOUPLED_NEEDS["algorithm"].format(allowed="dqn, sac")
+    ]

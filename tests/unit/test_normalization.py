@@ -1,0 +1,297 @@
+"""Normalization with one statistic per run (fleetrl.normalization): exact merges, the
+statistics every worker acts with, reward scaling, checkpoints and the config rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.cli import main
+from fleetrl.collectors import SyncDataCollector
+from fleetrl.collectors.episodes import discounted_returns
+from fleetrl.envs.spec import env_spec
+from fleetrl.errors import ConfigError
+from fleetrl.keys import DISCOUNTED_RETURN_KEY
+from fleetrl.learners.central import CentralLearner
+from fleetrl.normalization import EPS, ObservationNormalizer, RewardScaler, RunningMoments
+from fleetrl.setup.build import make_algorithm
+from fleetrl.setup.load import config_from_dict
+from runs import PPO_LOCAL as LOCAL
+from runs import assert_identical, metric_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+PENDULUM = str(ROOT / "configs" / "ppo_pendulum.yaml")
+TINY = [
+    "env.num_envs=2",
+    "collector.frames_per_batch=64",
+    "ppo.num_epochs=1",
+    "ppo.num_mini_batch=2",
+    "ppo.hidden_sizes=[16]",
+    "env.normalize_observation=true",
+    "env.normalize_reward=true",
+]
+
+
+# ------------------------------------------------------------------ the moments
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_merged_moments_equal_numpy_over_the_concatenation(seed):
+    rng = np.random.default_rng(seed)
+    data = rng.normal(3.0, 5.0, size=(1000, 4)) * rng.uniform(0.1, 100, size=4)
+    cuts = np.sort(rng.choice(np.arange(1, 1000), size=7, replace=False))
+    parts = np.split(data, cuts)
+    merged = RunningMoments((4,))
+    for part in [parts[i] for i in rng.permutation(len(parts))]:  # any order
+        merged.merge(RunningMoments.of(torch.from_numpy(part)))
+    assert merged.count.item() == 1000
+    np.testing.assert_allclose(merged.mean.numpy(), data.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(merged.var.numpy(), data.var(0), rtol=1e-10)
+
+
+def test_empty_moments_change_nothing_and_read_as_unit_variance():
+    m = RunningMoments((2,))
+    m.merge(RunningMoments.of(torch.zeros(0, 2)))
+    assert m.count.item() == 0 and m.var.tolist() == [1.0, 1.0]
+
+
+def test_normalizer_is_the_identity_until_merged_then_standardizes_and_clips():
+    norm = ObservationNormalizer((2,), clip=3.0)
+    obs = torch.tensor([[1.0, -2.0], [100.0, 5.0]])
+    assert torch.allclose(norm(obs), obs.clamp(-3, 3))
+    data = torch.tensor([[0.0, 10.0], [2.0, 30.0], [4.0, 20.0]], dtype=torch.float64)
+    norm.merge_(RunningMoments.of(data))
+    want = (obs.double() - data.mean(0)) / torch.sqrt(data.var(0, unbiased=False) + EPS)
+    assert torch.allclose(norm(obs), want.clamp(-3, 3).float())
+    assert [k for k, _ in norm.named_buffers()] == ["count", "mean", "m2"]
+
+
+# ------------------------------------------------------------------ discounted returns
+def reference_returns(reward, done, gamma):
+    g, out = np.zeros(reward.shape[0]), np.zeros(reward.shape)
+    for t in range(reward.shape[1]):
+        g = gamma * g + reward[:, t]
+        out[:, t] = g
+        g[done[:, t]] = 0.0
+    return out
+
+
+def test_discounted_returns_restart_after_each_episode_end_and_carry_across_batches():
+    rng = np.random.default_rng(0)
+    reward = rng.normal(size=(3, 40))
+    done = rng.random((3, 40)) < 0.1
+    want = reference_returns(reward, done, 0.9)
+    first, carry = discounted_returns(reward[:, :25], done[:, :25], np.zeros(3), 0.9)
+    second, _ = discounted_returns(reward[:, 25:], done[:, 25:], carry, 0.9)
+    np.testing.assert_allclose(np.concatenate([first, second], 1), want, rtol=1e-12)
+
+
+def test_the_collector_writes_the_discounted_return_and_saves_it_in_its_state():
+    def collector():
+        return SyncDataCollector(
+            "Pendulum-v1", None, frames_per_batch=40, num_envs=2, return_discount=0.9
+        )
+
+    c = collector()
+    c.set_seed(0)
+    first = c.collect(40)
+    state = c.state_dict()
+    second = c.collect(40)
+    c.shutdown()
+    batches = [first, second]
+    reward = torch.cat([b.get(("next", "reward"))[..., 0] for b in batches], 1).double().numpy()
+    done = torch.cat([b.get(("next", "done"))[..., 0] for b in batches], 1).numpy()
+    got = torch.cat([b.get(DISCOUNTED_RETURN_KEY)[..., 0] for b in batches], 1)
+    np.testing.assert_allclose(got.numpy(), reference_returns(reward, done, 0.9), rtol=1e-6)
+    resumed = collector()
+    resumed.load_state_dict(state)
+    again = resumed.collect(40)
+    resumed.shutdown()
+    assert torch.equal(again.get(DISCOUNTED_RETURN_KEY), second.get(DISCOUNTED_RETURN_KEY))
+
+
+def test_the_reward_scaler_divides_by_the_return_std_and_clips():
+    g = torch.tensor([[1.0], [-3.0], [5.0], [9.0]])
+    batch = TensorDict({("next", "reward"): torch.tensor([[2.0], [4.0], [-100.0], [0.0]])}, [4])
+    batch.set(DISCOUNTED_RETURN_KEY, g)
+    scaler = RewardScaler(clip=5.0)
+    scaler.merge_batch(batch)
+    std = float(np.sqrt(g.double().numpy().var() + EPS))
+    assert scaler.std == pytest.approx(std, rel=1e-12)
+    got = scaler.scale(batch).get(("next", "reward")).flatten().tolist()
+    assert got == pytest.approx([2 / std, 4 / std, -5.0, 0.0], rel=1e-6)
+
+
+# ------------------------------------------------------------------ two Ray workers
+def record(learner: CentralLearner) -> tuple[list, dict]:
+    """Wrap the learner's collection: every batch delivered, and the learner's normalizer
+    buffers at each publish (by version)."""
+    collection = learner.collection
+    delivered, published = [], {}
+    next_batch, publish = collection.next_batch, collection.publish
+
+    def recording_next_batch():
+        batch = next_batch()
+        if batch is not None:
+            delivered.append(batch.clone())
+        return batch
+
+    def recording_publish():
+        (norm,) = learner.algorithm.observation_normalizers
+        published[learner.version] = {k: v.clone() for k, v in norm.named_buffers()}
+        return publish()
+
+    collection.next_batch, collection.publish = recording_next_batch, recording_publish
+    (norm,) = learner.algorithm.observation_normalizers
+    published[learner.version] = {k: v.clone() for k, v in norm.named_buffers()}
+    return delivered, published
+
+
+def worker_normalizers(learner: CentralLearner) -> list[tuple[int, dict[str, torch.Tensor]]]:
+    """Each remote worker's (version, normalizer buffers), from its saved state."""
+    out = []
+    for w in learner.collection.collector.state_dict()["workers"]:
+        policy = w["collector"]["policy_state_dict"]
+        buffers = {k.rsplit(".", 1)[1]: v for k, v in policy.items() if k.endswith(("count", "m2"))}
+        buffers["mean"] = next(v for k, v in policy.items() if k.endswith(".mean"))
+        out.append((w["version"], buffers))
+    return out
+
+
+# ------------------------------------------------------------------ CLI, checkpoints
+def test_cli_run_with_normalization_trains_checkpoints_and_resumes_bit_for_bit(tmp_path):
+    args = [*LOCAL, *TINY, "trainer.test_every=2"]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    for run, frames in ((straight, 256), (split, 128)):
+        train = ["train", PENDULUM, *args, f"trainer.total_frames={frames}"]
+        assert main([*train, "--run-dir", str(run)]) == 0
+    assert main(["train", "--resume", str(split), "trainer.total_frames=256"]) == 0
+    a = load_checkpoint(latest_checkpoint(straight))
+    b = load_checkpoint(latest_checkpoint(split))
+    a["config"]["logging"].pop("run_dir", None), b["config"]["logging"].pop("run_dir", None)
+    assert_identical(a, b)
+    assert_identical(metric_rows(straight), metric_rows(split), "metrics")
+    counts = [v for k, v in a["algorithm"]["loss_module"].items() if k.endswith(".count")]
+    assert counts and all(c.item() == 256 for c in counts)
+    assert a["algorithm"]["reward_scaler"]["count"].item() == 256
+    assert a["collector"]["discounted_return"].shape == (2,)
+    assert main(["eval", str(straight), "--episodes", "1"]) == 0
+
+
+def test_resume_restores_the_statistics_exactly():
+    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, TINY)
+    algorithm = make_algorithm(config, 0)
+    (norm,) = algorithm.observation_normalizers
+    norm.merge_(RunningMoments.of(torch.randn(50, 3) * 7))
+    batch = TensorDict({DISCOUNTED_RETURN_KEY: torch.randn(50, 1)}, [50])
+    algorithm.reward_scaler.merge_batch(batch)
+    state = algorithm.state_dict()
+    fresh = make_algorithm(config)
+    fresh.load_state_dict(state)
+    (restored,) = fresh.observation_normalizers
+    for name, value in norm.named_buffers():
+        assert torch.equal(getattr(restored, name), value)
+    assert_identical(fresh.reward_scaler.state_dict(), algorithm.reward_scaler.state_dict())
+
+
+def test_statistics_are_frozen_when_the_policy_acts():
+    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, TINY)
+    algorithm = make_algorithm(config, 0)
+    (norm,) = algorithm.observation_normalizers
+    norm.merge_(RunningMoments.of(torch.randn(50, 3)))
+    before = {k: v.clone() for k, v in norm.named_buffers()}
+    algorithm.policy(TensorDict({"observation": torch.randn(8, 3)}, [8]))
+    assert all(torch.equal(before[k], v) for k, v in norm.named_buffers())
+
+
+# ------------------------------------------------------------------ refused combinations
+def test_unsupported_combinations_are_refused_with_the_key_and_the_fix():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(
+            {"algorithm": "sac", "env": {"id": "Pendulum-v1"}},
+            ["env.normalize_observation=true", "env.clip_reward=0"],
+        )
+    assert str(err.value).splitlines()[1:] == [
+        "  - env.clip_reward=0.0 is invalid: must be > 0, or null: off",
+        "  - env.normalize_observation=True is invalid: is supported for the algorithms "
+        "['a2c', 'appo', 'impala', 'ppo'], not algorithm='sac'; set env.normalize_observation=false",
+    ]
+
+
+def test_networks_passed_in_code_must_hold_a_normalizer():
+    from fleetrl.algorithms.models import make_actor
+
+    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, TINY)
+    actor = make_actor(env_spec("Pendulum-v1"), [8])
+    with pytest.raises(ConfigError, match=r"the \['actor'\] passed in code hold no"):
+        make_algorithm(config, actor=actor)
+
+
+def test_pixel_networks_refuse_observation_normalization():
+    from fakes import PIXEL_ENV_ID
+
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(
+            {"algorithm": "ppo", "env": {"id": PIXEL_ENV_ID, "num_envs": 2}},
+            ["env.normalize_observation=true", "collector.frames_per_batch=64"],
+        )
+    assert "env.normalize_observation=True is invalid with a 'cnn' network" in str(err.value)
+
+
+def test_resume_cannot_switch_normalization(tmp_path):
+    from fleetrl.setup.parse import config_to_dict
+    from fleetrl.setup.resume import check_resume_overrides
+
+    saved = config_to_dict(config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}))
+    with pytest.raises(ConfigError, match=r"env\.normalize_reward=True is invalid on resume"):
+        check_resume_overrides(saved, ["env.normalize_reward=true"], tmp_path)
+
+
+@pytest.mark.parametrize("algo", ["a2c", "appo", "impala", "ppo"])
+def test_every_actor_critic_algorithm_shares_one_normalizer_between_actor_and_critic(algo):
+    from fleetrl.normalization import find_normalizers
+
+    config = config_from_dict(
+        {"algorithm": algo, "env": {"id": "Pendulum-v1"}},
+        ["env.normalize_observation=true", "env.normalize_reward=true"],
+    )
+    algorithm = make_algorithm(config, 0)
+    (norm,) = algorithm.observation_normalizers
+    assert find_normalizers(algorithm.policy) == find_normalizers(algorithm.critic) == [norm]
+    assert norm.shape == (3,) and norm.clip == 10.0
+    assert algorithm.reward_scaler is not None and algorithm.reward_scaler.clip == 10.0
+    # statistics are buffers, never trainable: the flat weights and gradients skip them
+    assert algorithm.codec.numel == sum(
+        p.numel() for p in algorithm.loss_module.parameters() if p.requires_grad
+    )
+
+
+# ------------------------------------------------------------------ gradient workers
+def replica_statistics(uw) -> list[dict[str, torch.Tensor]]:
+    """Each gradient worker's normalizer buffers and reward moments, from its state."""
+    out = []
+    for state in ray_get([w.handle.state_dict.remote() for w in uw.workers]):
+        loss = state["loss_module"]
+        stats = {
+            name: next(v for k, v in loss.items() if k.endswith(f".{name}"))
+            for name in ("count", "mean", "m2")
+        }
+        stats.update({f"reward.{k}": v for k, v in state["reward_scaler"].items()})
+        out.append(stats)
+    return out
+
+
+def master_statistics(algorithm) -> dict[str, torch.Tensor]:
+    stats = algorithm.normalization.statistics()
+    out = {name: stats[f"observation.0.{name}"] for name in ("count", "mean", "m2")}
+    out.update({k: v for k, v in stats.items() if k.startswith("reward.")})
+    return out
+
+
+def ray_get(refs):
+    import ray
+
+    return ray.get(refs)

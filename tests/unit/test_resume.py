@@ -1,0 +1,194 @@
+"""Exact resume: N frames straight and N/2 + ``fleetrl train --resume`` to N end the same.
+
+For the central learner with local collection (``collector.num_collectors=0``)
+the final checkpoints of the two runs are compared bit for bit (weights,
+optimizer state, replay buffer, collector and env state, random state,
+counters) and so are the metrics rows, without the wall-clock ``time/``
+columns. Where resume cannot be exact, it says so in one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.cli import main
+from runs import LOCAL, PPO_LOCAL, assert_identical, metric_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+#: config, total frames N (split at N/2), overrides
+ALGOS = {
+    "ppo": (
+        "ppo_cartpole.yaml",
+        1024,
+        [
+            "env.num_envs=4",
+            "collector.frames_per_batch=256",
+            "ppo.num_epochs=2",
+            "ppo.num_mini_batch=4",
+            "ppo.lr_schedule=constant",
+            "trainer.test_every=2",
+        ],
+    ),
+    "a2c": (
+        "a2c_cartpole.yaml",
+        512,
+        ["env.num_envs=4", "collector.frames_per_batch=128", "trainer.test_every=2"],
+    ),
+    "dqn": (
+        "dqn_cartpole.yaml",
+        512,
+        [
+            "env.num_envs=4",
+            "collector.frames_per_batch=64",
+            "dqn.learning_starts=128",
+            "dqn.updates_per_batch=2",
+            "dqn.batch_size=16",
+            "dqn.hidden_sizes=[16]",
+            "dqn.buffer_size=1000",
+            "dqn.eps_anneal_frames=1000",
+            "trainer.test_every=3",
+        ],
+    ),
+    "sac": (  # the split falls inside the random-action phase (learning_starts)
+        "sac_pendulum.yaml",
+        512,
+        [
+            "env.num_envs=2",
+            "collector.frames_per_batch=64",
+            "sac.learning_starts=384",
+            "sac.updates_per_batch=2",
+            "sac.batch_size=32",
+            "sac.hidden_sizes=[32]",
+            "sac.buffer_size=1000",
+            "trainer.test_every=0",
+        ],
+    ),
+}
+
+
+def filled(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint with its replay buffer's storage cut to the rows written (the rest of a
+    LazyTensorStorage is allocated but never written: its bytes are whatever memory held)."""
+    buffer = checkpoint["algorithm"].get("buffer")
+    if buffer is not None:
+        storage = buffer["_storage"]
+        rows = storage["_len"]
+        assert rows > 0
+        storage["_storage"] = {k: v[:rows] for k, v in storage["_storage"].items()}
+    return checkpoint
+
+
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_resume_is_bit_exact_for_the_central_learner_with_local_collection(tmp_path, algo, caplog):
+    config, total, extra = ALGOS[algo]
+    path = str(ROOT / "configs" / config)
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    args = [*LOCAL, *extra]
+    assert (
+        main(["train", path, *args, f"trainer.total_frames={total}", "--run-dir", str(straight)])
+        == 0
+    )
+    assert (
+        main(["train", path, *args, f"trainer.total_frames={total // 2}", "--run-dir", str(split)])
+        == 0
+    )
+    half = load_checkpoint(latest_checkpoint(split))
+    assert half["frames"] == total // 2
+    assert half["collector"]["env"] is not None  # classic control: the envs were saved
+    with caplog.at_level(logging.WARNING):
+        assert main(["train", "--resume", str(split), f"trainer.total_frames={total}"]) == 0
+    assert not [r for r in caplog.records if "approximate" in r.getMessage()]
+
+    a = filled(load_checkpoint(latest_checkpoint(straight)))
+    b = filled(load_checkpoint(latest_checkpoint(split)))
+    assert a["frames"] == b["frames"] == total
+    a["config"]["logging"].pop("run_dir", None), b["config"]["logging"].pop("run_dir", None)
+    assert_identical(a, b)
+    rows_a, rows_b = metric_rows(straight), metric_rows(split)
+    assert [r["train/frames"] for r in rows_b] == [r["train/frames"] for r in rows_a]
+    assert_identical(rows_a, rows_b, "metrics")
+
+
+# ------------------------------------------------------------------ approximate resume
+COUNTING_ID = "fleetrl_test/Counting-v0"
+
+
+def approximate_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "is approximate" in r.getMessage()]
+
+
+def split_run(
+    tmp_path: Path, caplog, args: list[str], half: int, total: int, *resume_args: str
+) -> Path:
+    """Train ``half`` frames, then resume to ``total``; returns the run directory."""
+    run = tmp_path / "run"
+    path = str(ROOT / "configs" / "ppo_cartpole.yaml")
+    assert main(["train", path, *args, f"trainer.total_frames={half}", "--run-dir", str(run)]) == 0
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        resume = ["train", "--resume", str(run), f"trainer.total_frames={total}", *resume_args]
+        assert main(resume) == 0
+    assert load_checkpoint(latest_checkpoint(run))["frames"] == total
+    return run
+
+
+def test_resume_with_an_env_that_cannot_be_saved_says_it_is_approximate(tmp_path, caplog):
+    import gymnasium as gym
+
+    from fakes import CountingEnv
+    from fleetrl.learners.central import APPROX_ENV_MSG
+
+    if COUNTING_ID not in gym.registry:
+        gym.register(COUNTING_ID, entry_point=CountingEnv)
+    args = [
+        *PPO_LOCAL,
+        f"env.id={COUNTING_ID}",
+        "env.num_envs=2",
+        "collector.frames_per_batch=64",
+        "ppo.num_epochs=1",
+        "ppo.num_mini_batch=1",
+        "trainer.test_every=0",
+    ]
+    run = split_run(tmp_path, caplog, args, 128, 256)
+    assert len(approximate_lines(caplog)) == 1
+    assert APPROX_ENV_MSG.format(env=COUNTING_ID) in approximate_lines(caplog)[0]
+    assert [r["train/frames"] for r in metric_rows(run)] == [64.0, 128.0, 192.0, 256.0]
+
+
+def test_resume_with_other_env_settings_says_it_is_approximate(tmp_path, caplog):
+    from fleetrl.envs.state import STATE_MISMATCH_MSG
+
+    args = [
+        *PPO_LOCAL,
+        "env.num_envs=4",
+        "collector.frames_per_batch=64",
+        "ppo.num_epochs=1",
+        "ppo.num_mini_batch=1",
+        "trainer.test_every=0",
+    ]
+    run = split_run(tmp_path, caplog, args, 128, 256, "env.num_envs=2")
+    lines = approximate_lines(caplog)
+    assert len(lines) == 1
+    assert STATE_MISMATCH_MSG.format(saved="4 envs", built="2 envs") in lines[0]
+    assert [r["train/frames"] for r in metric_rows(run)] == [64.0, 128.0, 192.0, 256.0]
+
+
+def test_evaluation_leaves_the_training_random_state_alone(tmp_path):
+    import numpy as np
+
+    from fleetrl.setup.load import load_config
+    from fleetrl.trainer import Trainer
+
+    cfg = load_config(ROOT / "configs" / "ppo_cartpole.yaml", [*PPO_LOCAL, "trainer.test_every=1"])
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+    result = trainer._evaluate()
+    assert set(result) == {"eval/return_mean", "eval/return_std"}
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state))
