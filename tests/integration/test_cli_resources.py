@@ -14,8 +14,6 @@ from fleetrl.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
-SAC = str(ROOT / "configs" / "sac_pendulum.yaml")
-DQN = str(ROOT / "configs" / "dqn_cartpole.yaml")
 #: a tiny run without Ray: one update of 256 frames
 LOCAL = [
     "collector.num_collectors=0",
@@ -31,84 +29,6 @@ LOCAL = [
     "logging.plot=false",
 ]
 
-# (config file or its text, overrides, what the message must say)
-BAD_INPUTS = {
-    "unknown env id": (
-        PPO,
-        ["env.id=NoSuchEnv-v0"],
-        [
-            "env.id='NoSuchEnv-v0' is invalid: no gymnasium env is registered under that id",
-            "gymnasium.pprint_registry()",
-        ],
-    ),
-    "misspelt env id": (
-        PPO,
-        ["env.id=Cartpole-v1"],
-        ["env.id='Cartpole-v1' is invalid", "did you mean 'CartPole-v1'"],
-    ),
-    "YAML error in an override": (
-        PPO,
-        ["ppo.hidden_sizes=[64,"],
-        [
-            "override 'ppo.hidden_sizes=[64,' is invalid: its value is not YAML",
-            "close brackets and quotes, e.g. ppo.hidden_sizes=[64, 64]",
-        ],
-    ),
-    "YAML error in the file": (
-        "algorithm: ppo\nenv:\n  id: [CartPole-v1\n",
-        [],
-        ["bad.yaml' is invalid:", "is not valid YAML", "at line 4, column 1"],
-    ),
-    "empty config file": (
-        "# nothing but a comment\n",
-        [],
-        ["bad.yaml' is invalid:", "holds no settings", "start from one in configs/"],
-    ),
-    "config file that is not a mapping": (
-        "- ppo\n- CartPole-v1\n",
-        [],
-        ["bad.yaml' is invalid:", "must hold a mapping of config sections", "not a list"],
-    ),
-    "missing config file": (
-        "no/such/config.yaml",
-        [],
-        ["config='no/such/config.yaml' is invalid: no such file"],
-    ),
-    "max_episode_steps=0": (
-        PPO,
-        ["env.max_episode_steps=0"],
-        ["env.max_episode_steps=0 is invalid: must be > 0, or null for the env's own limit"],
-    ),
-    "sac on a discrete env": (
-        SAC,
-        ["env.id=CartPole-v1"],
-        [
-            "algorithm='sac' is invalid with env.id='CartPole-v1': SAC needs continuous actions "
-            "and CartPole-v1 has 2 discrete actions; use algorithm=ppo or a2c, or an env with "
-            "continuous actions (e.g. env.id=Pendulum-v1)"
-        ],
-    ),
-    "dqn on a continuous env": (
-        DQN,
-        ["env.id=Pendulum-v1"],
-        [
-            "algorithm='dqn' is invalid with env.id='Pendulum-v1': DQN needs discrete actions "
-            "and Pendulum-v1 has continuous actions (1-dimensional)"
-        ],
-    ),
-    "numbers out of range": (
-        PPO,
-        ["ppo.lr=.nan", "trainer.seed=-1", "ppo.max_grad_norm=0", "ppo.entropy_coef=-0.1"],
-        [
-            "4 problems:",
-            "ppo.lr=nan is invalid: must be a finite number",
-            "trainer.seed=-1 is invalid: must be >= 0",
-            "ppo.max_grad_norm=0.0 is invalid: must be > 0, or null: off",
-            "ppo.entropy_coef=-0.1 is invalid: must be >= 0",
-        ],
-    ),
-}
-
 
 @pytest.fixture(scope="module")
 def complete_run(tmp_path_factory) -> Path:
@@ -116,41 +36,6 @@ def complete_run(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("complete") / "run"
     assert main(["train", PPO, *LOCAL, "--run-dir", str(run)]) == 0
     return run
-
-
-def _snapshot(run: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(run)): p.read_bytes() for p in run.rglob("*") if p.is_file()}
-
-
-RESUME_CASES = {
-    "complete run": (
-        [],
-        [
-            "trainer.total_frames=256 is invalid: the run in {run} is complete at 256 frames; "
-            "to train further, resume with a larger budget, e.g. trainer.total_frames=512"
-        ],
-    ),
-    "network and env changed": (
-        ["trainer.total_frames=512", "ppo.hidden_sizes=[32]", "env.id=Acrobot-v1"],
-        [
-            "2 problems:",
-            "env.id='Acrobot-v1' is invalid on resume: the run in {run} was started with "
-            "env.id='CartPole-v1'",
-            "ppo.hidden_sizes=[32] is invalid on resume: the run in {run} was started with "
-            "ppo.hidden_sizes=[64, 64] and its checkpoint holds networks of those sizes; drop the "
-            "override, or start a new run",
-        ],
-    ),
-    "algorithm and gradient workers changed": (
-        ["algorithm=a2c", "scheme.num_grad_workers=2"],
-        [
-            "2 problems:",
-            "algorithm='a2c' is invalid on resume: the run in {run} was started with "
-            "algorithm='ppo'",
-            "scheme.num_grad_workers=2 is invalid on resume",
-        ],
-    ),
-}
 
 
 @pytest.mark.usefixtures("ray_session")

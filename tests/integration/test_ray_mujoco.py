@@ -10,55 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
-from tensordict.nn import TensorDictModule
-from torch import nn
 
-from fleetrl import MujocoEnv, RayCollector, SyncDataCollector
+from fleetrl import MujocoEnv, RayCollector
 
 HAVE_ENVPOOL = importlib.util.find_spec("envpool") is not None
 needs_envpool = pytest.mark.skipif(not HAVE_ENVPOOL, reason="envpool is not installed here")
-ENGINES = ["gymnasium", pytest.param("envpool", marks=needs_envpool)]
-NO_NOISE = {"reset_noise_scale": 0.0}
-STEPS = 120  # per env in a boundary test
-
-
-def _policy() -> nn.Module:
-    """A fixed linear policy that makes Hopper fall within a few dozen steps."""
-    torch.manual_seed(3)
-    net = nn.Sequential(nn.Linear(11, 3), nn.Tanh())
-    with torch.no_grad():
-        net[0].weight.mul_(4.0)
-    return net
-
-
-def _reference(net: nn.Module, limit: int) -> tuple[list[np.ndarray], bool, np.ndarray]:
-    """One gymnasium Hopper episode under ``net``: observations, terminated, the reset obs."""
-    env = gym.make("Hopper-v5", max_episode_steps=limit, **NO_NOISE)
-    obs, _ = env.reset(seed=0)
-    first = obs.astype(np.float32)
-    seen = [first]
-    while True:
-        with torch.no_grad():
-            action = net(torch.as_tensor(seen[-1])).numpy()
-        obs, _, terminated, truncated, _ = env.step(action)
-        seen.append(obs.astype(np.float32))
-        if terminated or truncated:
-            env.close()
-            return seen, bool(terminated), first
-
-
-def _collect(spec: MujocoEnv, net: nn.Module):
-    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
-    with SyncDataCollector(
-        spec, policy, frames_per_batch=2 * STEPS, total_frames=2 * STEPS, num_envs=2
-    ) as collector:
-        collector.set_seed(0)
-        (batch,) = list(collector)
-    return batch
 
 
 @needs_envpool

@@ -3,8 +3,6 @@ statistics every worker acts with, reward scaling, checkpoints and the config ru
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -15,8 +13,6 @@ from fleetrl.normalization import EPS
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 
-ROOT = Path(__file__).resolve().parents[2]
-PENDULUM = str(ROOT / "configs" / "ppo_pendulum.yaml")
 TINY = [
     "env.num_envs=2",
     "collector.frames_per_batch=64",
@@ -26,16 +22,6 @@ TINY = [
     "env.normalize_observation=true",
     "env.normalize_reward=true",
 ]
-
-
-# ------------------------------------------------------------------ discounted returns
-def reference_returns(reward, done, gamma):
-    g, out = np.zeros(reward.shape[0]), np.zeros(reward.shape)
-    for t in range(reward.shape[1]):
-        g = gamma * g + reward[:, t]
-        out[:, t] = g
-        g[done[:, t]] = 0.0
-    return out
 
 
 # ------------------------------------------------------------------ two Ray workers

@@ -4,13 +4,10 @@ each env's row alone, on real ALE games in both C++ engines."""
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
 import torch
-from tensordict.nn import TensorDictModule
-from torchrl.data import Unbounded
 
 from fleetrl import ConfigError, RayCollector, SyncDataCollector
 from fleetrl.collectors.overlap import (
@@ -19,7 +16,7 @@ from fleetrl.collectors.overlap import (
 )
 from fleetrl.config import AtariConfig
 from fleetrl.envs.atari import AtariEnv
-from policies import atari_row_policy, frame_hash
+from policies import atari_row_policy
 
 try:
     import envpool  # noqa: F401  (no wheel outside Linux x86_64)
@@ -28,33 +25,8 @@ try:
 except ImportError:
     HAVE_ENVPOOL = False
 
-ENGINES = [
-    "ale_vector",
-    pytest.param("envpool", marks=pytest.mark.skipif(not HAVE_ENVPOOL, reason="no envpool")),
-]
 N = 4  # envs: two halves of 2
 STEPS = 40  # per batch
-
-
-class StepCounter(TensorDictModule):
-    """A recurrent policy in exact arithmetic: its state counts the steps of the episode."""
-
-    def __init__(self):
-        super().__init__(
-            self._forward,
-            in_keys=["observation", "count", "is_init"],
-            out_keys=["action", ("next", "count")],
-        )
-
-    @staticmethod
-    def _forward(obs, count, is_init):
-        count = torch.where(is_init, 0, count)
-        return (frame_hash(obs) + count[:, 0]) % 4, count + 1
-
-    def make_tensordict_primer(self):
-        from torchrl.envs import TensorDictPrimer
-
-        return TensorDictPrimer(count=Unbounded(shape=(1,), dtype=torch.int64))
 
 
 def spec(engine: str, **atari) -> AtariEnv:
@@ -86,39 +58,6 @@ def assert_same(got, want) -> None:
         assert set(a.keys(True, True)) == set(b.keys(True, True))
         for key in b.keys(True, True):
             assert torch.equal(a[key], b[key]), key
-
-
-CASES = {
-    # the engine truncates at 15 agent steps: episodes end inside both batches
-    "engine_time_limit": dict(atari={"max_episode_frames": 4 * 15}),
-    # the collector truncates at 17 steps (max_frames_per_traj), across the batch border too
-    "max_frames_per_traj": dict(max_frames_per_traj=17),
-    # every env reset (unseeded) at each batch start
-    "reset_at_each_iter": dict(atari={"max_episode_frames": 4 * 15}, reset_at_each_iter=True),
-}
-
-
-def _through_checkpoint(obj):
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
-
-
-class StopAfter:
-    """``should_stop`` that answers True from its ``k``-th call on, counting the calls."""
-
-    def __init__(self, k: int):
-        self.k, self.calls = k, 0
-
-    def __call__(self) -> bool:
-        self.calls += 1
-        return self.calls >= self.k
-
-
-def _refused(message: str, **kwargs) -> None:
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        SyncDataCollector(policy=None, frames_per_batch=4, **kwargs)
 
 
 def test_ray_workers_overlap_with_bit_identical_batches(ray_session):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
@@ -28,71 +27,9 @@ LOCAL = [
 ]
 #: the same for ppo_cartpole.yaml, whose learning rate otherwise decays
 PPO_LOCAL = [*LOCAL, "ppo.lr_schedule=constant"]
-#: config, total frames N (split at N/2), overrides
-ALGOS = {
-    "ppo": (
-        "ppo_cartpole.yaml",
-        1024,
-        [
-            "env.num_envs=4",
-            "collector.frames_per_batch=256",
-            "ppo.num_epochs=2",
-            "ppo.num_mini_batch=4",
-            "ppo.lr_schedule=constant",
-            "trainer.test_every=2",
-        ],
-    ),
-    "a2c": (
-        "a2c_cartpole.yaml",
-        512,
-        ["env.num_envs=4", "collector.frames_per_batch=128", "trainer.test_every=2"],
-    ),
-    "dqn": (
-        "dqn_cartpole.yaml",
-        512,
-        [
-            "env.num_envs=4",
-            "collector.frames_per_batch=64",
-            "dqn.learning_starts=128",
-            "dqn.updates_per_batch=2",
-            "dqn.batch_size=16",
-            "dqn.hidden_sizes=[16]",
-            "dqn.buffer_size=1000",
-            "dqn.eps_anneal_frames=1000",
-            "trainer.test_every=3",
-        ],
-    ),
-    "sac": (  # the split falls inside the random-action phase (learning_starts)
-        "sac_pendulum.yaml",
-        512,
-        [
-            "env.num_envs=2",
-            "collector.frames_per_batch=64",
-            "sac.learning_starts=384",
-            "sac.updates_per_batch=2",
-            "sac.batch_size=32",
-            "sac.hidden_sizes=[32]",
-            "sac.buffer_size=1000",
-            "trainer.test_every=0",
-        ],
-    ),
-}
-
-
-def filled(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint with its replay buffer's storage cut to the rows written (the rest of a
-    LazyTensorStorage is allocated but never written: its bytes are whatever memory held)."""
-    buffer = checkpoint["algorithm"].get("buffer")
-    if buffer is not None:
-        storage = buffer["_storage"]
-        rows = storage["_len"]
-        assert rows > 0
-        storage["_storage"] = {k: v[:rows] for k, v in storage["_storage"].items()}
-    return checkpoint
 
 
 # ------------------------------------------------------------------ approximate resume
-COUNTING_ID = "fleetrl_test/Counting-v0"
 
 
 def approximate_lines(caplog) -> list[str]:

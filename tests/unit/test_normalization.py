@@ -17,7 +17,6 @@ from fleetrl.collectors.episodes import discounted_returns
 from fleetrl.envs.spec import env_spec
 from fleetrl.errors import ConfigError
 from fleetrl.keys import DISCOUNTED_RETURN_KEY
-from fleetrl.learners.central import CentralLearner
 from fleetrl.normalization import EPS, ObservationNormalizer, RewardScaler, RunningMoments
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
@@ -123,42 +122,6 @@ def test_the_reward_scaler_divides_by_the_return_std_and_clips():
     assert scaler.std == pytest.approx(std, rel=1e-12)
     got = scaler.scale(batch).get(("next", "reward")).flatten().tolist()
     assert got == pytest.approx([2 / std, 4 / std, -5.0, 0.0], rel=1e-6)
-
-
-# ------------------------------------------------------------------ two Ray workers
-def record(learner: CentralLearner) -> tuple[list, dict]:
-    """Wrap the learner's collection: every batch delivered, and the learner's normalizer
-    buffers at each publish (by version)."""
-    collection = learner.collection
-    delivered, published = [], {}
-    next_batch, publish = collection.next_batch, collection.publish
-
-    def recording_next_batch():
-        batch = next_batch()
-        if batch is not None:
-            delivered.append(batch.clone())
-        return batch
-
-    def recording_publish():
-        (norm,) = learner.algorithm.observation_normalizers
-        published[learner.version] = {k: v.clone() for k, v in norm.named_buffers()}
-        return publish()
-
-    collection.next_batch, collection.publish = recording_next_batch, recording_publish
-    (norm,) = learner.algorithm.observation_normalizers
-    published[learner.version] = {k: v.clone() for k, v in norm.named_buffers()}
-    return delivered, published
-
-
-def worker_normalizers(learner: CentralLearner) -> list[tuple[int, dict[str, torch.Tensor]]]:
-    """Each remote worker's (version, normalizer buffers), from its saved state."""
-    out = []
-    for w in learner.collection.collector.state_dict()["workers"]:
-        policy = w["collector"]["policy_state_dict"]
-        buffers = {k.rsplit(".", 1)[1]: v for k, v in policy.items() if k.endswith(("count", "m2"))}
-        buffers["mean"] = next(v for k, v in policy.items() if k.endswith(".mean"))
-        out.append((w["version"], buffers))
-    return out
 
 
 # ------------------------------------------------------------------ CLI, checkpoints
@@ -267,31 +230,3 @@ def test_every_actor_critic_algorithm_shares_one_normalizer_between_actor_and_cr
     assert algorithm.codec.numel == sum(
         p.numel() for p in algorithm.loss_module.parameters() if p.requires_grad
     )
-
-
-# ------------------------------------------------------------------ gradient workers
-def replica_statistics(uw) -> list[dict[str, torch.Tensor]]:
-    """Each gradient worker's normalizer buffers and reward moments, from its state."""
-    out = []
-    for state in ray_get([w.handle.state_dict.remote() for w in uw.workers]):
-        loss = state["loss_module"]
-        stats = {
-            name: next(v for k, v in loss.items() if k.endswith(f".{name}"))
-            for name in ("count", "mean", "m2")
-        }
-        stats.update({f"reward.{k}": v for k, v in state["reward_scaler"].items()})
-        out.append(stats)
-    return out
-
-
-def master_statistics(algorithm) -> dict[str, torch.Tensor]:
-    stats = algorithm.normalization.statistics()
-    out = {name: stats[f"observation.0.{name}"] for name in ("count", "mean", "m2")}
-    out.update({k: v for k, v in stats.items() if k.startswith("reward.")})
-    return out
-
-
-def ray_get(refs):
-    import ray
-
-    return ray.get(refs)

@@ -8,46 +8,17 @@ a third, then ``fleetrl eval``. PPO steps gymnasium's envs, SAC envpool's.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from fleetrl.setup.load import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-FPB = 64
-TINY = [
-    "env.max_episode_steps=50",
-    "collector.num_cpus_per_collector=0",
-    f"collector.frames_per_batch={FPB}",
-    f"trainer.total_frames={2 * FPB}",
-    "trainer.test_every=1",
-    "trainer.num_test_episodes=1",
-    "trainer.checkpoint_every=1",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
-TINY_ALGO = {
-    # CleanRL's policy, the shipped file's alternative, trains through the CLI too
-    "ppo": ["ppo.num_epochs=1", "ppo.num_mini_batch=2", "ppo.distribution=normal"],
-    "sac": [
-        "env.engine=envpool",
-        "sac.buffer_size=1000",
-        f"sac.learning_starts={2 * FPB}",  # random actions; learning once 128 frames are stored
-        "sac.updates_per_batch=4",
-    ],
-}
 try:
     import envpool  # noqa: F401
 
     HAVE_ENVPOOL = True
 except ImportError:
     HAVE_ENVPOOL = False
-
-
-def _rows(run: Path) -> list[dict[str, str]]:
-    with (run / "metrics.csv").open() as f:
-        return list(csv.DictReader(f))
 
 
 def test_shipped_mujoco_configs_hold_the_published_settings():

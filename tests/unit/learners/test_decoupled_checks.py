@@ -11,21 +11,6 @@ from fleetrl.setup.verify import DECOUPLED_NEEDS
 
 ROOT = Path(__file__).resolve().parents[3]
 DQN = str(ROOT / "configs" / "dqn_cartpole.yaml")
-TINY = [
-    "collector.decoupled=true",
-    "collector.num_collectors=2",
-    "env.num_envs=2",
-    "collector.frames_per_batch=64",
-    "dqn.learning_starts=64",
-    "dqn.updates_per_batch=4",
-    "dqn.batch_size=16",
-    "dqn.hidden_sizes=[32]",
-    "trainer.target_return=null",
-    "trainer.test_every=0",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
 
 
 def test_decoupled_config_errors_name_every_key():

@@ -27,8 +27,6 @@ from tensordict import TensorDict
 from fleetrl.keys import POLICY_VERSION_KEY
 from fleetrl.learners.versions import StaleBatchFilter, too_stale
 
-FPB = 32
-
 
 def test_the_drop_rule_counts_batches_past_the_bound_only():
     stale = StaleBatchFilter(max_learn_lag=3)
