@@ -7,8 +7,9 @@ import PPO`` loads what PPO needs, and only that.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fleetrl._lazy import lazy_exports
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -90,21 +91,9 @@ __all__ = [
     "load_config",
     "make_env",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fleetrl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see

@@ -60,6 +60,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "fleetrl.wire",
             "fleetrl.batch_sizes",
             "fleetrl._perf",
+            "fleetrl._lazy",
             "fleetrl.runtime",
             "fleetrl.backends",
             "fleetrl.workers",

@@ -6,8 +6,9 @@ SyncDataCollector`` does not load Ray.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fleetrl._lazy import lazy_exports
 
 _EXPORTS = {
     "DataCollectorBase": "fleetrl.collectors.base",
@@ -28,19 +29,7 @@ __all__ = [
     "episode_stats",
     "frames_in",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fleetrl.collectors' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:

@@ -18,8 +18,9 @@ Imported when first used (PEP 562).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fleetrl._lazy import lazy_exports
 
 _EXPORTS = {
     "check": "fleetrl.setup.verify",
@@ -46,19 +47,7 @@ __all__ = [
     "read_yaml_mapping",
     "verify",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fleetrl.setup' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
