@@ -6,7 +6,8 @@ Between the entry points (the CLI, the Trainer) and the parts they build:
   :class:`~fleetrl.config.Config` out with the parsing problems (:func:`parse_config`),
   and back (:func:`config_to_dict`);
 - :mod:`~fleetrl.setup.verify`: every problem of a config at once, in config keys
-  (:func:`verify`, :func:`check`), with the env described once (:func:`describe`);
+  (:func:`fleetrl.setup.verify.verify`, :func:`check`), with the env described once
+  (:func:`describe`); ``verify`` is not exported here, where the name is the module's;
 - :mod:`~fleetrl.setup.load`: parse, then verify (:func:`load_config`,
   :func:`config_from_dict`);
 - :mod:`~fleetrl.setup.build`: the algorithm and the collectors of a config
@@ -32,7 +33,6 @@ _EXPORTS = {
     "make_collector": "fleetrl.setup.build",
     "parse_config": "fleetrl.setup.parse",
     "read_yaml_mapping": "fleetrl.setup.parse",
-    "verify": "fleetrl.setup.verify",
 }
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "make_collector",
     "parse_config",
     "read_yaml_mapping",
-    "verify",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
@@ -54,4 +53,4 @@ if TYPE_CHECKING:
     from fleetrl.setup.build import make_algorithm, make_collector
     from fleetrl.setup.load import config_from_dict, load_config
     from fleetrl.setup.parse import config_to_dict, parse_config, read_yaml_mapping
-    from fleetrl.setup.verify import check, describe, verify
+    from fleetrl.setup.verify import check, describe
