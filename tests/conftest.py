@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(__file__))  # the helpers: fakes, policies, runs, schemes
+# the benchmark scripts, whose helpers some tests check
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
 TESTS = Path(__file__).parent
 UNIT, INTEGRATION, E2E = TESTS / "unit", TESTS / "integration", TESTS / "e2e"
 NO_RAY = "tests/unit run without Ray: a test that needs it belongs in tests/integration"

@@ -64,6 +64,11 @@ class CountingEnv(gym.Env):
         )
 
 
+def counting(length: int = 5, sleep: float = 0.0, fail_at_step: int | None = None):
+    """A factory of CountingEnvs (what a collector's ``create_env_fn`` takes)."""
+    return lambda: CountingEnv(length, sleep=sleep, fail_at_step=fail_at_step)
+
+
 def counting_vec(lengths: list[int], truncate: list[bool] | None = None) -> gym.vector.VectorEnv:
     truncate = truncate or [False] * len(lengths)
     fns = [lambda n=n, tr=tr: CountingEnv(n, tr) for n, tr in zip(lengths, truncate)]

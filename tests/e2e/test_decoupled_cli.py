@@ -1,40 +1,25 @@
-"""Decoupled off-policy training (collector.decoupled): ratio, publishing, CLI, resume, checks."""
+"""Decoupled DQN through the CLI on Ray: trains, checkpoints with its buffer, resumes."""
 
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
 
 from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
+from runs import DECOUPLED_DQN, DECOUPLED_TINY
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-ROOT = Path(__file__).resolve().parents[2]
-DQN = str(ROOT / "configs" / "dqn_cartpole.yaml")
-TINY = [
-    "collector.decoupled=true",
-    "collector.num_collectors=2",
-    "env.num_envs=2",
-    "collector.frames_per_batch=64",
-    "dqn.learning_starts=64",
-    "dqn.updates_per_batch=4",
-    "dqn.batch_size=16",
-    "dqn.hidden_sizes=[32]",
-    "trainer.target_return=null",
-    "trainer.test_every=0",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
 
 
 def test_cli_trains_decoupled_dqn_then_resumes_with_its_buffer(tmp_path, capsys):
     run = tmp_path / "run"
-    args = [*TINY, "trainer.checkpoint_every=2", "trainer.weight_update_interval=4"]
-    assert main(["train", DQN, *args, "trainer.total_frames=256", "--run-dir", str(run)]) == 0
+    args = [*DECOUPLED_TINY, "trainer.checkpoint_every=2", "trainer.weight_update_interval=4"]
+    assert (
+        main(["train", DECOUPLED_DQN, *args, "trainer.total_frames=256", "--run-dir", str(run)])
+        == 0
+    )
     with (run / "metrics.csv").open() as f:
         metrics = list(csv.DictReader(f))
     frames = [int(float(r["train/frames"])) for r in metrics]

@@ -21,8 +21,8 @@ import pytest
 import fleetrl
 from fleetrl.checkpoint import checkpoint_paths, load_checkpoint
 from fleetrl.cli import main
+from runs import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FPB = 128
 LOCAL = [
     "collector.num_collectors=0",

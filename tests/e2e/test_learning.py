@@ -1,17 +1,15 @@
-"""Trainer and CLI, end to end on the session's Ray instance."""
+"""PPO learns CartPole past a mean return of 200 through the CLI."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
 from fleetrl.setup.load import load_config
 from fleetrl.trainer import Trainer
+from runs import ROOT
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ppo_learns_cartpole_past_200(tmp_path):

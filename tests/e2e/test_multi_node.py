@@ -1,4 +1,4 @@
-"""RayCollector on a real local Ray instance (one per test session, see conftest)."""
+"""RayCollector on a local two-node Ray cluster: collectors placed on the second node."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every bad input at the CLI: exit code 2, one message naming the key, the value and the fix,
-and no run directory for a run that never started."""
+"""Resources Ray cannot give are refused in config keys before any actor starts, and leave
+no run directory (the other bad inputs at the CLI: tests/unit/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -11,30 +11,16 @@ from fleetrl.cli import main
 from fleetrl.errors import ConfigError
 from fleetrl.setup.load import config_from_dict
 from fleetrl.trainer import Trainer
+from runs import ONE_UPDATE, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
-#: a tiny run without Ray: one update of 256 frames
-LOCAL = [
-    "collector.num_collectors=0",
-    "env.num_envs=4",
-    "collector.frames_per_batch=256",
-    "trainer.total_frames=256",
-    "trainer.target_return=null",
-    "trainer.test_every=0",
-    "ppo.num_epochs=1",
-    "ppo.num_mini_batch=2",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
 
 
 @pytest.fixture(scope="module")
 def complete_run(tmp_path_factory) -> Path:
     """A run that trained its whole budget: 256 frames."""
     run = tmp_path_factory.mktemp("complete") / "run"
-    assert main(["train", PPO, *LOCAL, "--run-dir", str(run)]) == 0
+    assert main(["train", PPO, *ONE_UPDATE, "--run-dir", str(run)]) == 0
     return run
 
 
@@ -48,7 +34,7 @@ def test_collectors_ray_cannot_place_are_named_in_config_keys_and_leave_nothing(
     if existing:
         run.mkdir()
         (run / "notes.txt").write_text("mine")
-    overrides = [o for o in LOCAL if not o.startswith("collector.num_collectors")]
+    overrides = [o for o in ONE_UPDATE if not o.startswith("collector.num_collectors")]
     rc = main(
         [
             "train",
@@ -80,7 +66,7 @@ def test_collectors_ray_cannot_place_are_named_in_config_keys_and_leave_nothing(
 def test_one_collector_larger_than_any_node_is_named_in_config_keys(tmp_path):
     cfg = config_from_dict(
         {"algorithm": "ppo"},
-        [o for o in LOCAL if not o.startswith("collector.num_collectors")]
+        [o for o in ONE_UPDATE if not o.startswith("collector.num_collectors")]
         + ["collector.num_collectors=1", "collector.num_cpus_per_collector=16"],
     )
     with pytest.raises(ConfigError) as info:

@@ -1,38 +1,24 @@
-"""Decoupled off-policy training (collector.decoupled): ratio, publishing, CLI, resume, checks."""
+"""Decoupled off-policy training (collector.decoupled) on Ray: the learner keeps to its
+update ratio and publishes on time. The CLI run: tests/e2e/test_decoupled_cli.py; the config
+checks: tests/unit/learners/test_decoupled_checks.py."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from fleetrl import load_config
 from fleetrl.learners.decoupled import DecoupledLearner, allowed_updates
 from fleetrl.setup.build import make_algorithm
+from runs import DECOUPLED_DQN, DECOUPLED_TINY
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ROOT = Path(__file__).resolve().parents[2]
-DQN = str(ROOT / "configs" / "dqn_cartpole.yaml")
-TINY = [
-    "collector.decoupled=true",
-    "collector.num_collectors=2",
-    "env.num_envs=2",
-    "collector.frames_per_batch=64",
-    "dqn.learning_starts=64",
-    "dqn.updates_per_batch=4",
-    "dqn.batch_size=16",
-    "dqn.hidden_sizes=[32]",
-    "trainer.target_return=null",
-    "trainer.test_every=0",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
-
 
 def test_learner_never_exceeds_the_ratio_and_takes_every_update_it_allows():
-    cfg = load_config(DQN, [*TINY, "trainer.total_frames=448", "trainer.weight_update_interval=3"])
+    cfg = load_config(
+        DECOUPLED_DQN,
+        [*DECOUPLED_TINY, "trainer.total_frames=448", "trainer.weight_update_interval=3"],
+    )
     algorithm = make_algorithm(cfg, 0)
     learner = DecoupledLearner(cfg, algorithm, seed=1)
     steps_at: list[tuple[int, int, int]] = []  # (version before, steps, allowed then)

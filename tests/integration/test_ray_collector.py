@@ -16,6 +16,7 @@ from fakes import (
     CountingEnv,
     ExitOnBuild,
     GatedEnv,
+    counting,
     invert_next_observation,
     kill_worker,
     pixel_vec,
@@ -28,20 +29,11 @@ from fleetrl import (
     WorkerLostError,
     episode_stats,
 )
+from fleetrl.collectors import frames_in
 from fleetrl.workers import GAVE_UP_MSG
 from policies import categorical_actor, constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-
-def counting(length: int = 5, sleep: float = 0.0, fail_at_step: int | None = None):
-    return lambda: CountingEnv(length, sleep=sleep, fail_at_step=fail_at_step)
-
-
-def frames_of(batch) -> int:
-    if ("collector", "mask") in batch.keys(include_nested=True):
-        return int(batch["collector", "mask"].sum())
-    return batch.numel()
 
 
 # ------------------------------------------------------------ both modes
@@ -63,7 +55,7 @@ def test_sync_batches_are_stacked_and_counted_exactly():
     assert [b.batch_size for b in batches] == [torch.Size([2, 4, 50])] * 2 + [
         torch.Size([2, 4, 25])
     ]
-    assert [frames_of(b) for b in batches] == [400, 400, 200]
+    assert [frames_in(b) for b in batches] == [400, 400, 200]
     for b in batches:
         assert b.names == [None, None, "time"]
         assert b["collector", "worker_id"][0].unique().tolist() == [0]
@@ -208,7 +200,7 @@ def test_killed_workers_are_replaced_and_frames_stay_exact(sync):
     ) as c:
         seen, count = 0, 0
         for i, b in enumerate(c):
-            seen += frames_of(b)
+            seen += frames_in(b)
             count += 1
             if i == 1:
                 c.update_policy_weights_()
@@ -238,14 +230,14 @@ def test_replacements_that_keep_dying_raise_and_accounting_stays_exact(sync, tmp
         prefetch=1,
         max_restart_attempts=1,
     ) as c:
-        seen = [frames_of(c.next()) for _ in range(2)]
+        seen = [frames_in(c.next()) for _ in range(2)]
         factory.arm(1)
         kill_worker(c, 0)
         with pytest.raises(
             WorkerLostError, match="collector worker 0 was lost: " + re.escape(gave_up)
         ) as info:
             for _ in range(10):
-                seen.append(frames_of(c.next()))
+                seen.append(frames_in(c.next()))
         assert isinstance(info.value, WorkerError)
         assert info.value.worker_id == 0 and info.value.attempts == 1
         assert "actor died" in info.value.cause.lower()  # the last death's own cause
@@ -254,7 +246,7 @@ def test_replacements_that_keep_dying_raise_and_accounting_stays_exact(sync, tmp
         in_flight = 40 if sync else 2 * 40  # one round of two shares / one task per worker
         assert c.stats()["pending"]["frames"] == min(in_flight, 400 - sum(seen))
         # the caller goes on: a new series of attempts, and exactly the budget
-        seen.extend(frames_of(b) for b in c)
+        seen.extend(frames_in(b) for b in c)
         stats = c.stats()
     assert sum(seen) == 400 and len(seen) == 10
     assert stats["frames"] == 400 == sum(stats["frames_per_worker"].values())
@@ -349,7 +341,7 @@ def test_straggler_is_preempted_and_round_is_masked():
     ) as c:
         batches = list(c)
         stats = c.stats()
-    delivered = sum(frames_of(b) for b in batches)
+    delivered = sum(frames_in(b) for b in batches)
     assert delivered == 800  # rounds continue until the budget is delivered
     first = batches[0]
     mask = first["collector", "mask"]
@@ -482,7 +474,7 @@ def test_torchrl_collector_class():
         sync=True,
     ) as c:
         batches = list(c)
-    assert [frames_of(b) for b in batches] == [100, 100, 100]
+    assert [frames_in(b) for b in batches] == [100, 100, 100]
     assert batches[0].batch_size == (2, 50)
     assert batches[0]["collector", "worker_id"][1].unique().tolist() == [1]
 

@@ -1,36 +1,22 @@
-"""The Atari engines: episode boundaries, preprocessing parity, configs, Ray workers.
-
-Real ALE games in each engine (gymnasium, ale-py's vector env, envpool), a few
-envs and a few hundred agent steps each.
-"""
+"""Ray workers build each C++ engine in their own process: ALE's vector env and envpool for
+Atari, envpool for MuJoCo. The engines themselves: tests/unit/envs/."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fleetrl import RayCollector
+from collecting import engines, needs_envpool
+from fleetrl import MujocoEnv, RayCollector
 from fleetrl.config import AtariConfig
 from fleetrl.envs.atari import (
     AtariEnv,
 )
 
-try:
-    import envpool  # noqa: F401  (no wheel outside Linux x86_64: pyproject's marker)
 
-    HAVE_ENVPOOL = True
-except ImportError:
-    HAVE_ENVPOOL = False
-needs_envpool = pytest.mark.skipif(not HAVE_ENVPOOL, reason="envpool is not installed here")
-
-
-def _engines(*names: str) -> list:
-    return [pytest.param(n, marks=needs_envpool) if n == "envpool" else n for n in names]
-
-
-@pytest.mark.parametrize("engine", _engines("ale_vector", "envpool"))
-def test_ray_workers_build_the_engine(ray_session, engine):
-    spec = AtariEnv("ALE/Pong-v5", engine, AtariConfig(max_episode_frames=4 * 10), num_threads=1)
+def one_ray_batch(spec):
+    """One batch of 48 frames from one Ray collector stepping 2 envs of ``spec``, with random
+    actions: 24 steps per env, so 10-step episodes end twice per env."""
     with RayCollector(
         spec,
         None,
@@ -40,8 +26,25 @@ def test_ray_workers_build_the_engine(ray_session, engine):
         num_workers_per_collector=2,
     ) as collector:
         (batch,) = list(collector)
+    return batch
+
+
+@pytest.mark.parametrize("engine", engines("ale_vector", "envpool"))
+def test_ray_workers_build_the_engine(ray_session, engine):
+    spec = AtariEnv("ALE/Pong-v5", engine, AtariConfig(max_episode_frames=4 * 10), num_threads=1)
+    batch = one_ray_batch(spec)
     assert batch.numel() == 48
     assert batch["observation"].dtype == torch.uint8  # uint8 across Ray too
     assert batch["observation"].shape[-3:] == (4, 84, 84)
     truncated = batch["next", "truncated"][..., 0]
     assert int(truncated.sum()) == 4  # 2 envs x 24 steps: ends at steps 10 and 20
+
+
+@needs_envpool
+def test_ray_workers_build_envpool_mujoco(ray_session):
+    spec = MujocoEnv("HalfCheetah-v5", "envpool", max_episode_steps=10, num_threads=1)
+    batch = one_ray_batch(spec)
+    assert batch.numel() == 48 and batch["observation"].dtype == torch.float32
+    assert batch["action"].shape[-1] == 6
+    assert int(batch["next", "truncated"].sum()) == 4  # 2 envs x 24 steps: ends at 10 and 20
+    assert not batch["next", "terminated"].any()  # HalfCheetah never falls

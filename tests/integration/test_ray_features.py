@@ -1,6 +1,6 @@
-"""torchrl 0.14's collector features in both collectors: policy_factory, trajs_per_batch,
-compile_policy / cudagraph_policy, update_policy_weights_(policy=, worker_ids=),
-set_truncated and set_seed(static_seed=)."""
+"""torchrl 0.14's collector features through Ray workers: policy_factory with an unpicklable
+policy, trajs_per_batch, compile_policy, set_truncated and static seeds (in one process:
+tests/unit/collectors/test_features.py)."""
 
 from __future__ import annotations
 
@@ -13,28 +13,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from collecting import whole_trajectories
 from fakes import counting_vec
 from fleetrl import ConfigError, PolicyError, RayCollector
 from fleetrl.collectors.ray_checks import POLICY_PICKLE_MSG
 from policies import categorical_actor, compiled_flag, locked_policy
 
 CUDAGRAPH_ON_CPU = "cudagraph_policy=True is invalid: CUDA graphs only run on a CUDA device"
-
-
-def whole_trajectories(batch) -> list[list[float]]:
-    """Each row's valid observations, after checking the row is one whole trajectory."""
-    mask = batch["collector", "mask"]
-    rows = []
-    for i in range(batch.shape[0]):
-        n = int(mask[i].sum())
-        assert mask[i, :n].all() and not mask[i, n:].any()  # valid steps first, then padding
-        done = batch["next", "done"][i, :, 0]
-        assert done[:n].tolist() == [False] * (n - 1) + [True]  # ends once, at its last step
-        assert not done[n:].any() and (batch["observation"][i, n:] == 0).all()  # zero padding
-        assert batch["collector", "traj_ids"][i, :n].unique().numel() == 1
-        assert batch["collector", "worker_id"][i, :n].unique().numel() == 1
-        rows.append(batch["observation"][i, :n, 0].tolist())
-    return rows
 
 
 # ------------------------------------------------------------------ policy_factory

@@ -1,5 +1,6 @@
-"""Normalization with one statistic per run (fleetrl.normalization): exact merges, the
-statistics every worker acts with, reward scaling, checkpoints and the config rules."""
+"""One normalization statistic per run, on Ray: two collector workers and the gradient workers
+act with the learner's merged statistics (the statistics themselves:
+tests/unit/test_normalization.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,7 @@ from fleetrl.learners.central import CentralLearner
 from fleetrl.normalization import EPS
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
-
-TINY = [
-    "env.num_envs=2",
-    "collector.frames_per_batch=64",
-    "ppo.num_epochs=1",
-    "ppo.num_mini_batch=2",
-    "ppo.hidden_sizes=[16]",
-    "env.normalize_observation=true",
-    "env.normalize_reward=true",
-]
+from runs import NORMALIZED_TINY
 
 
 # ------------------------------------------------------------------ two Ray workers
@@ -61,7 +53,7 @@ def worker_normalizers(learner: CentralLearner) -> list[tuple[int, dict[str, tor
 
 
 def test_two_ray_workers_act_with_the_learners_statistics_merged_from_every_frame(ray_session):
-    overrides = [*TINY, "collector.num_collectors=2", "trainer.total_frames=256"]
+    overrides = [*NORMALIZED_TINY, "collector.num_collectors=2", "trainer.total_frames=256"]
     config = config_from_dict(
         {"algorithm": "ppo", "env": {"id": "Pendulum-v1"}, "ppo": {"gamma": 0.9}}, overrides
     )

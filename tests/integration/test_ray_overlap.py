@@ -1,63 +1,22 @@
-"""Overlapped collection (env steps of one half while the policy acts on the other): the
-batches are bit-identical to the plain step-then-infer loop's for a policy that acts on
-each env's row alone, on real ALE games in both C++ engines."""
+"""Overlapped collection in Ray workers: bit-identical batches to the plain loop's, and the
+settings refused before any actor starts (in one process: tests/unit/collectors/test_overlap.py)."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-import torch
 
-from fleetrl import ConfigError, RayCollector, SyncDataCollector
+from collecting import OVERLAP_ENVS as N
+from collecting import OVERLAP_STEPS as STEPS
+from collecting import assert_same_batches as assert_same
+from collecting import breakout as spec
+from collecting import collect_breakout as collect
+from fleetrl import ConfigError, RayCollector
 from fleetrl.collectors.overlap import (
     OVERLAP_NUM_ENVS_MSG,
-    HalvedEnv,
 )
-from fleetrl.config import AtariConfig
-from fleetrl.envs.atari import AtariEnv
 from policies import atari_row_policy
-
-try:
-    import envpool  # noqa: F401  (no wheel outside Linux x86_64)
-
-    HAVE_ENVPOOL = True
-except ImportError:
-    HAVE_ENVPOOL = False
-
-N = 4  # envs: two halves of 2
-STEPS = 40  # per batch
-
-
-def spec(engine: str, **atari) -> AtariEnv:
-    return AtariEnv("ALE/Breakout-v5", engine, AtariConfig(**atari), num_threads=1)
-
-
-def collect(engine, overlap, *, batches=2, atari=None, policy=None, **kwargs):
-    with SyncDataCollector(
-        spec(engine, **(atari or {})),
-        policy or atari_row_policy(),
-        frames_per_batch=N * STEPS,
-        total_frames=batches * N * STEPS,
-        num_envs=N,
-        overlap=overlap,
-        **kwargs,
-    ) as c:
-        assert c.overlap is overlap
-        assert isinstance(c.env, HalvedEnv) is overlap
-        c.set_seed(3)
-        out = list(c)
-        state = c.state_dict()
-    return out, state
-
-
-def assert_same(got, want) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.batch_size == b.batch_size
-        assert set(a.keys(True, True)) == set(b.keys(True, True))
-        for key in b.keys(True, True):
-            assert torch.equal(a[key], b[key]), key
 
 
 def test_ray_workers_overlap_with_bit_identical_batches(ray_session):

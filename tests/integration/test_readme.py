@@ -1,14 +1,14 @@
-"""Trainer and CLI, end to end on the session's Ray instance."""
+"""The README's runnable example: the PPO loop by hand over Ray collectors."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
+from runs import ROOT
+
 pytestmark = pytest.mark.usefixtures("ray_session")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_readme_quickstart_runs(ray_session):

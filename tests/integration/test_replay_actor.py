@@ -5,17 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fakes import CountingEnv
+from fakes import counting
 from fleetrl import ConfigError, RayCollector
 from fleetrl.collectors.ray import POLL_MSG
 from fleetrl.collectors.replay import BAD_BUFFER_ALLOWED, TRANSITION_KEYS, RemoteReplayBuffer
 from policies import constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-
-def counting(length: int = 7):
-    return lambda: CountingEnv(length)
 
 
 def test_workers_write_exact_frames_and_iteration_yields_progress():

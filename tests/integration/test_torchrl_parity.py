@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 import pytest
 from tensordict import TensorDict
@@ -40,6 +39,7 @@ from fleetrl import (
     WorkerError,
 )
 from policies import CountingPolicy, ShapeRecorder
+from runs import ROOT
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -48,7 +48,7 @@ PendulumEnv = functools.partial(GymEnv, "Pendulum-v1")
 #: torchrl's test remote_configs. Its ray_init_config (for a Ray it starts; ours runs)
 #: puts the tests folder on the workers' PYTHONPATH: here the actors' runtime_env does,
 #: so that torchrl's Multi* collectors' subprocesses can import the test env.
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
+TESTS_DIR = str(ROOT)
 REMOTE_CONFIGS = {
     "num_cpus": 1,
     "num_gpus": 0.0,

@@ -18,8 +18,8 @@ from fleetrl.errors import ConfigError, EnvError
 from fleetrl.evaluate import evaluate
 from fleetrl.setup.load import load_config
 from fleetrl.video import DIR_MSG, SUFFIX_MSG, TB_VIDEO_TAG, check_video_path, record_video
+from runs import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
 #: a tiny run without Ray: 256 frames per iteration, an evaluation and a video after each
 VIDEO_RUN = [

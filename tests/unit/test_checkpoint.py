@@ -20,8 +20,8 @@ from fleetrl.checkpoint import load_checkpoint, newest_checkpoint, save_checkpoi
 from fleetrl.cli import main
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.trainer import Trainer
+from runs import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 LOCAL = [
     "collector.num_collectors=0",
     "env.num_envs=4",

@@ -11,25 +11,11 @@ from fleetrl.checkpoint import latest_checkpoint
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError
 from fleetrl.trainer import RUN_EXISTS_MSG, Trainer
+from runs import ONE_UPDATE, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
 SAC = str(ROOT / "configs" / "sac_pendulum.yaml")
 DQN = str(ROOT / "configs" / "dqn_cartpole.yaml")
-#: a tiny run without Ray: one update of 256 frames
-LOCAL = [
-    "collector.num_collectors=0",
-    "env.num_envs=4",
-    "collector.frames_per_batch=256",
-    "trainer.total_frames=256",
-    "trainer.target_return=null",
-    "trainer.test_every=0",
-    "ppo.num_epochs=1",
-    "ppo.num_mini_batch=2",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
 
 # (config file or its text, overrides, what the message must say)
 BAD_INPUTS = {
@@ -151,7 +137,7 @@ def test_argument_combinations_that_would_do_something_else_exit_2(argv, expecte
 def complete_run(tmp_path_factory) -> Path:
     """A run that trained its whole budget: 256 frames."""
     run = tmp_path_factory.mktemp("complete") / "run"
-    assert main(["train", PPO, *LOCAL, "--run-dir", str(run)]) == 0
+    assert main(["train", PPO, *ONE_UPDATE, "--run-dir", str(run)]) == 0
     return run
 
 
@@ -240,7 +226,7 @@ def test_a_config_built_by_hand_is_checked_before_the_run_dir_is_made(tmp_path):
 
 def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused(complete_run, capsys):
     before = _snapshot(complete_run)
-    assert main(["train", PPO, *LOCAL, "--run-dir", str(complete_run)]) == 2
+    assert main(["train", PPO, *ONE_UPDATE, "--run-dir", str(complete_run)]) == 2
     assert capsys.readouterr().err == (
         f"fleetrl train: {RUN_EXISTS_MSG.format(run_dir=str(complete_run))}\n"
     )

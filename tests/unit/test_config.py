@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 import yaml
@@ -27,9 +26,10 @@ from fleetrl.config import Config, EnvConfig, LearnerMode, Schedule
 from fleetrl.setup.load import config_from_dict, load_config
 from fleetrl.setup.parse import config_to_dict
 from fleetrl.setup.verify import check
+from runs import ROOT
 
-CONFIGS = sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.yaml"))
-PPO_CARTPOLE = Path(__file__).resolve().parents[2] / "configs" / "ppo_cartpole.yaml"
+CONFIGS = sorted(ROOT.joinpath("configs").glob("*.yaml"))
+PPO_CARTPOLE = ROOT / "configs" / "ppo_cartpole.yaml"
 #: collect in this process: no Ray, and a config valid with any env count
 LOCAL = ["collector.num_collectors=0", "logging.tensorboard=false", "logging.progress_bar=false"]
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from mujoco_learning import compare_with_rllib, report, time_to_score
 
 

@@ -3,8 +3,6 @@ statistics every worker acts with, reward scaling, checkpoints and the config ru
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -20,20 +18,10 @@ from fleetrl.keys import DISCOUNTED_RETURN_KEY
 from fleetrl.normalization import EPS, ObservationNormalizer, RewardScaler, RunningMoments
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
+from runs import NORMALIZED_TINY, ROOT, assert_identical, metric_rows
 from runs import PPO_LOCAL as LOCAL
-from runs import assert_identical, metric_rows
 
-ROOT = Path(__file__).resolve().parents[2]
 PENDULUM = str(ROOT / "configs" / "ppo_pendulum.yaml")
-TINY = [
-    "env.num_envs=2",
-    "collector.frames_per_batch=64",
-    "ppo.num_epochs=1",
-    "ppo.num_mini_batch=2",
-    "ppo.hidden_sizes=[16]",
-    "env.normalize_observation=true",
-    "env.normalize_reward=true",
-]
 
 
 # ------------------------------------------------------------------ the moments
@@ -126,7 +114,7 @@ def test_the_reward_scaler_divides_by_the_return_std_and_clips():
 
 # ------------------------------------------------------------------ CLI, checkpoints
 def test_cli_run_with_normalization_trains_checkpoints_and_resumes_bit_for_bit(tmp_path):
-    args = [*LOCAL, *TINY, "trainer.test_every=2"]
+    args = [*LOCAL, *NORMALIZED_TINY, "trainer.test_every=2"]
     straight, split = tmp_path / "straight", tmp_path / "split"
     for run, frames in ((straight, 256), (split, 128)):
         train = ["train", PENDULUM, *args, f"trainer.total_frames={frames}"]
@@ -145,7 +133,7 @@ def test_cli_run_with_normalization_trains_checkpoints_and_resumes_bit_for_bit(t
 
 
 def test_resume_restores_the_statistics_exactly():
-    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, TINY)
+    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, NORMALIZED_TINY)
     algorithm = make_algorithm(config, 0)
     (norm,) = algorithm.observation_normalizers
     norm.merge_(RunningMoments.of(torch.randn(50, 3) * 7))
@@ -161,7 +149,7 @@ def test_resume_restores_the_statistics_exactly():
 
 
 def test_statistics_are_frozen_when_the_policy_acts():
-    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, TINY)
+    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, NORMALIZED_TINY)
     algorithm = make_algorithm(config, 0)
     (norm,) = algorithm.observation_normalizers
     norm.merge_(RunningMoments.of(torch.randn(50, 3)))
@@ -187,7 +175,7 @@ def test_unsupported_combinations_are_refused_with_the_key_and_the_fix():
 def test_networks_passed_in_code_must_hold_a_normalizer():
     from fleetrl.algorithms.models import make_actor
 
-    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, TINY)
+    config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, NORMALIZED_TINY)
     actor = make_actor(env_spec("Pendulum-v1"), [8])
     with pytest.raises(ConfigError, match=r"the \['actor'\] passed in code hold no"):
         make_algorithm(config, actor=actor)

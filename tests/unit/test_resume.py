@@ -10,7 +10,6 @@ columns. Where resume cannot be exact, it says so in one log line.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +17,16 @@ import torch
 
 from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from runs import LOCAL, PPO_LOCAL, assert_identical, metric_rows
+from runs import (
+    LOCAL,
+    PPO_LOCAL,
+    ROOT,
+    approximate_lines,
+    assert_identical,
+    metric_rows,
+    split_run,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
 #: config, total frames N (split at N/2), overrides
 ALGOS = {
     "ppo": (
@@ -117,25 +123,6 @@ def test_resume_is_bit_exact_for_the_central_learner_with_local_collection(tmp_p
 
 # ------------------------------------------------------------------ approximate resume
 COUNTING_ID = "fleetrl_test/Counting-v0"
-
-
-def approximate_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "is approximate" in r.getMessage()]
-
-
-def split_run(
-    tmp_path: Path, caplog, args: list[str], half: int, total: int, *resume_args: str
-) -> Path:
-    """Train ``half`` frames, then resume to ``total``; returns the run directory."""
-    run = tmp_path / "run"
-    path = str(ROOT / "configs" / "ppo_cartpole.yaml")
-    assert main(["train", path, *args, f"trainer.total_frames={half}", "--run-dir", str(run)]) == 0
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        resume = ["train", "--resume", str(run), f"trainer.total_frames={total}", *resume_args]
-        assert main(resume) == 0
-    assert load_checkpoint(latest_checkpoint(run))["frames"] == total
-    return run
 
 
 def test_resume_with_an_env_that_cannot_be_saved_says_it_is_approximate(tmp_path, caplog):

@@ -8,17 +8,8 @@ a third, then ``fleetrl eval``. PPO steps gymnasium's envs, SAC envpool's.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fleetrl.setup.load import load_config
-
-ROOT = Path(__file__).resolve().parents[2]
-try:
-    import envpool  # noqa: F401
-
-    HAVE_ENVPOOL = True
-except ImportError:
-    HAVE_ENVPOOL = False
+from runs import ROOT
 
 
 def test_shipped_mujoco_configs_hold_the_published_settings():

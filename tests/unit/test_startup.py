@@ -5,29 +5,15 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 from fleetrl import Trainer, load_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-ROOT = Path(__file__).resolve().parents[2]
-QUIET = [
-    "collector.frames_per_batch=256",
-    "trainer.total_frames=512",
-    "trainer.test_every=0",
-    "trainer.checkpoint_every=0",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
+from runs import ROOT, STARTUP_RUN
 
 
 def test_startup_is_set_by_the_first_batch_and_lies_within_the_run(tmp_path):
     config = load_config(
-        ROOT / "configs" / "ppo_cartpole.yaml", [*QUIET, "collector.num_collectors=0"]
+        ROOT / "configs" / "ppo_cartpole.yaml", [*STARTUP_RUN, "collector.num_collectors=0"]
     )
     before = time.perf_counter()
     trainer = Trainer(config, run_dir=tmp_path / "run")

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from time_to_solve import CONTESTANTS, RATIOS, ratios, select
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
 
 import torch
 
@@ -14,9 +13,8 @@ from fleetrl.cli import main
 from fleetrl.learners.update_worker import APPROX_GRAD_WORKERS_MSG
 from fleetrl.setup.load import load_config
 from fleetrl.trainer import Trainer
-from runs import rows
+from runs import ROOT, rows
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "trainer.backend=inprocess",  # workers in this process: tests/unit run without Ray
     "collector.num_collectors=1",

@@ -9,10 +9,12 @@ CPU, so one algorithm (PPO, the target of the compiled benchmark) runs here;
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from fleetrl import ConfigError, SyncDataCollector, load_config
 from fleetrl.algorithms import PPO, SAC, PPOConfig, SACConfig
@@ -46,6 +48,50 @@ def batches():
     with SyncDataCollector("CartPole-v1", policy, frames_per_batch=64, num_envs=2) as c:
         c.set_seed(0)
         return [c.next() for _ in range(4)]
+
+
+def test_compiled_ppo_takes_the_eager_steps_through_parameter_changes_and_a_resume(batches, caplog):
+    info = env_spec("CartPole-v1")
+    torch.manual_seed(0)
+    eager = PPO(PPOConfig(**SETTINGS), info)
+    torch.manual_seed(0)
+    compiled = PPO(PPOConfig(compile=True, **SETTINGS), info)
+    with caplog.at_level(logging.INFO, logger="fleetrl.algorithms.base"):
+        for i, batch in enumerate(batches[:2]):
+            want, got = learn(eager, batch, i), learn(compiled, batch, i)
+            assert got.keys() == want.keys()
+            for key in want:
+                assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-5), key
+    assert max_difference(eager, compiled) < TOLERANCE
+    assert compiled.num_updates == eager.num_updates == 8
+    # the compile time is reported once
+    assert compiled.compile_s is not None and compiled.compile_s > 0
+    assert len([r for r in caplog.records if "compiled its update step" in r.message]) == 1
+
+    # lr and clip epsilon changed at run time act on the compiled step, without recompiling
+    frames = counters["frames"]["ok"]
+    for algorithm in (eager, compiled):
+        algorithm.update_algorithm_parameter("lr", 1e-2)
+        algorithm.update_algorithm_parameter("clip_epsilon", 0.05)
+    want, got = learn(eager, batches[2], 5), learn(compiled, batches[2], 5)
+    assert counters["frames"]["ok"] == frames
+    assert got["loss/clip_fraction"] == pytest.approx(want["loss/clip_fraction"], abs=1e-5)
+    assert want["loss/clip_fraction"] > 0  # the new clip acts (0.05 clips some ratios)
+    assert max_difference(eager, compiled) < TOLERANCE
+
+    # a checkpoint of the compiled algorithm resumes into a new compiled one
+    torch.manual_seed(0)
+    resumed = PPO(PPOConfig(compile=True, **SETTINGS), info)
+    resumed.load_state_dict(compiled.state_dict())
+    assert (resumed.lr, resumed.clip_epsilon) == pytest.approx((1e-2, 0.05))
+    learn(eager, batches[3], 7), learn(resumed, batches[3], 7)
+    assert max_difference(eager, resumed) < TOLERANCE
+
+    # lr 0 after all that: no step at all, compiled or not
+    before = [p.detach().clone() for p in resumed._params]
+    resumed.update_algorithm_parameter("lr", 0.0)
+    learn(resumed, batches[0], 9)
+    assert all(torch.equal(a, b) for a, b in zip(before, resumed._params))
 
 
 def test_a_checkpoint_moves_between_eager_and_compiled_learners(batches):

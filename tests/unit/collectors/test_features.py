@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from collecting import whole_trajectories
 from fakes import counting_vec
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.collectors.arguments import (
@@ -23,22 +24,6 @@ from fleetrl.collectors.arguments import (
 from policies import LockedLinear, categorical_actor, compiled_flag, locked_policy
 
 CUDAGRAPH_ON_CPU = "cudagraph_policy=True is invalid: CUDA graphs only run on a CUDA device"
-
-
-def whole_trajectories(batch) -> list[list[float]]:
-    """Each row's valid observations, after checking the row is one whole trajectory."""
-    mask = batch["collector", "mask"]
-    rows = []
-    for i in range(batch.shape[0]):
-        n = int(mask[i].sum())
-        assert mask[i, :n].all() and not mask[i, n:].any()  # valid steps first, then padding
-        done = batch["next", "done"][i, :, 0]
-        assert done[:n].tolist() == [False] * (n - 1) + [True]  # ends once, at its last step
-        assert not done[n:].any() and (batch["observation"][i, n:] == 0).all()  # zero padding
-        assert batch["collector", "traj_ids"][i, :n].unique().numel() == 1
-        assert batch["collector", "worker_id"][i, :n].unique().numel() == 1
-        rows.append(batch["observation"][i, :n, 0].tolist())
-    return rows
 
 
 # ------------------------------------------------------------------ policy_factory

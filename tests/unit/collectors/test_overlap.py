@@ -12,36 +12,30 @@ import torch
 from tensordict.nn import TensorDictModule
 from torchrl.data import Unbounded
 
+from collecting import HAVE_ENVPOOL
+from collecting import OVERLAP_ENVS as N
+from collecting import OVERLAP_STEPS as STEPS
+from collecting import assert_same_batches as assert_same
+from collecting import breakout as spec
+from collecting import collect_breakout as collect
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.collectors.overlap import (
     OVERLAP_ENV_MSG,
     OVERLAP_NUM_ENVS_MSG,
     OVERLAP_VALUE_MSG,
-    HalvedEnv,
     Overlap,
     available_cores,
     pays_off,
     worker_overlap,
 )
-from fleetrl.config import AtariConfig
-from fleetrl.envs.atari import AtariEnv
 from fleetrl.setup.build import make_collector
 from fleetrl.setup.load import config_from_dict
 from policies import atari_row_policy, frame_hash
-
-try:
-    import envpool  # noqa: F401  (no wheel outside Linux x86_64)
-
-    HAVE_ENVPOOL = True
-except ImportError:
-    HAVE_ENVPOOL = False
 
 ENGINES = [
     "ale_vector",
     pytest.param("envpool", marks=pytest.mark.skipif(not HAVE_ENVPOOL, reason="no envpool")),
 ]
-N = 4  # envs: two halves of 2
-STEPS = 40  # per batch
 
 
 class StepCounter(TensorDictModule):
@@ -63,37 +57,6 @@ class StepCounter(TensorDictModule):
         from torchrl.envs import TensorDictPrimer
 
         return TensorDictPrimer(count=Unbounded(shape=(1,), dtype=torch.int64))
-
-
-def spec(engine: str, **atari) -> AtariEnv:
-    return AtariEnv("ALE/Breakout-v5", engine, AtariConfig(**atari), num_threads=1)
-
-
-def collect(engine, overlap, *, batches=2, atari=None, policy=None, **kwargs):
-    with SyncDataCollector(
-        spec(engine, **(atari or {})),
-        policy or atari_row_policy(),
-        frames_per_batch=N * STEPS,
-        total_frames=batches * N * STEPS,
-        num_envs=N,
-        overlap=overlap,
-        **kwargs,
-    ) as c:
-        assert c.overlap is overlap
-        assert isinstance(c.env, HalvedEnv) is overlap
-        c.set_seed(3)
-        out = list(c)
-        state = c.state_dict()
-    return out, state
-
-
-def assert_same(got, want) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.batch_size == b.batch_size
-        assert set(a.keys(True, True)) == set(b.keys(True, True))
-        for key in b.keys(True, True):
-            assert torch.equal(a[key], b[key]), key
 
 
 CASES = {

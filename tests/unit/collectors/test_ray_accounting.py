@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from fakes import (
     CountingEnv,
     ExitOnBuild,
+    counting,
     kill_worker,
 )
 from fleetrl import (
@@ -22,6 +23,7 @@ from fleetrl import (
     RayCollector,
     SyncDataCollector,
 )
+from fleetrl.collectors import frames_in
 from fleetrl.collectors.arguments import VERSION_MSG
 from fleetrl.collectors.ray_checks import MAX_RESTART_ATTEMPTS_ALLOWED, MAX_SERVED_LAG_ALLOWED
 from fleetrl.errors import bad_value
@@ -29,16 +31,6 @@ from policies import categorical_actor, constant_policy
 
 #: every collector here runs its workers in this process
 RayCollector = functools.partial(RayCollector, backend="inprocess")
-
-
-def counting(length: int = 5, sleep: float = 0.0, fail_at_step: int | None = None):
-    return lambda: CountingEnv(length, sleep=sleep, fail_at_step=fail_at_step)
-
-
-def frames_of(batch) -> int:
-    if ("collector", "mask") in batch.keys(include_nested=True):
-        return int(batch["collector", "mask"].sum())
-    return batch.numel()
 
 
 # ------------------------------------------------------------ both modes
@@ -193,7 +185,7 @@ def test_replacements_dying_at_start_are_retried_and_frames_stay_exact(sync, tmp
     ) as c:
         seen = []
         for i, b in enumerate(c):
-            seen.append(frames_of(b))
+            seen.append(frames_in(b))
             if i == 1:
                 factory.arm(2)  # the first two replacements die while building their env
                 kill_worker(c, 0)
@@ -277,7 +269,7 @@ def test_config_keys_reach_the_collector_and_are_checked():
     c = make_collector(config, None, total_frames=32, seed=0)
     try:
         assert (c.max_served_lag, c.max_restart_attempts) == (2, 5)
-        assert sum(frames_of(b) for b in c) == 32
+        assert sum(frames_in(b) for b in c) == 32
         assert c.stats()["policy_lag"]["bound"] == 2
     finally:
         c.shutdown()

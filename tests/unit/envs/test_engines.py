@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from collecting import engines, needs_envpool
 from fleetrl import ConfigError, EnvError, SyncDataCollector, make_env
 from fleetrl.collectors.overlap import HalvedEnv, available_cores, pays_off
 from fleetrl.config import AtariConfig, EnvEngine
@@ -35,17 +36,6 @@ from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.resume import FROZEN_MSG, check_resume_overrides
 
 ENGINES = [e.value for e in EnvEngine]
-try:
-    import envpool  # noqa: F401  (no wheel outside Linux x86_64: pyproject's marker)
-
-    HAVE_ENVPOOL = True
-except ImportError:
-    HAVE_ENVPOOL = False
-needs_envpool = pytest.mark.skipif(not HAVE_ENVPOOL, reason="envpool is not installed here")
-
-
-def _engines(*names: str) -> list:
-    return [pytest.param(n, marks=needs_envpool) if n == "envpool" else n for n in names]
 
 
 LIMIT = 180  # agent steps before truncation in the boundary test
@@ -69,7 +59,7 @@ def _is_reset_stack(stack: torch.Tensor) -> bool:
     return bool((stack == stack[-1:]).all())
 
 
-@pytest.mark.parametrize("engine", _engines(*ENGINES))
+@pytest.mark.parametrize("engine", engines(*ENGINES))
 def test_episode_boundaries_exact(engine):
     # Breakout under random actions loses its 5 lives in fewer than LIMIT steps in
     # some episodes (terminated) and not in others (truncated at exactly LIMIT).
@@ -141,7 +131,7 @@ def test_engines_preprocess_alike():
     assert (pool_next != gym_next).mean() < 0.01
 
 
-@pytest.mark.parametrize("engine", _engines("ale_vector", "envpool"))
+@pytest.mark.parametrize("engine", engines("ale_vector", "envpool"))
 def test_seeded_engines_repeat(engine):
     spec = AtariEnv("ALE/Pong-v5", engine, num_threads=1)
     runs = []

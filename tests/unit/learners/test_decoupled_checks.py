@@ -1,22 +1,18 @@
-"""Decoupled off-policy training (collector.decoupled): ratio, publishing, CLI, resume, checks."""
+"""The checks of a decoupled config (collector.decoupled): every problem named at once."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from fleetrl import ConfigError, load_config
 from fleetrl.setup.verify import DECOUPLED_NEEDS
-
-ROOT = Path(__file__).resolve().parents[3]
-DQN = str(ROOT / "configs" / "dqn_cartpole.yaml")
+from runs import DECOUPLED_DQN, ROOT
 
 
 def test_decoupled_config_errors_name_every_key():
     with pytest.raises(ConfigError) as err:
         load_config(
-            DQN,
+            DECOUPLED_DQN,
             [
                 "collector.decoupled=true",
                 "collector.num_collectors=0",

@@ -1,23 +1,5 @@
-"""The learner's lag bound on arriving batches (IMPALA/APPO's ``max_learn_lag``).
-
-The deterministic setup: one async Ray collector with ``prefetch=2`` (two tasks
-in flight, each issued with the weights published when it is issued), IMPALA
-taking one optimizer step per batch and publishing after each, and
-``max_learn_lag=1``. Task k+2 is issued when batch k is served, before the
-learner steps on batch k, so it carries the version from before that step. By
-hand (``tN(v)``: task N issued at version v; lag = learner's version - v):
-
-====  =========================  ======  ==================  ========
-iter  served (lag)               learns  issued meanwhile    version
-====  =========================  ======  ==================  ========
-1     t1(0): 0                   t1      t3(0)               1
-2     t2(0): 1                   t2      t4(1)               2
-3     t3(0): 2 dropped, t4(1): 1 t4      t5(2), t6(2)        3
-4     t5(2): 1                   t5      t7(3)               4
-5     t6(2): 2 dropped, t7(3): 1 t7      t8(4)               5
-6     t8(4): 1                   t8      (budget spent)      6
-====  =========================  ======  ==================  ========
-"""
+"""The rule by which a learner drops a batch older than ``max_learn_lag`` (IMPALA/APPO); the
+rule on a real async Ray collector, worked through by hand: tests/integration/test_stale_batches.py."""
 
 from __future__ import annotations
 
