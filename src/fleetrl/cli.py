@@ -83,28 +83,16 @@ def _train(args: argparse.Namespace) -> int:
     try:
         code = _run_training(args, overrides)
     except BaseException:
-        # the run's own error is the one to report: a Ray start that failed too says nothing
-        # more (the run never reached Ray), so it is waited for and dropped
-        _stop_ray(ray_start, quiet=True)
+        # the run's own error is the one to report, at once: the early Ray start is nobody's
+        # now (its own error, if it failed too, says nothing more), and is not waited for
+        if ray_start is not None:
+            ray_start.abandon()
         raise
-    _stop_ray(ray_start)
-    return code
-
-
-def _stop_ray(ray_start: Any, quiet: bool = False) -> None:
-    """Wait for the early Ray start; stop Ray if this process started it."""
-    if ray_start is None:
-        return
-    try:
-        started = ray_start.wait()
-    except Exception:
-        if not quiet:
-            raise
-        return
-    if started:
+    if ray_start is not None and ray_start.wait():  # this process started Ray: it stops it
         import ray
 
         ray.shutdown()
+    return code
 
 
 def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:

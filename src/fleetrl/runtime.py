@@ -90,6 +90,8 @@ class RayStart:
         #: a start already in flight (the CLI's): this one waits for it and starts nothing
         self._leader = _IN_FLIGHT[-1] if _IN_FLIGHT else None
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._abandoned = False  # see abandon()
         self._thread = threading.Thread(target=self._run, args=(init_kwargs,), daemon=True)
         if self._leader is None:
             _IN_FLIGHT.append(self)
@@ -101,13 +103,23 @@ class RayStart:
         worker_log = logging.getLogger("ray._private.worker")
         level = worker_log.level
         worker_log.setLevel(logging.ERROR)
+        # nor does a user need Ray's notice that the local instance it starts uses token
+        # authentication, Ray's default (a cluster started without it is still warned of)
+        auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        auth_log.addFilter(_AUTH_ENABLED_NOTICE)
         try:
             self.started = _init(init_kwargs)
         except BaseException as err:  # raised again by wait(), in the caller's thread
             self._error = err
         finally:
             worker_log.setLevel(level)
-            self._done.set()
+            auth_log.removeFilter(_AUTH_ENABLED_NOTICE)
+            with self._lock:
+                self._done.set()
+                abandoned = self._abandoned
+        if abandoned:
+            self._release()
+            return
         if self.started:
             # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG is
             # per thread on Linux): this one stays, parked, for the life of the process
@@ -120,6 +132,8 @@ class RayStart:
             return False
         if self._thread.ident is not None:
             self._done.wait()
+        if self._abandoned:  # nobody's: its error, if any, is nobody's either
+            return False
         if self in _IN_FLIGHT:
             _IN_FLIGHT.remove(self)
         if self._error is not None:
@@ -127,6 +141,36 @@ class RayStart:
             raise error
         return self.started
 
+    def abandon(self) -> None:
+        """The caller stopped before it needed Ray (a bad config): nothing waits for this
+        start, and a Ray it started is shut down once it is up (by its own thread)."""
+        if self._leader is not None:
+            return
+        with self._lock:
+            self._abandoned = True
+            done = self._done.is_set()
+        if done:
+            self._release()
+
+    def _release(self) -> None:
+        if self.started:
+            import ray
+
+            ray.shutdown()
+        if self in _IN_FLIGHT:
+            _IN_FLIGHT.remove(self)
+
+
+class _NoticeFilter(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+_AUTH_ENABLED_NOTICE = _NoticeFilter("Token authentication is enabled for this Ray cluster")
 
 #: background starts not yet waited for
 _IN_FLIGHT: list[RayStart] = []
