@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import re
 import threading
@@ -143,7 +144,9 @@ class RayStart:
 
     def abandon(self) -> None:
         """The caller stopped before it needed Ray (a bad config): nothing waits for this
-        start, and a Ray it started is shut down once it is up (by its own thread)."""
+        start, and a Ray it started is shut down once it is up, by its own thread. The
+        process does not exit before that (an exit in the middle of Ray's start would leave
+        some of its processes behind): the caller reports its error first, then exits."""
         if self._leader is not None:
             return
         with self._lock:
@@ -151,6 +154,8 @@ class RayStart:
             done = self._done.is_set()
         if done:
             self._release()
+        else:
+            atexit.register(self._thread.join, ABANDONED_START_S)
 
     def _release(self) -> None:
         if self.started:
@@ -172,6 +177,8 @@ class _NoticeFilter(logging.Filter):
 
 _AUTH_ENABLED_NOTICE = _NoticeFilter("Token authentication is enabled for this Ray cluster")
 
+#: how long an exiting process waits for an abandoned Ray start to finish and shut down
+ABANDONED_START_S = 120.0
 #: background starts not yet waited for
 _IN_FLIGHT: list[RayStart] = []
 

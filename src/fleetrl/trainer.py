@@ -125,7 +125,8 @@ class Trainer:
         self.resumption: Resumption | None = None
         if resume:
             self._resume()
-            check_budget(self.frames, config, self.run_dir)
+            budget = self.resumption.state["config"]["trainer"]["total_frames"]
+            check_budget(self.frames, config, self.run_dir, budget)
         elif (self.run_dir / "config.yaml").exists():
             # a new run here would rewrite the old run's metrics and rotate out its checkpoints
             raise ConfigError([RUN_EXISTS_MSG.format(run_dir=str(self.run_dir))])

@@ -10,6 +10,7 @@ import pytest
 from fleetrl.checkpoint import latest_checkpoint
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError
+from fleetrl.setup.resume import STOPPED_MSG
 from fleetrl.trainer import RUN_EXISTS_MSG, Trainer
 from runs import ONE_UPDATE, ROOT
 
@@ -231,3 +232,20 @@ def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused(complete_run, caps
         f"fleetrl train: {RUN_EXISTS_MSG.format(run_dir=str(complete_run))}\n"
     )
     assert _snapshot(complete_run) == before
+
+
+def test_resume_of_a_run_stopped_short_of_its_budget_says_how_to_finish_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    budget = ["trainer.total_frames=512", "trainer.checkpoint_every=1"]
+    assert main(["train", PPO, *ONE_UPDATE, *budget, "--run-dir", str(run)]) == 0
+    # as if the process had been killed after its first checkpoint
+    latest_checkpoint(run).unlink()
+    assert latest_checkpoint(run).name == f"checkpoint_{256:012d}.pt"
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "trainer.total_frames=256"]) == 2
+    assert (
+        STOPPED_MSG.format(total=256, run_dir=run, frames=256, budget=512, suggest=512)
+        in capsys.readouterr().err
+    )
+    assert main(["train", "--resume", str(run)]) == 0  # no override: it finishes its budget
+    assert latest_checkpoint(run).name == f"checkpoint_{512:012d}.pt"

@@ -21,6 +21,7 @@ __all__ = [
     "COMPLETE_MSG",
     "FROZEN_MSG",
     "FROZEN_ON_RESUME",
+    "STOPPED_MSG",
     "check_budget",
     "check_resume_overrides",
 ]
@@ -29,6 +30,11 @@ COMPLETE_MSG = (
     "trainer.total_frames={total} is invalid: the run in {run_dir} is complete at {frames} "
     "frames; to train further, resume with a larger budget, e.g. "
     "trainer.total_frames={suggest}"
+)
+STOPPED_MSG = (
+    "trainer.total_frames={total} is invalid: the run in {run_dir} stopped at {frames} frames, "
+    "before its budget of {budget}; resume without trainer.total_frames to finish that "
+    "budget, or with more than {frames} frames, e.g. trainer.total_frames={suggest}"
 )
 FROZEN_MSG = (
     "{key}={value!r} is invalid on resume: the run in {run_dir} was started with "
@@ -86,14 +92,21 @@ def _get(data: dict[str, Any], key: str) -> Any:
     return data
 
 
-def check_budget(frames: int, cfg: Config, run_dir: str | Path) -> None:
-    """Refuse to resume a run that already trained ``trainer.total_frames`` frames."""
+def check_budget(frames: int, cfg: Config, run_dir: str | Path, budget: int) -> None:
+    """Refuse to resume a run that already trained ``trainer.total_frames`` frames.
+
+    ``budget`` is the run's own ``trainer.total_frames`` (before this resume's overrides):
+    a run stopped short of it (a signal, a crash) is told how to finish it.
+    """
     total = cfg.trainer.total_frames
-    if frames >= total:
-        raise ConfigError(
-            [
-                COMPLETE_MSG.format(
-                    total=total, run_dir=run_dir, frames=frames, suggest=frames + total
-                )
-            ]
-        )
+    if frames < total:
+        return
+    message = COMPLETE_MSG if frames >= budget else STOPPED_MSG
+    suggest = frames + total if frames >= budget else budget
+    raise ConfigError(
+        [
+            message.format(
+                total=total, run_dir=run_dir, frames=frames, budget=budget, suggest=suggest
+            )
+        ]
+    )
