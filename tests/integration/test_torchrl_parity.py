@@ -48,7 +48,7 @@ PendulumEnv = functools.partial(GymEnv, "Pendulum-v1")
 #: torchrl's test remote_configs. Its ray_init_config (for a Ray it starts; ours runs)
 #: puts the tests folder on the workers' PYTHONPATH: here the actors' runtime_env does,
 #: so that torchrl's Multi* collectors' subprocesses can import the test env.
-TESTS_DIR = str(ROOT)
+TESTS_DIR = str(ROOT / "tests")
 REMOTE_CONFIGS = {
     "num_cpus": 1,
     "num_gpus": 0.0,

@@ -14,7 +14,9 @@ from runs import ROOT
 
 @pytest.fixture
 def slow_ray_init(monkeypatch):
-    """ray.init that blocks until the test releases it, then raises (no Ray starts)."""
+    """ray.init that blocks until the test releases it, then raises (no Ray starts); Ray
+    reads as not started, even where the session's Ray is up (``make test-all`` runs the
+    integration tests first, in the same process)."""
     release, entered = threading.Event(), threading.Event()
 
     def init(**kwargs):
@@ -23,6 +25,7 @@ def slow_ray_init(monkeypatch):
         raise RuntimeError("this start failed too")
 
     monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     yield entered, release
     release.set()
 
