@@ -49,7 +49,9 @@ __all__ = [
     "REQUIRED_KEYS",
     "Resumption",
     "RunCheckpoints",
+    "checkpoint_name",
     "checkpoint_paths",
+    "file_size",
     "latest_checkpoint",
     "load_checkpoint",
     "newest_checkpoint",
@@ -86,6 +88,7 @@ NONE_LOADS = (
     "start a new run or restore a checkpoint there"
 )
 DAMAGED_SKIPPED = "skipping damaged checkpoint: %s"
+SAVED = "checkpoint %s written: %s"
 STALE_REMOVED = "removing checkpoints named past the new %s (left from before a resume): %s"
 NOT_VERIFIED = (
     "checkpoint {path} did not load back after saving, so it was deleted and older "
@@ -183,6 +186,11 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def checkpoint_name(frames: int) -> str:
+    """The file name of the checkpoint at ``frames`` frames (sorts by frames)."""
+    return f"checkpoint_{frames:012d}.pt"
+
+
 def save_checkpoint(state: dict[str, Any], folder: str | Path, *, keep: int) -> Path:
     """Write ``state`` as ``folder/checkpoint_<frames>.pt`` atomically, verify it, then rotate.
 
@@ -202,7 +210,7 @@ def save_checkpoint(state: dict[str, Any], folder: str | Path, *, keep: int) -> 
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(TMP_GLOB):  # left by a crash in the middle of a save
         stale.unlink(missing_ok=True)
-    path = folder / f"checkpoint_{int(state['frames']):012d}.pt"
+    path = folder / checkpoint_name(int(state["frames"]))
     tmp = folder / f".{path.name}.tmp"
     with tmp.open("wb") as f:
         torch.save(state, f)
@@ -224,7 +232,26 @@ def save_checkpoint(state: dict[str, Any], folder: str | Path, *, keep: int) -> 
         logger.warning(STALE_REMOVED, path.name, ", ".join(p.name for p in stale_newer))
     for old in [*older[: max(0, len(older) - (max(1, keep) - 1))], *stale_newer]:
         old.unlink(missing_ok=True)
+    logger.info(SAVED, path, file_size(path))
     return path
+
+
+def file_size(path: str | Path) -> str:
+    """A file's size for people: ``'14.6 MB'`` (decimal units, as ``ls -h --si``).
+
+    Examples:
+        >>> import tempfile
+        >>> f = Path(tempfile.mkdtemp()) / "x"
+        >>> _ = f.write_bytes(b"0" * 14_600_000)
+        >>> file_size(f)
+        '14.6 MB'
+    """
+    size, unit = float(Path(path).stat().st_size), "B"
+    for bigger in ("kB", "MB", "GB"):
+        if size < 1000:
+            break
+        size, unit = size / 1000, bigger
+    return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 # ------------------------------------------------------------ a run's checkpoints

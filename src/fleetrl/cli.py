@@ -123,6 +123,10 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
     )
     if trainer.eval_history:
         print(f"last evaluation return {trainer.eval_history[-1][1]:.1f}")
+    if trainer.last_checkpoint is not None:
+        from fleetrl.checkpoint import file_size
+
+        print(f"checkpoint {trainer.last_checkpoint.name}: {file_size(trainer.last_checkpoint)}")
     print(f"logs, checkpoints and learning_curve.png in {trainer.run_dir}")
     return 0
 
@@ -281,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval" and args.episodes is not None and args.episodes < 1:
         ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # fleetrl's own notes too (each checkpoint and its size, a resume, a compile, a video)
+    logging.getLogger("fleetrl").setLevel(logging.INFO)
     try:
         return {"train": _train, "eval": _eval, "bench": _bench}[args.command](args)
     except FleetError as err:

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from fleetrl.checkpoint import Resumption, RunCheckpoints
+from fleetrl.checkpoint import Resumption, RunCheckpoints, checkpoint_name
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
 from fleetrl.evaluate import Evaluator, plot_learning_curve
@@ -132,6 +132,8 @@ class Trainer:
             raise ConfigError([RUN_EXISTS_MSG.format(run_dir=str(self.run_dir))])
         self._made = RunDir(self.run_dir)  # what to remove if the run never starts
         self.checkpoints = RunCheckpoints(self.run_dir, keep=config.trainer.keep_checkpoints)
+        #: the newest checkpoint this trainer wrote (None: none yet)
+        self.last_checkpoint: Path | None = None
         (self.run_dir / "config.yaml").write_text(
             yaml.safe_dump(config_to_dict(config), sort_keys=False)
         )
@@ -182,7 +184,7 @@ class Trainer:
         else:  # not training: a resumed run's collector state is still to be used
             collector = self.resumption.collector_state if self.resumption else None
         self.metrics.sync()
-        return self.checkpoints.save(
+        self.last_checkpoint = self.checkpoints.save(
             algorithm=(self.learner or self.algorithm).state_dict(),
             counters={
                 "frames": self.frames,
@@ -194,6 +196,13 @@ class Trainer:
             collector=collector,
             config=config_to_dict(self.config),
         )
+        return self.last_checkpoint
+
+    def _unsaved(self) -> bool:
+        """Whether the run went on since its newest checkpoint (or has none)."""
+        if self.last_checkpoint is None:
+            return True
+        return self.last_checkpoint.name != checkpoint_name(self.frames)
 
     # ---------------------------------------------------------- schedules
     def _apply_schedules(self, target: Any) -> None:
@@ -322,7 +331,8 @@ class Trainer:
                         "target return %s reached at %d frames", t.target_return, self.frames
                     )
                     break
-            self.checkpoint()  # while the learner runs: decentralized state lives in the workers
+            if self._unsaved():  # while the learner runs: decentralized state lives in the workers
+                self.checkpoint()
             if stop.received is not None:
                 self.interrupted = stop.received
                 logger.warning(STOPPED, stop.received.name, self.frames)

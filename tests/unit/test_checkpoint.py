@@ -20,7 +20,7 @@ from fleetrl.checkpoint import load_checkpoint, newest_checkpoint, save_checkpoi
 from fleetrl.cli import main
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.trainer import Trainer
-from runs import ROOT
+from runs import ROOT, assert_identical
 
 LOCAL = [
     "collector.num_collectors=0",
@@ -292,3 +292,106 @@ def test_resume_discards_a_half_written_last_metrics_row(local_run, tmp_path, ca
     assert f"{run / 'metrics.csv'} line 5 is damaged (cut short); discarding it" in caplog.text
     trainer.train()
     assert [int(r["train/frames"]) for r in trainer.metrics.read_rows()] == [128, 256, 384, 512]
+
+
+# ------------------------------------------------ a replay buffer: only its filled rows
+
+
+def _buffer(capacity: int):
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
+
+
+def _transitions(start: int, n: int):
+    from tensordict import TensorDict
+
+    frames = torch.arange(start, start + n, dtype=torch.uint8).view(n, 1, 1, 1).expand(n, 4, 8, 8)
+    return TensorDict(
+        {"observation": frames.clone(), "next": {"observation": (frames + 1).clone()}}, [n]
+    )
+
+
+@pytest.mark.parametrize("written", [0, 37, 100, 150], ids=["empty", "part", "full", "wrapped"])
+def test_a_buffer_saves_its_filled_rows_and_resumes_bit_for_bit(written):
+    """A buffer of 100 after ``written`` writes: the state holds min(written, 100) rows; the
+    restored buffer then takes the same writes and gives the same samples as the original."""
+    from fleetrl.collectors.replay import buffer_state, load_buffer_state
+
+    original = _buffer(100)
+    if written:
+        original.extend(_transitions(0, written))
+    state = buffer_state(original)
+    rows = state["_storage"]["_storage"]
+    held = min(written, 100)
+    assert all(v.shape[0] == held for v in rows.values()), {k: v.shape for k, v in rows.items()}
+    restored = _buffer(100)
+    load_buffer_state(restored, state)
+    assert len(restored) == len(original) == held
+    assert restored.storage.max_size == 100
+    for buffer in (original, restored):  # the same writes after the checkpoint: 70 wrap around
+        buffer.extend(_transitions(written, 70))
+    assert_identical(buffer_state(restored), buffer_state(original), "buffer")
+    torch.manual_seed(0)
+    a = original.sample(32)
+    torch.manual_seed(0)
+    b = restored.sample(32)
+    assert_identical(b.to_dict(), a.to_dict(), "sample")
+
+
+def test_a_dqn_atari_checkpoint_holds_the_frames_it_has_seen_not_its_capacity(
+    tmp_path, capsys, caplog
+):
+    """configs/dqn_atari.yaml, 2 x 128 frames into a buffer of 10,000: each checkpoint's
+    buffer holds the frames collected so far, and its file is their bytes plus the networks,
+    not the 10,000 preallocated rows (565 MB); the log and the CLI say each file's size."""
+    run = tmp_path / "run"
+    args = [
+        "train",
+        str(ROOT / "configs" / "dqn_atari.yaml"),
+        *LOCAL[:1],
+        "env.num_envs=2",
+        "collector.frames_per_batch=128",
+        "trainer.total_frames=256",
+        "trainer.test_every=0",
+        "trainer.checkpoint_every=1",
+        "dqn.buffer_size=10000",
+        *LOCAL[-3:],
+        "--run-dir",
+        str(run),
+    ]
+    with caplog.at_level(logging.INFO, logger="fleetrl"):
+        assert main(args) == 0
+    paths = ck.checkpoint_paths(run / "checkpoints")
+    assert [p.name for p in paths] == [ck.checkpoint_name(128), ck.checkpoint_name(256)]
+    row = 2 * 4 * 84 * 84  # a transition: its frame stack and the next one, uint8
+    sizes = []
+    for path, frames in zip(paths, (128, 256)):
+        state = load_checkpoint(path)
+        storage = state["algorithm"]["buffer"]["_storage"]
+        assert storage["_len"] == frames
+        obs = storage["_storage"]["observation"]
+        assert (obs.shape, obs.dtype) == ((frames, 4, 84, 84), torch.uint8)
+        rows = sum(v.nbytes for v in storage["_storage"].values())
+        assert frames * row <= rows < frames * (row + 64)  # + reward, action, flags, index
+        others = sum(_tensor_bytes(v) for k, v in state.items() if k != "algorithm")
+        others += sum(_tensor_bytes(v) for k, v in state["algorithm"].items() if k != "buffer")
+        size = path.stat().st_size
+        assert rows + others <= size < rows + others + 1_000_000, (size, rows, others)
+        sizes.append(size)
+    assert sizes[1] - sizes[0] < 128 * (row + 64) + 100_000  # 128 more frames, nothing else
+    saved = [r.getMessage() for r in caplog.records if r.name == "fleetrl.checkpoint"]
+    assert saved == [
+        f"checkpoint {p} written: {ck.file_size(p)}" for p in paths
+    ]  # once each: the last iteration's checkpoint is the run's last
+    assert f"checkpoint {paths[-1].name}: {ck.file_size(paths[-1])}" in capsys.readouterr().out
+
+
+def _tensor_bytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0

@@ -7,8 +7,9 @@ the batch's steps in one sample call and yields them one at a time (uniform
 draws with replacement either way: one call of ``k x batch_size`` is ``k``
 calls of ``batch_size``, without ``k - 1`` calls' overhead). Each optimizer
 step is followed by a target-network update
-(:meth:`ReplayAlgorithm.after_update`). The buffer is part of the checkpoint,
-so a resumed run learns from the same data. In decoupled mode
+(:meth:`ReplayAlgorithm.after_update`). The buffer is part of the checkpoint
+(its filled rows: :func:`~fleetrl.collectors.replay.buffer_state`), so a resumed
+run learns from the same data. In decoupled mode
 (``collector.decoupled``) the buffer lives in a Ray actor that the collectors
 write to (:mod:`fleetrl.learners.decoupled`); the learner counts its frames with
 :meth:`ReplayAlgorithm.take_frames` and checkpoints that buffer in the same
@@ -29,6 +30,7 @@ from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.algorithms.base import Algorithm, flatten_valid
+from fleetrl.collectors.replay import buffer_state, load_buffer_state
 from fleetrl.config import AlgorithmConfig, Config
 from fleetrl.errors import Problems
 from fleetrl.keys import TRANSITION_KEYS
@@ -108,11 +110,11 @@ class ReplayAlgorithm(Algorithm):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["buffer"] = self.buffer.state_dict()
+        state["buffer"] = buffer_state(self.buffer)  # the filled rows only
         state["frames_seen"] = self.frames_seen
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.buffer.load_state_dict(state["buffer"])
+        load_buffer_state(self.buffer, state["buffer"])
         self.frames_seen = int(state["frames_seen"])
