@@ -14,7 +14,9 @@ episode of ``L`` steps gives ``L + 1`` frames and the file holds
 :func:`fleetrl.evaluate.evaluate` seeds its env ``i``: the video shows the
 episodes ``evaluate`` scores (same env id, wrappers and step limit; an Atari
 run made with the ``ale_vector`` or ``envpool`` engine is shown with the
-gymnasium engine and the same preprocessing).
+gymnasium engine and the same preprocessing, a MuJoCo run made with envpool
+with gymnasium's env of the same id, arguments and step limit: the same task
+and physics, its random starts drawn by gymnasium's seeding, not envpool's).
 
 The frame rate is the env's real time: ``metadata["render_fps"]`` (CartPole
 50, MuJoCo ``1 / dt``), and for Atari 60 / ``frame_skip`` (the emulator runs at
@@ -93,6 +95,10 @@ MUJOCO_HINT = (
     "; MuJoCo renders headless with MUJOCO_GL=egl (here MUJOCO_GL={gl!r}): install EGL "
     "(e.g. apt-get install libegl1), or set MUJOCO_GL=osmesa with libosmesa6 installed"
 )
+VIDEO_ENV_MSG = (
+    "env={value!r} is invalid for a video: pass a gymnasium id, an AtariEnv or a MujocoEnv "
+    "(a run's env section always is one of these)"
+)
 FRAME_SIZE_MSG = "env {env_id!r} rendered a frame of shape {got}; the video's frames are {want}"
 
 
@@ -153,20 +159,29 @@ def check_video_path(path: str | Path, key: str = "--video") -> Path:
 def video_env(env_id: Any) -> tuple[gym.Env, float]:
     """One env that renders rgb_array frames, and its real-time frame rate.
 
-    ``env_id``: a gymnasium id or an :class:`fleetrl.envs.AtariEnv` (built in
-    the gymnasium engine with its preprocessing, whatever its engine).
+    ``env_id``: a gymnasium id, an :class:`fleetrl.envs.AtariEnv` (built in the
+    gymnasium engine with its preprocessing, whatever its engine) or a
+    :class:`fleetrl.envs.MujocoEnv` (gymnasium's env of its id, with its arguments and
+    step limit, whatever its engine).
     """
     from fleetrl.envs.atari import AtariEnv, gym_atari, is_atari_id
+    from fleetrl.envs.mujoco import MujocoEnv
 
     if isinstance(env_id, str) and is_atari_id(env_id):
         env_id = AtariEnv(env_id)
     if isinstance(env_id, AtariEnv):
         env = gym_atari(env_id.env_id, env_id.atari, render_mode="rgb_array")
         return env, ATARI_HZ / env_id.atari.frame_skip
+    kwargs: dict[str, Any] = {}
+    if isinstance(env_id, MujocoEnv):
+        kwargs = dict(env_id.env_kwargs)
+        if env_id.max_episode_steps is not None:
+            kwargs["max_episode_steps"] = env_id.max_episode_steps
+        env_id = env_id.env_id
     if not isinstance(env_id, str):
-        raise EnvError(f"env={env_id!r} is invalid for a video: pass a gymnasium id or an AtariEnv")
+        raise EnvError(VIDEO_ENV_MSG.format(value=env_id))
     try:
-        env = gym.make(env_id, render_mode="rgb_array")
+        env = gym.make(env_id, render_mode="rgb_array", **kwargs)
     except gym.error.Error as err:
         raise EnvError(RENDER_MSG.format(env_id=env_id, err=err, hint="")) from None
     fps = env.metadata.get("render_fps") or 30
@@ -204,7 +219,8 @@ def record_video(
 
     Args:
         policy: a TensorDict policy (``None``: random actions).
-        env_id: a gymnasium id or an :class:`fleetrl.envs.AtariEnv`.
+        env_id: a gymnasium id, an :class:`fleetrl.envs.AtariEnv` or a
+            :class:`fleetrl.envs.MujocoEnv`, in any engine (see :func:`video_env`).
         path: the mp4 to write (replaced atomically; checked with :func:`check_video_path`).
         num_episodes: episodes in the video, one after the other on one env.
         seed: episode ``i`` is seeded ``seed + i``.
