@@ -244,16 +244,56 @@ def invert_next_observation(batch):
     return batch
 
 
+class OffsetActionEnv(gym.Env):
+    """Discrete actions that do not start at 0: the observation is the action the env got.
+
+    ``Discrete(3, start=-1)`` by default (``nvec``: ``MultiDiscrete(nvec, start=start)``);
+    an action outside the space fails the step, as a strict env's would. The observation
+    after a step is the action received (float32), so a batch shows what reached the env;
+    the reward is 1 for the space's first action; episodes end after ``length`` steps.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, start=-1, nvec=None, length: int = 5):
+        if nvec is None:
+            self.action_space = gym.spaces.Discrete(3, start=start)
+            shape = (1,)
+        else:
+            self.action_space = gym.spaces.MultiDiscrete(nvec, start=start)
+            shape = (len(nvec),)
+        self.observation_space = gym.spaces.Box(-100, 100, shape=shape, dtype=np.float32)
+        self.length, self.t = length, 0
+        self.first = np.asarray(start)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(self.observation_space.shape, dtype=np.float32), {}
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"{action!r} invalid for {self.action_space}")
+        self.t += 1
+        obs = np.asarray(action, dtype=np.float32).reshape(self.observation_space.shape)
+        reward = float(np.array_equal(np.asarray(action), self.first))
+        return obs, reward, self.t >= self.length, False, {}
+
+
 PIXEL_SHAPE = (4, 84, 84)
 #: the id the CLI and collectors use (registered here, and in every Ray worker of the test
 #: session by ``register_fake_envs``, its worker setup hook: workers do not import tests/)
 PIXEL_ENV_ID = "FleetrlFakePixel-v0"
+#: :class:`OffsetActionEnv` with ``Discrete(3, start=-1)``, for runs of the CLI
+OFFSET_ENV_ID = "FleetrlFakeOffsetActions-v0"
 
 
 def register_fake_envs() -> None:
     """Register the fakes' gymnasium ids in this process (idempotent)."""
     if PIXEL_ENV_ID not in gym.registry:
         gym.register(PIXEL_ENV_ID, entry_point=PixelEnv, max_episode_steps=100)
+    if OFFSET_ENV_ID not in gym.registry:
+        gym.register(OFFSET_ENV_ID, entry_point=OffsetActionEnv)
 
 
 register_fake_envs()

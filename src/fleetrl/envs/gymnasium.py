@@ -10,6 +10,12 @@ dtype of the networks and half the bytes in batches and replay buffers;
 continuous (Box) actions are clipped to the action space there, as CleanRL's
 ``ClipAction`` wrapper does: the policy's unclipped sample is what the batch
 stores, so its log-probability stays exact.
+
+Discrete actions are 0-based indices in every batch, whatever the space's
+``start``: ``Discrete(3, start=-1)`` is stored as 0, 1, 2 (what a Categorical,
+one-hot or Q-value policy writes, and what torchrl's specs say), and the env
+receives ``index + start`` (-1, 0, 1). ``MultiDiscrete`` likewise, per
+component. Random actions are stored the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from fleetrl.envs.state import load_vector_env_state, vector_env_state
 from fleetrl.errors import EnvError
 from fleetrl.keys import NestedKey
 
-__all__ = ["GymVectorEnv", "make_gym_vector_env", "space_spec"]
+__all__ = ["GymVectorEnv", "action_start", "make_gym_vector_env", "space_spec"]
 
 UNKNOWN_ID_MSG = (
     "create_env_fn={value!r} is not a registered gymnasium id ({err}); "
@@ -51,6 +57,24 @@ def space_spec(space: gym.Space, which: str) -> tuple[tuple[int, ...], np.dtype,
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         return tuple(space.shape), np.dtype(space.dtype), None
     raise EnvError(SPACE_MSG.format(which=which, space=space))
+
+
+def action_start(space: gym.Space) -> np.ndarray | None:
+    """The first value of a ``Discrete`` or ``MultiDiscrete`` space (per component), or None
+    where it is 0 (or the space is not discrete).
+
+    Examples:
+        >>> action_start(gym.spaces.Discrete(3, start=-1))
+        array(-1)
+        >>> action_start(gym.spaces.MultiDiscrete([3, 2], start=[1, 0]))
+        array([1, 0])
+        >>> action_start(gym.spaces.Discrete(3)) is None
+        True
+    """
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return None
+    start = np.asarray(space.start, dtype=np.int64)
+    return start if start.any() else None
 
 
 class GymVectorEnv(BatchedEnv):
@@ -78,6 +102,8 @@ class GymVectorEnv(BatchedEnv):
             env.single_action_space, "action"
         )
         space = env.single_action_space
+        #: what a 0-based index is moved by on its way to the env (None: the space starts at 0)
+        self._action_start = action_start(space)
         #: Box action bounds the actions are clipped to (None: discrete, or unbounded)
         self._action_bounds = None
         if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
@@ -112,6 +138,8 @@ class GymVectorEnv(BatchedEnv):
             action = action.numpy()
         if self._action_bounds is not None:  # one small clip per step: [N, action_dim]
             action = np.clip(action, *self._action_bounds)
+        elif self._action_start is not None:  # 0-based indices -> the env's own values
+            action = action + self._action_start
         obs, reward, terminated, truncated, infos = self.env.step(action)
         obs = self._obs(obs)
         next_obs = obs
@@ -130,7 +158,10 @@ class GymVectorEnv(BatchedEnv):
         )
 
     def random_action(self) -> torch.Tensor:
-        return torch.as_tensor(self.env.action_space.sample())
+        sample = self.env.action_space.sample()
+        if self._action_start is not None:  # stored as the policy's would be: 0-based
+            sample = sample - self._action_start
+        return torch.as_tensor(sample)
 
     def seed_actions(self, seed: int) -> None:
         self.env.action_space.seed(seed)
