@@ -92,6 +92,7 @@ from fleetrl.collectors.ray_checks import (
     check_bounds,
     check_resources,
     check_weight_update,
+    probe_envs,
     put_policy,
 )
 from fleetrl.collectors.replay import buffer_actor, check_replay_buffer, progress_record
@@ -317,6 +318,8 @@ class RayCollector(DataCollectorBase):
         self.native = args.native
         env_fns, kwargs_list, remotes = args.env_fns, args.kwargs_list, args.remotes
         devices, exploration = args.devices, args.exploration_type
+        if self.native:  # what a worker would refuse in its envs, refused before it starts
+            probe_envs(env_fns, kwargs_list)
 
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
@@ -661,6 +664,8 @@ class RayCollector(DataCollectorBase):
             collector_kwargs=collector_kwargs,
             remote_configs=remote_configs,
         )
+        if self.native and create_env_fn is not None:  # a new env: refused here, as at the start
+            probe_envs(env_fns, kwargs_list)
         slots = self._pool.add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
         return [s.worker_id for s in slots]
 

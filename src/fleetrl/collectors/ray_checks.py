@@ -42,6 +42,7 @@ __all__ = [
     "check_weight_update",
     "is_torchrl_collector_class",
     "per_collector_args",
+    "probe_envs",
     "put_policy",
     "takes_env_list",
     "worker_failure",
@@ -249,6 +250,55 @@ def per_collector(p: Problems, name: str, value: Any, count: int) -> list[Any]:
             return [None] * count
         return list(value)
     return [value] * count
+
+
+def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]]) -> None:
+    """Refuse here what the workers would refuse when they build their envs.
+
+    Each distinct ``create_env_fn`` of a user's making (a factory, a built gymnasium or
+    torchrl env, an id other than fleetrl's Atari and MuJoCo ones, whose spaces are known)
+    is turned into the batched env once, in this process, as a worker would: an
+    observation space fleetrl cannot batch (e.g. ``Dict``), a NEXT_STEP vector env, a
+    ``num_envs`` the env does not have are raised before any actor starts. A factory
+    that fails here for another reason (a package or device only the workers have) is
+    left to the workers, which report what they meet.
+
+    Raises:
+        EnvError: the message the worker would have raised.
+    """
+    from fleetrl.envs.atari import AtariEnv, is_atari_id
+    from fleetrl.envs.mujoco import MujocoEnv, is_mujoco_id
+
+    seen: set[int] = set()
+    for create_env_fn, kwargs in zip(env_fns, kwargs_list):
+        if id(create_env_fn) in seen or isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
+            continue
+        seen.add(id(create_env_fn))
+        if isinstance(create_env_fn, str) and (
+            is_atari_id(create_env_fn) or is_mujoco_id(create_env_fn)
+        ):
+            continue
+        _probe(create_env_fn, kwargs.get("num_envs"), kwargs.get("create_env_kwargs"))
+
+
+def _probe(create_env_fn: Any, num_envs: Any, create_env_kwargs: Any) -> None:
+    import gymnasium as gym
+
+    from fleetrl.envs.make import make_env
+    from fleetrl.envs.torchrl_env import is_torchrl_env
+
+    built = isinstance(create_env_fn, (gym.Env, gym.vector.VectorEnv)) or is_torchrl_env(
+        create_env_fn
+    )
+    try:  # one env of a factory is enough to read its spaces; a built env is only wrapped
+        env = make_env(create_env_fn, num_envs if built else None, create_env_kwargs)
+    except EnvError:
+        raise
+    except Exception as err:
+        logger.debug("create_env_fn=%r not probed here: %s", create_env_fn, err)
+        return
+    if not built:  # the user's own env stays open for its workers
+        env.close()
 
 
 def check_resources(remotes: list[dict[str, Any]]) -> None:

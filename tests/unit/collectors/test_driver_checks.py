@@ -1,0 +1,53 @@
+"""What a RayCollector's workers would refuse in their envs is refused in the driver, before
+Ray or any actor starts (this tier never starts Ray: its conftest refuses ``ray.init``)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray
+
+from fakes import CountingEnv
+from fleetrl import RayCollector
+from fleetrl.errors import EnvError
+from policies import constant_policy
+
+
+class DictObsEnv(CountingEnv):
+    def __init__(self):
+        super().__init__(5)
+        self.observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32)})
+
+
+def next_step_vector_env():
+    return gym.vector.SyncVectorEnv(
+        [lambda: CountingEnv(5)] * 2, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP
+    )
+
+
+@pytest.mark.parametrize(
+    ("create_env_fn", "message"),
+    [
+        (DictObsEnv, r"create_env_fn: observation space Dict\(.*\) is not supported"),
+        (DictObsEnv(), r"create_env_fn: observation space Dict\(.*\) is not supported"),
+        (next_step_vector_env, r"uses autoreset_mode=NEXT_STEP"),
+        (lambda: gym.make("NoSuchEnv-v0"), r"raised gymnasium's .*NoSuchEnv"),
+    ],
+    ids=["dict-factory", "dict-env", "next-step-factory", "unknown-id-factory"],
+)
+def test_an_env_the_workers_would_refuse_is_refused_before_ray_starts(create_env_fn, message):
+    with pytest.raises(EnvError, match=message):
+        RayCollector(create_env_fn, constant_policy(0), frames_per_batch=20, total_frames=40)
+    assert not ray.is_initialized()
+
+
+def test_each_collector_env_is_probed_even_behind_a_good_one():
+    with pytest.raises(EnvError, match="observation space Dict"):
+        RayCollector(
+            [lambda: CountingEnv(5), DictObsEnv],
+            constant_policy(0),
+            frames_per_batch=20,
+            total_frames=40,
+        )
+    assert not ray.is_initialized()
