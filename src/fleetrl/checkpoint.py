@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from fleetrl.errors import CheckpointError
+from fleetrl.runtime import human_bytes
 
 __all__ = [
     "CHECKPOINT_GLOB",
@@ -246,12 +247,7 @@ def file_size(path: str | Path) -> str:
         >>> file_size(f)
         '14.6 MB'
     """
-    size, unit = float(Path(path).stat().st_size), "B"
-    for bigger in ("kB", "MB", "GB"):
-        if size < 1000:
-            break
-        size, unit = size / 1000, bigger
-    return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
+    return human_bytes(Path(path).stat().st_size)
 
 
 # ------------------------------------------------------------ a run's checkpoints

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ from typing import Any
 __all__ = [
     "RayStart",
     "Shortfall",
+    "human_bytes",
     "node_id",
+    "physical_memory",
     "pin_threads",
     "ray_running",
     "remote_traceback",
@@ -32,6 +35,30 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def human_bytes(n: float) -> str:
+    """A size for people, in decimal units (as ``ls -h --si``).
+
+    Examples:
+        >>> human_bytes(512), human_bytes(14_600_000), human_bytes(56_448_000_000)
+        ('512 B', '14.6 MB', '56.4 GB')
+    """
+    unit = "B"
+    for bigger in ("kB", "MB", "GB", "TB"):
+        if n < 1000:
+            break
+        n, unit = n / 1000, bigger
+    return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -361,3 +361,53 @@ def test_batch_size_rule_says_the_same_in_config_and_ray_collector():
     assert remote.value.problems == [
         "frames_per_batch=10 is invalid: must be a multiple of the number of envs (4); use 8 or 12"
     ]
+
+
+REPLAY_MEMORY = (
+    "dqn.buffer_size=1,000,000 is invalid on this machine: {buffers} of 1,000,000 transitions "
+    "x 56.5 kB (the observation and the next one, 4x84x84 uint8, and the action, reward and "
+    "flags) {verb} {need} of memory, and this machine has 8.0 GB; lower dqn.buffer_size (e.g. "
+    "{fit}: half the memory), or train on a machine with more"
+)
+
+
+@pytest.mark.parametrize(
+    ("workers", "expected"),
+    [
+        (1, REPLAY_MEMORY.format(buffers="one buffer", verb="needs", need="56.5 GB", fit="70,811")),
+        (
+            2,
+            REPLAY_MEMORY.format(
+                buffers="2 buffers (one per gradient worker)",
+                verb="need",
+                need="113.0 GB",
+                fit="35,405",
+            ),
+        ),
+    ],
+)
+def test_a_replay_buffer_bigger_than_the_machine_is_refused_before_the_run(
+    monkeypatch, workers, expected
+):
+    """torchrl allocates the whole storage at the first write: a buffer that cannot fit would
+    fail deep inside torch after the actors started (dqn_atari.yaml's 1M on 8 GB)."""
+    from fakes import PIXEL_ENV_ID
+    from fleetrl.setup import verify
+
+    monkeypatch.setattr(verify, "physical_memory", lambda: 8_000_000_000)
+    overrides = [*LOCAL, f"env.id={PIXEL_ENV_ID}", f"scheme.num_grad_workers={workers}"]
+    with pytest.raises(ConfigError) as info:
+        check(
+            load_config(
+                ROOT / "configs" / "dqn_atari.yaml", [*overrides, "dqn.buffer_size=1000000"]
+            )
+        )
+    assert info.value.problems == [expected]
+    # what fits is not refused: the suggestion itself, and one buffer of the shipped 100,000
+    fit = expected.split("(e.g. ")[1].split(":")[0].replace(",", "")
+    for size in (fit, "100000") if workers == 1 else (fit,):
+        check(
+            load_config(
+                ROOT / "configs" / "dqn_atari.yaml", [*overrides, f"dqn.buffer_size={size}"]
+            )
+        )

@@ -43,7 +43,7 @@ from fleetrl.envs.engine import engine_problems
 from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import EnvSpec, env_spec
 from fleetrl.errors import ConfigError, Problem, Problems
-from fleetrl.runtime import resource_shortfalls
+from fleetrl.runtime import human_bytes, physical_memory, resource_shortfalls
 from fleetrl.setup.parse import allowed_values, to_plain
 
 __all__ = [
@@ -77,6 +77,12 @@ ACTION_KINDS = {
     "sac": ("continuous", "ppo or a2c", "Pendulum-v1"),
     "dqn": ("discrete", "ppo or a2c", "CartPole-v1"),
 }
+REPLAY_MEMORY_MSG = (
+    "{algorithm}.buffer_size={size:,} is invalid on this machine: {buffers} of {size:,} "
+    "transitions x {per} (the observation and the next one, {obs_shape} {dtype}, and the "
+    "action, reward and flags) {verb} {need} of memory, and this machine has {have}; lower "
+    "{algorithm}.buffer_size (e.g. {fit:,}: half the memory), or train on a machine with more"
+)
 RESOURCES_MSG = (
     "collector.num_collectors={count} is invalid here: {count} collectors x "
     "collector.num_cpus_per_collector={cpus:g} ask Ray for {asked:g} CPUs{have}; lower "
@@ -518,6 +524,7 @@ def _spaces(config: Config, spec: EnvSpec, check: Problems) -> None:
             if kind is not ModelKind.MLP:
                 text = NORMALIZE_CONV_MSG.format(model=kind.value, shape=spec.obs_shape)
                 check.say("env.normalize_observation", text)
+    _replay_memory(config, spec, check)
     if config.algorithm not in ACTION_KINDS:
         return
     needs, instead, example = ACTION_KINDS[config.algorithm]
@@ -538,6 +545,41 @@ def _spaces(config: Config, spec: EnvSpec, check: Problems) -> None:
         example=example,
     )
     check.say("algorithm", text)
+
+
+def _replay_memory(config: Config, spec: EnvSpec, check: Problems) -> None:
+    """A replay buffer that cannot fit in this machine's memory (torchrl allocates the whole
+    storage at the first write: the run would fail there, after its actors started).
+
+    A cluster (``collector.address``) is not judged from here: its actors' nodes may differ.
+    """
+    size = getattr(config.algo, "buffer_size", None)
+    if not isinstance(size, int) or size <= 0 or config.collector.address is not None:
+        return
+    have = physical_memory()
+    if have is None:
+        return
+    obs = math.prod(spec.obs_shape or (spec.obs_dim,)) * (1 if spec.pixels else 4)
+    per = 2 * obs + 8 * spec.action_dim + 32  # obs and next obs, action, reward, 3 flags, index
+    # a buffer per gradient worker in the distributed scheme; one (the learner's or the
+    # decoupled actor's) otherwise
+    buffers = config.scheme.num_grad_workers if not config.collector.decoupled else 1
+    need = buffers * size * per
+    if need <= have:
+        return
+    text = REPLAY_MEMORY_MSG.format(
+        algorithm=config.algorithm,
+        size=size,
+        buffers="one buffer" if buffers == 1 else f"{buffers} buffers (one per gradient worker)",
+        per=human_bytes(per),
+        obs_shape="x".join(str(d) for d in spec.obs_shape) or "1",
+        dtype="uint8" if spec.pixels else "float32",
+        verb="needs" if buffers == 1 else "need",
+        need=human_bytes(need),
+        have=human_bytes(have),
+        fit=max(1, have // 2 // (buffers * per)),
+    )
+    check.say(f"{config.algorithm}.buffer_size", text)
 
 
 def resource_problems(config: Config) -> list[Problem]:

@@ -172,6 +172,44 @@ def test_appo_learns_with_its_clipped_ratio_over_the_behaviour_policy():
     assert {"loss/objective", "loss/critic", "loss/entropy", "loss/clip_fraction"} <= set(info)
 
 
+class ValueAndFeatures(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.torso, self.head = torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)
+
+    def forward(self, obs):
+        features = torch.tanh(self.torso(obs))
+        return self.head(features), features
+
+
+@pytest.mark.parametrize("networks", ["default", "custom"])
+def test_appo_clips_its_value_loss_around_the_values_vtrace_stored(networks):
+    """``appo.clip_value`` needs the behaviour-time values in the batch: the V-trace targets
+    store the critic's values before the update, with fleetrl's networks (its own loss) and
+    with networks passed in code (torchrl's ``ClipPPOLoss``, which raised a KeyError once)."""
+    from tensordict.nn import TensorDictModule
+
+    from policies import categorical_actor
+
+    torch.manual_seed(3)
+    modules = {}
+    if networks == "custom":  # a critic that also writes its features: no tensor heads here
+        critic = TensorDictModule(
+            ValueAndFeatures(), in_keys=["observation"], out_keys=["state_value", "features"]
+        )
+        modules = {"actor": categorical_actor(4, 2), "critic": critic}
+    cfg = APPOConfig(clip_value=0.1, num_epochs=1, num_mini_batch=1, hidden_sizes=[8])
+    appo = APPO(cfg, env_spec("CartPole-v1"), **modules)
+    assert (appo.heads is None) == (networks == "custom")
+    batch = fixed_batch(appo)
+    with torch.no_grad():
+        values = appo.critic(batch.select("observation").clone())["state_value"]
+    prepared = appo.prepare(batch.clone())
+    assert torch.equal(prepared["state_value"], values.reshape(prepared["state_value"].shape))
+    info = appo.learn(batch)
+    assert appo.num_updates == 1 and np.isfinite(float(info["loss/critic"]))
+
+
 def config(algorithm, **section):
     return config_from_dict(
         {
