@@ -362,3 +362,84 @@ def test_the_matrix_holds_every_shipped_config():
 @pytest.mark.parametrize("config", SHIPPED)
 def test_shipped_config_trains_resumes_and_evaluates(config, tmp_path, capsys):
     FAMILIES[config](config, tmp_path / "run", capsys)
+
+
+# ------------------------------------------------- what each config's header suggests
+
+#: ``fleetrl train configs/NAME.yaml key=value ...`` in a config's header comment
+COMMAND = re.compile(r"fleetrl train configs/(\S+\.yaml)((?: +[\w.]+=\S+)*)")
+#: a tiny budget on top of any suggestion, in this process: the file's own collectors are the
+#: matrix's (above); what a suggestion changes is the env, its engine or the algorithm section
+SUGGESTION_TINY = [
+    *QUIET,
+    "collector.num_collectors=0",
+    "env.num_envs=2",
+    "env.max_episode_steps=50",
+    "collector.frames_per_batch=64",
+    "trainer.total_frames=128",
+    "trainer.test_every=2",
+    "trainer.num_test_episodes=1",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+SUGGESTION_ALGO = {
+    "ppo": ["ppo.num_epochs=1", "ppo.num_mini_batch=2"],
+    "appo": ["appo.num_epochs=1", "appo.num_mini_batch=2"],
+    "dqn": ["dqn.buffer_size=1000", "dqn.learning_starts=64", "dqn.updates_per_batch=2"],
+    "sac": ["sac.buffer_size=1000", "sac.learning_starts=64", "sac.updates_per_batch=2"],
+}
+
+
+def suggestions() -> list:
+    """Every command with overrides in the header comments of ``configs/*.yaml``."""
+    found = []
+    for name in SHIPPED:
+        for line in (CONFIGS / name).read_text().splitlines():
+            if not line.startswith("#"):
+                break  # the header ends at the first setting
+            for config, overrides in COMMAND.findall(line):
+                assert config == name, f"{name}'s header suggests a command of {config}"
+                if overrides.split():
+                    found.append(
+                        pytest.param(name, overrides.split(), id=f"{name} {overrides.strip()}")
+                    )
+    return found
+
+
+SUGGESTIONS = suggestions()
+
+
+def test_the_headers_suggest_other_envs_and_engines():
+    ids = {p.id for p in SUGGESTIONS}
+    assert {
+        "appo_atari.yaml env.id=ALE/Breakout-v5",
+        "ppo_mujoco.yaml env.engine=envpool",
+        "sac_mujoco.yaml env.engine=envpool",
+        "dqn_atari.yaml dqn.buffer_size=1000000",
+    } <= ids
+    assert len(ids) == len(SUGGESTIONS) == 19
+
+
+@pytest.mark.parametrize(("config", "overrides"), SUGGESTIONS)
+def test_every_command_a_config_header_suggests_trains(config, overrides, tmp_path, capsys):
+    """The suggestion's overrides come last, so they win over the tiny budget's; one this
+    machine cannot take is refused before the run, by name, with what it needs."""
+    algo = config.split("_")[0]
+    if any("envpool" in o for o in overrides):
+        pytest.importorskip("envpool")
+    run = tmp_path / "run"
+    args = [*SUGGESTION_TINY, *SUGGESTION_ALGO.get(algo, []), *overrides]
+    code = main(["train", str(CONFIGS / config), *args, "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    if "is invalid on this machine" in err:  # dqn_atari's 1M buffer on a machine under ~64 GB
+        assert code == 2 and f"{overrides[0]} is invalid on this machine" in err.replace(",", "")
+        assert not run.exists()
+        return
+    assert code == 0, err[-3000:]
+    assert frames_of(run) == [64, 128]
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    for override in overrides:
+        key, value = override.split("=", 1)
+        section, name = key.split(".")
+        assert str(saved[section][name]) == value, (key, saved[section][name])
+    assert rows(run)[-1]["eval/return_mean"] != ""  # its evaluation env is the same env
