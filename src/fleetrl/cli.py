@@ -285,13 +285,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval" and args.episodes is not None and args.episodes < 1:
         ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # fleetrl's own notes too (each checkpoint and its size, a resume, a compile, a video)
-    logging.getLogger("fleetrl").setLevel(logging.INFO)
+    # fleetrl's own notes too (each checkpoint and its size, a resume, a compile, a video),
+    # for this command only (main() also runs inside other programs, e.g. tests)
+    ours = logging.getLogger("fleetrl")
+    level = ours.level
+    ours.setLevel(logging.INFO)
     try:
         return {"train": _train, "eval": _eval, "bench": _bench}[args.command](args)
     except FleetError as err:
         print(f"fleetrl {args.command}: {err}", file=sys.stderr)
         return 2
+    finally:
+        ours.setLevel(level)
 
 
 if __name__ == "__main__":
