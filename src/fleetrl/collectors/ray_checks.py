@@ -264,13 +264,14 @@ def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]]) -> None:
     left to the workers, which report what they meet.
 
     Raises:
-        EnvError: the message the worker would have raised.
+        EnvError: the message the worker would have raised, naming the collector (its
+            ``worker_id`` set, as a worker's error has it).
     """
     from fleetrl.envs.atari import AtariEnv, is_atari_id
     from fleetrl.envs.mujoco import MujocoEnv, is_mujoco_id
 
     seen: set[int] = set()
-    for create_env_fn, kwargs in zip(env_fns, kwargs_list):
+    for index, (create_env_fn, kwargs) in enumerate(zip(env_fns, kwargs_list)):
         if id(create_env_fn) in seen or isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
             continue
         seen.add(id(create_env_fn))
@@ -278,7 +279,12 @@ def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]]) -> None:
             is_atari_id(create_env_fn) or is_mujoco_id(create_env_fn)
         ):
             continue
-        _probe(create_env_fn, kwargs.get("num_envs"), kwargs.get("create_env_kwargs"))
+        try:
+            _probe(create_env_fn, kwargs.get("num_envs"), kwargs.get("create_env_kwargs"))
+        except EnvError as err:
+            error = EnvError(f"collector {index}: {err}")
+            error.worker_id = index  # type: ignore[attr-defined]
+            raise error from None
 
 
 def _probe(create_env_fn: Any, num_envs: Any, create_env_kwargs: Any) -> None:
