@@ -12,6 +12,7 @@ running torchrl's usage patterns.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -278,6 +279,93 @@ class OffsetActionEnv(gym.Env):
         obs = np.asarray(action, dtype=np.float32).reshape(self.observation_space.shape)
         reward = float(np.array_equal(np.asarray(action), self.first))
         return obs, reward, self.t >= self.length, False, {}
+
+
+class BoundaryEnv(gym.Env):
+    """An env whose observation is its exact state: ``[episode, t]``.
+
+    ``episode`` counts this env's resets (the first reset is episode 0), ``t`` the steps
+    since. It terminates at ``t == length``; :func:`boundary_env` adds a time limit. So a
+    transition's next observation is its successor exactly when it is ``[episode, t + 1]``,
+    and the first observation after an episode end is ``[episode + 1, 0]``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, length: int):
+        self.length = length
+        self.observation_space = gym.spaces.Box(0, 1e6, shape=(2,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.episode, self.t = -1, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode, self.t = self.episode + 1, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 1.0, self.t >= self.length, False, {}
+
+    def _obs(self):
+        return np.array([self.episode, self.t], dtype=np.float32)
+
+
+def boundary_env(length: int, limit: int | None = None) -> gym.Env:
+    """A :class:`BoundaryEnv`, cut by gymnasium's ``TimeLimit`` at ``limit`` steps."""
+    env = BoundaryEnv(length)
+    return gym.wrappers.TimeLimit(env, limit) if limit else env
+
+
+#: three envs: terminates at 3; truncated at 4 (of 10); terminates at 5, its time limit too
+#: (gymnasium says terminated and truncated: fleetrl must say terminated only)
+BOUNDARY_FNS = [
+    functools.partial(boundary_env, 3),
+    functools.partial(boundary_env, 10, 4),
+    functools.partial(boundary_env, 5, 5),
+]
+#: per env: the step at which its episodes end, and whether that is a termination
+BOUNDARY_ENDS = [(3, True), (4, False), (5, True)]
+
+
+class PlainVectorEnv(gym.vector.VectorEnv):
+    """A user's own VectorEnv class around a SyncVectorEnv of :data:`BOUNDARY_FNS`, in the
+    autoreset mode it is given: fleetrl cannot know that its ``reset(options=...)`` resets
+    just the masked envs."""
+
+    def __init__(self, mode: gym.vector.AutoresetMode):
+        self.inner = gym.vector.SyncVectorEnv(BOUNDARY_FNS, autoreset_mode=mode)
+        self.num_envs = self.inner.num_envs
+        self.single_observation_space = self.inner.single_observation_space
+        self.single_action_space = self.inner.single_action_space
+        self.observation_space = self.inner.observation_space
+        self.action_space = self.inner.action_space
+        self.metadata = {"autoreset_mode": mode}
+
+    def reset(self, *, seed=None, options=None):
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, actions):
+        return self.inner.step(actions)
+
+
+def next_step_boundary_envs() -> gym.vector.VectorEnv:
+    """:data:`BOUNDARY_FNS` in a SyncVectorEnv with gymnasium's default, NEXT_STEP autoreset."""
+    return gym.vector.SyncVectorEnv(BOUNDARY_FNS, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+
+
+def same_step_breakout() -> gym.vector.VectorEnv:
+    """ale-py's AtariVectorEnv of Breakout, 2 envs, in its same-step autoreset mode."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    return AtariVectorEnv("breakout", num_envs=2, autoreset_mode="SameStep", num_threads=1)
+
+
+def envpool_breakout():
+    """envpool's Breakout, 2 envs, built by hand (its gymnasium API, sync mode)."""
+    import envpool
+
+    return envpool.make("Breakout-v5", env_type="gymnasium", num_envs=2, num_threads=1)
 
 
 PIXEL_SHAPE = (4, 84, 84)

@@ -1,11 +1,13 @@
 """Ray workers build each C++ engine in their own process: ALE's vector env and envpool for
-Atari, envpool for MuJoCo. The engines themselves: tests/unit/envs/."""
+Atari, envpool for MuJoCo; and the vector envs a user's factory builds there keep the
+episode-boundary contract. The engines themselves: tests/unit/envs/."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import fakes
 from collecting import engines, needs_envpool
 from fleetrl import MujocoEnv, RayCollector
 from fleetrl.config import AtariConfig
@@ -48,3 +50,47 @@ def test_ray_workers_build_envpool_mujoco(ray_session):
     assert batch["action"].shape[-1] == 6
     assert int(batch["next", "truncated"].sum()) == 4  # 2 envs x 24 steps: ends at 10 and 20
     assert not batch["next", "terminated"].any()  # HalfCheetah never falls
+
+
+# ------------------------------------------------ user-built vector envs, built by workers
+
+
+#: factories from fakes (pickled by value: the workers do not import tests/)
+USER_FACTORIES = {
+    "gymnasium-sync-next": (fakes.next_step_boundary_envs, "exact", 3, 20),
+    "ale-AtariVectorEnv-same": (fakes.same_step_breakout, "atari", 2, 400),
+    "envpool-gymnasium": (fakes.envpool_breakout, "atari", 2, 400),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [  # the mechanism in the fast suite; the C++ engines' factories with the e2e tests
+        "gymnasium-sync-next",
+        pytest.param("ale-AtariVectorEnv-same", marks=pytest.mark.e2e),
+        pytest.param("envpool-gymnasium", marks=[pytest.mark.e2e, needs_envpool]),
+    ],
+)
+def test_a_user_factory_built_by_ray_workers_keeps_the_episode_contract(ray_session, case):
+    """Two Ray collectors, each building the factory's vector env in its worker; each
+    collector's half of the batch keeps the contract."""
+    from boundaries import (
+        assert_episode_contract,
+        exact_starts,
+        exact_successor,
+        fresh_stacks,
+        stack_slides,
+    )
+
+    factory, family, envs, steps = USER_FACTORIES[case]
+    checks = {"exact": (exact_successor, exact_starts), "atari": (stack_slides, fresh_stacks)}
+    frames = 2 * envs * steps
+    with RayCollector(
+        factory, None, frames_per_batch=frames, total_frames=frames, num_collectors=2
+    ) as collector:
+        (batch,) = list(collector)
+    assert batch.batch_size == (envs, 2 * steps)  # the collectors' batches, end to end in time
+    ends = 0
+    for part in batch.split(steps, dim=1):  # each collector's own
+        ends += assert_episode_contract(part, *checks[family], frames=envs * steps)
+    assert ends >= 2

@@ -24,9 +24,28 @@ import numpy as np
 import torch
 
 from fleetrl.envs.base import BatchedEnv, StepResult
+from fleetrl.errors import EnvError
 from fleetrl.keys import NestedKey
 
-__all__ = ["EnvPoolEnv", "NextStepEnv", "in_env_order"]
+__all__ = ["BuiltEnvPool", "EnvPoolEnv", "NextStepEnv", "in_env_order", "is_envpool"]
+
+ENVPOOL_API_MSG = (
+    "create_env_fn={value!r} is invalid: fleetrl steps envpool's gymnasium API; build it with "
+    "envpool.make(task, env_type='gymnasium', ...) (fleetrl resets its finished envs right "
+    "after the step that ended them), or pass AtariEnv(id, engine='envpool') or "
+    "MujocoEnv(id, engine='envpool')"
+)
+ENVPOOL_ASYNC_MSG = (
+    "create_env_fn={value!r} is invalid: envpool's async mode (batch_size={batch} < "
+    "num_envs={n}) answers only the first envs ready, and fleetrl steps every env each step; "
+    "build it with batch_size={n} (or leave batch_size out)"
+)
+ENVPOOL_SEED_MSG = (
+    "set_seed({seed}) cannot reseed an envpool env built by hand: envpool takes its seed when "
+    "built (envpool.make(..., seed=S): env i gets S + i); build it with the seed, or pass "
+    "AtariEnv(id, engine='envpool') or MujocoEnv(id, engine='envpool'), which fleetrl builds "
+    "and seeds"
+)
 
 
 class NextStepEnv(BatchedEnv):
@@ -179,3 +198,74 @@ def in_env_order(x: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
     out = np.empty_like(x)
     out[env_ids] = x
     return out
+
+
+def is_envpool(obj: Any) -> bool:
+    """Whether ``obj`` is an envpool env (any API), without importing envpool."""
+    return any(c.__module__.split(".")[0] == "envpool" for c in type(obj).__mro__)
+
+
+class BuiltEnvPool(EnvPoolEnv):
+    """An envpool env a user built (``envpool.make(task, env_type="gymnasium")``) in sync
+    mode: stepped as fleetrl's own envpool engines are, each finished env reset right after
+    the step that ended them.
+
+    Observations of ``float64`` become ``float32``; continuous actions are clipped to the
+    action bounds (the batch keeps the policy's sample). It cannot be reseeded (envpool
+    takes its seed when built): :meth:`reset` with a seed is refused with the fix.
+
+    Raises:
+        EnvError: another API than gymnasium's, or the async mode.
+    """
+
+    def __init__(self, env: Any):
+        import gymnasium as gym
+
+        if not isinstance(env, gym.Env):  # the dm_env API
+            raise EnvError(ENVPOOL_API_MSG.format(value=env))
+        n, batch = int(env.config["num_envs"]), int(env.config["batch_size"])
+        if batch != n:
+            raise EnvError(ENVPOOL_ASYNC_MSG.format(value=env, batch=batch, n=n))
+        self.env, self.seed_offset = env, 0
+        obs_space, act_space = env.observation_space, env.action_space
+        self._to_float32 = obs_space.dtype == np.float64
+        obs_dtype = np.dtype(np.float32) if self._to_float32 else np.dtype(obs_space.dtype)
+        self._bounds: tuple[np.ndarray, np.ndarray] | None = None
+        if isinstance(act_space, gym.spaces.Discrete):
+            shape, dtype, num_actions = (), np.dtype(np.int64), int(act_space.n)
+        else:
+            shape, dtype, num_actions = tuple(act_space.shape), np.dtype(act_space.dtype), None
+            self._bounds = (act_space.low, act_space.high)
+        super().__init__(n, (tuple(obs_space.shape), obs_dtype), shape, dtype, num_actions)
+
+    def _make(self, seed: int) -> Any:
+        raise EnvError(ENVPOOL_SEED_MSG.format(seed=seed))
+
+    @property
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        if self._bounds is None:
+            return None
+        return self._bounds[0].astype(np.float32), self._bounds[1].astype(np.float32)
+
+    def _observation(self, obs: np.ndarray) -> np.ndarray:
+        return obs.astype(np.float32) if self._to_float32 else obs
+
+    def _actions(self, action: np.ndarray | torch.Tensor) -> np.ndarray:
+        if self._bounds is None:
+            return super()._actions(action)
+        if isinstance(action, torch.Tensor):
+            action = action.numpy()
+        action = np.asarray(action, dtype=self.action_dtype)
+        return np.clip(action.reshape(self.num_envs, *self.action_shape), *self._bounds)
+
+    def _recv(self) -> tuple[np.ndarray, ...]:
+        obs, reward, terminated, truncated = super()._recv()
+        terminated = np.asarray(terminated, dtype=bool)
+        return obs, reward, terminated, np.asarray(truncated, dtype=bool) & ~terminated
+
+    def random_action(self) -> torch.Tensor:
+        if self._bounds is None:
+            return super().random_action()
+        low, high = self._bounds
+        sample = self._rng.uniform(low, high, size=(self.num_envs, *self.action_shape))
+        return torch.from_numpy(sample.astype(np.float32))

@@ -1,9 +1,12 @@
-"""gymnasium vector envs with same-step autoreset: the fast path of :func:`fleetrl.envs.make_env`.
+"""gymnasium vector envs as same-step episodes: the fast path of :func:`fleetrl.envs.make_env`.
 
-A finished env is reset inside the same ``step`` call and gymnasium hands back
-its final observation in ``infos["final_obs"]``; :class:`GymVectorEnv` returns
-that as the transition's next observation and the reset observation as what
-the policy sees next. No transition ever spans two episodes.
+fleetrl's own builds use same-step autoreset: a finished env is reset inside
+the same ``step`` call and gymnasium hands back its final observation in
+``infos["final_obs"]``; :class:`GymVectorEnv` returns that as the transition's
+next observation and the reset observation as what the policy sees next. A
+vector env a user built in another mode (NEXT_STEP, gymnasium's default, or
+DISABLED) has its finished envs reset right after the step that ended them. No
+transition ever spans two episodes.
 
 ``float64`` observations (MuJoCo's) become ``float32`` at the env boundary, the
 dtype of the networks and half the bytes in batches and replay buffers;
@@ -32,17 +35,37 @@ from fleetrl.envs.state import load_vector_env_state, vector_env_state
 from fleetrl.errors import EnvError
 from fleetrl.keys import NestedKey
 
-__all__ = ["GymVectorEnv", "action_start", "make_gym_vector_env", "space_spec"]
+__all__ = [
+    "PARTIAL_RESET_CLASSES",
+    "GymVectorEnv",
+    "action_start",
+    "autoreset_mode",
+    "make_gym_vector_env",
+    "space_spec",
+]
 
 UNKNOWN_ID_MSG = (
     "create_env_fn={value!r} is not a registered gymnasium id ({err}); "
     "check the spelling or import the package that registers it"
 )
 NEXT_STEP_MSG = (
-    "create_env_fn: the gymnasium VectorEnv {value!r} uses autoreset_mode=NEXT_STEP, which makes a "
-    "bogus transition across every episode end; build it with "
-    "vector_kwargs={{'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP}} (or DISABLED), "
-    "or pass the env id and num_envs instead"
+    "create_env_fn: the gymnasium VectorEnv {value!r} uses autoreset_mode=NEXT_STEP, which "
+    "makes a transition across every episode end, and fleetrl cannot reset a {kind}'s "
+    "finished envs itself (it does so for gymnasium's SyncVectorEnv and AsyncVectorEnv and "
+    "ale-py's AtariVectorEnv); build it with autoreset_mode=SAME_STEP (final observations in "
+    "infos['final_obs']) or DISABLED (fleetrl resets finished envs with "
+    "reset(options={{'reset_mask': ...}}))"
+)
+NO_FINAL_OBS_MSG = (
+    "create_env_fn: the gymnasium VectorEnv {value!r} (autoreset_mode=SAME_STEP) ended an "
+    "episode without its final observation in infos['final_obs'], so the transition's next "
+    "observation would be the new episode's first; build it with autoreset_mode=DISABLED "
+    "(fleetrl resets finished envs itself)"
+)
+ALE_ASYNC_MSG = (
+    "create_env_fn: ale-py's AtariVectorEnv {value!r} has batch_size={batch} < num_envs={n} "
+    "(its async mode: each step answers the first envs ready); fleetrl steps every env each "
+    "step: build it with batch_size=0 (the default: all {n} envs)"
 )
 SPACE_MSG = (
     "create_env_fn: {which} space {space!r} is not supported on the gymnasium fast path "
@@ -77,19 +100,48 @@ def action_start(space: gym.Space) -> np.ndarray | None:
     return start if start.any() else None
 
 
-class GymVectorEnv(BatchedEnv):
-    """A gymnasium vector env with same-step autoreset (the fast path).
+#: vector env classes whose ``reset(options={"reset_mask": m})`` resets just those envs and
+#: cancels their pending next-step reset: (module, class name), so none is imported here
+PARTIAL_RESET_CLASSES = {
+    ("gymnasium.vector.sync_vector_env", "SyncVectorEnv"),
+    ("gymnasium.vector.async_vector_env", "AsyncVectorEnv"),
+    ("ale_py.vector_env", "AtariVectorEnv"),
+}
 
-    Cost per step: the env's own step plus one masked copy of the final
-    observations when an episode ended; nothing is allocated otherwise.
+
+def autoreset_mode(env: gym.vector.VectorEnv) -> AutoresetMode:
+    """A vector env's autoreset mode (gymnasium's default, NEXT_STEP, where it says none)."""
+    return AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+
+
+class GymVectorEnv(BatchedEnv):
+    """A gymnasium vector env, in any autoreset mode, as same-step episodes (the fast path).
+
+    - ``SAME_STEP``: a finished env is reset inside ``step``; its final observation
+      (``infos["final_obs"]``: gymnasium's object array, or ale-py's batch array) is the
+      transition's next observation.
+    - ``DISABLED`` and ``NEXT_STEP``: the finished envs are reset right after the step
+      that ended them (``reset(options={"reset_mask": done})``), so the step after an
+      episode end plays the policy's action instead of a reset (NEXT_STEP: for the classes
+      in :data:`PARTIAL_RESET_CLASSES`; another class is refused with the fix).
+
+    ``terminated`` and ``truncated`` are distinct: an episode that terminates at its time
+    limit is terminated, not truncated. Cost per step: the env's own step plus, when an
+    episode ended, one copy of the observations and the finished rows' reset or final
+    observations; nothing is allocated otherwise.
     """
 
     def __init__(self, env: gym.vector.VectorEnv):
-        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        if mode == AutoresetMode.NEXT_STEP:
-            raise EnvError(NEXT_STEP_MSG.format(value=env))
+        mode = autoreset_mode(env)
+        base = env.unwrapped
+        kind = (type(base).__module__, type(base).__name__)
+        if mode == AutoresetMode.NEXT_STEP and kind not in PARTIAL_RESET_CLASSES:
+            raise EnvError(NEXT_STEP_MSG.format(value=env, kind=type(base).__name__))
+        if kind[1] == "AtariVectorEnv" and getattr(base, "batch_size", None) != base.num_envs:
+            raise EnvError(ALE_ASYNC_MSG.format(value=env, batch=base.batch_size, n=base.num_envs))
         self.env = env
-        self._manual_reset = mode == AutoresetMode.DISABLED
+        #: reset finished envs after the step that ended them (else: the env reset them)
+        self._manual_reset = mode != AutoresetMode.SAME_STEP
         self.num_envs = int(env.num_envs)
         self.batch_shape = torch.Size([self.num_envs])
         obs_shape, obs_dtype, _ = space_spec(env.single_observation_space, "observation")
@@ -141,18 +193,24 @@ class GymVectorEnv(BatchedEnv):
         elif self._action_start is not None:  # 0-based indices -> the env's own values
             action = action + self._action_start
         obs, reward, terminated, truncated, infos = self.env.step(action)
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool) & ~terminated  # never both
+        done = terminated | truncated
         obs = self._obs(obs)
         next_obs = obs
-        if self._manual_reset:
-            done = terminated | truncated
-            if done.any():
-                obs = self.reset_envs(done)["observation"]
-        elif "_final_obs" in infos:
-            # gymnasium hands the final observations as an object array; copy only
-            # the finished rows into a fresh array (obs holds the reset ones).
+        if done.any():
+            # a fresh array of next observations: the env may reuse its output buffer
             next_obs = obs.copy()
-            ended = np.flatnonzero(infos["_final_obs"])
-            next_obs[ended] = np.stack(infos["final_obs"][ended])  # cast as it is written
+            if self._manual_reset:  # obs are the final ones: reset the finished envs now
+                obs = self.reset_envs(done)["observation"]
+            else:  # obs hold the reset ones: the final ones are in the infos
+                final = infos.get("final_obs")
+                if final is None:
+                    raise EnvError(NO_FINAL_OBS_MSG.format(value=self.env))
+                ended = np.flatnonzero(done)
+                # gymnasium: an object array of rows; ale-py: the batch (cast as written)
+                rows = final[ended]
+                next_obs[ended] = np.stack(rows) if final.dtype == object else rows
         return StepResult(
             {"observation": next_obs}, {"observation": obs}, reward, terminated, truncated
         )

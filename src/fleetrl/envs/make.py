@@ -22,6 +22,7 @@ from gymnasium.vector import AutoresetMode
 from fleetrl.config import EnvConfig, EnvEngine
 from fleetrl.envs.atari import AtariEnv, is_atari_id
 from fleetrl.envs.base import BatchedEnv
+from fleetrl.envs.cpp import BuiltEnvPool, is_envpool
 from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
 from fleetrl.envs.mujoco import MujocoEnv, is_mujoco_id
 from fleetrl.envs.torchrl_env import TorchRLEnv, is_torchrl_env
@@ -81,6 +82,10 @@ def make_env(
         return create_env_fn.make(num_envs or 1)
     if isinstance(create_env_fn, str):
         return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))
+    if is_envpool(create_env_fn):  # a gymnasium VectorEnv (or dm_env) with its own resets
+        env = BuiltEnvPool(create_env_fn)
+        _check_prebuilt_num_envs(num_envs, env.num_envs, "envpool env")
+        return env
     if isinstance(create_env_fn, gym.vector.VectorEnv):
         _check_prebuilt_num_envs(num_envs, create_env_fn.num_envs, "gymnasium VectorEnv")
         return GymVectorEnv(create_env_fn)
@@ -125,14 +130,19 @@ def _make_from_factory(
         fns = [(lambda e=e: e) for e in envs]
         return GymVectorEnv(gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP))
     if num_envs not in (None, 1) and (
-        isinstance(first, gym.vector.VectorEnv) or is_torchrl_env(first)
+        isinstance(first, gym.vector.VectorEnv) or is_torchrl_env(first) or is_envpool(first)
     ):
         # A factory of batched envs cannot be vectorized again in-process.
-        n = first.num_envs if isinstance(first, gym.vector.VectorEnv) else first.batch_size.numel()
+        if is_envpool(first):
+            n = int(first.config["num_envs"])
+        elif isinstance(first, gym.vector.VectorEnv):
+            n = first.num_envs
+        else:
+            n = first.batch_size.numel()
         if num_envs != n:
             first.close()
             raise EnvError(NUM_ENVS_MSG.format(value=num_envs, kind=type(first).__name__, n=n))
-    if isinstance(first, (gym.vector.VectorEnv, str)) or is_torchrl_env(first):
+    if isinstance(first, (gym.vector.VectorEnv, str)) or is_torchrl_env(first) or is_envpool(first):
         return make_env(first, None)
     raise EnvError(ENV_TYPE_MSG.format(value=factory) + f" (the callable returned {first!r})")
 

@@ -99,12 +99,13 @@ class TorchRLEnv(BatchedEnv):
         truncated = nxt.get("truncated", None)
         if truncated is None:
             truncated = torch.zeros_like(done_like)
+        terminated = done_like.reshape(n).cpu().numpy()
         return StepResult(
             next_obs=self._obs(nxt),
             obs=self._obs(self._td),
             reward=nxt.get("reward").reshape(n).cpu().numpy(),
-            terminated=done_like.reshape(n).cpu().numpy(),
-            truncated=truncated.reshape(n).cpu().numpy(),
+            terminated=terminated,
+            truncated=truncated.reshape(n).cpu().numpy() & ~terminated,  # never both
         )
 
     def random_action(self) -> torch.Tensor:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import ray
 
-from fakes import CountingEnv
+from fakes import CountingEnv, PlainVectorEnv
 from fleetrl import RayCollector
 from fleetrl.errors import EnvError
 from policies import constant_policy
@@ -21,9 +21,8 @@ class DictObsEnv(CountingEnv):
 
 
 def next_step_vector_env():
-    return gym.vector.SyncVectorEnv(
-        [lambda: CountingEnv(5)] * 2, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP
-    )
+    """A NEXT_STEP vector env of a class fleetrl cannot reset partially."""
+    return PlainVectorEnv(gym.vector.AutoresetMode.NEXT_STEP)
 
 
 @pytest.mark.parametrize(

@@ -273,11 +273,20 @@ def test_frames_not_divisible_by_envs():
         SyncDataCollector("CartPole-v1", None, frames_per_batch=8, total_frames=30, num_envs=4)
 
 
-def test_next_step_autoreset_vector_env_refused():
+def test_next_step_autoreset_is_handled_where_fleetrl_can_reset_and_refused_elsewhere():
+    """gymnasium's NEXT_STEP vector envs are reset right after an episode end (their
+    contract: tests/unit/envs/test_episode_boundaries.py); a class fleetrl cannot reset
+    partially is refused, the message naming the modes that work."""
+    from fakes import PlainVectorEnv
+
     env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with SyncDataCollector(env, None, frames_per_batch=8, total_frames=8) as collector:
+        assert next(iter(collector)).numel() == 8
     with pytest.raises(EnvError, match="autoreset_mode=NEXT_STEP"):
-        SyncDataCollector(env, None, frames_per_batch=8)
-    assert "SAME_STEP" in NEXT_STEP_MSG
+        SyncDataCollector(
+            PlainVectorEnv(gym.vector.AutoresetMode.NEXT_STEP), None, frames_per_batch=6
+        )
+    assert "SAME_STEP" in NEXT_STEP_MSG and "DISABLED" in NEXT_STEP_MSG
 
 
 def test_bad_policy_type_and_exploration_type():
