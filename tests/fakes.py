@@ -349,6 +349,14 @@ class PlainVectorEnv(gym.vector.VectorEnv):
         return self.inner.step(actions)
 
 
+def torchrl_boundary_env(i: int):
+    """``BOUNDARY_FNS[i]``'s env in torchrl's GymWrapper (picklable by reference, for
+    torchrl's ParallelEnv workers)."""
+    from torchrl.envs import GymWrapper
+
+    return GymWrapper(BOUNDARY_FNS[i]())
+
+
 def next_step_boundary_envs() -> gym.vector.VectorEnv:
     """:data:`BOUNDARY_FNS` in a SyncVectorEnv with gymnasium's default, NEXT_STEP autoreset."""
     return gym.vector.SyncVectorEnv(BOUNDARY_FNS, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
