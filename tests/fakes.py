@@ -382,6 +382,8 @@ PIXEL_SHAPE = (4, 84, 84)
 PIXEL_ENV_ID = "FleetrlFakePixel-v0"
 #: :class:`OffsetActionEnv` with ``Discrete(3, start=-1)``, for runs of the CLI
 OFFSET_ENV_ID = "FleetrlFakeOffsetActions-v0"
+#: :class:`OffsetActionEnv` with ``MultiDiscrete([3, 2], start=[1, -2])``
+MULTI_DISCRETE_ENV_ID = "FleetrlFakeMultiDiscrete-v0"
 
 
 def register_fake_envs() -> None:
@@ -390,6 +392,12 @@ def register_fake_envs() -> None:
         gym.register(PIXEL_ENV_ID, entry_point=PixelEnv, max_episode_steps=100)
     if OFFSET_ENV_ID not in gym.registry:
         gym.register(OFFSET_ENV_ID, entry_point=OffsetActionEnv)
+    if MULTI_DISCRETE_ENV_ID not in gym.registry:
+        gym.register(
+            MULTI_DISCRETE_ENV_ID,
+            entry_point=OffsetActionEnv,
+            kwargs={"start": [1, -2], "nvec": [3, 2]},
+        )
 
 
 register_fake_envs()

@@ -38,7 +38,7 @@ from torch import nn
 from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
 
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, EnvError
 
 __all__ = [
     "ActionDistribution",
@@ -46,6 +46,7 @@ __all__ = [
     "ModelKind",
     "NatureTorso",
     "StateIndependentScale",
+    "check_default_actions",
     "conv_problems",
     "make_actor",
     "make_actor_critic",
@@ -288,6 +289,24 @@ def _init_cleanrl(net: nn.Module, head_std: float) -> nn.Module:
     return net
 
 
+INTEGER_ACTIONS_MSG = (
+    "env {env_id!r} has {dim} integer actions that are not one Discrete (a MultiDiscrete or "
+    "MultiBinary space): fleetrl's default networks take one Discrete or a Box of actions; "
+    "pass networks built for this space in code (e.g. PPO(config, spec, actor=..., "
+    "critic=...), Trainer(config, actor=..., critic=...)), or wrap the env's actions"
+)
+
+
+def check_default_actions(info: EnvSpec) -> None:
+    """Refuse to build a default network for actions it cannot produce (before any actor).
+
+    Raises:
+        EnvError: a MultiDiscrete or MultiBinary action space.
+    """
+    if info.integer_actions:
+        raise EnvError(INTEGER_ACTIONS_MSG.format(env_id=info.env_id, dim=info.action_dim))
+
+
 def make_actor(
     info: EnvSpec,
     hidden: list[int],
@@ -302,6 +321,7 @@ def make_actor(
     A ``normalizer`` (:class:`~fleetrl.normalization.ObservationNormalizer`) comes first in
     the network: the policy acts on normalized observations.
     """
+    check_default_actions(info)
     if info.discrete:
         return _categorical(_mlp_for(info, info.num_actions, hidden, activation, normalizer))
     if ActionDistribution(distribution) is ActionDistribution.NORMAL:
@@ -394,6 +414,7 @@ def make_actor_critic(
         raise ConfigError([NORMALIZE_CONV_MSG.format(model=kind.value, shape=info.obs_shape)])
     torso = make_torso(kind, info) if actor is None or critic is None else None
     if actor is None:
+        check_default_actions(info)
         head = layer_init(nn.Linear(torso.out_features, info.num_actions), std=0.01)
         actor = _categorical(nn.Sequential(torso, head))
     if critic is None:
@@ -411,6 +432,7 @@ def make_qnet(model: str | ModelKind, info: EnvSpec, hidden: list[int]) -> nn.Mo
     layer per action); ``impala``: the IMPALA torso instead; ``mlp``: ReLU
     layers of ``hidden`` widths.
     """
+    check_default_actions(info)
     kind = resolve_model(model, info)
     if kind is ModelKind.MLP:
         return _mlp_for(info, info.num_actions, hidden, nn.ReLU)

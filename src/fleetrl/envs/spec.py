@@ -52,6 +52,8 @@ class EnvSpec:
     env_id: str = ""
     #: the engine that steps it (None: an env built by the user)
     engine: EnvEngine | None = None
+    #: integer actions that are not one Discrete: a MultiDiscrete or MultiBinary space
+    integer_actions: bool = False
 
     @property
     def discrete(self) -> bool:
@@ -95,6 +97,8 @@ def env_spec(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None = None
             obs_dtype,
             env_id=_name(create_env_fn),
             engine=None if engine is None else EnvEngine(engine),
+            integer_actions=env.num_actions is None
+            and (np.issubdtype(env.action_dtype, np.integer) or env.action_dtype == np.bool_),
         )
     finally:
         if built_here:  # an env the caller built stays open for the caller

@@ -530,11 +530,12 @@ def _spaces(config: Config, spec: EnvSpec, check: Problems) -> None:
     needs, instead, example = ACTION_KINDS[config.algorithm]
     if (needs == "discrete") == spec.discrete:
         return
-    has = (
-        f"{spec.num_actions} discrete actions"
-        if spec.discrete
-        else f"continuous actions ({spec.action_dim}-dimensional)"
-    )
+    if spec.discrete:
+        has = f"{spec.num_actions} discrete actions"
+    elif spec.integer_actions:
+        has = f"{spec.action_dim} integer actions (a MultiDiscrete or MultiBinary space)"
+    else:
+        has = f"continuous actions ({spec.action_dim}-dimensional)"
     text = ACTIONS_MSG.format(
         algorithm=config.algorithm,
         env_id=config.env.id,

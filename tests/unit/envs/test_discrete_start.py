@@ -13,7 +13,7 @@ import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from fakes import OFFSET_ENV_ID, OffsetActionEnv
+from fakes import MULTI_DISCRETE_ENV_ID, OFFSET_ENV_ID, OffsetActionEnv
 from fleetrl import SyncDataCollector
 from fleetrl.cli import main
 from fleetrl.evaluate import evaluate
@@ -126,3 +126,33 @@ def test_a_run_trains_and_evaluates_on_an_env_whose_actions_start_at_minus_one(
     assert all(0 <= float(r["eval/return_mean"]) <= 5 for r in metrics)
     capsys.readouterr()
     assert main(["eval", str(run), "--episodes", "2"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            "ppo_cartpole.yaml",
+            f"env '{MULTI_DISCRETE_ENV_ID}' has 2 integer actions that are not one Discrete (a "
+            "MultiDiscrete or MultiBinary space): fleetrl's default networks take one Discrete "
+            "or a Box of actions; pass networks built for this space in code",
+        ),
+        (
+            "dqn_cartpole.yaml",
+            f"algorithm='dqn' is invalid with env.id='{MULTI_DISCRETE_ENV_ID}': DQN needs "
+            f"discrete actions and {MULTI_DISCRETE_ENV_ID} has 2 integer actions (a "
+            "MultiDiscrete or MultiBinary space)",
+        ),
+    ],
+    ids=["ppo", "dqn"],
+)
+def test_a_run_on_multi_discrete_actions_is_refused_before_it_starts(
+    config, message, tmp_path, capsys
+):
+    """The default networks build one Categorical or a continuous policy: neither acts in a
+    MultiDiscrete space, so a run is refused, not trained on float actions."""
+    run = tmp_path / "run"
+    args = ["train", str(ROOT / "configs" / config), f"env.id={MULTI_DISCRETE_ENV_ID}"]
+    assert main([*args, "collector.num_collectors=0", "--run-dir", str(run)]) == 2
+    assert message in capsys.readouterr().err
+    assert not run.exists()
