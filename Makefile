@@ -23,11 +23,11 @@ demo: venv
 
 # unit tests and doctests on both cores; the Ray tests in one process (one Ray instance)
 test: venv
-	$(BIN)/python -m pytest -q -n 2 tests/unit src/fleetrl
+	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests/unit src/fleetrl
 	$(BIN)/python -m pytest -q -m "not e2e" tests/integration
 
 test-unit: venv
-	$(BIN)/python -m pytest -q -n 2 tests/unit src/fleetrl
+	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests/unit src/fleetrl
 
 test-all: venv
 	$(BIN)/python -m pytest -q tests src/fleetrl

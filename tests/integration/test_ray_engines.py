@@ -65,8 +65,8 @@ USER_FACTORIES = {
 
 @pytest.mark.parametrize(
     "case",
-    [  # the mechanism in the fast suite; the C++ engines' factories with the e2e tests
-        "gymnasium-sync-next",
+    [  # with the e2e tests: in the fast suite the same make_env runs in-process (unit)
+        pytest.param("gymnasium-sync-next", marks=pytest.mark.e2e),
         pytest.param("ale-AtariVectorEnv-same", marks=pytest.mark.e2e),
         pytest.param("envpool-gymnasium", marks=[pytest.mark.e2e, needs_envpool]),
     ],

@@ -36,18 +36,27 @@ FAMILIES = {
     "atari": ("ppo_atari.yaml", ["ppo.num_mini_batch=2"], (210, 160)),
     "mujoco": ("sac_mujoco.yaml", ["sac.learning_starts=32", "sac.buffer_size=64"], (480, 480)),
 }
+#: (family, engine, in the fast suite): each family once there, the issue's case among them;
+#: the other engines with the end-to-end tests (make test-all)
+FILMED = [
+    ("classic", "gymnasium", True),
+    ("atari", "gymnasium", False),
+    ("atari", "ale_vector", True),
+    ("atari", "envpool", False),
+    ("mujoco", "gymnasium", False),
+    ("mujoco", "envpool", True),  # what `fleetrl eval --video` refused before
+]
 CASES = [
-    pytest.param(family, engine, id=f"{family}-{engine}", marks=needs_envpool)
-    if engine == "envpool"
-    else pytest.param(family, engine, id=f"{family}-{engine}")
-    for family, engine in [
-        ("classic", "gymnasium"),
-        ("atari", "gymnasium"),
-        ("atari", "ale_vector"),
-        ("atari", "envpool"),
-        ("mujoco", "gymnasium"),
-        ("mujoco", "envpool"),  # what `fleetrl eval --video` refused before
-    ]
+    pytest.param(
+        family,
+        engine,
+        id=f"{family}-{engine}",
+        marks=[
+            *([needs_envpool] if engine == "envpool" else []),
+            *([] if fast else [pytest.mark.e2e]),
+        ],
+    )
+    for family, engine, fast in FILMED
 ]
 
 

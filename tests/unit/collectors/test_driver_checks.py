@@ -58,3 +58,18 @@ def test_each_collector_env_is_probed_even_behind_a_good_one():
             frames_per_batch=20,
             total_frames=40,
         )
+
+
+def test_a_torchrl_factory_failing_in_the_driver_names_its_collector():
+    """What the worker path says (tests/integration/test_torchrl_parity.py), said before any
+    actor starts: the collector, the factory and gymnasium's error; no remote traceback."""
+    from torchrl.envs import GymEnv
+
+    fns = [lambda: GymEnv("Pendulum-v1"), lambda: GymEnv("Pendulumm-v1")]
+    with pytest.raises(EnvError) as info:
+        RayCollector(fns, None, frames_per_batch=10)
+    msg = str(info.value)
+    assert msg.startswith("collector 1: create_env_fn=<function ")
+    assert "raised gymnasium's NameNotFound: Environment `Pendulumm` doesn't exist." in msg
+    assert "remote traceback" not in msg
+    assert info.value.worker_id == 1

@@ -134,10 +134,18 @@ ACCEPTED = {
 }
 
 
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(name, marks=needs_envpool) if "envpool" in name else name for name in ACCEPTED],
-)
+#: accepted cases that run with the end-to-end tests only (make test-all): the fast suite
+#: keeps each mechanism once (NEXT_STEP and DISABLED async, and ale-py's next-step reset,
+#: are the sync and CartPole cases' mechanisms)
+SLOW = {"ale-AtariVectorEnv-next", "gymnasium-async-same", "gymnasium-async-disabled"}
+
+
+def marked(name: str):
+    marks = [needs_envpool] if "envpool" in name else []
+    return pytest.param(name, marks=[*marks, pytest.mark.e2e] if name in SLOW else marks)
+
+
+@pytest.mark.parametrize("case", [marked(name) for name in ACCEPTED])
 def test_an_accepted_vector_env_keeps_the_contract(case):
     build, family, num_envs = ACCEPTED[case]
     check(build(), family, num_envs)
@@ -189,7 +197,12 @@ REFUSED = {
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(name, marks=needs_envpool) if "envpool" in name else name for name in REFUSED],
+    [  # the C++ engines' fixes collect Breakout for a second each: with the end-to-end tests
+        pytest.param(name, marks=[needs_envpool, pytest.mark.e2e])
+        if "envpool" in name
+        else pytest.param(name, marks=[pytest.mark.e2e] if "ale" in name else [])
+        for name in REFUSED
+    ],
 )
 def test_a_refused_vector_env_is_told_a_fix_that_keeps_the_contract(case):
     refused, message, fix, family, num_envs = REFUSED[case]
