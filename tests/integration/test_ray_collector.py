@@ -218,7 +218,8 @@ def test_killed_workers_are_replaced_and_frames_stay_exact(sync):
     assert sum(stats["frames_per_worker"].values()) == 400
 
 
-@pytest.mark.parametrize("sync", [True, pytest.param(False, marks=pytest.mark.e2e)])
+@pytest.mark.e2e  # the same accounting in-process: tests/unit/collectors/test_ray_accounting.py
+@pytest.mark.parametrize("sync", [True, False])
 def test_replacements_that_keep_dying_raise_and_accounting_stays_exact(sync, tmp_path):
     factory = ExitOnBuild(str(tmp_path / "deaths"), length=5, sleep=0.001)
     gave_up = GAVE_UP_MSG.split("Last cause")[0].format(attempts=1, max_attempts=1)
