@@ -4,7 +4,8 @@
   started, removes again what it added (never what was there before).
 - :class:`StopOnSignal` turns SIGINT and SIGTERM into a flag the Trainer loop
   reads between iterations; a second signal stops at once.
-- :class:`ProgressBar` is a tqdm bar over frames, or nothing when disabled.
+- :class:`ProgressBar` is a tqdm bar over frames (one frames/s figure: the last
+  iterations'), or nothing when disabled.
 
 Examples:
     >>> import tempfile
@@ -23,6 +24,7 @@ import shutil
 import signal
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +108,23 @@ class StopOnSignal:
 
 
 class ProgressBar:
-    """tqdm bar over frames with fps and recent return, or nothing when disabled."""
+    """tqdm bar over frames with the recent return and one frames/s figure, or nothing
+    when disabled.
+
+    The figure is the rate over the last :attr:`WINDOW` iterations, measured here (the
+    first iteration's from the bar's start, after the learner started); tqdm's own rate,
+    an average of another span that disagreed with it, is not shown.
+    """
+
+    #: iterations the frames/s figure is measured over
+    WINDOW = 10
+    #: tqdm's default layout without its rate
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
 
     def __init__(self, config: Config, initial: int):
         self.bar = None
+        #: (time, frames) at the last WINDOW + 1 updates
+        self._marks: deque[tuple[float, int]] = deque(maxlen=self.WINDOW + 1)
         if config.logging.progress_bar:
             from tqdm import tqdm
 
@@ -120,15 +135,20 @@ class ProgressBar:
                 unit_scale=True,
                 dynamic_ncols=True,
                 desc=f"{config.algorithm} {config.env.id}",
+                bar_format=self.BAR_FORMAT,
             )
+            self._marks.append((time.perf_counter(), initial))
+
+    def rate(self) -> float:
+        """Frames per second over the last :attr:`WINDOW` iterations (nan before the first)."""
+        (t0, n0), (t1, n1) = self._marks[0], self._marks[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else float("nan")
 
     def update(self, frames: int, metrics: dict[str, float]) -> None:
         if self.bar is not None:
+            self._marks.append((time.perf_counter(), self._marks[-1][1] + frames))
             self.bar.set_postfix(
-                {
-                    "return": f"{metrics['train/episode_return']:.1f}",
-                    "fps": f"{metrics['time/fps']:,.0f}",
-                },
+                {"return": f"{metrics['train/episode_return']:.1f}", "fps": f"{self.rate():,.0f}"},
                 refresh=False,
             )
             self.bar.update(frames)
