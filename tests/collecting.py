@@ -80,3 +80,57 @@ def whole_trajectories(batch) -> list[list[float]]:
         assert batch["collector", "worker_id"][i, :n].unique().numel() == 1
         rows.append(batch["observation"][i, :n, 0].tolist())
     return rows
+
+
+# ------------------------------------------------------------------ replacements that die
+
+
+def assert_keep_dying_gives_up(make_collector, sync: bool, budget_file: str, cause: str) -> None:
+    """A worker whose replacement dies too, with ``max_restart_attempts=1``: the collector
+    raises ``WorkerLostError`` naming the worker and the attempts, its books stay exact
+    (served, owed, in flight), and the caller can go on to exactly the budget.
+
+    ``make_collector``: ``RayCollector`` or its in-process partial; ``cause``: what the last
+    death's own text says (a Ray actor death, or the simulated one).
+    """
+    import re
+
+    from fakes import ExitOnBuild, counting, kill_worker
+    from fleetrl.collectors import frames_in
+    from fleetrl.errors import WorkerError, WorkerLostError
+    from fleetrl.workers import GAVE_UP_MSG
+    from policies import constant_policy
+
+    factory = ExitOnBuild(budget_file, length=5, sleep=0.001)
+    gave_up = GAVE_UP_MSG.split("Last cause")[0].format(attempts=1, max_attempts=1)
+    with make_collector(
+        [factory, counting(5, sleep=0.001)],
+        constant_policy(1),
+        frames_per_batch=40,
+        total_frames=400,
+        sync=sync,
+        prefetch=1,
+        max_restart_attempts=1,
+    ) as c:
+        seen = [frames_in(c.next()) for _ in range(2)]
+        factory.arm(1)
+        kill_worker(c, 0)
+        with pytest.raises(
+            WorkerLostError, match="collector worker 0 was lost: " + re.escape(gave_up)
+        ) as info:
+            for _ in range(10):
+                seen.append(frames_in(c.next()))
+        assert isinstance(info.value, WorkerError)
+        assert info.value.worker_id == 0 and info.value.attempts == 1
+        assert cause in info.value.cause.lower()  # the last death's own cause
+        # the books are exact: what was served, and what is still owed (the lost task too)
+        assert c.frames == sum(seen) and c.remaining_frames == 400 - sum(seen)
+        in_flight = 40 if sync else 2 * 40  # one round of two shares / one task per worker
+        assert c.stats()["pending"]["frames"] == min(in_flight, 400 - sum(seen))
+        # the caller goes on: a new series of attempts, and exactly the budget
+        seen.extend(frames_in(b) for b in c)
+        stats = c.stats()
+    assert sum(seen) == 400 and len(seen) == 10
+    assert stats["frames"] == 400 == sum(stats["frames_per_worker"].values())
+    assert stats["restarts"] == {0: 2, 1: 0}
+    assert stats["pending"] == {"tasks": 0, "frames": 0}

@@ -6,16 +6,15 @@ from __future__ import annotations
 import functools
 import math
 import os
-import re
 
 import pytest
 import ray
 import torch
 from tensordict import TensorDict
 
+from collecting import assert_keep_dying_gives_up
 from fakes import (
     CountingEnv,
-    ExitOnBuild,
     GatedEnv,
     counting,
     invert_next_observation,
@@ -27,11 +26,9 @@ from fleetrl import (
     RayCollector,
     SyncDataCollector,
     WorkerError,
-    WorkerLostError,
     episode_stats,
 )
 from fleetrl.collectors import frames_in
-from fleetrl.workers import GAVE_UP_MSG
 from policies import categorical_actor, constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -221,39 +218,7 @@ def test_killed_workers_are_replaced_and_frames_stay_exact(sync):
 @pytest.mark.e2e  # the same accounting in-process: tests/unit/collectors/test_ray_accounting.py
 @pytest.mark.parametrize("sync", [True, False])
 def test_replacements_that_keep_dying_raise_and_accounting_stays_exact(sync, tmp_path):
-    factory = ExitOnBuild(str(tmp_path / "deaths"), length=5, sleep=0.001)
-    gave_up = GAVE_UP_MSG.split("Last cause")[0].format(attempts=1, max_attempts=1)
-    with RayCollector(
-        [factory, counting(5, sleep=0.001)],
-        constant_policy(1),
-        frames_per_batch=40,
-        total_frames=400,
-        sync=sync,
-        prefetch=1,
-        max_restart_attempts=1,
-    ) as c:
-        seen = [frames_in(c.next()) for _ in range(2)]
-        factory.arm(1)
-        kill_worker(c, 0)
-        with pytest.raises(
-            WorkerLostError, match="collector worker 0 was lost: " + re.escape(gave_up)
-        ) as info:
-            for _ in range(10):
-                seen.append(frames_in(c.next()))
-        assert isinstance(info.value, WorkerError)
-        assert info.value.worker_id == 0 and info.value.attempts == 1
-        assert "actor died" in info.value.cause.lower()  # the last death's own cause
-        # the books are exact: what was served, and what is still owed (the lost task too)
-        assert c.frames == sum(seen) and c.remaining_frames == 400 - sum(seen)
-        in_flight = 40 if sync else 2 * 40  # one round of two shares / one task per worker
-        assert c.stats()["pending"]["frames"] == min(in_flight, 400 - sum(seen))
-        # the caller goes on: a new series of attempts, and exactly the budget
-        seen.extend(frames_in(b) for b in c)
-        stats = c.stats()
-    assert sum(seen) == 400 and len(seen) == 10
-    assert stats["frames"] == 400 == sum(stats["frames_per_worker"].values())
-    assert stats["restarts"] == {0: 2, 1: 0}
-    assert stats["pending"] == {"tasks": 0, "frames": 0}
+    assert_keep_dying_gives_up(RayCollector, sync, str(tmp_path / "deaths"), "actor died")
 
 
 def test_replaced_worker_gets_current_weights():
