@@ -29,11 +29,10 @@ cursor and count, at the same capacity.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.backends import Actor, Backend, RayBackend, make_backend
@@ -69,58 +68,27 @@ def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
         (3, 1000, torch.Size([2, 4, 84, 84]))
     """
     state = buffer.state_dict()
-    storage = state["_storage"]
-    capacity, filled = int(buffer.storage.max_size), int(storage["_len"])
-    rows = storage["_storage"]
-    if not rows or filled >= capacity:  # empty, or full: the whole storage is data
+    capacity, filled = int(buffer.storage.max_size), len(buffer.storage)
+    if filled == 0 or filled >= capacity:  # empty, or full: the whole storage is data
         return state
-    kept = _resized(rows, capacity, filled, lambda v: v[:filled].clone())
-    return {**state, "_storage": {**storage, "_storage": kept, CAPACITY_KEY: capacity}}
+    rows = buffer.storage[:filled].clone()  # a TensorDict of the filled rows
+    storage = {**state["_storage"], "_storage": rows.state_dict(), CAPACITY_KEY: capacity}
+    return {**state, "_storage": storage}
 
 
 def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> None:
     """Restore what :func:`buffer_state` (or torchrl's ``state_dict``) returned: the filled
-    rows go back into a storage of the saved capacity, so later writes land as they would
-    have in the saved buffer."""
+    rows go back into a storage of the saved capacity (zero rows after them, never read),
+    so later writes land as they would have in the saved buffer."""
     storage = state["_storage"]
     capacity = storage.get(CAPACITY_KEY)
     if capacity is not None:
-        filled = int(storage["_len"])
-        rows = _resized(storage["_storage"], filled, capacity, lambda v: _padded(v, capacity))
+        rows = TensorDict().load_state_dict(storage["_storage"], strict=False)
+        padding = torch.zeros_like(rows[:1]).expand(capacity - rows.shape[0])
+        full = torch.cat([rows, padding], 0)
         storage = {k: v for k, v in storage.items() if k != CAPACITY_KEY}
-        state = {**state, "_storage": {**storage, "_storage": rows}}
+        state = {**state, "_storage": {**storage, "_storage": full.state_dict()}}
     buffer.load_state_dict(state)
-
-
-def _resized(rows: OrderedDict, n: int, to: int, resize: Any) -> OrderedDict:
-    """A TensorDict state dict of ``n`` rows as one of ``to`` rows: each ``n``-row tensor
-    through ``resize``, and the batch sizes in its metadata (what a TensorDict is rebuilt
-    from) along."""
-    out = OrderedDict((k, resize(v) if _is_rows(v, n) else v) for k, v in rows.items())
-    metadata = getattr(rows, "_metadata", None)
-    if metadata is not None:
-        out._metadata = OrderedDict(  # type: ignore[attr-defined]
-            (k, {**m, "batch_size": _resized_size(m.get("batch_size"), n, to)})
-            for k, m in metadata.items()
-        )
-    return out
-
-
-def _resized_size(size: Any, n: int, to: int) -> Any:
-    if isinstance(size, torch.Size) and len(size) and size[0] == n:
-        return torch.Size([to, *size[1:]])
-    return size
-
-
-def _is_rows(value: Any, n: int) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == n
-
-
-def _padded(rows: torch.Tensor, capacity: int) -> torch.Tensor:
-    """``rows`` followed by zero rows up to ``capacity`` (never read: past the length)."""
-    full = rows.new_zeros((capacity, *rows.shape[1:]))
-    full[: rows.shape[0]] = rows
-    return full
 
 
 def transitions(batch: TensorDictBase) -> TensorDictBase:
