@@ -409,9 +409,7 @@ class EnvPoolAtariEnv(EnvPoolEnv):
     def __init__(self, spec: AtariEnv, num_envs: int, seed_offset: int = 0):
         self.spec, self.num_envs, self.seed_offset = spec, num_envs, seed_offset
         self.env = self._make(seed_offset)
-        super().__init__(
-            num_envs, _frame_stack(spec.atari), (), np.dtype(np.int64), int(self.env.action_space.n)
-        )
+        self._init_spaces(num_envs)  # uint8 frame stacks, the game's discrete actions
 
     def _make(self, seed: int) -> Any:
         return make_cpp_engine(self.spec, self.num_envs, seed=seed)

@@ -153,14 +153,55 @@ class EnvPoolEnv(NextStepEnv):
 
     seed_offset: int
     env: Any
+    #: a Box action space's (low, high), the actions are clipped to (None: discrete)
+    _bounds: tuple[np.ndarray, np.ndarray] | None = None
+    _to_float32: bool = False
+
+    def _init_spaces(self, num_envs: int) -> None:
+        """Read the spaces of the engine in ``self.env``: ``float64`` observations are handed
+        on as ``float32``; a Discrete action space gives int64 indices, a Box its bounds."""
+        import gymnasium as gym
+
+        obs_space, act_space = self.env.observation_space, self.env.action_space
+        self._to_float32 = obs_space.dtype == np.float64
+        obs_dtype = np.dtype(np.float32) if self._to_float32 else np.dtype(obs_space.dtype)
+        if isinstance(act_space, gym.spaces.Discrete):
+            shape, dtype, num_actions = (), np.dtype(np.int64), int(act_space.n)
+        else:
+            shape, dtype, num_actions = tuple(act_space.shape), np.dtype(act_space.dtype), None
+            self._bounds = (act_space.low, act_space.high)
+        super().__init__(num_envs, (tuple(obs_space.shape), obs_dtype), shape, dtype, num_actions)
 
     @abc.abstractmethod
     def _make(self, seed: int) -> Any:
         """The envpool engine, env i seeded with ``seed + i``."""
 
+    @property
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        if self._bounds is None:
+            return None
+        return self._bounds[0].astype(np.float32), self._bounds[1].astype(np.float32)
+
     def _observation(self, obs: np.ndarray) -> np.ndarray:
-        """Observations as handed on (MuJoCo: float32)."""
-        return obs
+        """Observations as handed on (``float64`` ones as ``float32``)."""
+        return obs.astype(np.float32) if self._to_float32 else obs
+
+    def _actions(self, action: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Discrete: int64 indices; continuous: clipped to the bounds (the batch keeps the
+        policy's sample). One small clip per step: ``[N, action_dim]``."""
+        if self._bounds is None:
+            return super()._actions(action)
+        if isinstance(action, torch.Tensor):
+            action = action.numpy()
+        action = np.asarray(action, dtype=self.action_dtype)
+        return np.clip(action.reshape(self.num_envs, *self.action_shape), *self._bounds)
+
+    def random_action(self) -> torch.Tensor:
+        if self._bounds is None:
+            return super().random_action()
+        low, high = self._bounds
+        sample = self._rng.uniform(low, high, size=(self.num_envs, *self.action_shape))
+        return torch.from_numpy(sample.astype(np.float32))
 
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
         if seed is not None:  # envpool takes its seeds when built
@@ -179,6 +220,8 @@ class EnvPoolEnv(NextStepEnv):
         obs, reward, terminated, truncated = (
             in_env_order(x, ids) for x in (obs, reward, terminated, truncated)
         )
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool) & ~terminated  # never both
         return self._observation(obs), reward, terminated, truncated
 
     def _reset_rows(self, mask: np.ndarray) -> np.ndarray:
@@ -227,45 +270,7 @@ class BuiltEnvPool(EnvPoolEnv):
         if batch != n:
             raise EnvError(ENVPOOL_ASYNC_MSG.format(value=env, batch=batch, n=n))
         self.env, self.seed_offset = env, 0
-        obs_space, act_space = env.observation_space, env.action_space
-        self._to_float32 = obs_space.dtype == np.float64
-        obs_dtype = np.dtype(np.float32) if self._to_float32 else np.dtype(obs_space.dtype)
-        self._bounds: tuple[np.ndarray, np.ndarray] | None = None
-        if isinstance(act_space, gym.spaces.Discrete):
-            shape, dtype, num_actions = (), np.dtype(np.int64), int(act_space.n)
-        else:
-            shape, dtype, num_actions = tuple(act_space.shape), np.dtype(act_space.dtype), None
-            self._bounds = (act_space.low, act_space.high)
-        super().__init__(n, (tuple(obs_space.shape), obs_dtype), shape, dtype, num_actions)
+        self._init_spaces(n)
 
     def _make(self, seed: int) -> Any:
         raise EnvError(ENVPOOL_SEED_MSG.format(seed=seed))
-
-    @property
-    def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
-        if self._bounds is None:
-            return None
-        return self._bounds[0].astype(np.float32), self._bounds[1].astype(np.float32)
-
-    def _observation(self, obs: np.ndarray) -> np.ndarray:
-        return obs.astype(np.float32) if self._to_float32 else obs
-
-    def _actions(self, action: np.ndarray | torch.Tensor) -> np.ndarray:
-        if self._bounds is None:
-            return super()._actions(action)
-        if isinstance(action, torch.Tensor):
-            action = action.numpy()
-        action = np.asarray(action, dtype=self.action_dtype)
-        return np.clip(action.reshape(self.num_envs, *self.action_shape), *self._bounds)
-
-    def _recv(self) -> tuple[np.ndarray, ...]:
-        obs, reward, terminated, truncated = super()._recv()
-        terminated = np.asarray(terminated, dtype=bool)
-        return obs, reward, terminated, np.asarray(truncated, dtype=bool) & ~terminated
-
-    def random_action(self) -> torch.Tensor:
-        if self._bounds is None:
-            return super().random_action()
-        low, high = self._bounds
-        sample = self._rng.uniform(low, high, size=(self.num_envs, *self.action_shape))
-        return torch.from_numpy(sample.astype(np.float32))

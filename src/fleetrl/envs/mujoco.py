@@ -41,8 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
-import torch
 
 from fleetrl.config import EnvEngine
 from fleetrl.envs.base import ENGINE_MSG, BatchedEnv
@@ -221,48 +219,17 @@ def _make_envpool(spec: MujocoEnv, num_envs: int, seed: int) -> Any:
 class EnvPoolMujocoEnv(EnvPoolEnv):
     """envpool's MuJoCo envs in sync mode, reset right after each episode end.
 
-    Stepping, the next-step autoreset handling and the partial resets are
-    :class:`~fleetrl.envs.cpp.EnvPoolEnv`'s; this class sets up the continuous
-    spaces. Cost per step beyond envpool's: a float64 -> float32 copy of the
-    observations and a clip of the actions ([N, action_dim]).
+    Stepping, the next-step autoreset handling, the partial resets and the continuous
+    spaces (float32 observations, actions clipped to the bounds) are
+    :class:`~fleetrl.envs.cpp.EnvPoolEnv`'s; this class builds the engine from the spec.
+    Cost per step beyond envpool's: a float64 -> float32 copy of the observations and a
+    clip of the actions ([N, action_dim]).
     """
 
     def __init__(self, spec: MujocoEnv, num_envs: int, seed_offset: int = 0):
         self.spec, self.num_envs, self.seed_offset = spec, num_envs, seed_offset
         self.env = self._make(seed_offset)
-        obs_space, act_space = self.env.observation_space, self.env.action_space
-        super().__init__(
-            num_envs,
-            (tuple(obs_space.shape), np.dtype(np.float32)),
-            tuple(act_space.shape),
-            np.dtype(np.float32),
-            None,
-        )
-        self._low = act_space.low.astype(np.float64)
-        self._high = act_space.high.astype(np.float64)
+        self._init_spaces(num_envs)
 
     def _make(self, seed: int) -> Any:
         return _make_envpool(self.spec, self.num_envs, seed)
-
-    @property
-    def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return self._low.astype(np.float32), self._high.astype(np.float32)
-
-    def _observation(self, obs: np.ndarray) -> np.ndarray:
-        return obs.astype(np.float32)
-
-    def _actions(self, action: np.ndarray | torch.Tensor) -> np.ndarray:
-        if isinstance(action, torch.Tensor):
-            action = action.numpy()
-        action = np.asarray(action, dtype=np.float64).reshape(self.num_envs, *self.action_shape)
-        return np.clip(action, self._low, self._high)
-
-    def _recv(self) -> tuple[np.ndarray, ...]:
-        obs, reward, terminated, truncated = super()._recv()
-        terminated = np.asarray(terminated, dtype=bool)
-        truncated = np.asarray(truncated, dtype=bool) & ~terminated
-        return obs, reward, terminated, truncated
-
-    def random_action(self) -> torch.Tensor:
-        sample = self._rng.uniform(self._low, self._high, size=(self.num_envs, *self.action_shape))
-        return torch.from_numpy(sample.astype(np.float32))
