@@ -411,3 +411,22 @@ def test_a_replay_buffer_bigger_than_the_machine_is_refused_before_the_run(
                 ROOT / "configs" / "dqn_atari.yaml", [*overrides, f"dqn.buffer_size={size}"]
             )
         )
+
+
+@pytest.mark.parametrize(
+    ("env_id", "engine", "closest"),
+    [
+        ("ALE/Breakot-v5", "envpool", "ALE/Breakout-v5"),
+        ("Hoper-v5", "envpool", "Hopper-v5"),
+        ("ALE/Breakot-v5", "ale_vector", "ALE/Breakout-v5"),
+    ],
+)
+def test_a_misspelt_id_in_another_engine_is_named_as_the_id_not_the_engine(env_id, engine, closest):
+    """The engine cannot be judged for an id nothing is registered under: the id is the
+    problem, with the closest ids (not 'use env.engine=gymnasium', which would not help)."""
+    data = {"algorithm": "ppo", "env": {"id": env_id, "engine": engine}}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data, LOCAL)  # its checks build the env section's spec
+    (problem,) = info.value.problems
+    assert problem.startswith(f"env.id={env_id!r} is invalid: no gymnasium env is registered")
+    assert f"did you mean {closest!r}" in problem

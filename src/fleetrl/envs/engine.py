@@ -22,10 +22,27 @@ __all__ = ["engine_problems"]
 
 
 def engine_problems(env: EnvConfig) -> list[str]:
-    """Every problem of stepping ``env.id`` in ``env.engine`` with ``env.atari``."""
+    """Every problem of stepping ``env.id`` in ``env.engine`` with ``env.atari``.
+
+    An id no env is registered under has none here: which engines can step it is not known,
+    and the unknown id is the problem to name (:func:`fleetrl.setup.verify.describe` names
+    it, with the closest ids), not an engine that would not help.
+    """
     problems: list[str] = []
+    if not is_atari_id(env.id) and not _registered(env.id):
+        return problems
     if not is_atari_id(env.id) and is_mujoco_id(env.id):  # envpool steps MuJoCo ids too
         check_mujoco_engine(env.id, env.engine, "env.", problems)
     else:
         check_atari_engine(env.id, env.engine, env.atari, "env.", problems)
     return problems
+
+
+def _registered(env_id: str) -> bool:
+    import gymnasium as gym
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        return False
+    return True
