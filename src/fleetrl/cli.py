@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -285,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval" and args.episodes is not None and args.episodes < 1:
         ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # torchrl's INFO notes (e.g. each replay storage it allocates) are not the user's: its
+    # level is read from RL_LOGGING_LEVEL when torchrl is first imported, after this
+    os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
     # fleetrl's own notes too (each checkpoint and its size, a resume, a compile, a video),
     # for this command only (main() also runs inside other programs, e.g. tests)
     ours = logging.getLogger("fleetrl")
