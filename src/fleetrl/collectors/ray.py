@@ -318,8 +318,10 @@ class RayCollector(DataCollectorBase):
         self.native = args.native
         env_fns, kwargs_list, remotes = args.env_fns, args.kwargs_list, args.remotes
         devices, exploration = args.devices, args.exploration_type
-        if self.native:  # what a worker would refuse in its envs, refused before it starts
-            probe_envs(env_fns, kwargs_list)
+        #: where the workers run (:mod:`fleetrl.backends`)
+        self.backend = make_backend(backend)
+        # what a worker would refuse in its envs, or could not be sent it: refused here
+        probe_envs(env_fns, kwargs_list, build=self.native)
 
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
@@ -353,8 +355,6 @@ class RayCollector(DataCollectorBase):
         )
         self._yielded = False
         self._served = ServedStats(max_served_lag, compress)
-        #: where the workers run (:mod:`fleetrl.backends`)
-        self.backend = make_backend(backend)
         try:
             if self.backend.name == "ray":
                 self._started_ray = start_ray(ray_init_config)
@@ -664,8 +664,8 @@ class RayCollector(DataCollectorBase):
             collector_kwargs=collector_kwargs,
             remote_configs=remote_configs,
         )
-        if self.native and create_env_fn is not None:  # a new env: refused here, as at the start
-            probe_envs(env_fns, kwargs_list)
+        if create_env_fn is not None:  # a new env: refused here, as at the start
+            probe_envs(env_fns, kwargs_list, build=self.native, shipped=self.backend.name == "ray")
         slots = self._pool.add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
         return [s.worker_id for s in slots]
 

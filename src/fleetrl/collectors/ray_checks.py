@@ -252,16 +252,21 @@ def per_collector(p: Problems, name: str, value: Any, count: int) -> list[Any]:
     return [value] * count
 
 
-def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]]) -> None:
-    """Refuse here what the workers would refuse when they build their envs.
+def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]], *, build: bool) -> None:
+    """Refuse here what the workers would refuse when they build their envs, or what could
+    not be sent to them.
 
     Each distinct ``create_env_fn`` of a user's making (a factory, a built gymnasium or
-    torchrl env, an id other than fleetrl's Atari and MuJoCo ones, whose spaces are known)
-    is turned into the batched env once, in this process, as a worker would: an
-    observation space fleetrl cannot batch (e.g. ``Dict``), a NEXT_STEP vector env, a
-    ``num_envs`` the env does not have are raised before any actor starts. A factory
-    that fails here for another reason (a package or device only the workers have) is
-    left to the workers, which report what they meet.
+    torchrl env, an id other than fleetrl's Atari and MuJoCo ones, whose spaces are known):
+
+    - it must pickle: Ray sends it to each worker (and the in-process backend copies it
+      as Ray would); a built env that does not (an envpool engine) is refused with the
+      fix, a factory.
+    - ``build`` (fleetrl's own collector): it is turned into the batched env once, in
+      this process, as a worker would: an observation space fleetrl cannot batch (e.g.
+      ``Dict``), a NEXT_STEP vector env, a ``num_envs`` the env does not have are raised
+      before any actor starts. A factory that fails here for another reason (a package
+      or device only the workers have) is left to the workers, which report what they meet.
 
     Raises:
         EnvError: the message the worker would have raised, naming the collector (its
@@ -280,11 +285,32 @@ def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]]) -> None:
         ):
             continue
         try:
-            _probe(create_env_fn, kwargs.get("num_envs"), kwargs.get("create_env_kwargs"))
+            _check_pickles(create_env_fn)
+            if build:
+                _probe(create_env_fn, kwargs.get("num_envs"), kwargs.get("create_env_kwargs"))
         except EnvError as err:
             error = EnvError(f"collector {index}: {err}")
             error.worker_id = index  # type: ignore[attr-defined]
             raise error from None
+
+
+UNPICKLABLE_MSG = (
+    "create_env_fn={value!r} cannot be sent to the collector workers: it does not pickle "
+    "({err}); "
+    "pass a factory that builds it where it runs instead (e.g. lambda: envpool.make(...)), "
+    "which each worker calls"
+)
+
+
+def _check_pickles(create_env_fn: Any) -> None:
+    """Pickle ``create_env_fn`` as Ray will (cloudpickle), once, before any actor starts."""
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.dumps(create_env_fn)
+    except Exception as err:
+        text = f"{type(err).__name__}: {err}".splitlines()[0]
+        raise EnvError(UNPICKLABLE_MSG.format(value=create_env_fn, err=text)) from None
 
 
 def _probe(create_env_fn: Any, num_envs: Any, create_env_kwargs: Any) -> None:

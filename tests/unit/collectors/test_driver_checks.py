@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from collecting import needs_envpool
 from fakes import CountingEnv, PlainVectorEnv
 from fleetrl import RayCollector
 from fleetrl.errors import EnvError
@@ -73,3 +74,21 @@ def test_a_torchrl_factory_failing_in_the_driver_names_its_collector():
     assert "raised gymnasium's NameNotFound: Environment `Pendulumm` doesn't exist." in msg
     assert "remote traceback" not in msg
     assert info.value.worker_id == 1
+
+
+@needs_envpool
+@pytest.mark.parametrize("backend", ["ray", "inprocess"])
+def test_a_built_env_that_cannot_be_sent_is_refused_with_the_factory_fix(backend):
+    """An envpool engine does not pickle: Ray could not send it to the workers (a raw
+    serialization error from Ray, once it had started; the in-process backend copies
+    what it sends as Ray would)."""
+    import envpool
+
+    env = envpool.make("Pong-v5", env_type="gymnasium", num_envs=2, num_threads=1)
+    with pytest.raises(EnvError) as info:
+        RayCollector(env, None, frames_per_batch=20, total_frames=40, backend=backend)
+    msg = str(info.value)
+    assert msg.startswith("collector 0: create_env_fn=AtariGymnasiumEnvPool(")
+    assert "cannot be sent to the collector workers: it does not pickle (TypeError: " in msg
+    assert "pass a factory that builds it where it runs instead" in msg
+    assert info.value.worker_id == 0
