@@ -143,27 +143,77 @@ class IterTimer:
         self.collector.shutdown()
 
 
+#: the keys every result file's ``machine`` record holds (the docs' benchmark pages show them)
+MACHINE_KEYS = ("cpu_model", "cores", "python", "torch", "torchrl", "tensordict", "ray", "numpy")
+
+
+def cpu_model() -> str:
+    """The processor's model name, as the OS reports it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict:
+    """What a result ran on: the CPU, its cores, and the versions that matter."""
+    import ray
+    import tensordict
+    import torchrl
+
     return {
-        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "torchrl": torchrl.__version__,
+        "tensordict": tensordict.__version__,
+        "ray": ray.__version__,
         "numpy": np.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
 
+#: every table this process printed, in order: write_json saves them with the results
+TABLES: list[dict] = []
+
+
 def write_json(name: str, payload: dict) -> Path:
+    """Save ``payload`` as ``benchmarks/results/<name>.json``, with the machine, the date and
+    every table printed so far (the docs' benchmark pages are generated from these files)."""
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     path = out / f"{name}.json"
+    payload = {
+        **payload,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join(
+            ["python", *[Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)]]
+        ),
+        "tables": list(TABLES),
+    }
     path.write_text(json.dumps(payload, indent=2))
     return path
 
 
-def print_table(header: list[str], rows: list[list[str]]) -> None:
+def print_table(header: list[str], rows: list[list[str]], title: str | None = None) -> None:
+    """Print a table, and keep it for the result file (:func:`write_json`)."""
+    TABLES.append(
+        {
+            "title": title,
+            "header": [str(h) for h in header],
+            "rows": [[str(x) for x in row] for row in rows],
+        }
+    )
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     fmt = " | ".join(f"{{:>{w}}}" for w in widths)
+    if title:
+        print(title)
     print(fmt.format(*header))
     print("-+-".join("-" * w for w in widths))
     for row in rows:

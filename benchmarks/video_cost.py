@@ -24,6 +24,7 @@ import gymnasium as gym
 import torch
 from tensordict.nn import TensorDictModule
 
+from common import print_table, write_json
 from fleetrl.envs.atari import AtariEnv
 from fleetrl.evaluate import evaluate
 from fleetrl.video import add_tensorboard_clip, record_video, video_env
@@ -59,11 +60,7 @@ def main() -> None:
 
     out = Path(tempfile.mkdtemp())
     writer = SummaryWriter(str(out / "tb"))
-    print(
-        "| env | frames | size, fps | no render (ms/frame) | mp4 (ms/frame) "
-        "| mp4 + TensorBoard GIF (ms/frame) | mp4 size (KiB) |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    rows, results = [], []
     for name, env in ENVS.items():
         kw = {"seed": 0, "max_episode_steps": args.steps}
         times: dict[str, list[float]] = {"plain": [], "mp4": [], "gif": []}
@@ -90,12 +87,45 @@ def main() -> None:
                         add_tensorboard_clip(writer, "eval/video", video, 0)
                 times[way].append(time.perf_counter() - start)
         ms = {k: 1000 * statistics.median(v) / video.frames for k, v in times.items()}
-        print(
-            f"| {name} | {video.frames} | {video.height}x{video.width}, {video.fps:g} "
-            f"| {ms['plain']:.2f} | {ms['mp4']:.2f} | {ms['gif']:.2f} "
-            f"| {video.path.stat().st_size / 1024:.0f} |"
+        kib = video.path.stat().st_size / 1024
+        rows.append(
+            [
+                name,
+                video.frames,
+                f"{video.height}x{video.width}, {video.fps:g}",
+                f"{ms['plain']:.2f}",
+                f"{ms['mp4']:.2f}",
+                f"{ms['gif']:.2f}",
+                f"{kib:.0f}",
+            ]
+        )
+        results.append(
+            {
+                "env": name,
+                "frames": video.frames,
+                "height": video.height,
+                "width": video.width,
+                "fps": video.fps,
+                "ms_per_frame": ms,
+                "mp4_kib": kib,
+            }
         )
     writer.close()
+    print_table(
+        [
+            "env",
+            "frames",
+            "size, fps",
+            "no render (ms/frame)",
+            "mp4 (ms/frame)",
+            "mp4 + TensorBoard GIF (ms/frame)",
+            "mp4 size (KiB)",
+        ],
+        rows,
+        title=f"per frame of the video, medians of {args.repeats}",
+    )
+    path = write_json("video_cost", {"args": vars(args), "results": results})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from common import print_table, write_json
 from fleetrl import SyncDataCollector
 from fleetrl.wire import empty_round, pack_batch, unpack_batch
 
@@ -114,11 +115,18 @@ def main() -> None:
             timed(*runs[i])
     times = {name: times[name] for name, _ in runs}
     ends = int(batch["next", "done"][:, :-1].sum())
-    print(
-        f"{n * steps} frames of {SHAPE} uint8, {ends} episode ends inside, medians of {args.repeats}:"
+    medians = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+    print_table(
+        ["driver-side unpacking", "median ms"],
+        [[name, f"{ms:.1f}"] for name, ms in medians.items()],
+        title=f"{n * steps} frames of {SHAPE} uint8, {ends} episode ends inside, "
+        f"medians of {args.repeats}",
     )
-    for name, ts in times.items():
-        print(f"  {statistics.median(ts) * 1e3:8.1f} ms  {name}")
+    path = write_json(
+        "wire_unpack",
+        {"args": vars(args), "frames": n * steps, "episode_ends": ends, "median_ms": medians},
+    )
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

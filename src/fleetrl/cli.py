@@ -3,9 +3,7 @@
 fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S] [--video OUT.mp4]
-fleetrl bench {collector_throughput,ray_throughput,time_to_solve,scheme_modes,
-               atari_throughput,wire_unpack,video_cost,mujoco_learning,
-               learner_throughput,startup} [args ...]
+fleetrl bench NAME [args ...]   (from a repository checkout: see BENCHMARKS)
 
 Start-up: this module imports neither torch, torchrl nor Ray (``fleetrl --help``
 answers at once). ``fleetrl train`` reads the config's few keys that say
@@ -27,7 +25,7 @@ from typing import Any
 
 from fleetrl.errors import CheckpointError, FleetError
 
-__all__ = ["main"]
+__all__ = ["BENCHMARKS", "benchmark_script", "build_parser", "main"]
 
 
 def _raw_setting(data: Any, overrides: list[str], key: str, default: Any) -> Any:
@@ -204,10 +202,50 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the scripts ``fleetrl bench NAME`` runs, from the checkout's ``benchmarks/`` folder
+BENCHMARKS = (
+    "atari_throughput",
+    "collector_throughput",
+    "decoupled",
+    "learner_throughput",
+    "mujoco_learning",
+    "normalization_overhead",
+    "ray_throughput",
+    "scheme_modes",
+    "startup",
+    "time_to_solve",
+    "video_cost",
+    "wire_unpack",
+)
+
+NEEDS_CHECKOUT = (
+    "fleetrl bench {name}: the benchmark scripts are not part of the installed package; they "
+    "live in the benchmarks/ folder of a fleetrl repository checkout, and neither the current "
+    "directory ({cwd}) nor the checkout this fleetrl was installed from holds {script}. Clone "
+    "the repository, install it from there (make venv, or pip install torch==2.13.0 then "
+    "pip install -e '.[dev]'), and run fleetrl bench {name} from its root"
+)
+
+
+def benchmark_script(name: str) -> Path | None:
+    """Where benchmark ``name`` is: in ``./benchmarks`` (run from a checkout's root), else in
+    the checkout this package was installed from in editable mode (src layout); None when
+    this fleetrl is installed from a wheel, away from any checkout."""
+    here = Path("benchmarks") / f"{name}.py"
+    installed_from = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    return next((p for p in (here, installed_from) if p.is_file()), None)
+
+
 def _bench(args: argparse.Namespace) -> int:
-    script = Path("benchmarks") / f"{args.name}.py"
-    if not script.is_file():
-        raise SystemExit(f"fleetrl bench: {script} not found (run from the repository root)")
+    script = benchmark_script(args.name)
+    if script is None:
+        print(
+            NEEDS_CHECKOUT.format(
+                name=args.name, cwd=Path.cwd(), script=f"benchmarks/{args.name}.py"
+            ),
+            file=sys.stderr,
+        )
+        return 2
     return subprocess.call([sys.executable, str(script), *args.rest])
 
 
@@ -234,17 +272,30 @@ def _check_train_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``fleetrl`` argument parser and its subcommands' parsers, by name (the docs'
+    command-line reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="fleetrl", description="Distributed RL collection and training on Ray."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train from a YAML config")
+    train = sub.add_parser(
+        "train",
+        help="train from a YAML config",
+        description="Train from a YAML config, with key=value overrides, or resume a run.",
+    )
     train.add_argument("config", nargs="?", help="YAML config file")
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. ppo.lr=1e-3")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    train.add_argument("--run-dir", help="where to write logs and checkpoints")
-    ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint (or a checkpoint file)")
+    train.add_argument(
+        "--run-dir", help="where to write logs and checkpoints (default: runs/<algo>_<env>_<time>)"
+    )
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate a run's latest checkpoint (or a checkpoint file)",
+        description="Evaluate a run's newest checkpoint that loads (or a checkpoint file) with "
+        "deterministic actions, and optionally film the episodes.",
+    )
     ev.add_argument("target", help="run directory or checkpoint file")
     ev.add_argument(
         "--episodes",
@@ -252,29 +303,29 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="deterministic episodes (default 20; with --video 1), episode i seeded seed + i",
     )
-    ev.add_argument("--seed", type=int, default=12345)
+    ev.add_argument("--seed", type=int, default=12345, help="seed of the first episode")
     ev.add_argument(
         "--video",
         metavar="OUT.mp4",
         help="record the episodes to this mp4 (one rgb_array env; reset frame + one per step)",
     )
-    bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
-    bench.add_argument(
-        "name",
-        choices=[
-            "collector_throughput",
-            "ray_throughput",
-            "time_to_solve",
-            "scheme_modes",
-            "atari_throughput",
-            "wire_unpack",
-            "video_cost",
-            "mujoco_learning",
-            "learner_throughput",
-            "startup",
-        ],
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark script from a checkout's benchmarks/",
+        description="Run a benchmark script from the benchmarks/ folder of a fleetrl "
+        "repository checkout (the scripts are not installed with the package); the arguments "
+        "after NAME go to the script.",
     )
-    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.add_argument(
+        "name", choices=BENCHMARKS, metavar="NAME", help=f"one of: {', '.join(BENCHMARKS)}"
+    )
+    bench.add_argument("rest", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return parser, {"train": train, "eval": ev, "bench": bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, commands = build_parser()
+    train, ev = commands["train"], commands["eval"]
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may also come after options (e.g. after --run-dir)
     stray = [e for e in extra if e.startswith("-") or "=" not in e]

@@ -65,7 +65,9 @@ class Trainer:
 
     Args:
         config: a validated :class:`~fleetrl.config.Config`.
-        actor, critic: optional custom modules (e.g. a recurrent policy) instead of the default MLPs.
+        actor: an optional custom policy module (e.g. a recurrent policy) instead of the
+            default network.
+        critic: an optional custom value module instead of the default network.
         extra_modules: other modules the algorithm accepts (``qnet`` for DQN, ``qvalue`` for SAC).
         run_dir: where to write; default from ``config.logging.run_dir`` or ``runs/<algo>_<env>_<time>``.
         resume: continue the run in ``run_dir`` from its latest checkpoint.

@@ -177,15 +177,16 @@ class RayCollector(DataCollectorBase):
         num_threads: torch threads in each worker process (default 1: workers
             share the cores, and two threads made CNN inference several times
             slower there); ``None`` leaves torch's default.
-        device, storing_device, env_device, policy_device: as in
-            :class:`SyncDataCollector`; a single value or a list per collector.
-        max_frames_per_traj, init_random_frames, reset_at_each_iter,
-            split_trajs, postproc, exploration_type: as in
-            :class:`SyncDataCollector`. ``split_trajs`` and ``postproc`` run in
-            this process on each yielded batch; ``init_random_frames`` counts
-            frames over all collectors.
-        policy_factory, compile_policy, cudagraph_policy, set_truncated: as in
-            :class:`SyncDataCollector`, on each worker (the factory is called there).
+        device: as in :class:`SyncDataCollector`; a single value or a list per
+            collector. So are ``storing_device``, ``env_device`` and ``policy_device``.
+        max_frames_per_traj: as in :class:`SyncDataCollector`, and so are
+            ``init_random_frames``, ``reset_at_each_iter``, ``split_trajs``,
+            ``postproc`` and ``exploration_type``. ``split_trajs`` and ``postproc``
+            run in this process on each yielded batch; ``init_random_frames``
+            counts frames over all collectors.
+        policy_factory: as in :class:`SyncDataCollector`, called on each worker;
+            ``compile_policy``, ``cudagraph_policy`` and ``set_truncated`` likewise
+            act on each worker.
         trajs_per_batch: batches of this many whole trajectories, assembled in
             this process from every worker's batches (``postproc`` runs first).
         replay_buffer: a :class:`~fleetrl.collectors.replay.RemoteReplayBuffer`

@@ -1,0 +1,401 @@
+"""The docs pages generated from the code and the benchmark results (see ``hooks.py``).
+
+Kept apart from the mkdocs hook so that the tests import the same generators the site is
+built with: the config reference a test checks is the one the site shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+#: the keys of a result file's machine record (benchmarks/common.py's MACHINE_KEYS)
+MACHINE_KEYS = ("cpu_model", "cores", "python", "torch", "torchrl", "ray")
+
+RESULTS_MARK = re.compile(r"^<!--\s*results:\s*(?P<name>[\w-]+)\s*-->\s*$", re.M)
+PLOTS_MARK = re.compile(r"^<!--\s*plots:\s*(?P<prefix>[\w.-]+)\s*-->\s*$", re.M)
+
+# the groups of the Python API page: every name of fleetrl.__all__ is in exactly one
+API_GROUPS = {
+    "Collectors": [
+        "SyncDataCollector",
+        "RayCollector",
+        "RemoteReplayBuffer",
+        "DataCollectorBase",
+        "episode_stats",
+        "EpisodeStats",
+    ],
+    "Training": ["Trainer", "Config", "load_config"],
+    "Algorithms": [
+        "Algorithm",
+        "PPO",
+        "PPOConfig",
+        "A2C",
+        "A2CConfig",
+        "DQN",
+        "DQNConfig",
+        "SAC",
+        "SACConfig",
+        "IMPALA",
+        "IMPALAConfig",
+        "APPO",
+        "APPOConfig",
+    ],
+    "Envs": ["make_env", "BatchedEnv", "AtariEnv", "MujocoEnv", "EnvEngine"],
+    "Policies": ["as_policy", "RandomPolicy"],
+    "Errors": [
+        "FleetError",
+        "ConfigError",
+        "EnvError",
+        "PolicyError",
+        "WorkerError",
+        "WorkerLostError",
+        "CheckpointError",
+        "CollectorClosedError",
+    ],
+}
+
+
+class MarkerError(ValueError):
+    """A page's results or plots marker names nothing that exists."""
+
+
+def generated_pages() -> dict[str, str]:
+    """Every generated page, by its path under docs/."""
+    return {
+        "reference/cli.md": cli_page(),
+        "reference/config.md": config_page(),
+        "reference/api.md": api_page(),
+    }
+
+
+# --- the command line -------------------------------------------------------------------
+
+
+def cli_page() -> str:
+    from fleetrl.cli import build_parser
+
+    parser, commands = build_parser()
+    out = [
+        "# Command line",
+        "",
+        "Generated from fleetrl's argument parser: what `fleetrl COMMAND --help` prints.",
+        "",
+        f"{parser.description}",
+        "",
+        "Exit codes: 0 when the command succeeds; 2 for bad input (an invalid config or "
+        "argument, a checkpoint that does not load), with one line per problem on stderr; "
+        "128 + the signal number when `fleetrl train` is stopped by SIGINT (130) or SIGTERM "
+        "(143) after writing its final checkpoint. See "
+        "[Errors and exit codes](../concepts/errors.md).",
+        "",
+    ]
+    for name, sub in commands.items():
+        out += [f"## fleetrl {name}", "", sub.description or "", ""]
+        out += ["```text", sub.format_usage().strip(), "```", ""]
+        out += ["| argument | default | meaning |", "|---|---|---|"]
+        for action in sub._actions:  # argparse has no public list of a parser's arguments
+            if isinstance(action, argparse._HelpAction):
+                continue
+            names = ", ".join(action.option_strings) or action.metavar or action.dest
+            if action.option_strings and action.metavar:
+                names += f" {action.metavar}"
+            default = "" if action.default in (None, argparse.SUPPRESS) else f"`{action.default}`"
+            out.append(f"| `{names}` | {default} | {_cell(action.help or '')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+# --- the config keys --------------------------------------------------------------------
+
+
+def key_anchor(key: str) -> str:
+    """The id of a key's row in the config reference: dots become hyphens."""
+    return key.replace(".", "-")
+
+
+def config_page() -> str:
+    from fleetrl.setup.reference import config_keys, section_of
+
+    keys = config_keys()
+    out = [
+        "# Config keys",
+        "",
+        "Every key a config file (or a `key=value` override) can set, generated from the "
+        "config's dataclasses when the site is built: the type, the default, what the checks "
+        "allow, and the field's doc line. A config holds the sections below and the section "
+        "of the one algorithm it trains (`algorithm: ppo` reads the `ppo` section). YAML "
+        "writes no limit as `null`. See [Training from configs](../guides/configs.md) for "
+        "how configs load and are checked.",
+        "",
+    ]
+    section = None
+    for k in keys:
+        if section_of(k.key) != section:
+            section = section_of(k.key)
+            title = f"`{section}`" if section else "Top level"
+            anchor = key_anchor(section) if section else "top-level"
+            out += ["", f"## {title} {{#{anchor}}}", ""]
+            out += ["| key | type | default | allowed | description |", "|---|---|---|---|---|"]
+        out.append(
+            f'| <span id="{key_anchor(k.key)}"></span>`{k.key}` | {_cell(k.type)} '
+            f"| `{_cell(k.default)}` | {_cell(k.allowed)} | {_cell(k.doc)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def documented_keys(markdown: str) -> list[str]:
+    """The keys a generated config reference names, one per row, in order."""
+    return re.findall(r'^\| <span id="[^"]+"></span>`([^`]+)`', markdown, re.M)
+
+
+# --- the Python API ---------------------------------------------------------------------
+
+
+def api_page() -> str:
+    import fleetrl
+
+    grouped = [name for names in API_GROUPS.values() for name in names]
+    missing = sorted(set(fleetrl.__all__) - set(grouped))
+    extra = sorted(set(grouped) - set(fleetrl.__all__))
+    if missing or extra:
+        raise MarkerError(
+            f"docs/reference_pages.py API_GROUPS is out of date: not grouped {missing}, "
+            f"not exported {extra}"
+        )
+    out = [
+        "# Python API",
+        "",
+        "Everything `fleetrl` exports (`fleetrl.__all__`), from the docstrings. Import "
+        "each name from `fleetrl` itself (`from fleetrl import RayCollector`).",
+        "",
+    ]
+    for group, names in API_GROUPS.items():
+        out += [f"## {group}", ""]
+        for name in names:
+            module = fleetrl._EXPORTS[name]
+            out += [f"::: {module}.{name}", "    options:", "      heading_level: 3", ""]
+    return "\n".join(out)
+
+
+# --- the benchmark pages ----------------------------------------------------------------
+
+
+def fill_markers(markdown: str, page: str) -> str:
+    """Replace the results and plots markers of a page with what the result files hold."""
+    markdown = RESULTS_MARK.sub(lambda m: results_markdown(m["name"], page), markdown)
+    return PLOTS_MARK.sub(lambda m: plots_markdown(m["prefix"], page), markdown)
+
+
+def result_files() -> list[Path]:
+    return sorted(RESULTS.glob("*.json"))
+
+
+def load_result(name: str) -> dict:
+    path = RESULTS / f"{name}.json"
+    if not path.is_file():
+        raise MarkerError(f"{path.relative_to(ROOT)} does not exist (named by a results marker)")
+    return json.loads(path.read_text())
+
+
+def machine_line(data: dict) -> str:
+    m = data.get("machine") or {}
+
+    def get(key: str) -> str:
+        value = m.get(key, m.get("cpus") if key == "cores" else None)
+        return "not recorded" if value is None else str(value)
+
+    parts = [
+        f"{get('cpu_model')}, {get('cores')} cores",
+        f"Python {get('python')}",
+        f"torch {get('torch')}",
+        f"torchrl {get('torchrl')}",
+        f"ray {get('ray')}",
+    ]
+    if m.get("gpu"):
+        parts.insert(1, f"GPU {m['gpu']}")
+    line = "**Machine:** " + "; ".join(parts) + "."
+    if data.get("date"):
+        line += f" **Run:** {data['date']}"
+        if data.get("command"):
+            line += f", `{data['command']}`"
+        line += "."
+    if m.get("note"):
+        line += f" *{m['note']}*"
+    return line
+
+
+def results_markdown(name: str, page: str = "") -> str:
+    data = load_result(name)
+    if data.get("tables"):
+        body = [_table(t) for t in data["tables"]]
+    elif name.startswith("learner_throughput"):
+        body = [_learner_table(data)]
+    elif name == "mujoco_learning":
+        body = [_mujoco_table(data)]
+    elif name == "time_to_solve":
+        body = _time_to_solve_tables(data)
+    elif name == "startup":
+        body = _startup_tables(data)
+    else:
+        raise MarkerError(f"benchmarks/results/{name}.json has no tables to show")
+    note = [f"*{data['note']}*"] if data.get("note") else []
+    return "\n\n".join(
+        [*body, *note, machine_line(data), f"*From `benchmarks/results/{name}.json`.*"]
+    )
+
+
+def plots_markdown(prefix: str, page: str = "") -> str:
+    pngs = sorted(RESULTS.glob(f"{prefix}*.png"))
+    if not pngs:
+        raise MarkerError(f"no benchmarks/results/{prefix}*.png (named by a plots marker)")
+    return "\n\n".join(f"![{p.stem}](img/{p.name})" for p in pngs)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(t: dict) -> str:
+    lines = [f"**{t['title']}**", ""] if t.get("title") else []
+    lines += ["| " + " | ".join(_cell(h) for h in t["header"]) + " |"]
+    lines += ["|" + "---|" * len(t["header"])]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in t["rows"]]
+    return "\n".join(lines)
+
+
+def _learner_table(data: dict) -> str:
+    cases = data["cases"]
+    kinds = [
+        k
+        for k in ("eager", "compiled", "cudagraphs")
+        if any(f"fleetrl {k}" in c["ms_per_step"] for c in cases.values())
+    ]
+    header = ["case"]
+    for k in kinds:
+        header += [f"fleetrl {k} ms/step"] + ([f"plain {k} ms/step"] if k != "cudagraphs" else [])
+    header += [f"fleetrl {k} / plain eager" for k in kinds]
+    rows = []
+    for case, c in cases.items():
+        ms, row = c["ms_per_step"], [case]
+        for k in kinds:
+            row.append(_num(ms.get(f"fleetrl {k}")))
+            if k != "cudagraphs":
+                row.append(_num(ms.get(f"plain {k}")))
+        for k in kinds:
+            fast, plain = ms.get(f"fleetrl {k}"), ms.get("plain eager")
+            row.append(f"{plain / fast:.2f}x" if fast and plain else "-")
+        rows.append(row)
+    device = data.get("device", "cpu")
+    return _table(
+        {
+            "title": f"ms per optimizer step, device {device} (speed ratio: plain "
+            "eager time over fleetrl's)",
+            "header": header,
+            "rows": rows,
+        }
+    )
+
+
+def _mujoco_table(data: dict) -> str:
+    rows = []
+    for run, r in data["results"].items():
+        rows.append(
+            [
+                run,
+                f"{r.get('frames', 0):,}",
+                _num(r.get("target")),
+                _num(r.get("score")),
+                _num(r.get("eval_return")),
+                _num(r.get("wall_s"), "s"),
+                _num(r.get("frames_per_s")),
+                _num(r.get("updates_per_s")),
+            ]
+        )
+    return _table(
+        {
+            "title": "score: mean training return of the last 20 episodes at the end "
+            "of the budget; eval: 10 deterministic episodes on the final checkpoint",
+            "header": [
+                "run",
+                "env steps",
+                "target",
+                "score",
+                "eval return",
+                "wall time",
+                "frames/s",
+                "updates/s",
+            ],
+            "rows": rows,
+        }
+    )
+
+
+def _time_to_solve_tables(data: dict) -> list[str]:
+    res = {k: v for k, v in data["results"].items() if k not in ("ratios", "failed")}
+    rows = [
+        [
+            name,
+            f"{r['solved']}/{len(r.get('runs', []))}",
+            _num(r.get("median_wall_s"), "s"),
+            _num(r.get("median_startup_s"), "s"),
+            f"{r.get('median_frames', 0):,}",
+        ]
+        for name, r in res.items()
+    ]
+    ratios = [
+        [
+            name,
+            f"{r['value']:.2f}x",
+            f"{r['target']:.2f}x",
+            "met" if r["value"] <= r["target"] else "not met",
+        ]
+        for name, r in data["results"].get("ratios", {}).items()
+    ]
+    return [
+        _table(
+            {
+                "title": "wall time from process start until the mean return of the last 20 "
+                "training episodes reaches 475",
+                "header": ["contestant", "solved", "median wall time", "start-up", "median frames"],
+                "rows": rows,
+            }
+        ),
+        _table(
+            {
+                "title": "ratios of median wall times (lower is faster)",
+                "header": ["ratio", "value", "target", ""],
+                "rows": ratios,
+            }
+        ),
+    ]
+
+
+def _startup_tables(data: dict) -> list[str]:
+    rows = [[k, _num(v, "s")] for k, v in data["medians"].items()]
+    ratios = [[k, f"{v:.2f}x"] for k, v in data.get("ratios", {}).items()]
+    return [
+        _table({"title": None, "header": ["measure", "median"], "rows": rows}),
+        _table({"title": None, "header": ["ratio", "value"], "rows": ratios}),
+    ]
+
+
+def _num(value, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        text = (
+            f"{value:,.0f}"
+            if abs(value) >= 100
+            else f"{value:.3g}"
+            if abs(value) < 1
+            else f"{value:.2f}"
+        )
+    else:
+        text = f"{value:,}"
+    return f"{text} {unit}".strip()
