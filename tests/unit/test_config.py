@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import yaml
@@ -24,7 +25,8 @@ from fleetrl.algorithms import (
 from fleetrl.algorithms.models import ModelKind
 from fleetrl.config import Config, EnvConfig, LearnerMode, Schedule
 from fleetrl.setup.load import config_from_dict, load_config
-from fleetrl.setup.parse import config_to_dict
+from fleetrl.setup.parse import RENAMED, RENAMED_MSG, config_to_dict
+from fleetrl.setup.reference import config_keys
 from fleetrl.setup.verify import check
 from runs import ROOT
 
@@ -260,13 +262,26 @@ def test_overrides_of_another_section_or_an_unknown_key_are_refused():
     assert info.value.problems == [
         "dqn.lr is invalid here: the dqn section belongs to algorithm='dqn' and this config "
         "trains algorithm='ppo'; set ppo.lr instead, or train dqn with algorithm=dqn",
-        "trainer.clip_schedule is not a config key; known: ['total_frames', 'target_return', "
-        "'return_window', 'seed', 'weight_update_interval', 'test_every', 'num_test_episodes', "
-        "'checkpoint_every', 'keep_checkpoints', 'device', 'backend']",
+        "trainer.clip_schedule is not a config key: it was renamed; write ppo.clip_schedule "
+        "(appo.clip_schedule for APPO) (see the changelog)",
     ]
     # switching the algorithm on the command line: the file's ppo section is dropped
     cfg = load_config(PPO_CARTPOLE, ["algorithm=a2c", "a2c.lr=1e-3"])
     assert cfg.algo.lr == 1e-3 and type(cfg.algo) is A2CConfig
+
+
+@pytest.mark.parametrize("old", sorted(RENAMED))
+def test_a_renamed_key_names_its_new_name(old, tmp_path):
+    section, _, name = old.partition(".")
+    algorithm = section if section in ("impala", "appo") else "ppo"
+    path = tmp_path / "old.yaml"
+    path.write_text(f"algorithm: {algorithm}\n{section}:\n  {name}: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path), [])
+    assert info.value.problems == [RENAMED_MSG.format(key=old, fix=RENAMED[old])]
+    named = re.findall(r"write ([a-z_]+\.[a-z_]+)", RENAMED[old])
+    assert named and set(named) <= {k.key for k in config_keys()}, named
+    assert old not in {k.key for k in config_keys()}
 
 
 # ---------------------------------------------------------- one rule per fact

@@ -70,6 +70,19 @@ IGNORED_WARNING = (
 )
 
 
+#: keys that were renamed, and what to write instead (the docs' changelog lists them)
+RENAMED: dict[str, str] = {
+    "trainer.clip_schedule": "write ppo.clip_schedule (appo.clip_schedule for APPO)",
+    "collector.max_policy_lag": "write collector.max_served_lag",
+    "scheme.max_policy_lag": "write scheme.max_gradient_lag",
+    "scheme.grad_communication": "write scheme.update: sync or async",
+    "scheme.decentralized_update": "write scheme.update: decentralized",
+    "impala.max_policy_lag": "write impala.max_learn_lag",
+    "appo.max_policy_lag": "write appo.max_learn_lag",
+}
+RENAMED_MSG = "{key} is not a config key: it was renamed; {fix} (see the changelog)"
+
+
 def allowed_values(cls: type[enum.Enum]) -> str:
     values = [e.value for e in cls]
     if len(values) == 2:
@@ -115,6 +128,9 @@ def fill_dataclass(
     obj = cls()
     for key, value in data.items():
         path = f"{prefix}{key}"
+        if key not in names and path in RENAMED:
+            problems.append(Problem(path, text=RENAMED_MSG.format(key=path, fix=RENAMED[path])))
+            continue
         if key not in names:
             close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known: {names}"
