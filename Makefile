@@ -2,18 +2,20 @@
 #   make demo       run the main job (creates .venv if missing)
 #   make test       unit + integration tests and the docstring examples, <= 6 min on 2 cores
 #   make test-all   everything, the end-to-end tests too (what CI runs), <= 15 min on 2 cores
+#   make docs       build the docs site into site/ (strict: a broken link or reference fails)
+#   make docs-serve serve the docs site at http://127.0.0.1:8000
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-all lint bench venv clean
+.PHONY: demo test test-unit test-all lint bench docs docs-serve venv clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: the CPU wheel, so no CUDA build is ever downloaded.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev,atari,mujoco,video]"
+	$(BIN)/pip install -q -e ".[dev,atari,mujoco,video,docs]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -36,9 +38,16 @@ lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
+# the site's reference pages are generated from the code at build time (docs/hooks.py)
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
 bench: venv
 	$(BIN)/python benchmarks/collector_throughput.py
 	$(BIN)/python benchmarks/ray_throughput.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info
