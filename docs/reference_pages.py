@@ -234,6 +234,10 @@ def results_markdown(name: str, page: str = "") -> str:
     data = load_result(name)
     if data.get("tables"):
         body = [_table(t) for t in data["tables"]]
+        ratios = data.get("ratios")
+        if isinstance(ratios, dict) and all(isinstance(v, (int, float)) for v in ratios.values()):
+            rows = [[k, f"{v:.2f}x"] for k, v in ratios.items()]
+            body.append(_table({"title": None, "header": ["ratio", "value"], "rows": rows}))
     elif name.startswith("learner_throughput"):
         body = [_learner_table(data)]
     elif name == "mujoco_learning":
@@ -399,3 +403,82 @@ def _num(value, unit: str = "") -> str:
     else:
         text = f"{value:,}"
     return f"{text} {unit}".strip()
+
+
+# --- the README's headline ratios -------------------------------------------------------
+
+HEADLINE_MARK = "<!-- headline-ratios -->"
+
+
+def _cell_in(data: dict, row_start: str, column: str, table: int = 0) -> str:
+    t = data["tables"][table]
+    col = t["header"].index(column)
+    return next(r[col] for r in t["rows"] if r[0].startswith(row_start))
+
+
+def _best_in(data: dict, row_start: str, column: str, table: int = 0) -> tuple[str, str]:
+    """The row (label, value) with the highest ratio among rows starting with ``row_start``."""
+    t = data["tables"][table]
+    col = t["header"].index(column)
+    rows = [r for r in t["rows"] if r[0].startswith(row_start)]
+    best = max(rows, key=lambda r: float(r[col].rstrip("x")))
+    return best[0], best[col]
+
+
+def headline_rows() -> list[list[str]]:
+    """The README's headline ratios, each computed from its committed result file."""
+    col = load_result("collector_throughput")
+    ray = load_result("ray_throughput")
+    atari = load_result("atari_throughput")
+    learner = load_result("learner_throughput")["cases"]["ppo_mujoco_tanh"]["ms_per_step"]
+    solve = load_result("time_to_solve")["results"]["ratios"]
+    best_label, best_vs_raw = _best_in(atari, "fleetrl SyncDataCollector", "vs limit")
+    engine = best_label.split(":", 1)[1].strip()
+    return [
+        [
+            "`SyncDataCollector`, CartPole, 64 envs",
+            "a raw loop (frames/s)",
+            _cell_in(col, "64", "fleetrl/raw"),
+        ],
+        ["", "torchrl `Collector` (frames/s)", _cell_in(col, "64", "fleetrl/torchrl")],
+        [
+            "`RayCollector` first-ready, 2 workers x 64 envs",
+            "two raw loops (frames/s)",
+            _cell_in(ray, "fleetrl RayCollector async", "vs limit"),
+        ],
+        [
+            "",
+            "torchrl `RayCollector` (frames/s)",
+            _cell_in(ray, "torchrl RayCollector async", "fleetrl/torchrl"),
+        ],
+        [
+            f"`SyncDataCollector`, Pong with the Nature CNN, 8 envs ({engine})",
+            "a raw step-then-infer loop (steps/s)",
+            best_vs_raw,
+        ],
+        ["", "torchrl `Collector` (steps/s)", _cell_in(atari, best_label, "vs torchrl")],
+        [
+            "PPO optimizer step, MuJoCo shapes, eager",
+            "plain PyTorch (steps/s)",
+            f"{learner['plain eager'] / learner['fleetrl eager']:.2f}x",
+        ],
+        [
+            "PPO to a return of 475 on CartPole, local",
+            "RLlib PPO, local (wall time: lower wins)",
+            f"{solve['fleetrl PPO / RLlib PPO, local']['value']:.2f}x",
+        ],
+    ]
+
+
+def headline_table() -> str:
+    rows = headline_rows()
+    lines = ["| what | against | ratio |", "|---|---|---:|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["headline"]:  # the README's table, from the committed results
+        print(headline_table())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from docblocks import DOCS, ROOT, blocks, runnable_pages, run_page, skipped
+from docblocks import DOCS, ROOT, blocks, run_page, runnable_pages, skipped
 
 PAGES = [p for p in runnable_pages() if DOCS in p.parents]
 

@@ -18,14 +18,14 @@ import pytest
 from docblocks import DOCS, ROOT, blocks, pages
 
 sys.path.insert(0, str(DOCS))
-import reference_pages  # noqa: E402
+import reference_pages
 
-from fleetrl import cli  # noqa: E402
-from fleetrl.algorithms import ALGORITHMS  # noqa: E402
-from fleetrl.config import Config, EnvConfig  # noqa: E402
-from fleetrl.setup.load import load_config  # noqa: E402
-from fleetrl.setup.parse import config_to_dict, parse_config  # noqa: E402
-from fleetrl.setup.reference import config_keys  # noqa: E402
+from fleetrl import cli
+from fleetrl.algorithms import ALGORITHMS
+from fleetrl.config import Config, EnvConfig
+from fleetrl.setup.load import load_config
+from fleetrl.setup.parse import config_to_dict, parse_config
+from fleetrl.setup.reference import config_keys
 
 HELPER_SCRIPTS = {"common", "plain_learners", "rllib_atari_sampler", "rllib_peer"}
 
@@ -152,8 +152,18 @@ def test_every_result_and_plot_is_on_a_benchmark_page():
         assert "<!-- results" not in filled and "**Machine:**" in filled
 
 
+def test_the_readme_headline_ratios_are_the_committed_results():
+    readme = (ROOT / "README.md").read_text()
+    after = readme.split(reference_pages.HEADLINE_MARK + "\n", 1)[1]
+    shown = after.split("\n\n", 1)[0].strip()
+    assert shown == reference_pages.headline_table(), (
+        "README's headline table differs from benchmarks/results: paste "
+        "`python docs/reference_pages.py headline` under the marker"
+    )
+
+
 def test_a_marker_naming_no_result_fails():
-    with pytest.raises(reference_pages.MarkerError, match="no_such_bench.json does not exist"):
+    with pytest.raises(reference_pages.MarkerError, match=r"no_such_bench\.json does not exist"):
         reference_pages.fill_markers("<!-- results: no_such_bench -->\n", "x.md")
 
 
