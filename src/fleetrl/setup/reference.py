@@ -145,10 +145,11 @@ def config_keys() -> list[KeyDoc]:
 def _section_keys(prefix: str, cls: type, algorithm: str) -> list[KeyDoc]:
     docs, hints = field_docs(cls), typing.get_type_hints(cls)
     out: list[KeyDoc] = []
+    nested: list[KeyDoc] = []  # a nested section (env.atari) follows its parent's own keys
     for f in dataclasses.fields(cls):
         key, hint = f"{prefix}.{f.name}", hints[f.name]
         if dataclasses.is_dataclass(hint):
-            out += _section_keys(key, hint, algorithm)
+            nested += _section_keys(key, hint, algorithm)
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         out.append(
@@ -161,7 +162,7 @@ def _section_keys(prefix: str, cls: type, algorithm: str) -> list[KeyDoc]:
                 docs.get(f.name, ""),
             )
         )
-    return out
+    return out + nested
 
 
 def _type_name(hint: Any) -> str:
