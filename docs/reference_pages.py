@@ -88,10 +88,12 @@ def cli_page() -> str:
         "",
         f"{parser.description}",
         "",
-        "Exit codes: 0 when the command succeeds; 2 for bad input (an invalid config or "
-        "argument, a checkpoint that does not load), with one line per problem on stderr; "
+        "Exit codes: 0 when the command succeeds; 2 for bad input and any other fleetrl error "
+        "(an invalid config or argument, a checkpoint that does not load, a run stopped by a "
+        "worker's error), with one line per problem on stderr; "
         "128 + the signal number when `fleetrl train` is stopped by SIGINT (130) or SIGTERM "
-        "(143) after writing its final checkpoint. See "
+        "(143) after writing its final checkpoint; 1 for anything else (an unexpected error, with "
+        "Python's traceback, or a second signal that stops a run without a final checkpoint). See "
         "[Errors and exit codes](../concepts/errors.md).",
         "",
     ]

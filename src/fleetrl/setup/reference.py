@@ -66,6 +66,13 @@ SECTIONS: dict[str, type] = {
 _PROBES: dict[type, tuple[Any, ...]] = {int: (-1, 0), float: (-1.0, 0.0, 2.0)}
 # the env each algorithm's probe config is made for (its action space must suit)
 _PROBE_ENV = {"sac": "Pendulum-v1"}
+# keys whose bound depends on other keys: the probe's message would quote the default
+# config's numbers, so the rule is said in words
+_RULES = {
+    f"{algo}.max_learn_lag": "null (no bound) or >= (trainer.weight_update_interval - 1) x "
+    "the optimizer steps per batch, the lag the interval alone gives"
+    for algo in ("impala", "appo")
+}
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,8 @@ def _allowed(key: str, hint: Any, algorithm: str) -> str:
         return "; ".join([text, *(f"{v}: {said}" for v, said in notes if said)])
     if key in RANGES:
         return RANGES[key][1]
+    if key in _RULES:
+        return _RULES[key]
     if hint is bool:
         return "true or false"
     for probe in _probes(hint):
