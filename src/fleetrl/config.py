@@ -147,7 +147,7 @@ class EnvConfig:
     normalize_observation: bool = False
     """normalize observations by running mean and variance merged from every collector's
     frames on the learner, published with the weights (fleetrl.normalization; PPO, A2C,
-    IMPALA, APPO with mlp networks, central learner)."""
+    IMPALA, APPO with mlp networks, in every learner mode)."""
     clip_observation: float | None = 10.0
     """clip normalized observations to [-clip, clip] (null: off); CleanRL clips to 10."""
     normalize_reward: bool = False

@@ -74,6 +74,11 @@ def test_allowed_values_come_from_the_checks():
     assert keys["scheme.update"].allowed.startswith("one of 'central', 'sync'")
     assert "'central': must be 'sync', 'async' or 'decentralized'" in keys["scheme.update"].allowed
     assert keys["logging.tensorboard"].allowed == "true or false"
+    # a rule that depends on other keys is said as the rule, not in the probe config's numbers
+    assert keys["impala.max_learn_lag"].allowed.startswith(
+        "null (no bound) or >= (trainer.weight_update_interval - 1) x"
+    )
+    assert keys["sac.cudagraphs"].allowed.startswith("false only: SAC's update samples")
 
 
 # --- the CLI and API references ----------------------------------------------------------

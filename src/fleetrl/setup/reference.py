@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetrl.algorithms import ALGORITHMS
+from fleetrl.algorithms.sac import SAC_CUDAGRAPHS_MSG
 from fleetrl.config import (
     AlgorithmConfig,
     CollectorConfig,
@@ -72,7 +73,7 @@ _RULES = {
     f"{algo}.max_learn_lag": "null (no bound) or >= (trainer.weight_update_interval - 1) x "
     "the optimizer steps per batch, the lag the interval alone gives"
     for algo in ("impala", "appo")
-}
+} | {"sac.cudagraphs": f"false only: {SAC_CUDAGRAPHS_MSG}"}
 
 
 @dataclass(frozen=True)
