@@ -61,6 +61,22 @@ ALGOS = {
             "trainer.test_every=3",
         ],
     ),
+    "impala": (
+        "impala_cartpole.yaml",
+        512,
+        ["env.num_envs=4", "collector.frames_per_batch=128", "trainer.test_every=2"],
+    ),
+    "appo": (
+        "appo_cartpole.yaml",
+        512,
+        [
+            "env.num_envs=4",
+            "collector.frames_per_batch=128",
+            "appo.num_epochs=2",
+            "appo.num_mini_batch=2",
+            "trainer.test_every=2",
+        ],
+    ),
     "sac": (  # the split falls inside the random-action phase (learning_starts)
         "sac_pendulum.yaml",
         512,
