@@ -144,6 +144,7 @@ def _first_line(err: BaseException) -> str:
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
+    from fleetrl.algorithms.base import NetworkMisfit
     from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
     from fleetrl.envs.make import create_env_fn
     from fleetrl.evaluate import evaluate
@@ -166,6 +167,8 @@ def _eval(args: argparse.Namespace) -> int:
     algorithm = make_algorithm(config)  # unseeded: the checkpoint's weights are loaded next
     try:
         algorithm.load_state_dict(state["algorithm"])
+    except NetworkMisfit as err:
+        raise CheckpointError(f"checkpoint {path} cannot be evaluated here: {err}") from None
     except (KeyError, RuntimeError, TypeError, ValueError) as err:  # torch's size/key mismatches
         raise CheckpointError(
             STATE_MISFIT.format(path=path, algorithm=config.algorithm, reason=_first_line(err))

@@ -35,9 +35,10 @@ from typing import Any
 
 import yaml
 
+from fleetrl.algorithms.base import NetworkMisfit
 from fleetrl.checkpoint import Resumption, RunCheckpoints, checkpoint_name
 from fleetrl.config import Config
-from fleetrl.errors import ConfigError
+from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.evaluate import Evaluator, plot_learning_curve
 from fleetrl.learners import Learner, make_learner
 from fleetrl.metrics import MetricLogger
@@ -156,7 +157,12 @@ class Trainer:
         """Continue from the newest checkpoint that loads (damaged newer ones are skipped)."""
         self.resumption = resumption = Resumption.newest(self.run_dir)
         state = resumption.state
-        self.algorithm.load_state_dict(state["algorithm"])
+        try:
+            self.algorithm.load_state_dict(state["algorithm"])
+        except NetworkMisfit as err:
+            raise CheckpointError(
+                f"checkpoint {resumption.path} cannot be resumed here: {err}"
+            ) from None
         self.frames, self.iterations, self.episodes = (
             state["frames"],
             state["iterations"],

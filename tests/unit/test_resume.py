@@ -195,3 +195,46 @@ def test_evaluation_leaves_the_training_random_state_alone(tmp_path):
     assert set(result) == {"eval/return_mean", "eval/return_std"}
     assert torch.equal(torch.get_rng_state(), torch_state)
     assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state))
+
+
+# ------------------------------------------------------------------ other networks
+def test_a_run_of_custom_networks_is_refused_by_eval_and_resume_and_resumes_with_them(
+    tmp_path, capsys
+):
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+    from torchrl.modules import ProbabilisticActor
+
+    from fleetrl import Trainer, load_config
+
+    def linear_actor() -> ProbabilisticActor:  # one layer: the default actor has three
+        return ProbabilisticActor(
+            TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"]),
+            in_keys=["logits"],
+            distribution_class=torch.distributions.Categorical,
+            return_log_prob=True,
+        )
+
+    run = tmp_path / "custom"
+    overrides = [*PPO_LOCAL, "env.num_envs=4", "collector.frames_per_batch=128"]
+    config = load_config(
+        ROOT / "configs" / "ppo_cartpole.yaml",
+        [*overrides, "trainer.total_frames=256", "trainer.test_every=0", f"logging.run_dir={run}"],
+    )
+    Trainer(config, actor=linear_actor()).train()
+    capsys.readouterr()
+
+    # the config alone builds the default networks: refused, not evaluated or trained silently
+    assert main(["eval", str(run), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be evaluated here: its networks are not the ones built now" in err
+    assert "the checkpoint has parameters they lack: 2 (e.g. 'actor_network_params." in err
+    assert "Trainer.from_run_dir(run_dir, actor=...)" in err
+    assert main(["train", "--resume", str(run), "trainer.total_frames=384"]) == 2
+    assert "cannot be resumed here: its networks are not the ones built now" in (
+        capsys.readouterr().err
+    )
+
+    # with the same kind of modules it resumes
+    resumed = Trainer.from_run_dir(run, ["trainer.total_frames=384"], actor=linear_actor())
+    assert resumed.train()["train/frames"] == 384

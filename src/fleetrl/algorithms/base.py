@@ -73,10 +73,15 @@ from fleetrl.normalization import (
 )
 from fleetrl.wire import ParamCodec
 
-__all__ = ["Algorithm", "InfoMean", "end_padded_rows", "flatten_valid"]
+__all__ = ["Algorithm", "InfoMean", "NetworkMisfit", "end_padded_rows", "flatten_valid"]
 
 logger = logging.getLogger(__name__)
 
+NETWORK_MISFIT_MSG = (
+    "its networks are not the ones built now ({detail}); a run trained with your own modules "
+    "(Trainer(config, actor=...)) resumes and evaluates in Python with the same modules: "
+    "Trainer.from_run_dir(run_dir, actor=...), then fleetrl.evaluate.evaluate"
+)
 UNKNOWN_PARAMETER_MSG = (
     "update_algorithm_parameter: {name!r} is not a parameter of {algo}; known: {known}"
 )
@@ -629,6 +634,9 @@ class Algorithm(abc.ABC):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a :meth:`state_dict`; :class:`NetworkMisfit` when its networks are other
+        ones (torch's loader lets a loss module's parameters go missing or unknown)."""
+        _check_same_networks(self.loss_module.state_dict(), state["loss_module"])
         self.loss_module.load_state_dict(state["loss_module"])
         lr = [g["lr"] for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(_as_built(state["optimizer"], self.optimizer))
@@ -641,6 +649,25 @@ class Algorithm(abc.ABC):
             self.update_algorithm_parameter(name, value)
         if self.reward_scaler is not None:
             self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+class NetworkMisfit(ValueError):
+    """A saved algorithm state whose networks (parameter names) are not the ones built now:
+    e.g. a run trained with a custom actor, loaded into the config's default networks."""
+
+
+def _check_same_networks(built: dict[str, Any], saved: dict[str, Any]) -> None:
+    missing, unknown = sorted(set(built) - set(saved)), sorted(set(saved) - set(built))
+    if missing or unknown:
+        parts = [
+            f"{what} {len(keys)} (e.g. {keys[0]!r})"
+            for keys, what in (
+                (unknown, "the checkpoint has parameters they lack:"),
+                (missing, "it lacks parameters they have:"),
+            )
+            if keys
+        ]
+        raise NetworkMisfit(NETWORK_MISFIT_MSG.format(detail="; ".join(parts)))
 
 
 #: how an optimizer runs, not what it computes: a checkpoint's are not loaded over the built ones
