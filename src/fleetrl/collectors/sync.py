@@ -353,7 +353,8 @@ class SyncDataCollector(DataCollectorBase):
         otherwise only advances the version. ``worker_ids``: this collector is
         one worker, :attr:`worker_id`; naming it (or None) updates it, any
         other id is a ``ConfigError``. ``version``: the version these weights
-        are (default: current + 1).
+        are (default: current + 1); versions never go back, as on a ``RayCollector``:
+        one below :attr:`policy_version` is a ``ConfigError``.
         """
         self._check_open()
         value = check_weight_update(
@@ -363,6 +364,8 @@ class SyncDataCollector(DataCollectorBase):
             worker_ids=worker_ids,
             model_id=model_id,
             worker_range=[self.worker_id],
+            version=version,
+            current_version=self.policy_version,
             name="SyncDataCollector",
         )
         source = value if isinstance(value, TensorDictBase) else as_weights(value)

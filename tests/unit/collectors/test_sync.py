@@ -366,6 +366,13 @@ def test_update_policy_weights_changes_actions_and_version():
         assert (b["collector", "policy_version"] == 1).all()
         c.update_policy_weights_(version=7)
         assert (c.next()["collector", "policy_version"] == 7).all()
+        c.update_policy_weights_(version=7)  # the same version again: weights republished
+        with pytest.raises(
+            ConfigError,
+            match=r"version=6 is invalid: .* >= the newest published version, 7: versions never go back",
+        ):
+            c.update_policy_weights_(version=6)
+        assert c.policy_version == 7
 
 
 def test_state_dict_round_trip():
