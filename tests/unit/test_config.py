@@ -270,6 +270,22 @@ def test_overrides_of_another_section_or_an_unknown_key_are_refused():
     assert cfg.algo.lr == 1e-3 and type(cfg.algo) is A2CConfig
 
 
+def test_atari_keys_on_an_env_that_is_not_atari_are_refused():
+    # they would preprocess nothing: refused, not silently ignored
+    with pytest.raises(ConfigError) as info:
+        load_config(PPO_CARTPOLE, ["env.atari.frame_stack=2", "env.atari.noop_max=0"])
+    said = (
+        "env.atari preprocesses ALE games (e.g. ALE/Pong-v5) and env.id='CartPole-v1' is not "
+        "one, so it would do nothing; remove the key"
+    )
+    assert info.value.problems == [
+        f"env.atari.frame_stack=2 is invalid: {said}",
+        f"env.atari.noop_max=0 is invalid: {said}",
+    ]
+    # the defaults (every saved config.yaml holds them) are no problem
+    assert load_config(PPO_CARTPOLE, ["env.atari.frame_stack=4"]).env.atari.frame_stack == 4
+
+
 @pytest.mark.parametrize("old", sorted(RENAMED))
 def test_a_renamed_key_names_its_new_name(old, tmp_path):
     section, _, name = old.partition(".")

@@ -42,6 +42,7 @@ from fleetrl.errors import ConfigError, EnvError
 from fleetrl.keys import NestedKey
 
 __all__ = [
+    "ATARI_RANGES",
     "AleVectorEnv",
     "AtariEnv",
     "EnvPoolAtariEnv",
@@ -52,6 +53,15 @@ __all__ = [
 ]
 
 ATARI_RANGE_MSG = "{prefix}atari.{key}={value!r} is invalid: {allowed}"
+#: what each number of AtariConfig allows (the config reference shows the same words)
+ATARI_RANGES = {
+    "frame_skip": "must be >= 1",
+    "frame_stack": "must be >= 1",
+    "screen_size": "must be >= 1",
+    "noop_max": "must be >= 0 (0: no no-op starts)",
+    "repeat_action_probability": "must be in [0, 1]",
+    "max_episode_frames": "must be a positive multiple of atari.frame_skip",
+}
 LIFE_LOSS_MSG = (
     "{prefix}atari.terminal_on_life_loss=True is invalid with {prefix}engine={engine!r}: "
     "{engine}'s episodic life goes on with the same game after a life loss, while the "
@@ -184,16 +194,20 @@ def check_atari_engine(
                 ATARI_RANGE_MSG.format(prefix=prefix, key=key, value=value, allowed=allowed)
             )
 
-    a = atari
-    check(a.frame_skip >= 1, "frame_skip", "must be >= 1")
-    check(a.frame_stack >= 1, "frame_stack", "must be >= 1")
-    check(a.screen_size >= 1, "screen_size", "must be >= 1")
-    check(a.noop_max >= 0, "noop_max", "must be >= 0 (0: no no-op starts)")
-    check(0 <= a.repeat_action_probability <= 1, "repeat_action_probability", "must be in [0, 1]")
+    a, rule = atari, ATARI_RANGES
+    check(a.frame_skip >= 1, "frame_skip", rule["frame_skip"])
+    check(a.frame_stack >= 1, "frame_stack", rule["frame_stack"])
+    check(a.screen_size >= 1, "screen_size", rule["screen_size"])
+    check(a.noop_max >= 0, "noop_max", rule["noop_max"])
+    check(
+        0 <= a.repeat_action_probability <= 1,
+        "repeat_action_probability",
+        rule["repeat_action_probability"],
+    )
     check(
         a.max_episode_frames >= a.frame_skip and a.max_episode_frames % max(1, a.frame_skip) == 0,
         "max_episode_frames",
-        f"must be a positive multiple of atari.frame_skip ({a.frame_skip})",
+        f"{rule['max_episode_frames']} ({a.frame_skip})",
     )
     allowed = [e.value for e in EnvEngine]
     if engine not in allowed:  # a str Enum compares equal to its value

@@ -50,6 +50,7 @@ from fleetrl.config import (
     TrainerConfig,
     enum_of,
 )
+from fleetrl.envs.atari import ATARI_RANGES
 from fleetrl.setup.verify import RANGES, verify
 
 __all__ = ["SECTIONS", "KeyDoc", "config_keys", "field_docs", "section_of"]
@@ -218,6 +219,9 @@ def _allowed(key: str, hint: Any, algorithm: str) -> str:
         return RANGES[key][1]
     if key in _RULES:
         return _RULES[key]
+    section, _, name = key.rpartition(".")
+    if section == "env.atari" and name in ATARI_RANGES:
+        return ATARI_RANGES[name]
     if hint is bool:
         return "true or false"
     for probe in _probes(hint):

@@ -37,7 +37,7 @@ from fleetrl.algorithms import ALGORITHMS
 from fleetrl.algorithms.models import NORMALIZE_CONV_MSG, ModelKind, conv_problems, resolve_model
 from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
-from fleetrl.config import Config, LearnerMode, enum_of, enum_value
+from fleetrl.config import AtariConfig, Config, LearnerMode, enum_of, enum_value
 from fleetrl.envs.atari import is_atari_id
 from fleetrl.envs.engine import engine_problems
 from fleetrl.envs.make import create_env_fn
@@ -212,6 +212,7 @@ def verify(config: Config, env_spec: EnvSpec | None) -> list[Problem]:
     _video(config, env_spec, check)
     _decoupled(config, check)
     _normalization(config, check)
+    _atari_section(config, check)
     _batch_sizes(config, check)
     _device(config, check)
     _scheme(config, check.section("scheme"))
@@ -437,6 +438,24 @@ def _normalization(config: Config, check: Problems) -> None:
             f"is supported for the algorithms {list(NORMALIZING_ALGORITHMS)}, not "
             f"algorithm={config.algorithm!r}; set env.{name}=false",
         )
+
+
+def _atari_section(config: Config, check: Problems) -> None:
+    """env.atari.* preprocesses ALE games only: set for another env it would do nothing."""
+    import gymnasium as gym
+
+    if is_atari_id(config.env.id) or config.env.id not in gym.registry:
+        return  # an unknown id is the problem to name (describe names it), not its section
+    default = AtariConfig()
+    for f in dataclasses.fields(default):
+        value = getattr(config.env.atari, f.name)
+        if value != getattr(default, f.name):
+            check.add(
+                f"env.atari.{f.name}",
+                value,
+                f"env.atari preprocesses ALE games (e.g. ALE/Pong-v5) and env.id="
+                f"{config.env.id!r} is not one, so it would do nothing; remove the key",
+            )
 
 
 def _device(config: Config, check: Problems) -> None:
