@@ -31,6 +31,7 @@ __all__ = [
     "ray_running",
     "remote_traceback",
     "resource_shortfalls",
+    "resource_waits",
     "start_ray",
 ]
 
@@ -248,6 +249,28 @@ class Shortfall:
     resource: str
     asked: float
     have: float
+
+
+def resource_waits(requests: list[dict[str, float]]) -> list[Shortfall]:
+    """What the running Ray cluster has but holds for others now: a resource whose total
+    ``requests`` ask for more of than is free (another job's actors), so new actors wait
+    until it frees up. ``Shortfall.have`` is the amount free. Empty where Ray does not run.
+    """
+    if not ray_running():
+        return []
+    import ray
+
+    free = ray.available_resources()
+    asked: dict[str, float] = {}
+    for request in requests:
+        for name, amount in request.items():
+            if amount:
+                asked[name] = asked.get(name, 0) + amount
+    return [
+        Shortfall(None, name, amount, free.get(name, 0))
+        for name, amount in asked.items()
+        if amount > free.get(name, 0) + 1e-9
+    ]
 
 
 def resource_shortfalls(requests: list[dict[str, float]]) -> list[Shortfall]:

@@ -4,6 +4,7 @@ per mechanism. The accounting on the in-process backend: tests/unit/collectors/t
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 
@@ -291,6 +292,26 @@ def test_unsatisfiable_resources_refused_before_any_actor(tmp_path):
         )
     # no worker built it: only this process did, once per collector, to check its spaces
     assert marker.read_text().split() == [str(os.getpid())] * 2
+
+
+def test_a_collector_whose_cpus_other_actors_hold_says_it_will_wait(caplog):
+    from fleetrl.collectors.ray_checks import WAIT_MSG, check_resources
+
+    # one actor holds 2 of the session's 4 CPUs
+    holder = RayCollector(
+        CountingEnv, None, frames_per_batch=10, total_frames=20, remote_configs={"num_cpus": 2}
+    )
+    next(iter(holder))
+    try:
+        free = ray.available_resources().get("CPU", 0)
+        assert free <= 2
+        with caplog.at_level(logging.WARNING, logger="fleetrl.collectors.ray_checks"):
+            check_resources([{"num_cpus": 1}, {"num_cpus": 2}])  # 3 <= the cluster's 4
+        assert WAIT_MSG.format(collectors="2 collectors", asked=3, name="CPU", free=free) in (
+            caplog.text
+        )
+    finally:
+        holder.shutdown()
 
 
 # ------------------------------------------------------------ preemption

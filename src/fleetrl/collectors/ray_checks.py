@@ -24,7 +24,7 @@ from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.overlap import check_overlap_kwargs
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
-from fleetrl.runtime import resource_shortfalls
+from fleetrl.runtime import resource_shortfalls, resource_waits
 from fleetrl.wire import Compression
 
 __all__ = [
@@ -53,6 +53,11 @@ logger = logging.getLogger(__name__)
 COLLECTOR_CLASS_MSG = (
     "must be fleetrl.SyncDataCollector (or a subclass) or a torchrl collector class "
     "(torchrl.collectors.Collector, MultiSyncCollector, MultiAsyncCollector)"
+)
+WAIT_MSG = (
+    "the {collectors} ask for {asked:g} {name} in all and {free:g} of the Ray "
+    "cluster's are free: other actors hold the rest (another collector or run not shut down?); "
+    "the collectors' actors wait until enough are free"
 )
 RESOURCES_MSG = (
     "the {count} collectors ask for {asked:g} {name} in all but the Ray cluster has {have:g}; "
@@ -344,7 +349,18 @@ def check_resources(remotes: list[dict[str, Any]]) -> None:
             wants["memory"] = config["memory"]
         requests.append(wants)
     p = Problems()
-    for short in resource_shortfalls(requests):
+    shortfalls = resource_shortfalls(requests)
+    if not shortfalls:  # what the cluster has, other jobs may hold: then the actors wait
+        for wait in resource_waits(requests):
+            logger.warning(
+                WAIT_MSG.format(
+                    collectors=f"{len(remotes)} collector{'s' * (len(remotes) != 1)}",
+                    asked=wait.asked,
+                    name=wait.resource,
+                    free=wait.have,
+                )
+            )
+    for short in shortfalls:
         if short.request is not None:
             index = short.request
             key = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(short.resource, short.resource)
