@@ -101,6 +101,12 @@ class Actor:
         #: the backend's own handle (a Ray ``ActorHandle``, or the in-process worker)
         self.handle = handle
 
+    def __deepcopy__(self, memo: dict) -> Actor:
+        # a handle names a worker, as a Ray actor handle does once pickled: a copy of the
+        # arguments a worker starts with (the in-process backend's stand-in for Ray's
+        # pickling) still calls the same worker, e.g. the replay buffer every worker fills
+        return self
+
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Issue ``method(*args, **kwargs)``; returns a reference to read with ``backend.get``."""
         return self.backend.call(self, method, args, kwargs)
