@@ -85,6 +85,18 @@ RUNS = {
             "dqn.batch_size=16",
         ],
     ),
+    "dqn decoupled": (
+        "dqn_cartpole.yaml",
+        [
+            "trainer.backend=inprocess",
+            "collector.decoupled=true",
+            "collector.num_collectors=2",
+            "trainer.total_frames=512",
+            "dqn.learning_starts=128",
+            "dqn.updates_per_batch=2",
+            "dqn.batch_size=16",
+        ],
+    ),
     "sac": (
         "sac_pendulum.yaml",
         [
@@ -143,6 +155,12 @@ def test_every_column_a_run_writes_is_in_the_reference(columns, name):
     # every run writes the whole schema and evaluates
     assert set(METRIC_COLUMNS) <= set(columns[name])
     assert set(EVAL_METRICS) <= set(columns[name])
+
+
+def test_a_decoupled_run_logs_what_the_alternating_one_does(columns):
+    # epsilon and the buffer's size come with the frames the workers wrote
+    assert {"train/epsilon", "train/buffer_size"} <= set(columns["dqn decoupled"])
+    assert set(columns["dqn decoupled"]) == set(columns["dqn"])
 
 
 def test_the_runs_cover_every_algorithms_columns(columns):

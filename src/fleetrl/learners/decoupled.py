@@ -200,7 +200,11 @@ class DecoupledLearner(Learner):
             return None
         collected, it.broadcast_s = collection.take()
         it.add_collection(0, collected)
-        return it.result(self.version)
+        result = it.result(self.version)
+        # what the algorithm logs about the frames taken in (epsilon, the buffer's size), as
+        # the alternating learners log it with each batch
+        result.info.update(self.algorithm.batch_info)
+        return result
 
     def state_dict(self) -> dict[str, Any]:
         """The algorithm's state with the actor's buffer where its own would be."""
