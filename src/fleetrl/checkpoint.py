@@ -47,6 +47,7 @@ from fleetrl.runtime import human_bytes
 
 __all__ = [
     "CHECKPOINT_GLOB",
+    "CUSTOM_MODULES_HINT",
     "REQUIRED_KEYS",
     "Resumption",
     "RunCheckpoints",
@@ -58,6 +59,13 @@ __all__ = [
     "newest_checkpoint",
     "save_checkpoint",
 ]
+
+#: why a run's state may not fit the networks its config builds, and what to do then
+CUSTOM_MODULES_HINT = (
+    "; a run trained with your own modules (Trainer(config, actor=...)) resumes and evaluates "
+    "in Python with them: Trainer.from_run_dir(run_dir, actor=...), then "
+    "fleetrl.evaluate.evaluate"
+)
 
 logger = logging.getLogger(__name__)
 

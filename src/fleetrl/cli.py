@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetrl.errors import CheckpointError, FleetError
+from fleetrl.errors import CheckpointError, ConfigError, FleetError
 
 __all__ = ["BENCHMARKS", "benchmark_script", "build_parser", "main"]
 
@@ -145,7 +145,7 @@ def _eval(args: argparse.Namespace) -> int:
     import torch
 
     from fleetrl.algorithms.base import NetworkMisfit
-    from fleetrl.checkpoint import load_checkpoint, newest_checkpoint
+    from fleetrl.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
     from fleetrl.envs.make import create_env_fn
     from fleetrl.evaluate import evaluate
     from fleetrl.setup.build import make_algorithm
@@ -162,13 +162,19 @@ def _eval(args: argparse.Namespace) -> int:
         path, state = newest_checkpoint(target / "checkpoints")
     else:
         path, state = target, load_checkpoint(target)
-    config = config_from_dict(state["config"])
+    try:
+        config = config_from_dict(state["config"])
+    except ConfigError as err:  # e.g. a key renamed since the run: say whose config it is
+        raise ConfigError([f"the config in checkpoint {path}: {p}" for p in err.problems]) from None
     spec = create_env_fn(config.env)  # an Atari run evaluates with its engine and preprocessing
     algorithm = make_algorithm(config)  # unseeded: the checkpoint's weights are loaded next
     try:
         algorithm.load_state_dict(state["algorithm"])
-    except NetworkMisfit as err:
-        raise CheckpointError(f"checkpoint {path} cannot be evaluated here: {err}") from None
+    except NetworkMisfit as err:  # other networks than the config builds: say it and why
+        raise CheckpointError(
+            STATE_MISFIT.format(path=path, algorithm=config.algorithm, reason=err)
+            + CUSTOM_MODULES_HINT
+        ) from None
     except (KeyError, RuntimeError, TypeError, ValueError) as err:  # torch's size/key mismatches
         raise CheckpointError(
             STATE_MISFIT.format(path=path, algorithm=config.algorithm, reason=_first_line(err))

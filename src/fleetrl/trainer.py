@@ -36,7 +36,12 @@ from typing import Any
 import yaml
 
 from fleetrl.algorithms.base import NetworkMisfit
-from fleetrl.checkpoint import Resumption, RunCheckpoints, checkpoint_name
+from fleetrl.checkpoint import (
+    CUSTOM_MODULES_HINT,
+    Resumption,
+    RunCheckpoints,
+    checkpoint_name,
+)
 from fleetrl.config import Config
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.evaluate import Evaluator, plot_learning_curve
@@ -161,7 +166,9 @@ class Trainer:
             self.algorithm.load_state_dict(state["algorithm"])
         except NetworkMisfit as err:
             raise CheckpointError(
-                f"checkpoint {resumption.path} cannot be resumed here: {err}"
+                f"checkpoint {resumption.path} cannot be resumed: its algorithm state does not "
+                f"fit a {self.config.algorithm} built from the run's config ({err})"
+                + CUSTOM_MODULES_HINT
             ) from None
         self.frames, self.iterations, self.episodes = (
             state["frames"],

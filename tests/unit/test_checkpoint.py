@@ -16,7 +16,12 @@ import pytest
 import torch
 
 from fleetrl import checkpoint as ck
-from fleetrl.checkpoint import load_checkpoint, newest_checkpoint, save_checkpoint
+from fleetrl.checkpoint import (
+    CUSTOM_MODULES_HINT,
+    load_checkpoint,
+    newest_checkpoint,
+    save_checkpoint,
+)
 from fleetrl.cli import main
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.trainer import Trainer
@@ -276,10 +281,12 @@ def test_eval_of_a_checkpoint_whose_state_does_not_fit_its_config_is_one_line(
     torch.save(state, path)
     assert main(["eval", str(path)]) == 2
     err = capsys.readouterr().err
+    # one hidden layer of 8 against the saved two of 64: other parameters, named
     assert err.startswith(
         f"fleetrl eval: checkpoint {path} is invalid: its algorithm state does not fit a ppo "
-        "built from its own config (ValueError: Failed to update "
+        "built from its own config (the checkpoint has parameters they lack: "
     )
+    assert err.endswith(f"{CUSTOM_MODULES_HINT}\n")
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
@@ -395,3 +402,17 @@ def _tensor_bytes(value) -> int:
     if isinstance(value, (list, tuple)):
         return sum(_tensor_bytes(v) for v in value)
     return 0
+
+
+def test_eval_of_a_checkpoint_with_a_renamed_key_says_it_is_the_checkpoints_config(
+    local_run, tmp_path, capsys
+):
+    path = tmp_path / "checkpoint_000000000384.pt"
+    state = load_checkpoint(local_run / "checkpoints" / path.name)
+    state["config"]["scheme"]["grad_communication"] = "sync"  # a key of before the renames
+    torch.save(state, path)
+    assert main(["eval", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"fleetrl eval: the config in checkpoint {path}: scheme.grad_communication is not a "
+        "config key: it was renamed; write scheme.update: sync or async (see the changelog)\n"
+    )

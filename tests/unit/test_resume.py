@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.checkpoint import CUSTOM_MODULES_HINT, latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from runs import (
     LOCAL,
@@ -227,13 +227,13 @@ def test_a_run_of_custom_networks_is_refused_by_eval_and_resume_and_resumes_with
     # the config alone builds the default networks: refused, not evaluated or trained silently
     assert main(["eval", str(run), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
-    assert "cannot be evaluated here: its networks are not the ones built now" in err
+    assert "is invalid: its algorithm state does not fit a ppo built from its own config" in err
     assert "the checkpoint has parameters they lack: 2 (e.g. 'actor_network_params." in err
-    assert "Trainer.from_run_dir(run_dir, actor=...)" in err
+    assert err.endswith(f"{CUSTOM_MODULES_HINT}\n")
     assert main(["train", "--resume", str(run), "trainer.total_frames=384"]) == 2
-    assert "cannot be resumed here: its networks are not the ones built now" in (
-        capsys.readouterr().err
-    )
+    err = capsys.readouterr().err
+    assert "cannot be resumed: its algorithm state does not fit a ppo built from the run's" in err
+    assert err.endswith(f"{CUSTOM_MODULES_HINT}\n")
 
     # with the same kind of modules it resumes
     resumed = Trainer.from_run_dir(run, ["trainer.total_frames=384"], actor=linear_actor())

@@ -77,11 +77,6 @@ __all__ = ["Algorithm", "InfoMean", "NetworkMisfit", "end_padded_rows", "flatten
 
 logger = logging.getLogger(__name__)
 
-NETWORK_MISFIT_MSG = (
-    "its networks are not the ones built now ({detail}); a run trained with your own modules "
-    "(Trainer(config, actor=...)) resumes and evaluates in Python with the same modules: "
-    "Trainer.from_run_dir(run_dir, actor=...), then fleetrl.evaluate.evaluate"
-)
 UNKNOWN_PARAMETER_MSG = (
     "update_algorithm_parameter: {name!r} is not a parameter of {algo}; known: {known}"
 )
@@ -653,7 +648,8 @@ class Algorithm(abc.ABC):
 
 class NetworkMisfit(ValueError):
     """A saved algorithm state whose networks (parameter names) are not the ones built now:
-    e.g. a run trained with a custom actor, loaded into the config's default networks."""
+    e.g. a run trained with a custom actor, loaded into the config's default networks.
+    Its message says which parameters differ."""
 
 
 def _check_same_networks(built: dict[str, Any], saved: dict[str, Any]) -> None:
@@ -667,7 +663,7 @@ def _check_same_networks(built: dict[str, Any], saved: dict[str, Any]) -> None:
             )
             if keys
         ]
-        raise NetworkMisfit(NETWORK_MISFIT_MSG.format(detail="; ".join(parts)))
+        raise NetworkMisfit("; ".join(parts))
 
 
 #: how an optimizer runs, not what it computes: a checkpoint's are not loaded over the built ones
