@@ -136,6 +136,13 @@ STATE_MISFIT = (
 )
 
 
+def _report(args: argparse.Namespace) -> int:
+    from fleetrl.report import report
+
+    print(report(args.run, plot=None if args.no_plot else args.plot))
+    return 0
+
+
 def _first_line(err: BaseException) -> str:
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
@@ -318,6 +325,22 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         metavar="OUT.mp4",
         help="record the episodes to this mp4 (one rgb_array env; reset frame + one per step)",
     )
+    rep = sub.add_parser(
+        "report",
+        help="where a run's time went, from its metrics.csv",
+        description="Summarize a run from its metrics.csv: frames, returns, lag, dropped "
+        "work and restarts, frames/s over the run, and each part's share of the iterations' "
+        "time (collect, learn, gradients, apply, publish, other); writes a stacked plot of "
+        "the parts' seconds per iteration.",
+    )
+    rep.add_argument("run", metavar="RUN_DIR", help="a run directory (it holds metrics.csv)")
+    rep.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default="",
+        help="where to write the plot (default: RUN_DIR/time.png)",
+    )
+    rep.add_argument("--no-plot", action="store_true", help="print the report only")
     bench = sub.add_parser(
         "bench",
         help="run a benchmark script from a checkout's benchmarks/",
@@ -329,7 +352,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "name", choices=BENCHMARKS, metavar="NAME", help=f"one of: {', '.join(BENCHMARKS)}"
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="the script's own arguments")
-    return parser, {"train": train, "eval": ev, "bench": bench}
+    return parser, {"train": train, "eval": ev, "report": rep, "bench": bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     level = ours.level
     ours.setLevel(logging.INFO)
     try:
-        return {"train": _train, "eval": _eval, "bench": _bench}[args.command](args)
+        return {"train": _train, "eval": _eval, "report": _report, "bench": _bench}[args.command](
+            args
+        )
     except FleetError as err:
         print(f"fleetrl {args.command}: {err}", file=sys.stderr)
         return 2

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["MetricLogger"]
+__all__ = ["MetricLogger", "read_metrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,12 @@ class MetricLogger:
         if not self._file_closed():
             self._file.flush()
         return [r.values for r in _read_rows(self.path)[0]]
+
+
+def read_metrics(path: str | Path) -> list[dict[str, float]]:
+    """Every row of a ``metrics.csv``, values as floats (empty cells left out; a damaged
+    row, e.g. the half-written last one of a killed run, is skipped with a warning)."""
+    return [r.values for r in _read_rows(Path(path))[0]]
 
 
 class _Row(NamedTuple):

@@ -297,11 +297,13 @@ def test_unsatisfiable_resources_refused_before_any_actor(tmp_path):
 def test_a_collector_whose_cpus_other_actors_hold_says_it_will_wait(caplog):
     from fleetrl.collectors.ray_checks import WAIT_MSG, check_resources
 
-    # one actor holds 2 of the session's 4 CPUs
-    holder = RayCollector(
-        CountingEnv, None, frames_per_batch=10, total_frames=20, remote_configs={"num_cpus": 2}
-    )
-    next(iter(holder))
+    @ray.remote(num_cpus=2)
+    class Holder:  # one actor holds 2 of the session's 4 CPUs
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    ray.get(holder.ready.remote())
     try:
         free = ray.available_resources().get("CPU", 0)
         assert free <= 2
@@ -311,7 +313,7 @@ def test_a_collector_whose_cpus_other_actors_hold_says_it_will_wait(caplog):
             caplog.text
         )
     finally:
-        holder.shutdown()
+        ray.kill(holder)
 
 
 # ------------------------------------------------------------ preemption

@@ -67,7 +67,8 @@ def test_ray_policy_factory_carries_an_unpicklable_policy_and_weights_reach_name
 
 
 @pytest.mark.usefixtures("ray_session")
-@pytest.mark.parametrize("sync", [True, False])
+#: the first-ready variant runs with make test-all (marker e2e): make test stays in budget
+@pytest.mark.parametrize("sync", [True, pytest.param(False, marks=pytest.mark.e2e)])
 def test_ray_trajs_per_batch_counts_exactly(sync):
     with RayCollector(
         lambda: counting_vec([3, 5]),

@@ -319,7 +319,8 @@ def test_update_policy_weights_bad_arguments_say_what_to_pass():
         assert c.num_collectors == 2  # refused before any actor started
 
 
-@pytest.mark.parametrize("sync", [False, True])
+#: the stacked variant runs with make test-all (marker e2e): make test stays in budget
+@pytest.mark.parametrize("sync", [False, pytest.param(True, marks=pytest.mark.e2e)])
 def test_unbatched_env_policy_sees_one_env_and_batches_keep_fleetrl_layout(sync):
     env = GymEnv("Pendulum-v1")
     with RayCollector(

@@ -1,0 +1,114 @@
+"""``fleetrl report RUN``: the summary and time breakdown of a run, read from metrics.csv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetrl.cli import main
+from fleetrl.metrics import read_metrics
+from fleetrl.report import NO_RUN_MSG, breakdown, wall_seconds
+from runs import LOCAL, ROOT
+
+#: four iterations of 100 frames with known times (a gradient-worker run's parts)
+HEADER = (
+    "train/frames,train/episode_return,eval/return_mean,train/policy_lag,train/policy_lag_max,"
+    "train/dropped_batches,train/dropped_gradients,train/grad_workers_restarted,"
+    "time/elapsed_s,time/iteration_s,time/collect_s,time/learn_s,time/grad_s,time/update_s,"
+    "time/broadcast_s\n"
+)
+#: wall 3 + 1.5 + 1 + 1.5 = 7 s, iterations 5 s: parts 4.75 s, loop 0.25 s, outside 2 s
+ROWS = [
+    "100,10,,1,2,0,1,0,3.0,2.0,1.0,nan,0.5,0.25,0.0\n",
+    "200,20,15,2,3,1,0,0,4.5,1.0,0.5,nan,0.25,0.25,0.0\n",
+    "300,30,,1,2,0,0,1,5.5,1.0,0.5,nan,0.25,0.25,0.0\n",
+    "400,25,40,2,4,0,0,1,7.0,1.0,0.5,nan,0.25,0.25,0.0\n",
+]
+
+
+def written_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text(HEADER + "".join(ROWS))
+    return run
+
+
+def test_the_report_of_known_rows(tmp_path, capsys):
+    run = written_run(tmp_path)
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out == (
+        f"run {run}: 4 iterations, 400 frames in 7.0 s (57 frames/s)\n"
+        "training return: last 25.0, best 30.0; last evaluation 40.0\n"
+        "policy lag (optimizer steps): mean 1.50, max 4; dropped batches 1, dropped gradients "
+        "1, gradient workers restarted 1\n"
+        "\n"
+        "frames/s over the run:\n"
+        "             0 -          100          33\n"
+        "           100 -          200          67\n"
+        "           200 -          300         100\n"
+        "           300 -          400          67\n"
+        "\n"
+        "where the time went (7.0 s of training, start-up included):\n"
+        "  part          seconds   share\n"
+        "  collect          2.50   35.7%\n"
+        "  gradients        1.25   17.9%\n"
+        "  apply            1.00   14.3%\n"
+        "  loop             0.25    3.6%\n"
+        "  outside          2.00   28.6%\n"
+        "\n"
+        f"plot: {run / 'time.png'}\n"
+    )
+    assert (run / "time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_wall_time_of_a_resumed_run_adds_its_segments(tmp_path):
+    run = written_run(tmp_path)
+    lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
+    # resumed after the second row: elapsed_s restarts (2.0 s, start-up included)
+    lines[3] = lines[3].replace(",5.5,", ",2.0,")
+    lines[4] = lines[4].replace(",7.0,", ",3.5,")
+    (run / "metrics.csv").write_text("".join(lines))
+    assert wall_seconds(read_metrics(run / "metrics.csv")) == [3.0, 1.5, 2.0, 1.5]
+
+
+def test_the_plot_goes_where_asked_or_nowhere(tmp_path, capsys):
+    run = written_run(tmp_path)
+    assert main(["report", str(run), "--plot", str(tmp_path / "t.png")]) == 0
+    assert (tmp_path / "t.png").is_file() and not (run / "time.png").exists()
+    assert main(["report", str(run), "--no-plot"]) == 0
+    assert "plot:" not in capsys.readouterr().out.split("where the time went")[-1]
+    assert not (run / "time.png").exists()
+
+
+def test_a_real_run_is_reported_and_its_parts_add_up(tmp_path, capsys):
+    run = tmp_path / "ppo"
+    config = str(ROOT / "configs" / "ppo_cartpole.yaml")
+    args = [*LOCAL, "collector.frames_per_batch=128", "trainer.total_frames=384"]
+    assert main(["train", config, *args, "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"run {run}: 3 iterations, 384 frames in ")
+    parts = breakdown(read_metrics(run / "metrics.csv"))
+    assert [p.name for p in parts][:2] == ["collect", "learn"]  # the central learner's parts
+    assert sum(p.share for p in parts) == pytest.approx(1.0)
+    assert (run / "time.png").is_file()
+
+
+def test_a_directory_that_is_not_a_run_is_refused_naming_it(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    started = tmp_path / "started"
+    started.mkdir()
+    (started / "metrics.csv").write_text(HEADER)
+    for run, why in [
+        (tmp_path / "nowhere", "it is not a directory"),
+        (empty, "it holds no metrics.csv"),
+        (started, "its metrics.csv has no rows yet"),
+    ]:
+        assert main(["report", str(run)]) == 2
+        assert capsys.readouterr().err == (
+            f"fleetrl report: {NO_RUN_MSG.format(run=str(run), why=why)}\n"
+        )
