@@ -12,7 +12,7 @@ The layers, top to bottom (:data:`LAYERS`):
 ============  ==============================================================
 entry         the command line
 run           the Trainer and what a run writes and reads: evaluation,
-              checkpoints, metrics, run control
+              checkpoints, metrics, run control, the run report
 learners      the central, decoupled and gradient-worker learners
 setup         parse, verify and build a config's parts
 algorithms    the loss modules and networks; evaluation videos
@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "fleetrl.run_control",
             "fleetrl.checkpoint",
             "fleetrl.metrics",
+            "fleetrl.report",
         ],
     ),
     ("learners", ["fleetrl.learners"]),
