@@ -287,7 +287,8 @@ class LoggingConfig:
     tensorboard: bool = True
     """write TensorBoard event files beside the CSV."""
     progress_bar: bool = True
-    """show a progress bar on the terminal."""
+    """show a progress bar with a live view of the last iterations (frames/s, return, lag,
+    the shares of collecting, learning and publishing) when stderr is a terminal."""
     plot: bool = True
     """save learning_curve.png at the end."""
     video_every: int | None = None

@@ -20,8 +20,10 @@ Examples:
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -108,24 +110,39 @@ class StopOnSignal:
 
 
 class ProgressBar:
-    """tqdm bar over frames with the recent return and one frames/s figure, or nothing
-    when disabled.
+    """tqdm bar over frames with a live view of the last iterations, or nothing when
+    disabled or when stderr is not a terminal (a log file gets the metrics, not a bar).
 
-    The figure is the rate over the last :attr:`WINDOW` iterations, measured here (the
-    first iteration's from the bar's start, after the learner started); tqdm's own rate,
-    an average of another span that disagreed with it, is not shown.
+    The postfix holds the recent return, one frames/s figure, the policy lag and where
+    the time of the last :attr:`WINDOW` iterations went (``collect``, ``learn``: the
+    central learner's update, or the gradient workers' computing and applying, and
+    ``publish``, each a share of the iterations' time; the rest is the loop). The rate is
+    measured here over the same iterations (the first from the bar's start, after the
+    learner started); tqdm's own rate, an average of another span that disagreed with
+    it, is not shown.
     """
 
-    #: iterations the frames/s figure is measured over
+    #: iterations the live figures are measured over
     WINDOW = 10
     #: tqdm's default layout without its rate
     BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+    #: the shares shown: name -> the time/ columns it adds up
+    SHARES = {
+        "collect": ("time/collect_s",),
+        "learn": ("time/learn_s", "time/grad_s", "time/update_s"),
+        "publish": ("time/broadcast_s",),
+    }
 
-    def __init__(self, config: Config, initial: int):
+    def __init__(self, config: Config, initial: int, *, interactive: bool | None = None):
+        """``interactive``: whether to draw (None: when stderr is a terminal)."""
         self.bar = None
         #: (time, frames) at the last WINDOW + 1 updates
         self._marks: deque[tuple[float, int]] = deque(maxlen=self.WINDOW + 1)
-        if config.logging.progress_bar:
+        #: each of the last WINDOW iterations' seconds per share, and its whole time
+        self._times: deque[tuple[dict[str, float], float]] = deque(maxlen=self.WINDOW)
+        if interactive is None:
+            interactive = sys.stderr.isatty()
+        if config.logging.progress_bar and interactive:
             from tqdm import tqdm
 
             self.bar = tqdm(
@@ -144,15 +161,37 @@ class ProgressBar:
         (t0, n0), (t1, n1) = self._marks[0], self._marks[-1]
         return (n1 - n0) / (t1 - t0) if t1 > t0 else float("nan")
 
+    def shares(self) -> dict[str, float]:
+        """Each share's part of the last :attr:`WINDOW` iterations' time (empty before any)."""
+        whole = sum(w for _, w in self._times)
+        if not whole > 0:
+            return {}
+        return {name: sum(s[name] for s, _ in self._times) / whole for name in self.SHARES}
+
     def update(self, frames: int, metrics: dict[str, float]) -> None:
-        if self.bar is not None:
-            self._marks.append((time.perf_counter(), self._marks[-1][1] + frames))
-            self.bar.set_postfix(
-                {"return": f"{metrics['train/episode_return']:.1f}", "fps": f"{self.rate():,.0f}"},
-                refresh=False,
-            )
-            self.bar.update(frames)
+        if self.bar is None:
+            return
+        self._marks.append((time.perf_counter(), self._marks[-1][1] + frames))
+        parts = {
+            name: sum(_finite(metrics.get(c, math.nan)) for c in columns)
+            for name, columns in self.SHARES.items()
+        }
+        self._times.append((parts, _finite(metrics.get("time/iteration_s", math.nan))))
+        postfix = {
+            "return": f"{metrics['train/episode_return']:.1f}",
+            "fps": f"{self.rate():,.0f}",
+        }
+        lag = metrics.get("train/policy_lag", math.nan)
+        if math.isfinite(lag):
+            postfix["lag"] = f"{lag:.1f}"
+        postfix.update({name: f"{share:.0%}" for name, share in self.shares().items()})
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(frames)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
