@@ -9,7 +9,8 @@ sums them over the run and over a few equal spans of it:
 - frames/s over time (the run cut into spans of iterations);
 - the time breakdown: each part's total seconds and share of the wall time since
   ``train()`` began (``time/elapsed_s``, summed over resumes): "loop" is the rest of the
-  iterations, "outside" the time between them (start-up, evaluation, checkpoints, metrics);
+  iterations, "evaluate" and "checkpoint" the trainer's work between them
+  (``time/eval_s``, ``time/checkpoint_s``), "outside" the rest (start-up, metrics);
 - a stacked plot of the parts' seconds per iteration against frames (``time.png``).
 
 Examples:
@@ -32,7 +33,7 @@ from pathlib import Path
 from fleetrl.errors import ConfigError
 from fleetrl.metrics import read_metrics
 
-__all__ = ["PARTS", "Part", "breakdown", "plot_time", "report", "spans", "wall_seconds"]
+__all__ = ["BETWEEN", "PARTS", "Part", "breakdown", "plot_time", "report", "spans", "wall_seconds"]
 
 #: the parts of an iteration, each a ``time/`` column, in the order they are shown
 PARTS = {
@@ -42,6 +43,8 @@ PARTS = {
     "apply": "time/update_s",
     "publish": "time/broadcast_s",
 }
+#: the parts between iterations that the trainer times, each a ``time/`` column
+BETWEEN = {"evaluate": "time/eval_s", "checkpoint": "time/checkpoint_s"}
 NO_RUN_MSG = (
     "run={run!r} is invalid: {why}; pass a run directory written by fleetrl train (it holds "
     "metrics.csv)"
@@ -65,27 +68,34 @@ def _total(rows: list[dict[str, float]], column: str) -> float:
 def wall_seconds(rows: list[dict[str, float]]) -> list[float]:
     """Each row's share of the wall time: the growth of ``time/elapsed_s`` since the row
     before (it restarts at a resume: then the row's own value, start-up included); a row
-    without it counts its ``time/iteration_s``."""
+    without it counts its ``time/iteration_s``. ``time/elapsed_s`` is taken before the
+    row's evaluation, so the last row of each segment adds its ``time/eval_s``."""
     out, before = [], 0.0
-    for r in rows:
+    for i, r in enumerate(rows):
         elapsed = r.get("time/elapsed_s", math.nan)
         if not math.isfinite(elapsed):
             out.append(_finite(r, "time/iteration_s"))
             continue
         out.append(elapsed - before if elapsed >= before else elapsed)
         before = elapsed
+        following = rows[i + 1].get("time/elapsed_s", math.nan) if i + 1 < len(rows) else None
+        if following is None or following < elapsed:  # the segment's last row
+            out[-1] += _finite(r, "time/eval_s")
     return out
 
 
 def breakdown(rows: list[dict[str, float]]) -> list[Part]:
     """Each part's seconds over ``rows`` and its share of the wall time; "loop" is the rest
-    of the iterations, "outside" the time between them (start-up, evaluation, checkpoints,
-    metrics). Parts that took no time are left out."""
+    of the iterations, "evaluate" and "checkpoint" the trainer's work between them, and
+    "outside" the rest of the wall time (start-up, metrics). Parts that took no time are
+    left out."""
     wall = sum(wall_seconds(rows))
     iterations = _total(rows, "time/iteration_s")
     parts = [(name, _total(rows, column)) for name, column in PARTS.items()]
     parts = [(name, s) for name, s in parts if s > 0]
-    parts += [("loop", iterations - sum(s for _, s in parts)), ("outside", wall - iterations)]
+    between = [(name, _total(rows, column)) for name, column in BETWEEN.items()]
+    parts += [("loop", iterations - sum(s for _, s in parts)), *between]
+    parts.append(("outside", wall - iterations - sum(s for _, s in between)))
     return [Part(name, s, s / wall if wall > 0 else math.nan) for name, s in parts if s > 1e-9]
 
 
@@ -182,7 +192,12 @@ def plot_time(rows: list[dict[str, float]], path: Path, *, title: str) -> Path:
     columns = {name: [_finite(r, c) for r in rows] for name, c in PARTS.items()}
     inside = [sum(v[i] for v in columns.values()) for i in range(len(rows))]
     columns["loop"] = [max(0.0, _finite(r, "time/iteration_s") - s) for r, s in zip(rows, inside)]
-    columns["outside"] = [max(0.0, w - _finite(r, "time/iteration_s")) for r, w in zip(rows, walls)]
+    for name, column in BETWEEN.items():
+        columns[name] = [_finite(r, column) for r in rows]
+    between = [sum(_finite(r, c) for c in BETWEEN.values()) for r in rows]
+    columns["outside"] = [
+        max(0.0, w - _finite(r, "time/iteration_s") - b) for r, w, b in zip(rows, walls, between)
+    ]
     shown = [p.name for p in breakdown(rows)]
     stacks = [columns[name] for name in shown]
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -142,6 +142,7 @@ class Trainer:
         self.checkpoints = RunCheckpoints(self.run_dir, keep=config.trainer.keep_checkpoints)
         #: the newest checkpoint this trainer wrote (None: none yet)
         self.last_checkpoint: Path | None = None
+        self._checkpoint_s = 0.0  # writing checkpoints since the last metrics row
         (self.run_dir / "config.yaml").write_text(
             yaml.safe_dump(config_to_dict(config), sort_keys=False)
         )
@@ -198,6 +199,7 @@ class Trainer:
             collector = self.learner.collector_state()
         else:  # not training: a resumed run's collector state is still to be used
             collector = self.resumption.collector_state if self.resumption else None
+        started = time.perf_counter()
         self.metrics.sync()
         self.last_checkpoint = self.checkpoints.save(
             algorithm=(self.learner or self.algorithm).state_dict(),
@@ -211,6 +213,7 @@ class Trainer:
             collector=collector,
             config=config_to_dict(self.config),
         )
+        self._checkpoint_s += time.perf_counter() - started  # logged with the next row
         return self.last_checkpoint
 
     def _unsaved(self) -> bool:
@@ -333,8 +336,12 @@ class Trainer:
                     **result.metrics,
                     **result.info,
                 }
+                evaluate_start = time.perf_counter()
                 if self.evaluator.due(self.iterations):
                     last.update(self._evaluate())
+                # the time between iterations that fleetrl report can name
+                last["time/eval_s"] = time.perf_counter() - evaluate_start
+                last["time/checkpoint_s"], self._checkpoint_s = self._checkpoint_s, 0.0
                 self.metrics.log(self.frames, last)
                 progress.update(result.frames, last)
                 if t.checkpoint_every and self.iterations % t.checkpoint_every == 0:

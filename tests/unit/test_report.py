@@ -16,14 +16,15 @@ HEADER = (
     "train/frames,train/episode_return,eval/return_mean,train/policy_lag,train/policy_lag_max,"
     "train/dropped_batches,train/dropped_gradients,train/grad_workers_restarted,"
     "time/elapsed_s,time/iteration_s,time/collect_s,time/learn_s,time/grad_s,time/update_s,"
-    "time/broadcast_s\n"
+    "time/broadcast_s,time/eval_s,time/checkpoint_s\n"
 )
-#: wall 3 + 1.5 + 1 + 1.5 = 7 s, iterations 5 s: parts 4.75 s, loop 0.25 s, outside 2 s
+#: wall 3 + 1.5 + 1 + 1.5 = 7 s, iterations 5 s: parts 4.75 s, loop 0.25 s; between them
+#: evaluations 0.5 s, a checkpoint 0.25 s, the rest (start-up) 1.25 s
 ROWS = [
-    "100,10,,1,2,0,1,0,3.0,2.0,1.0,nan,0.5,0.25,0.0\n",
-    "200,20,15,2,3,1,0,0,4.5,1.0,0.5,nan,0.25,0.25,0.0\n",
-    "300,30,,1,2,0,0,1,5.5,1.0,0.5,nan,0.25,0.25,0.0\n",
-    "400,25,40,2,4,0,0,1,7.0,1.0,0.5,nan,0.25,0.25,0.0\n",
+    "100,10,,1,2,0,1,0,3.0,2.0,1.0,nan,0.5,0.25,0.0,0.25,0.0\n",
+    "200,20,15,2,3,1,0,0,4.5,1.0,0.5,nan,0.25,0.25,0.0,0.0,0.0\n",
+    "300,30,,1,2,0,0,1,5.5,1.0,0.5,nan,0.25,0.25,0.0,0.25,0.25\n",
+    "400,25,40,2,4,0,0,1,7.0,1.0,0.5,nan,0.25,0.25,0.0,0.0,0.0\n",
 ]
 
 
@@ -56,7 +57,9 @@ def test_the_report_of_known_rows(tmp_path, capsys):
         "  gradients        1.25   17.9%\n"
         "  apply            1.00   14.3%\n"
         "  loop             0.25    3.6%\n"
-        "  outside          2.00   28.6%\n"
+        "  evaluate         0.50    7.1%\n"
+        "  checkpoint       0.25    3.6%\n"
+        "  outside          1.25   17.9%\n"
         "\n"
         f"plot: {run / 'time.png'}\n"
     )
@@ -69,8 +72,13 @@ def test_the_wall_time_of_a_resumed_run_adds_its_segments(tmp_path):
     # resumed after the second row: elapsed_s restarts (2.0 s, start-up included)
     lines[3] = lines[3].replace(",5.5,", ",2.0,")
     lines[4] = lines[4].replace(",7.0,", ",3.5,")
+    assert lines[3] != ROWS[2] and lines[4] != ROWS[3]
     (run / "metrics.csv").write_text("".join(lines))
     assert wall_seconds(read_metrics(run / "metrics.csv")) == [3.0, 1.5, 2.0, 1.5]
+    # elapsed_s is taken before a row's evaluation: a segment's last one is added to it
+    lines[2] = lines[2].replace(",0.0,0.0\n", ",0.5,0.0\n")
+    (run / "metrics.csv").write_text("".join(lines))
+    assert wall_seconds(read_metrics(run / "metrics.csv")) == [3.0, 2.0, 2.0, 1.5]
 
 
 def test_the_plot_goes_where_asked_or_nowhere(tmp_path, capsys):
