@@ -21,6 +21,7 @@ import imageio_ffmpeg
 import pytest
 import yaml
 
+from fleetrl import run_control
 from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from fleetrl.setup.load import load_config
@@ -358,7 +359,18 @@ def test_the_matrix_holds_every_shipped_config():
     assert sorted(FAMILIES) == SHIPPED
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.fixture
+def terminal(monkeypatch):
+    """The progress bar draws as on a terminal (it draws only there; pytest captures stderr)."""
+    draw = run_control.ProgressBar.__init__
+
+    def on_a_terminal(self, config, initial, *, interactive=None):
+        draw(self, config, initial, interactive=True)
+
+    monkeypatch.setattr(run_control.ProgressBar, "__init__", on_a_terminal)
+
+
+@pytest.mark.usefixtures("ray_session", "terminal")
 @pytest.mark.parametrize("config", SHIPPED)
 def test_shipped_config_trains_resumes_and_evaluates(config, tmp_path, capsys):
     FAMILIES[config](config, tmp_path / "run", capsys)
