@@ -329,9 +329,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "report",
         help="where a run's time went, from its metrics.csv",
         description="Summarize a run from its metrics.csv: frames, returns, lag, dropped "
-        "work and restarts, frames/s over the run, and each part's share of the iterations' "
-        "time (collect, learn, gradients, apply, publish, other); writes a stacked plot of "
-        "the parts' seconds per iteration.",
+        "work and restarts, frames/s over the run, and each part's share of the wall time "
+        "(collect, learn, gradients, apply, publish, loop, evaluate, checkpoint, outside); "
+        "writes a stacked plot of the parts' seconds per iteration.",
     )
     rep.add_argument("run", metavar="RUN_DIR", help="a run directory (it holds metrics.csv)")
     rep.add_argument(

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from fleetrl.errors import ConfigError
 from fleetrl.metrics import read_metrics
+from fleetrl.video import output_file_problems
 
 __all__ = ["BETWEEN", "PARTS", "Part", "breakdown", "plot_time", "report", "spans", "wall_seconds"]
 
@@ -45,6 +46,7 @@ PARTS = {
 }
 #: the parts between iterations that the trainer times, each a ``time/`` column
 BETWEEN = {"evaluate": "time/eval_s", "checkpoint": "time/checkpoint_s"}
+PNG_MSG = "{key}={value!r} is invalid: the plot is a PNG file, its name ends in .png"
 NO_RUN_MSG = (
     "run={run!r} is invalid: {why}; pass a run directory written by fleetrl train (it holds "
     "metrics.csv)"
@@ -151,7 +153,11 @@ def report(run: str | Path, *, plot: str | Path | None = "") -> str:
     ``plot`` (``""``: ``RUN/time.png``; None: no plot). A directory without rows is a
     ConfigError naming it."""
     run = Path(run)
-    rows = _rows(run)
+    path = None if plot is None else Path(plot) if plot else run / "time.png"
+    problems = [] if path is None else output_file_problems(path, "--plot", ".png", PNG_MSG)
+    rows = _rows(run)  # a run that is not one is named first
+    if problems:
+        raise ConfigError(problems)
     frames = rows[-1]["train/frames"]
     seconds = sum(wall_seconds(rows))
     lines = [
@@ -173,8 +179,7 @@ def report(run: str | Path, *, plot: str | Path | None = "") -> str:
         f"  {'part':<10} {'seconds':>10} {'share':>7}",
         *(f"  {p.name:<10} {p.seconds:>10,.2f} {p.share:>7.1%}" for p in breakdown(rows)),
     ]
-    if plot is not None:
-        path = Path(plot) if plot else run / "time.png"
+    if path is not None:
         plot_time(rows, path, title=f"{run.name}: seconds per iteration")
         lines += ["", f"plot: {path}"]
     return "\n".join(lines)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.config import Config
+from fleetrl.report import PARTS
 
 __all__ = ["ProgressBar", "RunDir", "StopOnSignal", "default_run_dir"]
 
@@ -128,9 +129,9 @@ class ProgressBar:
     BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
     #: the shares shown: name -> the time/ columns it adds up
     SHARES = {
-        "collect": ("time/collect_s",),
-        "learn": ("time/learn_s", "time/grad_s", "time/update_s"),
-        "publish": ("time/broadcast_s",),
+        "collect": (PARTS["collect"],),
+        "learn": (PARTS["learn"], PARTS["gradients"], PARTS["apply"]),
+        "publish": (PARTS["publish"],),
     }
 
     def __init__(self, config: Config, initial: int, *, interactive: bool | None = None):

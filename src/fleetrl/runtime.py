@@ -251,6 +251,16 @@ class Shortfall:
     have: float
 
 
+def _asked(requests: list[dict[str, float]]) -> dict[str, float]:
+    """Each resource's total over ``requests`` (the ones asked for at all)."""
+    asked: dict[str, float] = {}
+    for request in requests:
+        for name, amount in request.items():
+            if amount:
+                asked[name] = asked.get(name, 0) + amount
+    return asked
+
+
 def resource_waits(requests: list[dict[str, float]]) -> list[Shortfall]:
     """What the running Ray cluster has but holds for others now: a resource whose total
     ``requests`` ask for more of than is free (another job's actors), so new actors wait
@@ -261,11 +271,7 @@ def resource_waits(requests: list[dict[str, float]]) -> list[Shortfall]:
     import ray
 
     free = ray.available_resources()
-    asked: dict[str, float] = {}
-    for request in requests:
-        for name, amount in request.items():
-            if amount:
-                asked[name] = asked.get(name, 0) + amount
+    asked = _asked(requests)
     return [
         Shortfall(None, name, amount, free.get(name, 0))
         for name, amount in asked.items()
@@ -288,16 +294,12 @@ def resource_shortfalls(requests: list[dict[str, float]]) -> list[Shortfall]:
     total = ray.cluster_resources()
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     found: list[Shortfall] = []
-    asked: dict[str, float] = {}
     for index, request in enumerate(requests):
         for name, amount in request.items():
-            if not amount:
-                continue
-            asked[name] = asked.get(name, 0) + amount
             best = max((n.get(name, 0) for n in nodes), default=0)
-            if amount > best:
+            if amount and amount > best:
                 found.append(Shortfall(index, name, amount, best))
-    for name, amount in asked.items():
+    for name, amount in _asked(requests).items():
         if amount > total.get(name, 0):
             found.append(Shortfall(None, name, amount, total.get(name, 0)))
     return found

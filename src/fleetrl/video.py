@@ -68,6 +68,7 @@ __all__ = [
     "Video",
     "add_tensorboard_clip",
     "check_video_path",
+    "output_file_problems",
     "record_video",
     "rendering_problem",
     "video_env",
@@ -124,13 +125,13 @@ class Video:
     """the downscaled frames for TensorBoard (only when asked for)."""
 
 
-def check_video_path(path: str | Path, key: str = "--video") -> Path:
-    """``path`` as a :class:`~pathlib.Path`, or a ConfigError naming ``key``: an ``.mp4``
-    in an existing writable directory, with imageio-ffmpeg installed. Checked before any work."""
-    path = Path(path)
+def output_file_problems(path: Path, key: str, suffix: str, suffix_msg: str) -> list[str]:
+    """What keeps ``path`` (the argument ``key``) from being written: another suffix than
+    ``suffix`` (said by ``suffix_msg``, formatted with ``key`` and ``value``), and a
+    missing or unwritable directory. Checked before any work."""
     problems: list[str] = []
-    if path.suffix.lower() != ".mp4":
-        problems.append(SUFFIX_MSG.format(key=key, value=str(path)))
+    if path.suffix.lower() != suffix:
+        problems.append(suffix_msg.format(key=key, value=str(path)))
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         problems.append(DIR_MSG.format(key=key, value=str(path), problem="it is a directory"))
@@ -146,6 +147,14 @@ def check_video_path(path: str | Path, key: str = "--video") -> Path:
         problems.append(
             DIR_MSG.format(key=key, value=str(path), problem=f"{str(path)!r} is not writable")
         )
+    return problems
+
+
+def check_video_path(path: str | Path, key: str = "--video") -> Path:
+    """``path`` as a :class:`~pathlib.Path`, or a ConfigError naming ``key``: an ``.mp4``
+    in an existing writable directory, with imageio-ffmpeg installed. Checked before any work."""
+    path = Path(path)
+    problems = output_file_problems(path, key, ".mp4", SUFFIX_MSG)
     try:
         import imageio_ffmpeg  # noqa: F401
         import PIL  # noqa: F401  (the TensorBoard GIF; a dependency of imageio)

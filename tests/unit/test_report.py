@@ -120,3 +120,15 @@ def test_a_directory_that_is_not_a_run_is_refused_naming_it(tmp_path, capsys):
         assert capsys.readouterr().err == (
             f"fleetrl report: {NO_RUN_MSG.format(run=str(run), why=why)}\n"
         )
+
+
+def test_a_plot_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, capsys):
+    run = written_run(tmp_path)
+    bad = tmp_path / "missing" / "t.png"
+    assert main(["report", str(run), "--plot", str(bad)]) == 2
+    assert capsys.readouterr().err == (
+        f"fleetrl report: --plot='{bad}' is invalid: directory '{bad.parent}' does not exist; "
+        "choose a path in a writable directory\n"
+    )
+    assert main(["report", str(run), "--plot", str(tmp_path / "t.jpg")]) == 2
+    assert "the plot is a PNG file, its name ends in .png" in capsys.readouterr().err
