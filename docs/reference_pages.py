@@ -31,6 +31,7 @@ API_GROUPS = {
         "EpisodeStats",
     ],
     "Training": ["Trainer", "Config", "load_config"],
+    "Sweeps": ["tune", "SweepResult"],
     "Algorithms": [
         "Algorithm",
         "PPO",

@@ -42,6 +42,7 @@ _EXPORTS = {
     "RemoteReplayBuffer": "fleetrl.collectors.replay",
     "SAC": "fleetrl.algorithms.sac",
     "SACConfig": "fleetrl.algorithms.sac",
+    "SweepResult": "fleetrl.sweep",
     "SyncDataCollector": "fleetrl.collectors.sync",
     "Trainer": "fleetrl.trainer",
     "WorkerError": "fleetrl.errors",
@@ -50,6 +51,7 @@ _EXPORTS = {
     "episode_stats": "fleetrl.collectors.base",
     "load_config": "fleetrl.setup.load",
     "make_env": "fleetrl.envs.make",
+    "tune": "fleetrl.sweep",
 }
 
 __all__ = [
@@ -82,6 +84,7 @@ __all__ = [
     "RayCollector",
     "RemoteReplayBuffer",
     "SACConfig",
+    "SweepResult",
     "SyncDataCollector",
     "Trainer",
     "WorkerError",
@@ -90,6 +93,7 @@ __all__ = [
     "episode_stats",
     "load_config",
     "make_env",
+    "tune",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
@@ -137,4 +141,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     )
     from fleetrl.policies import RandomPolicy, as_policy
     from fleetrl.setup.load import load_config
+    from fleetrl.sweep import SweepResult, tune
     from fleetrl.trainer import Trainer

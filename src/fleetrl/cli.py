@@ -3,6 +3,9 @@
 fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S] [--video OUT.mp4]
+fleetrl tune CONFIG [key=value ...] --search 'ppo.lr=loguniform(1e-4,1e-2)' [--samples N] ...
+fleetrl tune --resume SWEEP_DIR
+fleetrl report RUN_DIR [--plot OUT.png | --no-plot]
 fleetrl bench NAME [args ...]   (from a repository checkout: see BENCHMARKS)
 
 Start-up: this module imports neither torch, torchrl nor Ray (``fleetrl --help``
@@ -140,6 +143,52 @@ def _report(args: argparse.Namespace) -> int:
     from fleetrl.report import report
 
     print(report(args.run, plot=None if args.no_plot else args.plot))
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from fleetrl.runtime import pin_threads
+
+    pin_threads(1)
+    from fleetrl.setup.load import config_from_dict
+    from fleetrl.setup.parse import read_yaml_mapping
+    from fleetrl.sweep import tune
+
+    if args.resume:
+        result = tune(resume=args.resume)
+    else:
+        data = read_yaml_mapping(args.config, "config")
+        section = data.setdefault("tune", {})
+        if not isinstance(section, dict):
+            raise ConfigError([f"tune={section!r} is invalid: must be a mapping of tune keys"])
+        search = section.setdefault("search", {})
+        if not isinstance(search, dict):
+            raise ConfigError([f"tune.search={search!r} is invalid: must be a mapping"])
+        for text in args.search:
+            key, _, spec = text.partition("=")
+            search[key.strip()] = spec.strip()
+        flags = {
+            "samples": args.samples,
+            "scheduler": args.scheduler,
+            "searcher": args.searcher,
+            "metric": args.metric,
+            "mode": args.mode,
+            "max_concurrent": args.max_concurrent,
+            "dir": args.dir,
+        }
+        section.update({k: v for k, v in flags.items() if v is not None})
+        result = tune(config_from_dict(data, args.overrides))
+    print(result.table())
+    if result.best is not None:
+        print(f"best config: {result.best_config} (train it: fleetrl train {result.best_config})")
+    print(f"trials.csv, learning_curves.png and each trial's run directory in {result.directory}")
+    if result.interrupted:
+        print(
+            f"fleetrl tune: stopped before every trial finished; continue with: "
+            f"fleetrl tune --resume {result.directory}",
+            file=sys.stderr,
+        )
+        return 130
     return 0
 
 
@@ -288,6 +337,39 @@ def _check_train_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         )
 
 
+def _check_tune_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.resume:
+        given = [
+            name
+            for name, value in (
+                ("a config file", args.config),
+                ("overrides", args.overrides),
+                ("--search", args.search),
+                ("--samples", args.samples),
+                ("--scheduler", args.scheduler),
+                ("--searcher", args.searcher),
+                ("--metric", args.metric),
+                ("--mode", args.mode),
+                ("--max-concurrent", args.max_concurrent),
+                ("--dir", args.dir),
+            )
+            if value
+        ]
+        if given:
+            parser.error(
+                f"--resume {args.resume} continues a sweep as it was started: drop "
+                f"{', '.join(given)}"
+            )
+    elif not args.config or "=" in args.config:
+        parser.error("give a config file (e.g. configs/tune_ppo_cartpole.yaml), or --resume DIR")
+    for text in args.search:
+        if "=" not in text:
+            parser.error(
+                f"--search {text!r} is invalid: write KEY=DIST, e.g. "
+                "--search 'ppo.lr=loguniform(1e-4, 1e-2)'"
+            )
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The ``fleetrl`` argument parser and its subcommands' parsers, by name (the docs'
     command-line reference is generated from them)."""
@@ -341,6 +423,32 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         help="where to write the plot (default: RUN_DIR/time.png)",
     )
     rep.add_argument("--no-plot", action="store_true", help="print the report only")
+    tn = sub.add_parser(
+        "tune",
+        help="sweep hyperparameters on Ray Tune",
+        description="Run a hyperparameter sweep on Ray Tune: each trial a training run of "
+        "CONFIG with the --search keys drawn from their distributions. The flags set the "
+        "config's tune section (tune.samples, ...); --search adds to tune.search. Writes "
+        "trials.csv, best.yaml, learning_curves.png and one run directory per trial.",
+    )
+    tn.add_argument("config", nargs="?", help="YAML config file (its tune: section is read)")
+    tn.add_argument("overrides", nargs="*", help="key=value overrides of every trial's config")
+    tn.add_argument(
+        "--search",
+        action="append",
+        default=[],
+        metavar="KEY=DIST",
+        help="a key and its distribution: uniform(a,b), loguniform(a,b), randint(a,b), "
+        "choice(v1,...) or grid(v1,...); repeat for more keys",
+    )
+    tn.add_argument("--samples", type=int, help="trials to run (tune.samples)")
+    tn.add_argument("--scheduler", help="fifo, asha or pbt (tune.scheduler)")
+    tn.add_argument("--searcher", help="random or optuna (tune.searcher)")
+    tn.add_argument("--metric", help="the metrics.csv column to compare (tune.metric)")
+    tn.add_argument("--mode", help="max or min (tune.mode)")
+    tn.add_argument("--max-concurrent", type=int, help="trials at once (tune.max_concurrent)")
+    tn.add_argument("--dir", help="where the sweep writes (tune.dir)")
+    tn.add_argument("--resume", metavar="SWEEP_DIR", help="continue the sweep in SWEEP_DIR")
     bench = sub.add_parser(
         "bench",
         help="run a benchmark script from a checkout's benchmarks/",
@@ -352,7 +460,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "name", choices=BENCHMARKS, metavar="NAME", help=f"one of: {', '.join(BENCHMARKS)}"
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="the script's own arguments")
-    return parser, {"train": train, "eval": ev, "report": rep, "bench": bench}
+    return parser, {"train": train, "eval": ev, "report": rep, "tune": tn, "bench": bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,11 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may also come after options (e.g. after --run-dir)
     stray = [e for e in extra if e.startswith("-") or "=" not in e]
-    if stray or (extra and args.command != "train"):
+    if stray or (extra and args.command not in ("train", "tune")):
         parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
     if args.command == "train":
         args.overrides = [*args.overrides, *extra]
         _check_train_arguments(train, args)
+    if args.command == "tune":
+        args.overrides = [*args.overrides, *extra]
+        _check_tune_arguments(commands["tune"], args)
     if args.command == "eval" and args.episodes is not None and args.episodes < 1:
         ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -378,9 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     level = ours.level
     ours.setLevel(logging.INFO)
     try:
-        return {"train": _train, "eval": _eval, "report": _report, "bench": _bench}[args.command](
-            args
-        )
+        run = {"train": _train, "eval": _eval, "report": _report, "tune": _tune, "bench": _bench}
+        return run[args.command](args)
     except FleetError as err:
         print(f"fleetrl {args.command}: {err}", file=sys.stderr)
         return 2

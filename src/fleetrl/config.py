@@ -29,6 +29,7 @@ from typing import Any
 from fleetrl.errors import Problems
 
 __all__ = [
+    "FROZEN_ON_RESUME",
     "AlgorithmConfig",
     "AtariConfig",
     "CollectionMode",
@@ -41,6 +42,11 @@ __all__ = [
     "Schedule",
     "SchemeConfig",
     "TrainerConfig",
+    "TuneConfig",
+    "TuneMode",
+    "TuneScheduler",
+    "TuneSearcher",
+    "WandbMode",
     "enum_of",
     "enum_value",
 ]
@@ -59,6 +65,22 @@ def enum_value(cls: type[enum.Enum], value: Any) -> enum.Enum | None:
         return cls(value)
     except ValueError:
         return None
+
+
+#: keys a resumed run cannot change, and what in the checkpoint depends on each
+#: (``{algo}``: the section of the run's algorithm)
+FROZEN_ON_RESUME = {
+    "algorithm": "that algorithm's networks and optimizer",
+    "env.id": "networks sized for that env's spaces",
+    "env.atari.frame_stack": "networks sized for that many stacked frames",
+    "env.atari.screen_size": "networks sized for that frame size",
+    "env.atari.full_action_space": "networks sized for that many actions",
+    "scheme.num_grad_workers": "state for that many gradient workers",
+    "{algo}.hidden_sizes": "networks of those sizes",
+    "{algo}.model": "networks of that kind",
+    "env.normalize_observation": "networks with (or without) observation statistics",
+    "env.normalize_reward": "reward-scaling statistics (or none)",
+}
 
 
 class EnvEngine(str, enum.Enum):
@@ -280,6 +302,14 @@ class SchemeConfig:
         return LearnerMode.CENTRAL if self.num_grad_workers == 1 else LearnerMode(self.update)
 
 
+class WandbMode(str, enum.Enum):
+    """Where a W&B run's data goes (``logging.wandb_mode``), as ``wandb.init(mode=...)`` says."""
+
+    ONLINE = "online"  # streamed to the W&B server as the run goes
+    OFFLINE = "offline"  # written under the run directory only; `wandb sync` uploads it later
+    DISABLED = "disabled"  # nothing is written: W&B calls do nothing
+
+
 @dataclass
 class LoggingConfig:
     run_dir: str | None = None
@@ -297,6 +327,92 @@ class LoggingConfig:
     ``trainer.test_every`` > 0 and the ``video`` extra (imageio, imageio-ffmpeg)."""
     video_episodes: int = 1
     """episodes in each such video (episode i seeded as the evaluation's env i)."""
+    mlflow: bool = False
+    """also track the run in MLflow: the config as parameters, every metrics row, the learning
+    curve, videos and the final checkpoint's path; needs the ``mlflow`` extra."""
+    mlflow_uri: str | None = None
+    """MLflow tracking URI: a server (http://host:5000), a database, or a folder for a local
+    file store (null: the MLFLOW_TRACKING_URI environment variable, else ./mlruns)."""
+    mlflow_experiment: str | None = None
+    """MLflow experiment of the run, created if missing (null: the MLFLOW_EXPERIMENT_NAME
+    environment variable, else 'fleetrl')."""
+    wandb: bool = False
+    """also track the run in Weights & Biases: the config, every metrics row (against
+    train/frames), the learning curve, videos and the final checkpoint's path; needs the
+    ``wandb`` extra."""
+    wandb_project: str | None = None
+    """W&B project of the run (null: the WANDB_PROJECT environment variable, else 'fleetrl')."""
+    wandb_entity: str | None = None
+    """W&B team or user that owns the project (null: W&B's default entity for the login)."""
+    wandb_mode: WandbMode = WandbMode.ONLINE
+    """'online' (streamed to the W&B server), 'offline' (written under the run directory,
+    uploaded later with wandb sync) or 'disabled' (nothing tracked); this key decides, not
+    the WANDB_MODE environment variable."""
+
+
+class TuneScheduler(str, enum.Enum):
+    """How a sweep stops or changes trials (``fleetrl tune --scheduler``)."""
+
+    FIFO = "fifo"
+    """every trial runs to its end."""
+    ASHA = "asha"
+    """asynchronous successive halving: trials behind the others at a rung stop early."""
+    PBT = "pbt"
+    """population-based training: trials behind copy a better one's checkpoint and perturb
+    its hyperparameters."""
+
+
+class TuneSearcher(str, enum.Enum):
+    """How a sweep picks each trial's hyperparameters (``fleetrl tune --searcher``)."""
+
+    RANDOM = "random"
+    """independent draws from each distribution (grid points: every one)."""
+    OPTUNA = "optuna"
+    """Optuna's TPE sampler, fed the finished trials' results (needs the ``tune`` extra)."""
+
+
+class TuneMode(str, enum.Enum):
+    """Whether a sweep's metric is better high or low."""
+
+    MAX = "max"
+    MIN = "min"
+
+
+@dataclass
+class TuneConfig:
+    """A hyperparameter sweep on Ray Tune (``fleetrl tune``; ``fleetrl train`` ignores it).
+
+    Each trial is a training run of the rest of the config with the ``search``
+    keys drawn from their distributions.
+    """
+
+    search: dict[str, str] = field(default_factory=dict)
+    """config key -> distribution: uniform(a, b), loguniform(a, b), randint(a, b) (a to b-1),
+    choice(v1, v2, ...) or grid(v1, v2, ...), e.g. {ppo.lr: 'loguniform(1e-4, 1e-2)'}."""
+    samples: int = 8
+    """trials to run (with grid keys: draws of the other keys, each run at every grid point)."""
+    scheduler: TuneScheduler = TuneScheduler.FIFO
+    """'fifo' (every trial runs its budget), 'asha' (stop trials behind early) or 'pbt'
+    (trials behind copy a better trial and perturb its hyperparameters)."""
+    searcher: TuneSearcher = TuneSearcher.RANDOM
+    """'random' draws, or 'optuna' (TPE, fed the results so far)."""
+    metric: str = "train/episode_return"
+    """the metrics.csv column trials are compared on (its last value in a trial)."""
+    mode: TuneMode = TuneMode.MAX
+    """'max' or 'min': which way the metric is better."""
+    max_concurrent: int | None = None
+    """trials running at once (null: as many as the cluster's CPUs hold)."""
+    grace_frames: int | None = None
+    """asha: frames every trial trains before it can be stopped (null: a tenth of
+    trainer.total_frames)."""
+    perturbation_frames: int | None = None
+    """pbt: frames between a trial's exploit-and-explore steps (null: a quarter of
+    trainer.total_frames); each trial checkpoints at least that often."""
+    dir: str | None = None
+    """where the sweep writes its trials and results (null: runs/tune_<algorithm>_<env>_<time>)."""
+    seed: int = 0
+    """seed of the searcher's draws (each trial trains with trainer.seed; PBT's perturbations
+    are Ray Tune's own draws, unseeded)."""
 
 
 @dataclass
@@ -367,6 +483,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     scheme: SchemeConfig = field(default_factory=SchemeConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     algo: AlgorithmConfig | None = None
     """the chosen algorithm's section, written under its name (``ppo:``) in YAML."""
 

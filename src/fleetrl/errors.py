@@ -49,8 +49,9 @@ class ConfigError(FleetError, ValueError):
     ``problems`` their messages.
     """
 
-    def __init__(self, problems: Iterable[Problem | str]):
-        items = list(problems)
+    def __init__(self, problems: Iterable[Problem | str] | str):
+        # one message: also how a pickled error comes back (its args hold the message)
+        items = [problems] if isinstance(problems, str) else list(problems)
         self.details = [p if isinstance(p, Problem) else Problem("", text=str(p)) for p in items]
         self.problems = [str(p) for p in items]
         if len(self.problems) == 1:

@@ -264,11 +264,16 @@ def _asked(requests: list[dict[str, float]]) -> dict[str, float]:
 def resource_waits(requests: list[dict[str, float]]) -> list[Shortfall]:
     """What the running Ray cluster has but holds for others now: a resource whose total
     ``requests`` ask for more of than is free (another job's actors), so new actors wait
-    until it frees up. ``Shortfall.have`` is the amount free. Empty where Ray does not run.
+    until it frees up. ``Shortfall.have`` is the amount free. Empty where Ray does not run,
+    and inside a placement group (a sweep's trial): its bundles hold what its actors ask for.
     """
     if not ray_running():
         return []
     import ray
+    from ray.util import get_current_placement_group
+
+    if get_current_placement_group() is not None:
+        return []
 
     free = ray.available_resources()
     asked = _asked(requests)

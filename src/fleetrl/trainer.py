@@ -11,7 +11,8 @@ one metrics row (:attr:`Trainer.iterations`, ``train/iterations``); an
 Every ``test_every`` iterations the policy is
 evaluated with deterministic actions on separate test envs (:mod:`fleetrl.evaluate`). Metrics go to
 ``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
-``time/``. Checkpoints are written atomically and load with
+``time/``; with ``logging.mlflow`` or ``logging.wandb`` also to MLflow or W&B, after the
+CSV (:mod:`fleetrl.tracking`). Checkpoints are written atomically and load with
 ``torch.load(weights_only=True)``.
 
 Resume: a checkpoint holds the algorithm (weights, optimizer, replay buffer,
@@ -30,6 +31,7 @@ import logging
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,7 @@ from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.parse import config_to_dict, read_yaml_mapping
 from fleetrl.setup.resume import check_budget, check_resume_overrides
 from fleetrl.setup.verify import check, resource_problems
+from fleetrl.tracking import RunEnd, Trackers
 
 __all__ = ["Trainer"]
 
@@ -152,6 +155,8 @@ class Trainer:
             resume_frames=self.frames if resume else None,
             columns=self.evaluator.columns,  # fixed from the first row: appended, never rewritten
         )
+        #: MLflow and W&B, as logging.mlflow and logging.wandb ask; started by train()
+        self.trackers = Trackers(config, self.run_dir)
         # Ray comes up in the background while the caller goes on (train() waits for it)
         self._ray_start = (
             RayStart({"address": config.collector.address}) if config.uses_ray else None
@@ -268,7 +273,13 @@ class Trainer:
                 problems = resource_problems(self.config)  # now that Ray answers
                 if problems:
                     raise ConfigError(problems)
-            return self.make_learner()
+            learner = self.make_learner()
+            try:  # once the learner runs: a run that cannot start leaves no tracked run
+                self.trackers.start()
+            except BaseException:
+                learner.shutdown()
+                raise
+            return learner
         except BaseException:
             self.metrics.close()
             self._made.remove_created()
@@ -283,8 +294,14 @@ class Trainer:
             ray.shutdown()
         self._started_ray = False
 
-    def train(self) -> dict[str, float]:
+    def train(
+        self, *, on_iteration: Callable[[dict[str, float], Path | None], None] | None = None
+    ) -> dict[str, float]:
         """Run until ``total_frames`` or the target return; returns the last metrics.
+
+        ``on_iteration(row, checkpoint)`` is called after each iteration with its
+        metrics row and the checkpoint written at its end (None: none); a sweep's
+        trial reports both to Ray Tune there (:mod:`fleetrl.sweep`).
 
         The central learner stops at exactly ``total_frames``; gradient workers
         stop at the end of the first iteration at or past it.
@@ -343,9 +360,13 @@ class Trainer:
                 last["time/eval_s"] = time.perf_counter() - evaluate_start
                 last["time/checkpoint_s"], self._checkpoint_s = self._checkpoint_s, 0.0
                 self.metrics.log(self.frames, last)
+                self.trackers.log_row(last)  # after the CSV: a tracker's failure loses no row
                 progress.update(result.frames, last)
+                written = None
                 if t.checkpoint_every and self.iterations % t.checkpoint_every == 0:
-                    self.checkpoint()
+                    written = self.checkpoint()
+                if on_iteration is not None:
+                    on_iteration(last, written)
                 if stop.received is not None:  # between iterations: the state is whole here
                     break
                 if self.target_reached():
@@ -358,28 +379,36 @@ class Trainer:
             if stop.received is not None:
                 self.interrupted = stop.received
                 logger.warning(STOPPED, stop.received.name, self.frames)
+        except BaseException as err:  # an error, or a second signal: the tracked runs end too
+            self.trackers.finish(RunEnd.of(err), self.last_checkpoint)
+            raise
         finally:
             stop.__exit__()
             learner.shutdown()
             self.learner = None
             self._stop_ray()
             progress.close()
-        if self.config.logging.plot:
-            self.plot()
-        self.metrics.close()
+        try:
+            if self.config.logging.plot:
+                self.trackers.log_file(self.plot())
+            self.metrics.close()
+        finally:
+            end = RunEnd.FINISHED if self.interrupted is None else RunEnd.KILLED
+            self.trackers.finish(end, self.last_checkpoint)
         return last
 
     def _evaluate(self) -> dict[str, float]:
         policy = self.algorithm.policy
         metrics = self.evaluator(policy, frames=self.frames, iterations=self.iterations)
         if self.evaluator.video_due(self.iterations):  # logging.video_every
-            self.evaluator.record_video(
+            video = self.evaluator.record_video(
                 policy,
                 frames=self.frames,
                 iterations=self.iterations,
                 run_dir=self.run_dir,
                 writer=self.metrics.writer,
             )
+            self.trackers.log_file(video.path)
         return metrics
 
     def plot(self) -> Path:

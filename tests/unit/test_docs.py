@@ -22,7 +22,7 @@ import reference_pages
 
 from fleetrl import cli
 from fleetrl.algorithms import ALGORITHMS
-from fleetrl.config import Config, EnvConfig
+from fleetrl.config import Config, EnvConfig, TuneConfig
 from fleetrl.setup.load import load_config
 from fleetrl.setup.parse import config_to_dict, parse_config
 from fleetrl.setup.reference import config_keys
@@ -56,6 +56,9 @@ def test_the_config_reference_names_every_key_and_no_other():
     written = set()
     for name, cls in ALGORITHMS.items():
         written |= _leaf_keys(config_to_dict(Config(algorithm=name, algo=cls.config_class())))
+    # a sweep's config also holds its tune section (a run's config.yaml, only where it is set)
+    sweep = Config(algo=ALGORITHMS["ppo"].config_class(), tune=TuneConfig(samples=4))
+    written |= _leaf_keys(config_to_dict(sweep))
     assert set(documented) == written
     # and each documented key is one the loader accepts, with its documented default
     by_key = {k.key: k for k in config_keys()}

@@ -45,6 +45,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "fleetrl.checkpoint",
             "fleetrl.metrics",
             "fleetrl.report",
+            "fleetrl.tracking",
+            "fleetrl.sweep",
         ],
     ),
     ("learners", ["fleetrl.learners"]),

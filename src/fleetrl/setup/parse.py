@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from fleetrl.algorithms import ALGORITHMS
-from fleetrl.config import Config, enum_of, enum_value
+from fleetrl.config import Config, TuneConfig, enum_of, enum_value
 from fleetrl.errors import ConfigError, Problem
 
 __all__ = [
@@ -327,7 +327,10 @@ def config_to_dict(cfg: Config) -> dict[str, Any]:
     """Plain dict (YAML- and ``torch.load(weights_only=True)``-safe): the sections and the
     chosen algorithm's, under its name; Enums as their values."""
     out = {
-        f.name: to_plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name != "algo"
+        f.name: to_plain(getattr(cfg, f.name))
+        for f in dataclasses.fields(cfg)
+        # the tune section is written where a sweep is configured, not in every run's config
+        if f.name != "algo" and not (f.name == "tune" and cfg.tune == TuneConfig())
     }
     if cfg.algo is not None:
         out[cfg.algorithm] = to_plain(cfg.algo)

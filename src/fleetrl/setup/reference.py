@@ -48,6 +48,7 @@ from fleetrl.config import (
     LoggingConfig,
     SchemeConfig,
     TrainerConfig,
+    TuneConfig,
     enum_of,
 )
 from fleetrl.envs.atari import ATARI_RANGES
@@ -62,6 +63,7 @@ SECTIONS: dict[str, type] = {
     "trainer": TrainerConfig,
     "scheme": SchemeConfig,
     "logging": LoggingConfig,
+    "tune": TuneConfig,
 }
 
 # out-of-range values tried, in order, to learn what the checks allow for a number

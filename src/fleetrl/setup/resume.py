@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleetrl.config import Config
+from fleetrl.config import FROZEN_ON_RESUME, Config
 from fleetrl.errors import ConfigError
 from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.parse import config_to_dict
@@ -41,20 +41,6 @@ FROZEN_MSG = (
     "{key}={before!r} and its checkpoint holds {what}; drop the override, or "
     "start a new run (fleetrl train CONFIG --run-dir NEW_DIR)"
 )
-#: keys a resumed run cannot change, and what in the checkpoint depends on each
-#: (``{algo}``: the section of the run's algorithm)
-FROZEN_ON_RESUME = {
-    "algorithm": "that algorithm's networks and optimizer",
-    "env.id": "networks sized for that env's spaces",
-    "env.atari.frame_stack": "networks sized for that many stacked frames",
-    "env.atari.screen_size": "networks sized for that frame size",
-    "env.atari.full_action_space": "networks sized for that many actions",
-    "scheme.num_grad_workers": "state for that many gradient workers",
-    "{algo}.hidden_sizes": "networks of those sizes",
-    "{algo}.model": "networks of that kind",
-    "env.normalize_observation": "networks with (or without) observation statistics",
-    "env.normalize_reward": "reward-scaling statistics (or none)",
-}
 
 
 def check_resume_overrides(

@@ -33,18 +33,30 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import yaml
+
 from fleetrl.algorithms import ALGORITHMS
 from fleetrl.algorithms.models import NORMALIZE_CONV_MSG, ModelKind, conv_problems, resolve_model
 from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
-from fleetrl.config import AtariConfig, Config, LearnerMode, enum_of, enum_value
+from fleetrl.config import (
+    AtariConfig,
+    Config,
+    LearnerMode,
+    TuneConfig,
+    TuneScheduler,
+    TuneSearcher,
+    enum_of,
+    enum_value,
+)
 from fleetrl.envs.atari import is_atari_id
 from fleetrl.envs.engine import engine_problems
 from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import EnvSpec, env_spec
-from fleetrl.errors import ConfigError, Problem, Problems
+from fleetrl.errors import ConfigError, Problem, Problems, shown
 from fleetrl.runtime import human_bytes, physical_memory, resource_shortfalls
-from fleetrl.setup.parse import allowed_values, to_plain
+from fleetrl.setup.parse import allowed_values, config_to_dict, parse_config, to_plain
+from fleetrl.setup.search import Distribution, parse_dimension, search_key
 
 __all__ = [
     "ACTIONS_MSG",
@@ -53,6 +65,8 @@ __all__ = [
     "NODE_MSG",
     "RANGES",
     "RESOURCES_MSG",
+    "TRACKERS",
+    "TRACKER_EXTRA_MSG",
     "UNKNOWN_ENV_MSG",
     "check",
     "describe",
@@ -72,6 +86,14 @@ ACTIONS_MSG = (
     "and {env_id} has {has}; use algorithm={instead}, or an env with {needs} actions "
     "(e.g. env.id={example})"
 )
+TRACKER_EXTRA_MSG = (
+    "logging.{key}=true needs the {extra} extra: pip install 'fleetrl[{extra}]' "
+    "(No module named {module!r}); or set logging.{key}=false"
+)
+#: the experiment trackers (fleetrl.tracking): logging key -> (module imported, extra)
+TRACKERS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+#: the characters W&B refuses in a project name
+WANDB_PROJECT_FORBIDS = "/\\#?%:"
 #: the algorithms that suit one kind of action space only
 ACTION_KINDS = {
     "sac": ("continuous", "ppo or a2c", "Pendulum-v1"),
@@ -171,6 +193,10 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "trainer.checkpoint_every": (_at_least(0), "must be >= 0 (0: off)"),
     "logging.video_every": (_at_least(0, null=True), "must be >= 0 (0 or null: no videos)"),
     "logging.video_episodes": (_above(0), "must be > 0"),
+    "logging.wandb_project": (
+        lambda v: v is None or not set(v) & set(WANDB_PROJECT_FORBIDS),
+        "must be null or a name without any of " + " ".join(WANDB_PROJECT_FORBIDS),
+    ),
     "scheme.num_grad_workers": (_at_least(1), "must be >= 1"),
     "scheme.max_gradient_lag": (_at_least(0), "must be >= 0"),
     "scheme.num_threads_per_grad_worker": (
@@ -183,6 +209,11 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "scheme.num_cpus_per_grad_worker": (_at_least(0), "must be >= 0"),
     "scheme.collective_timeout_s": (_above(0), "must be > 0"),
+    "tune.samples": (_above(0), "must be > 0"),
+    "tune.max_concurrent": (_above(0, null=True), "must be > 0, or null: as the CPUs allow"),
+    "tune.grace_frames": (_above(0, null=True), "must be > 0, or null: total_frames / 10"),
+    "tune.perturbation_frames": (_above(0, null=True), "must be > 0, or null: total_frames / 4"),
+    "tune.seed": (_at_least(0), "must be >= 0"),
 }
 
 
@@ -210,6 +241,7 @@ def verify(config: Config, env_spec: EnvSpec | None) -> list[Problem]:
     _collector(config, check)
     _overlap(config, check)
     _video(config, env_spec, check)
+    _trackers(config, check)
     _decoupled(config, check)
     _normalization(config, check)
     _atari_section(config, check)
@@ -217,6 +249,7 @@ def verify(config: Config, env_spec: EnvSpec | None) -> list[Problem]:
     _device(config, check)
     _scheme(config, check.section("scheme"))
     _algorithm(config, check)
+    _tune(config, check)
     check.extend(Problem("env.engine", text=p) for p in engine_problems(config.env))
     if env_spec is not None:
         _spaces(config, env_spec, check)
@@ -359,6 +392,92 @@ def _video(config: Config, env_spec: EnvSpec | None, check: Problems) -> None:
         return
     problem = _rendering_problem(config)
     check(problem is None, "logging.video_every", every, problem or "")
+
+
+def _trackers(config: Config, check: Problems) -> None:
+    """``logging.mlflow`` / ``logging.wandb``: the package the tracker imports is installed
+    (looked up, not imported: importing wandb or mlflow takes a second)."""
+    for key, (module, extra) in TRACKERS.items():
+        if getattr(config.logging, key) is True and importlib.util.find_spec(module) is None:
+            check.say(
+                f"logging.{key}", TRACKER_EXTRA_MSG.format(key=key, extra=extra, module=module)
+            )
+
+
+def _tune(config: Config, check: Problems) -> None:
+    """The sweep's metric, and each searched key: a key this config has, a distribution that
+    reads, and values (the bounds, every choice) that this config allows in its place."""
+    t = config.tune
+    if t == TuneConfig():
+        return
+    check(
+        isinstance(t.metric, str) and t.metric.startswith(METRIC_PREFIXES),
+        "tune.metric",
+        t.metric,
+        f"must be a metrics.csv column (starting {', '.join(METRIC_PREFIXES)}), e.g. "
+        "train/episode_return or eval/episode_return",
+    )
+    if isinstance(t.metric, str) and t.metric.startswith("eval/"):
+        check(
+            config.trainer.test_every > 0,
+            "tune.metric",
+            t.metric,
+            "is logged by evaluations: needs trainer.test_every > 0 "
+            f"(here trainer.test_every={config.trainer.test_every})",
+        )
+    pbt = t.scheduler == TuneScheduler.PBT
+    check(
+        not (pbt and t.searcher == TuneSearcher.OPTUNA),
+        "tune.searcher",
+        _shown(t.searcher),
+        "tune.scheduler=pbt explores by perturbing the trials it copies: use searcher random",
+    )
+    base = {k: v for k, v in config_to_dict(config).items() if k != "tune"}
+    before = {str(p) for p in verify(parse_config(base)[0], None)}
+    for key, spec in t.search.items():
+        name = search_key(key)
+        try:
+            dim = parse_dimension(key, spec)
+        except ConfigError as err:
+            check.extend(err.details)
+            continue
+        if key == "algorithm" or key.split(".")[0] == "tune":
+            check(False, name, spec, "the algorithm and the tune section cannot be searched")
+            continue
+        algo = ALGORITHMS.get(config.algorithm)
+        tunable = [f"{config.algorithm}.{n}" for n in ("lr", *getattr(algo, "tunable", ()))]
+        if pbt and key not in tunable:
+            check(False, name, spec, PBT_KEYS_MSG.format(key=key, tunable=tunable))
+            continue
+        if dim.kind == Distribution.GRID and (pbt or t.searcher == TuneSearcher.OPTUNA):
+            check(False, name, spec, "grid needs tune.searcher=random and no pbt: use choice")
+            continue
+        for value in dim.candidates():
+            said = _candidate_problem(base, key, value, before)
+            if said is not None:
+                if dim.kind in FLOAT_DRAWS and "must be int" in said:
+                    said += f" ({dim.kind.value} draws floats: use randint or choice)"
+                check(False, name, spec, f"at {key}={shown(value)!r}: {said}")
+                break
+
+
+FLOAT_DRAWS = (Distribution.UNIFORM, Distribution.LOGUNIFORM)
+#: the metrics.csv column groups a sweep's metric can be
+METRIC_PREFIXES = ("train/", "eval/", "loss/", "time/")
+PBT_KEYS_MSG = (
+    "tune.scheduler=pbt copies a trial's checkpoint into trials with other values, and a "
+    "loaded algorithm can change only its learning rate and tunable coefficients: search "
+    "one of {tunable} with pbt, or {key} with asha or fifo"
+)
+
+
+def _candidate_problem(base: dict[str, Any], key: str, value: Any, before: set[str]) -> str | None:
+    """What is wrong with ``base`` where ``key`` is ``value`` and not without it (None: fine)."""
+    config, problems = parse_config(base, [f"{key}={yaml.safe_dump(to_plain(value)).strip()}"])
+    if problems:
+        return "; ".join(str(p) for p in problems)
+    new = [str(p) for p in verify(config, None) if str(p) not in before]
+    return "; ".join(new) if new else None
 
 
 def _rendering_problem(config: Config) -> str | None:

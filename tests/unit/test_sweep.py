@@ -1,0 +1,248 @@
+"""Sweeps: the search space, its checks, a trial's config and resources, and the CLI's refusals.
+
+Everything here is refused or computed before Ray starts (unit tests cannot start it);
+the sweeps themselves run in tests/e2e/test_sweeps.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetrl import load_config
+from fleetrl.cli import main
+from fleetrl.config import TuneScheduler
+from fleetrl.errors import ConfigError
+from fleetrl.setup.parse import config_to_dict
+from fleetrl.setup.search import DISTRIBUTIONS_HELP, Distribution, parse_dimension
+from fleetrl.sweep import EMPTY_SEARCH_MSG, NOT_A_SWEEP_MSG, trial_bundles, trial_config, tune
+from runs import ROOT
+
+CARTPOLE = str(ROOT / "configs" / "ppo_cartpole.yaml")
+TUNE_CONFIG = str(ROOT / "configs" / "tune_ppo_cartpole.yaml")
+
+
+def problems(*overrides: str, config: str = CARTPOLE) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        load_config(config, list(overrides))
+    return [str(p) for p in err.value.details]
+
+
+def search(spec: dict[str, str]) -> str:
+    return f"tune.search={yaml.safe_dump(spec, default_flow_style=True).strip()}"
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "values"),
+    [
+        ("uniform(0.9, 0.99)", Distribution.UNIFORM, (0.9, 0.99)),
+        ("loguniform(1e-4, 1e-2)", Distribution.LOGUNIFORM, (1e-4, 1e-2)),
+        ("randint(4, 16)", Distribution.RANDINT, (4, 16)),
+        ("uniform(1, 2)", Distribution.UNIFORM, (1.0, 2.0)),
+        ("choice(0.1, 0.2)", Distribution.CHOICE, (0.1, 0.2)),
+        ("choice(tanh_normal, normal)", Distribution.CHOICE, ("tanh_normal", "normal")),
+        ("grid([64, 64], [256])", Distribution.GRID, ([64, 64], [256])),
+    ],
+)
+def test_distributions_read_as_written(spec, kind, values):
+    dim = parse_dimension("ppo.x", spec)
+    assert (dim.kind, dim.values) == (kind, values)
+    assert type(dim.values[0]) is type(values[0])
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("lognormal(0, 1)", "unknown distribution 'lognormal'; " + DISTRIBUTIONS_HELP),
+        ("0.1", DISTRIBUTIONS_HELP),
+        ("uniform(1)", "uniform takes two numbers, low and high"),
+        ("uniform(a, b)", "uniform takes two numbers, low and high"),
+        ("uniform(2, 1)", "uniform needs low < high"),
+        ("loguniform(0, 1)", "loguniform needs 0 < low"),
+        ("randint(1.5, 4)", "randint takes two ints"),
+        ("choice()", "choice needs at least one value"),
+        ("choice([1, 2)", "its arguments are not YAML values; " + DISTRIBUTIONS_HELP),
+    ],
+)
+def test_bad_distributions_are_refused_naming_the_search_key(spec, said):
+    with pytest.raises(ConfigError) as err:
+        parse_dimension("ppo.lr", spec)
+    assert str(err.value) == f"tune.search.ppo.lr={spec!r} is invalid: {said}"
+
+
+def test_every_problem_of_a_search_is_said_at_once_in_config_keys():
+    found = problems(
+        search(
+            {
+                "ppo.lr": "uniform(-1, 1)",  # below what ppo.lr allows
+                "ppo.num_epochs": "uniform(1, 4)",  # floats for an int key
+                "ppo.nope": "choice(1)",  # not a key
+                "sac.tau": "uniform(0.1, 0.2)",  # another algorithm's key
+                "algorithm": "choice(ppo, a2c)",
+                "ppo.gamma": "grid(0.9, 0.99)",  # fine
+            }
+        ),
+        "tune.metric=episode_return",
+        "tune.samples=0",
+    )
+    assert "tune.samples=0 is invalid: must be > 0" in found
+    assert (
+        "tune.metric='episode_return' is invalid: must be a metrics.csv column (starting "
+        "train/, eval/, loss/, time/), e.g. train/episode_return or eval/episode_return" in found
+    )
+    assert (
+        "tune.search.ppo.lr='uniform(-1, 1)' is invalid: at ppo.lr=-1.0: "
+        "ppo.lr=-1.0 is invalid: must be > 0" in found
+    )
+    assert (
+        "tune.search.ppo.num_epochs='uniform(1, 4)' is invalid: at ppo.num_epochs=1.0: "
+        "ppo.num_epochs=1.0 is invalid: must be int (uniform draws floats: use randint or choice)"
+        in found
+    )
+    assert any(
+        p.startswith(
+            "tune.search.ppo.nope='choice(1)' is invalid: at ppo.nope=1: "
+            "ppo.nope is not a config key"
+        )
+        for p in found
+    )
+    assert any(
+        p.startswith(
+            "tune.search.sac.tau='uniform(0.1, 0.2)' is invalid: at sac.tau=0.1:"
+            " sac.tau is invalid here: the sac section belongs to"
+        )
+        for p in found
+    )
+    assert (
+        "tune.search.algorithm='choice(ppo, a2c)' is invalid: the algorithm and the tune section "
+        "cannot be searched" in found
+    )
+    assert not any("ppo.gamma" in p for p in found)
+    assert len(found) == 7
+
+
+def test_a_range_that_breaks_another_key_is_refused_with_that_key():
+    # 4096 frames in 8 envs is fine; 3 envs do not divide 2048 frames per batch
+    found = problems(search({"env.num_envs": "choice(8, 3)"}))
+    assert len(found) == 1 and found[0].startswith(
+        "tune.search.env.num_envs='choice(8, 3)' is invalid: at env.num_envs=3: "
+    )
+
+
+def test_pbt_searches_what_a_loaded_algorithm_can_change():
+    found = problems(
+        search({"ppo.lr": "loguniform(1e-4, 1e-2)", "ppo.num_epochs": "randint(1, 4)"}),
+        "tune.scheduler=pbt",
+        "tune.searcher=optuna",
+    )
+    assert found == [
+        "tune.searcher='optuna' is invalid: tune.scheduler=pbt explores by perturbing the "
+        "trials it copies: use searcher random",
+        "tune.search.ppo.num_epochs='randint(1, 4)' is invalid: tune.scheduler=pbt copies a "
+        "trial's checkpoint into trials with other values, and a loaded algorithm can change "
+        "only its learning rate and tunable coefficients: search one of ['ppo.lr', "
+        "'ppo.clip_epsilon', 'ppo.entropy_coef', 'ppo.critic_coef'] with pbt, or "
+        "ppo.num_epochs with asha or fifo",
+    ]
+
+
+def test_an_eval_metric_needs_evaluations():
+    found = problems(
+        search({"ppo.lr": "choice(1e-3)"}),
+        "tune.metric=eval/episode_return",
+        "trainer.test_every=0",
+    )
+    assert found == [
+        "tune.metric='eval/episode_return' is invalid: is logged by evaluations: needs "
+        "trainer.test_every > 0 (here trainer.test_every=0)"
+    ]
+
+
+def test_the_shipped_sweep_loads_and_its_tune_section_is_written_only_where_set():
+    config = load_config(TUNE_CONFIG)
+    assert config.tune.scheduler == TuneScheduler.ASHA and len(config.tune.search) == 5
+    assert "tune" in config_to_dict(config)
+    assert "tune" not in config_to_dict(load_config(CARTPOLE))
+
+
+def test_a_trial_config_sets_the_drawn_values_its_run_dir_and_pbt_checkpoints(tmp_path):
+    base = config_to_dict(
+        load_config(
+            CARTPOLE,
+            [
+                search({"ppo.lr": "loguniform(1e-4, 1e-2)"}),
+                "tune.scheduler=pbt",
+                "tune.perturbation_frames=8192",
+                "trainer.checkpoint_every=20",
+            ],
+        )
+    )
+    config = trial_config(base, {"ppo.lr": 0.003}, tmp_path / "t0")
+    assert config.algo.lr == 0.003
+    assert config.logging.run_dir == str(tmp_path / "t0")
+    assert config.logging.progress_bar is False
+    assert config.trainer.checkpoint_every == 4  # 8192 frames / 2048 per batch
+    assert "tune" not in config_to_dict(config)
+
+
+def test_a_trial_asks_for_its_learner_and_workers_cpus():
+    two = load_config(CARTPOLE)  # 2 Ray collectors
+    assert trial_bundles(two) == [{"CPU": 1.0}] * 3
+    local = load_config(CARTPOLE, ["collector.num_collectors=0"])
+    assert trial_bundles(local) == [{"CPU": 1.0}]
+    half = load_config(CARTPOLE, ["collector.num_cpus_per_collector=0.5"])
+    assert trial_bundles(half) == [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 0.5}]
+    workers = load_config(CARTPOLE, ["scheme.num_grad_workers=2", "collector.num_collectors=1"])
+    assert trial_bundles(workers) == [{"CPU": 1.0}] * 5
+
+
+def test_tune_without_a_search_or_a_sweep_directory_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"tune\.search=\{\} is invalid: a sweep needs"):
+        tune(load_config(CARTPOLE))
+    assert str(EMPTY_SEARCH_MSG.format(value={})).startswith("tune.search={} is invalid")
+    with pytest.raises(ConfigError) as err:
+        tune(resume=tmp_path)
+    assert str(err.value) == NOT_A_SWEEP_MSG.format(path=str(tmp_path), file="sweep.yaml")
+
+
+def test_the_cli_refuses_bad_sweeps_before_ray_starts(capsys, tmp_path):
+    code = main(
+        [
+            "tune",
+            CARTPOLE,
+            "--search",
+            "ppo.lr=lognormal(1, 2)",
+            "--samples",
+            "0",
+            "--dir",
+            str(tmp_path / "s"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "tune.samples=0 is invalid: must be > 0" in err
+    assert "tune.search.ppo.lr='lognormal(1, 2)' is invalid: unknown distribution" in err
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", CARTPOLE, "--search", "ppo.lr"])
+    assert exit_.value.code == 2
+    assert "--search 'ppo.lr' is invalid: write KEY=DIST" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["tune", "--resume", str(tmp_path), "--samples", "4"])
+    assert "continues a sweep as it was started: drop --samples" in capsys.readouterr().err
+    assert main(["tune", "--resume", str(tmp_path)]) == 2
+    assert "no sweep.yaml there" in capsys.readouterr().err
+
+
+def test_train_runs_a_config_with_a_tune_section_as_its_base(tmp_path):
+    from fleetrl import Trainer
+
+    config = load_config(
+        TUNE_CONFIG,
+        ["trainer.total_frames=2048", "logging.plot=false", "logging.progress_bar=false"],
+    )
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    assert trainer.train()["train/frames"] == 2048
+    assert load_config(Path(tmp_path / "run" / "config.yaml")).tune == config.tune
