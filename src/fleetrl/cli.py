@@ -28,7 +28,7 @@ from typing import Any
 
 from fleetrl.errors import CheckpointError, ConfigError, FleetError
 
-__all__ = ["BENCHMARKS", "benchmark_script", "build_parser", "main"]
+__all__ = ["BENCHMARKS", "benchmark_script", "build_parser", "main", "sweep_config"]
 
 
 def _raw_setting(data: Any, overrides: list[str], key: str, default: Any) -> Any:
@@ -146,38 +146,42 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def sweep_config(args: argparse.Namespace) -> Any:
+    """The checked config of ``fleetrl tune CONFIG [overrides] [flags]``: the file's, its
+    ``tune`` section set by the flags (``--search`` adds to ``tune.search``)."""
+    from fleetrl.setup.load import config_from_dict
+    from fleetrl.setup.parse import read_yaml_mapping
+
+    data = read_yaml_mapping(args.config, "config")
+    section = data.setdefault("tune", {})
+    if not isinstance(section, dict):
+        raise ConfigError([f"tune={section!r} is invalid: must be a mapping of tune keys"])
+    search = section.setdefault("search", {})
+    if not isinstance(search, dict):
+        raise ConfigError([f"tune.search={search!r} is invalid: must be a mapping"])
+    for text in args.search:
+        key, _, spec = text.partition("=")
+        search[key.strip()] = spec.strip()
+    flags = {
+        "samples": args.samples,
+        "scheduler": args.scheduler,
+        "searcher": args.searcher,
+        "metric": args.metric,
+        "mode": args.mode,
+        "max_concurrent": args.max_concurrent,
+        "dir": args.dir,
+    }
+    section.update({k: v for k, v in flags.items() if v is not None})
+    return config_from_dict(data, args.overrides)
+
+
 def _tune(args: argparse.Namespace) -> int:
     from fleetrl.runtime import pin_threads
 
     pin_threads(1)
-    from fleetrl.setup.load import config_from_dict
-    from fleetrl.setup.parse import read_yaml_mapping
     from fleetrl.sweep import tune
 
-    if args.resume:
-        result = tune(resume=args.resume)
-    else:
-        data = read_yaml_mapping(args.config, "config")
-        section = data.setdefault("tune", {})
-        if not isinstance(section, dict):
-            raise ConfigError([f"tune={section!r} is invalid: must be a mapping of tune keys"])
-        search = section.setdefault("search", {})
-        if not isinstance(search, dict):
-            raise ConfigError([f"tune.search={search!r} is invalid: must be a mapping"])
-        for text in args.search:
-            key, _, spec = text.partition("=")
-            search[key.strip()] = spec.strip()
-        flags = {
-            "samples": args.samples,
-            "scheduler": args.scheduler,
-            "searcher": args.searcher,
-            "metric": args.metric,
-            "mode": args.mode,
-            "max_concurrent": args.max_concurrent,
-            "dir": args.dir,
-        }
-        section.update({k: v for k, v in flags.items() if v is not None})
-        result = tune(config_from_dict(data, args.overrides))
+    result = tune(resume=args.resume) if args.resume else tune(sweep_config(args))
     print(result.table())
     if result.best is not None:
         print(f"best config: {result.best_config} (train it: fleetrl train {result.best_config})")
@@ -278,6 +282,7 @@ BENCHMARKS = (
     "ray_throughput",
     "scheme_modes",
     "startup",
+    "sweep_best",
     "time_to_solve",
     "video_cost",
     "wire_unpack",

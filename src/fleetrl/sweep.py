@@ -44,9 +44,11 @@ each unfinished trial from its last checkpoint.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -68,6 +70,7 @@ from fleetrl.setup.search import parse_dimension
 __all__ = [
     "EMPTY_SEARCH_MSG",
     "NOT_A_SWEEP_MSG",
+    "TUNE_EXTRA_MSG",
     "SweepResult",
     "TrialSummary",
     "trial_bundles",
@@ -93,6 +96,9 @@ MISSING_METRIC_MSG = (
     "its columns: {columns}"
 )
 STATUS_DONE = "completed"
+TUNE_EXTRA_MSG = (
+    "{what} needs the tune extra: pip install 'fleetrl[tune]' (No module named '{module}')"
+)
 
 
 @dataclass
@@ -164,6 +170,7 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
         The trials (best first); ``best.yaml``, ``trials.csv`` and ``learning_curves.png``
         are written in the sweep directory.
     """
+    _check_installed(config)
     if (config is None) == (resume is None):
         raise ConfigError([Problem("config", text="give tune() a config or resume=DIR, not both")])
     if resume is not None:
@@ -183,6 +190,9 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
                 ]
             )
     directory = directory.resolve()
+    # trials checkpoint every few iterations by design: Tune's warning that its state is
+    # saved often is about that, not something the user can act on
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = start_ray({"address": config.collector.address})
     try:
         from ray import tune as ray_tune
@@ -215,6 +225,20 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
     result = _summarize(config, directory, statuses, errors)
     _write_results(config, result)
     return result
+
+
+def _check_installed(config: Config | None) -> None:
+    """Ray Tune (and Optuna where asked for) are the ``tune`` extra's: refused by name."""
+    missing = [m for m in ("pandas", "pyarrow") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError([TUNE_EXTRA_MSG.format(what="fleetrl tune", module=missing[0])])
+    if (
+        config is not None
+        and config.tune.searcher == TuneSearcher.OPTUNA
+        and importlib.util.find_spec("optuna") is None
+    ):
+        said = TUNE_EXTRA_MSG.format(what="tune.searcher='optuna'", module="optuna")
+        raise ConfigError([said])
 
 
 # ------------------------------------------------------------------ the Tuner

@@ -206,3 +206,36 @@ def test_every_train_command_in_the_docs_loads(where, args):
     config = load_config(str(ROOT / path), overrides)  # raises ConfigError naming the key
     assert isinstance(config.env, EnvConfig)
     assert dataclasses.is_dataclass(config.algo)
+
+
+def _tune_commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for page in pages():
+        for block in blocks(page):
+            if block.lang not in ("bash", "sh", "console", ""):
+                continue
+            for line in block.code.replace("\\\n", " ").splitlines():
+                line = line.split("#")[0].strip().removeprefix("$ ")
+                m = re.search(r"fleetrl tune (configs/\w+\.yaml.*)", line)
+                if m:
+                    found.append((f"{block.where()}: {line}", shlex.split(m.group(1))))
+    return found
+
+
+TUNE_COMMANDS = _tune_commands()
+
+
+def test_the_docs_show_tune_commands():
+    assert len(TUNE_COMMANDS) >= 4
+
+
+@pytest.mark.parametrize("where,args", TUNE_COMMANDS, ids=[w for w, _ in TUNE_COMMANDS])
+def test_every_tune_command_in_the_docs_loads(where, args, monkeypatch):
+    from fleetrl.cli import build_parser, sweep_config
+
+    monkeypatch.chdir(ROOT)
+    parser, _ = build_parser()
+    parsed, extra = parser.parse_known_args(["tune", *args])
+    parsed.overrides = [*parsed.overrides, *extra]
+    config = sweep_config(parsed)  # raises ConfigError naming the key
+    assert config.tune.search and config.tune.samples >= 1

@@ -17,7 +17,14 @@ from fleetrl.config import TuneScheduler
 from fleetrl.errors import ConfigError
 from fleetrl.setup.parse import config_to_dict
 from fleetrl.setup.search import DISTRIBUTIONS_HELP, Distribution, parse_dimension
-from fleetrl.sweep import EMPTY_SEARCH_MSG, NOT_A_SWEEP_MSG, trial_bundles, trial_config, tune
+from fleetrl.sweep import (
+    EMPTY_SEARCH_MSG,
+    NOT_A_SWEEP_MSG,
+    TUNE_EXTRA_MSG,
+    trial_bundles,
+    trial_config,
+    tune,
+)
 from runs import ROOT
 
 CARTPOLE = str(ROOT / "configs" / "ppo_cartpole.yaml")
@@ -246,3 +253,26 @@ def test_train_runs_a_config_with_a_tune_section_as_its_base(tmp_path):
     trainer = Trainer(config, run_dir=tmp_path / "run")
     assert trainer.train()["train/frames"] == 2048
     assert load_config(Path(tmp_path / "run" / "config.yaml")).tune == config.tune
+
+
+def test_a_sweep_without_the_tune_extra_is_refused_naming_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    config = load_config(
+        CARTPOLE, [search({"ppo.lr": "loguniform(1e-4, 1e-2)"}), "tune.searcher=optuna"]
+    )
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "optuna" else real(name, *a)
+    )
+    with pytest.raises(ConfigError) as err:
+        tune(config)
+    assert str(err.value) == TUNE_EXTRA_MSG.format(what="tune.searcher='optuna'", module="optuna")
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a)
+    )
+    with pytest.raises(ConfigError) as err:
+        tune(config)
+    assert str(err.value) == (
+        "fleetrl tune needs the tune extra: pip install 'fleetrl[tune]' (No module named 'pyarrow')"
+    )
