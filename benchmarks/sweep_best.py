@@ -95,9 +95,9 @@ def main() -> None:
     if best["solved"] == len(args.seeds):
         for other, label in ((base, "the sweep's base"), (shipped, "shipped ppo_cartpole.yaml")):
             if other["solved"] == len(args.seeds):
-                ratios[f"best / {label}, median wall"] = best["median_wall_s"] / other[
-                    "median_wall_s"
-                ]
+                ratios[f"best / {label}, median wall"] = (
+                    best["median_wall_s"] / other["median_wall_s"]
+                )
     print_table(["ratio", "value"], [[k, f"{v:.2f}x"] for k, v in ratios.items()])
     write_json("sweep_best", {"results": summary, "ratios": ratios, "runs": results})
 

@@ -11,6 +11,13 @@ sums them over the run and over a few equal spans of it:
   ``train()`` began (``time/elapsed_s``, summed over resumes): "loop" is the rest of the
   iterations, "evaluate" and "checkpoint" the trainer's work between them
   (``time/eval_s``, ``time/checkpoint_s``), "outside" the rest (start-up, metrics);
+- collection part by part (:data:`COLLECTION`: env stepping, policy, building and
+  packing, weights, transfer, unpacking; :mod:`fleetrl.collectors.timing`), each part's
+  seconds and share of their sum: the collectors' own time, which with prefetching
+  overlaps learning (per worker is in ``RayCollector.stats()``, not in ``metrics.csv``);
+- the update part by part (:data:`LEARNING`: preparing batches, e.g. GAE, and the
+  optimizer steps), as shares of the learn time (gradient workers: of the gradients,
+  which hold the preparation);
 - a stacked plot of the parts' seconds per iteration against frames (``time.png``).
 
 Examples:
@@ -22,6 +29,10 @@ Examples:
     ... ]
     >>> [(p.name, round(p.seconds, 2), round(p.share, 2)) for p in breakdown(rows)]
     [('collect', 1.0, 0.5), ('learn', 0.8, 0.4), ('loop', 0.2, 0.1)]
+    >>> rows[0] |= {"time/env_s": 0.3, "time/policy_s": 0.1, "time/pack_s": 0.1}
+    >>> rows[1] |= {"time/env_s": 0.3, "time/policy_s": 0.1, "time/pack_s": 0.1}
+    >>> [(p.name, round(p.seconds, 2), round(p.share, 2)) for p in collection(rows)]
+    [('env', 0.6, 0.6), ('policy', 0.2, 0.2), ('pack', 0.2, 0.2)]
 """
 
 from __future__ import annotations
@@ -34,7 +45,20 @@ from fleetrl.errors import ConfigError
 from fleetrl.metrics import read_metrics
 from fleetrl.video import output_file_problems
 
-__all__ = ["BETWEEN", "PARTS", "Part", "breakdown", "plot_time", "report", "spans", "wall_seconds"]
+__all__ = [
+    "BETWEEN",
+    "COLLECTION",
+    "LEARNING",
+    "PARTS",
+    "Part",
+    "breakdown",
+    "collection",
+    "learning",
+    "plot_time",
+    "report",
+    "spans",
+    "wall_seconds",
+]
 
 #: the parts of an iteration, each a ``time/`` column, in the order they are shown
 PARTS = {
@@ -46,6 +70,17 @@ PARTS = {
 }
 #: the parts between iterations that the trainer times, each a ``time/`` column
 BETWEEN = {"evaluate": "time/eval_s", "checkpoint": "time/checkpoint_s"}
+#: collection part by part (:mod:`fleetrl.collectors.timing`), each a ``time/`` column
+COLLECTION = {
+    "env": "time/env_s",
+    "policy": "time/policy_s",
+    "pack": "time/pack_s",
+    "weights": "time/weights_s",
+    "transfer": "time/transfer_s",
+    "unpack": "time/unpack_s",
+}
+#: the update part by part, each a ``time/`` column
+LEARNING = {"prepare": "time/prepare_s", "optimize": "time/optimize_s"}
 PNG_MSG = "{key}={value!r} is invalid: the plot is a PNG file, its name ends in .png"
 NO_RUN_MSG = (
     "run={run!r} is invalid: {why}; pass a run directory written by fleetrl train (it holds "
@@ -99,6 +134,42 @@ def breakdown(rows: list[dict[str, float]]) -> list[Part]:
     parts += [("loop", iterations - sum(s for _, s in parts)), *between]
     parts.append(("outside", wall - iterations - sum(s for _, s in between)))
     return [Part(name, s, s / wall if wall > 0 else math.nan) for name, s in parts if s > 1e-9]
+
+
+def _measured(rows: list[dict[str, float]], parts: dict[str, str]) -> list[tuple[str, float]]:
+    """Each part with a finite cell in ``rows`` (a run from before the column, or a mode
+    without the part, has none), and its seconds."""
+    return [
+        (name, _total(rows, column))
+        for name, column in parts.items()
+        if any(math.isfinite(r.get(column, math.nan)) for r in rows)
+    ]
+
+
+def collection(rows: list[dict[str, float]]) -> list[Part]:
+    """Collection part by part over ``rows`` (:data:`COLLECTION`), each part's seconds and
+    share of their sum; empty when no part was measured (a run from before them)."""
+    parts = _measured(rows, COLLECTION)
+    whole = sum(s for _, s in parts)
+    return [Part(name, s, s / whole if whole > 0 else math.nan) for name, s in parts]
+
+
+def learning(rows: list[dict[str, float]]) -> tuple[str, list[Part]]:
+    """The update part by part over ``rows`` (:data:`LEARNING`): the part of the iteration
+    it splits ("learn"; gradient workers: "gradients", of which preparing is a part) and
+    each part's seconds and share of it; no parts when none was measured."""
+    name, whole = "learn", _total(rows, PARTS["learn"])
+    if not whole > 0:
+        name, whole = "gradients", _total(rows, PARTS["gradients"])
+    parts = _measured(rows, LEARNING)
+    return name, [Part(p, s, s / whole if whole > 0 else math.nan) for p, s in parts]
+
+
+def _table(parts: list[Part]) -> list[str]:
+    return [
+        f"  {'part':<10} {'seconds':>10} {'share':>7}",
+        *(f"  {p.name:<10} {p.seconds:>10,.2f} {_num(p.share, '.1%'):>7}" for p in parts),
+    ]
 
 
 def spans(rows: list[dict[str, float]], count: int = 5) -> list[tuple[int, int, float]]:
@@ -176,9 +247,20 @@ def report(run: str | Path, *, plot: str | Path | None = "") -> str:
         *(f"  {a:>12,} - {b:>12,}  {_num(fps, ',.0f'):>10}" for a, b, fps in spans(rows)),
         "",
         f"where the time went ({seconds:,.1f} s of training, start-up included):",
-        f"  {'part':<10} {'seconds':>10} {'share':>7}",
-        *(f"  {p.name:<10} {p.seconds:>10,.2f} {p.share:>7.1%}" for p in breakdown(rows)),
+        *_table(breakdown(rows)),
     ]
+    collected = collection(rows)
+    if collected:
+        lines += [
+            "",
+            f"collection, part by part ({sum(p.seconds for p in collected):,.2f} s of the "
+            f"collectors' own time; the learner waited {_total(rows, PARTS['collect']):,.2f} s "
+            "for batches):",
+            *_table(collected),
+        ]
+    whole, learned = learning(rows)
+    if learned:
+        lines += ["", f"{whole}, part by part:", *_table(learned)]
     if path is not None:
         plot_time(rows, path, title=f"{run.name}: seconds per iteration")
         lines += ["", f"plot: {path}"]

@@ -120,6 +120,8 @@ def test_decentralized_member_death_stops_with_a_clear_error(update_worker):
     assert err.value.worker_id == 1
 
 
+#: slow (about 8 s): runs with make test-all (marker e2e), so make test stays within 6 min
+@pytest.mark.e2e
 def test_sac_decentralized_replicas_identical_and_buffers_resume(update_worker):
     config = replay_config("sac", "Pendulum-v1", update="decentralized")
     uw = update_worker(config)

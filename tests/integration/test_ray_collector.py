@@ -123,6 +123,8 @@ def test_weights_versions_reach_workers():
         assert c.stats()["policy_lag"]["max"] == 0
 
 
+#: slow (about 8 s): runs with make test-all (marker e2e), so make test stays within 6 min
+@pytest.mark.e2e
 def test_max_weight_update_interval_bounds_staleness_of_queued_tasks():
     def lags(interval: int) -> list[int]:
         with RayCollector(

@@ -148,3 +148,35 @@ def test_ray_set_truncated_and_static_seed():
         assert c.set_seed(5) == 9
         obs = c.next()["observation"][:, :, 0].reshape(4, 4)
         assert len({tuple(np.round(o.numpy(), 6)) for o in obs}) == 4
+
+
+# ------------------------------------------------------------- where the time goes
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_ray_stats_break_each_workers_collection_time_into_parts():
+    parts = ("env_s", "policy_s", "pack_s", "weights_s", "transfer_s", "unpack_s")
+    with RayCollector(
+        "CartPole-v1",
+        categorical_actor(),
+        frames_per_batch=64,
+        total_frames=256,
+        num_collectors=2,
+        num_workers_per_collector=2,
+        sync=True,
+    ) as c:
+        for _ in c:
+            c.update_policy_weights_()
+        stats = c.stats()
+        taken = c.take_times()
+    per_worker = stats["time_per_worker"]
+    assert set(per_worker) == {0, 1}
+    for w, t in per_worker.items():
+        assert t["frames"] == stats["frames_per_worker"][w] == 128
+        assert t["batches"] == 4
+        assert all(t[p] >= 0 for p in parts)  # all measured: NaN is not >= 0
+        assert t["weights_s"] + t["env_s"] + t["policy_s"] <= t["collect_s"]
+    # the learner's view: each round once, the mean of its two workers
+    assert (taken.frames, taken.batches) == (256, 4)
+    mean_env = sum(t["env_s"] for t in per_worker.values()) / 2
+    assert taken.env_s == pytest.approx(mean_env)

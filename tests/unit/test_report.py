@@ -8,7 +8,7 @@ import pytest
 
 from fleetrl.cli import main
 from fleetrl.metrics import read_metrics
-from fleetrl.report import NO_RUN_MSG, breakdown, wall_seconds
+from fleetrl.report import NO_RUN_MSG, breakdown, collection, learning, wall_seconds
 from runs import LOCAL, ROOT
 
 #: four iterations of 100 frames with known times (a gradient-worker run's parts)
@@ -66,6 +66,39 @@ def test_the_report_of_known_rows(tmp_path, capsys):
     assert (run / "time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+#: the same run's collection and update, part by part (the schema's newer columns)
+PARTS_HEADER = "time/env_s,time/policy_s,time/pack_s,time/weights_s,time/transfer_s,time/unpack_s,"
+PARTS_HEADER += "time/prepare_s"
+PARTS_ROW = "0.5,0.25,0.125,0.0,0.0625,0.0625,0.25"
+
+
+def test_the_report_splits_collection_and_the_update_into_their_parts(tmp_path, capsys):
+    run = written_run(tmp_path)
+    lines = [f"{line},{PARTS_ROW}\n" for line in (HEADER + "".join(ROWS)).splitlines()]
+    lines[0] = f"{HEADER.strip()},{PARTS_HEADER}\n"
+    (run / "metrics.csv").write_text("".join(lines))
+    assert main(["report", str(run), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    # what was there before is unchanged: the new tables follow it
+    assert "  outside          1.25   17.9%\n\n" in out
+    assert out.split("  outside          1.25   17.9%\n")[1] == (
+        "\n"
+        "collection, part by part (4.00 s of the collectors' own time; the learner waited "
+        "2.50 s for batches):\n"
+        "  part          seconds   share\n"
+        "  env              2.00   50.0%\n"
+        "  policy           1.00   25.0%\n"
+        "  pack             0.50   12.5%\n"
+        "  weights          0.00    0.0%\n"
+        "  transfer         0.25    6.2%\n"
+        "  unpack           0.25    6.2%\n"
+        "\n"
+        "gradients, part by part:\n"  # gradient workers: no learn_s, preparing is in grad_s
+        "  part          seconds   share\n"
+        "  prepare          1.00   80.0%\n"
+    )
+
+
 def test_the_wall_time_of_a_resumed_run_adds_its_segments(tmp_path):
     run = written_run(tmp_path)
     lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
@@ -99,9 +132,17 @@ def test_a_real_run_is_reported_and_its_parts_add_up(tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"run {run}: 3 iterations, 384 frames in ")
-    parts = breakdown(read_metrics(run / "metrics.csv"))
+    rows = read_metrics(run / "metrics.csv")
+    parts = breakdown(rows)
     assert [p.name for p in parts][:2] == ["collect", "learn"]  # the central learner's parts
     assert sum(p.share for p in parts) == pytest.approx(1.0)
+    # local collection has no weights, transfer or unpacking to time
+    assert [p.name for p in collection(rows)] == ["env", "policy", "pack"]
+    assert sum(p.share for p in collection(rows)) == pytest.approx(1.0)
+    whole, split = learning(rows)
+    assert whole == "learn" and [p.name for p in split] == ["prepare", "optimize"]
+    assert sum(p.share for p in split) == pytest.approx(1.0)
+    assert "collection, part by part (" in out and "learn, part by part:" in out
     assert (run / "time.png").is_file()
 
 

@@ -245,6 +245,9 @@ class Algorithm(abc.ABC):
     tunable: ClassVar[tuple[str, ...]] = ()
     #: scales the rewards learned from (``env.normalize_reward``; fleetrl.normalization)
     reward_scaler: RewardScaler | None = None
+    #: seconds spent preparing batches for the optimizer steps so far (:meth:`gradient_batches`:
+    #: GAE, flattening; a replay algorithm's storing and sampling); learners read differences
+    prepare_s: float = 0.0
 
     def __init__(
         self,
@@ -514,12 +517,15 @@ class Algorithm(abc.ABC):
         """The data of each gradient step on one collected batch, in order.
 
         :meth:`prepare` (e.g. GAE with the current critic) runs once, when the
-        first minibatch is drawn; then ``num_epochs`` fresh random splits into
+        first minibatch is drawn (its seconds are added to :attr:`prepare_s`); then ``num_epochs`` fresh random splits into
         ``num_mini_batch`` minibatches. The central learner
         (:meth:`learn`) and the gradient workers of the distributed scheme
         consume the same sequence.
         """
+        start = time.perf_counter()
         data = self.prepare(batch)
+        # no sync: on a GPU, work still queued is counted by the optimizer steps that wait for it
+        self.prepare_s += time.perf_counter() - start
         for _ in range(self.num_epochs):
             yield from self.minibatches(data)
 

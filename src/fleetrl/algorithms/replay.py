@@ -22,6 +22,7 @@ schedules count the frames of the whole run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +77,8 @@ class ReplayAlgorithm(Algorithm):
 
     def gradient_batches(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
         """Store the batch; then, once ``learning_starts`` frames were seen, ``update_every``
-        sampled minibatches."""
+        sampled minibatches (storing and sampling add to :attr:`prepare_s`)."""
+        start = time.perf_counter()
         data = flatten_valid(batch, TRANSITION_KEYS)
         self.buffer.extend(self.on_device(data))
         self.frames_seen += data.numel()
@@ -85,9 +87,11 @@ class ReplayAlgorithm(Algorithm):
             "train/buffer_size": float(len(self.buffer)),
         }
         if self.frames_seen * self.frame_scale < self.learning_starts:
+            self.prepare_s += time.perf_counter() - start
             return
         samples = self.buffer.sample(self.batch_size * self.update_every)
         samples = samples.reshape(self.update_every, self.batch_size)
+        self.prepare_s += time.perf_counter() - start
         for i in range(self.update_every):
             yield samples[i]
 

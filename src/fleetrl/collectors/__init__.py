@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from fleetrl._lazy import lazy_exports
 
 _EXPORTS = {
+    "CollectTimes": "fleetrl.collectors.timing",
     "DataCollectorBase": "fleetrl.collectors.base",
     "EpisodeStats": "fleetrl.collectors.base",
     "RayCollector": "fleetrl.collectors.ray",
@@ -21,6 +22,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CollectTimes",
     "DataCollectorBase",
     "EpisodeStats",
     "RayCollector",
@@ -37,3 +39,4 @@ if TYPE_CHECKING:
     from fleetrl.collectors.ray import RayCollector
     from fleetrl.collectors.replay import RemoteReplayBuffer
     from fleetrl.collectors.sync import SyncDataCollector
+    from fleetrl.collectors.timing import CollectTimes

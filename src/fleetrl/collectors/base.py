@@ -21,6 +21,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
 from fleetrl.batch_sizes import is_unlimited
+from fleetrl.collectors.timing import CollectTimes
 from fleetrl.errors import CollectorClosedError, Problems
 from fleetrl.keys import DONE_KEY, EPISODE_LENGTH_KEY, EPISODE_RETURN_KEY, MASK_KEY
 
@@ -124,6 +125,11 @@ class DataCollectorBase(abc.ABC):
     def stats(self) -> dict[str, Any]:
         """What the collector counts (at least ``frames``, delivered so far)."""
         return {"frames": self.frames}
+
+    def take_times(self) -> CollectTimes | None:
+        """Where collection's time went since the last call (reset), part by part
+        (:class:`~fleetrl.collectors.timing.CollectTimes`); None: not measured."""
+        return None
 
     def _check_open(self) -> None:
         if self.state is CollectorState.CLOSED:

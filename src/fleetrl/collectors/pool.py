@@ -23,11 +23,17 @@ the books meanwhile (their frames still counted as issued), so a caller that
 catches the error and iterates again still gets exact frames. An exception
 raised inside a worker is not a death: it surfaces through
 :func:`~fleetrl.collectors.ray_checks.worker_failure`.
+
+The transfer of a result (``transfer_s`` of :mod:`fleetrl.collectors.timing`)
+is measured here, on receipt: from the later of the worker's ``ready_at`` and
+the start of the driver's last :meth:`WorkerPool.wait` to the result in hand,
+so a result that waited for a busy driver does not count its wait.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +155,7 @@ class WorkerPool:
             on_reissue=self._reissued,
         )
         self.issued = 0  # frames in tasks issued and not yet delivered
+        self._asked_at = 0.0  # wall clock at the start of the last wait for results
         # told of every task issued again, with its new ref (its round follows it)
         self.on_resubmit: Callable[[Pending], None] | None = None
 
@@ -312,6 +319,7 @@ class WorkerPool:
         self, pendings: list[Pending], num_returns: int = 1, timeout: float | None = None
     ) -> list[Pending]:
         """The tasks among ``pendings`` that are done, first ready first."""
+        self._asked_at = time.time()
         return self.group.wait(pendings, num_returns, timeout)
 
     def get(self, pending: Pending) -> TaskResult | None:
@@ -323,6 +331,8 @@ class WorkerPool:
             raise worker_failure(pending.task.worker, err) from None
         if result is None:
             return None
+        # wall clocks (the worker's may be another machine's): a negative skew counts as 0
+        result.times.transfer_s = max(0.0, time.time() - max(result.ready_at, self._asked_at))
         if pending.task.round_id < 0:  # a round's frames stay issued until the round is served
             self.issued -= pending.task.frames
         return result

@@ -76,6 +76,7 @@ traceback (:func:`~fleetrl.collectors.ray_checks.worker_failure`).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -99,6 +100,7 @@ from fleetrl.collectors.replay import buffer_actor, check_replay_buffer, progres
 from fleetrl.collectors.rounds import SyncRounds
 from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.sync import SyncDataCollector
+from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
@@ -407,10 +409,15 @@ class RayCollector(DataCollectorBase):
 
     def _receive(self, result: TaskResult, worker: int) -> TensorDictBase:
         self._pool.slots[worker].frames += result.frames
-        self._served.account(result, self._weights.version)
+        start = time.perf_counter()
         if result.progress is not None:  # the worker wrote the batch into the replay buffer
-            return progress_record(result, worker)
-        return unpack_batch(result.batch)  # one copy per leaf, into fresh writable memory
+            batch = progress_record(result, worker)
+        else:
+            batch = unpack_batch(result.batch)  # one copy per leaf, into fresh writable memory
+        result.times.unpack_s = time.perf_counter() - start
+        self._served.account(result, self._weights.version, worker)
+        self._served.add_batch(result.times)
+        return batch
 
     # ------------------------------------------------------------ iteration
     def _next_batch(self) -> TensorDictBase | None:
@@ -670,9 +677,16 @@ class RayCollector(DataCollectorBase):
         slots = self._pool.add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
         return [s.worker_id for s in slots]
 
+    def take_times(self) -> CollectTimes:
+        """Where the served batches' collection time went since the last call (reset), part by
+        part (:mod:`fleetrl.collectors.timing`): summed over the batches, each batch's parts
+        the mean over the workers that collected it (one in first-ready mode, every worker
+        with a share in a sync round), so they compare with one worker's time."""
+        return self._served.take_times()
+
     def stats(self) -> dict[str, Any]:
         """Frames, policy lag, stale and pending work, per-worker frames and restarts, compression
-        and preemption counts.
+        and preemption counts, and per worker where the collection time went.
 
         ``policy_lag`` holds running aggregates over served batches (``last``, ``mean``,
         ``max``, ``count``) and the ``bound`` (``max_served_lag``); ``stale_batches`` /
@@ -680,7 +694,17 @@ class RayCollector(DataCollectorBase):
         issued and not yet returned (those lost with a dead worker included) and the frames
         issued and not yet served. ``wire`` counts every batch served: its bytes in the full
         layout, the bytes that crossed Ray (compact and/or compressed, see
-        :mod:`fleetrl.wire`) and how many batches came compact.
+        :mod:`fleetrl.wire`) and how many batches came compact. ``time_per_worker`` holds,
+        per worker id, the seconds of each part of its served tasks since the start
+        (``env_s``, ``policy_s``, ``pack_s``, ``weights_s``, ``transfer_s``, ``unpack_s``:
+        :mod:`fleetrl.collectors.timing`), its tasks' ``collect_s``, the ``frames`` and
+        ``batches`` (tasks) they held, and ``per_batch``, each part's seconds per task.
+
+        Example:
+            >>> collector.stats()["time_per_worker"][0]  # doctest: +SKIP
+            {'env_s': 0.41, 'policy_s': 0.23, 'pack_s': 0.02, 'weights_s': 0.001,
+             'transfer_s': 0.004, 'unpack_s': 0.003, 'collect_s': 0.66, 'frames': 4000,
+             'batches': 10, 'per_batch': {'env_s': 0.041, ...}}
         """
         return self._served.report(self._frames, self.policy_version, self._pool)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from tensordict import TensorDictBase
 
 from fleetrl.collectors.pool import Task, WorkerPool
 from fleetrl.collectors.served import ServedStats
+from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.worker import TaskResult
 from fleetrl.keys import MASK_KEY
 from fleetrl.wire import empty_round, unpack_batch
@@ -160,7 +162,6 @@ class SyncRounds:
         pool = self._pool
         for w, r in results.items():
             pool.slots[w].frames += r.frames
-            self._served.account(r, pool.weights.version)
         metas = {w: r.batch for w, r in results.items()}
         steps = max(m["batch_size"][-1] for m in metas.values())
         frames = sum(r.frames for r in results.values())
@@ -172,12 +173,18 @@ class SyncRounds:
             i, meta = slot.worker_id, metas.get(slot.worker_id)
             t = 0 if meta is None else meta["batch_size"][-1]  # None: no share this round
             if meta is not None:
+                start = time.perf_counter()
                 unpack_batch(meta, out=out[i][..., :t])
+                results[i].times.unpack_s = time.perf_counter() - start
                 mask[i, ..., :t] = True
             if t < steps:  # padded steps (a preempted straggler, no share) are zeros, as pad() does
                 out[i][..., t:].zero_()
         out.set(MASK_KEY, mask)
         out.names = [None] * (out.batch_dims - 1) + ["time"]
+        for w, r in results.items():
+            self._served.account(r, pool.weights.version, w)
+        # the workers collected their shares at once: the round's parts are their mean
+        self._served.add_batch(CollectTimes.mean(r.times for r in results.values()))
         return out, frames
 
 

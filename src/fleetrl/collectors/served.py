@@ -3,7 +3,9 @@
 Policy lag as running aggregates (constant memory however long the run), the
 ``max_served_lag`` bound (a batch that breaks it is counted, not served), bytes
 on the wire (see :mod:`fleetrl.wire`), preempted tasks and the
-workers' collection time.
+workers' collection time, whole and part by part
+(:mod:`fleetrl.collectors.timing`): per worker since the start, and per served
+batch since the learner last took them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetrl.collectors.pool import Task, WorkerPool
+from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.worker import TaskResult
 
 __all__ = ["ServedStats"]
@@ -44,6 +47,10 @@ class ServedStats:
             "preempted_tasks": 0,
             "collect_s": 0.0,
         }
+        #: per worker id: the parts of its served tasks since the start, and their collect_s
+        self.worker_times: dict[int, CollectTimes] = {}
+        self.worker_collect_s: dict[int, float] = {}
+        self._taken = CollectTimes()  # per served batch, since the last take_times()
 
     def stale(self, result: TaskResult, task: Task, version: int) -> bool:
         """Whether a batch breaks ``max_served_lag`` at ``version``; such a batch is counted, not served."""
@@ -55,8 +62,9 @@ class ServedStats:
         self.counts["stale_frames"] += result.frames
         return True
 
-    def account(self, result: TaskResult, version: int) -> None:
-        """Count a served batch: policy lag against ``version``, bytes, preemption, time."""
+    def account(self, result: TaskResult, version: int, worker: int | None = None) -> None:
+        """Count a served task's result: policy lag against ``version``, bytes, preemption,
+        time; with ``worker``, its parts in that worker's times."""
         st = self.counts
         lag = version - result.policy_version
         st["lag_count"] += 1
@@ -71,6 +79,35 @@ class ServedStats:
         st["compact_batches"] += int(result.compact)
         st["preempted_tasks"] += int(result.preempted)
         st["collect_s"] += result.collect_s
+        if worker is not None:
+            self.worker_times.setdefault(worker, CollectTimes()).add(result.times)
+            self.worker_collect_s[worker] = self.worker_collect_s.get(worker, 0.0) + (
+                result.collect_s
+            )
+
+    def add_batch(self, times: CollectTimes) -> None:
+        """The parts of one served batch (a sync round's: the mean over its workers)."""
+        self._taken.add(times)
+
+    def take_times(self) -> CollectTimes:
+        """The served batches' parts since the last call (reset)."""
+        taken, self._taken = self._taken, CollectTimes()
+        return taken
+
+    def time_per_worker(self, worker_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """Per worker id: each part's seconds, ``collect_s``, ``frames``, ``batches`` and
+        ``per_batch`` (each part's seconds per task); zeros and NaN before its first task."""
+        out = {}
+        for w in worker_ids:
+            times = self.worker_times.get(w, CollectTimes())
+            out[w] = {
+                **times.seconds(),
+                "collect_s": self.worker_collect_s.get(w, 0.0),
+                "frames": times.frames,
+                "batches": times.batches,
+                "per_batch": times.per_batch(),
+            }
+        return out
 
     def report(self, frames: int, version: int, pool: WorkerPool) -> dict[str, Any]:
         """What :meth:`RayCollector.stats() <fleetrl.collectors.RayCollector.stats>` returns."""
@@ -90,6 +127,7 @@ class ServedStats:
             "worker_collect_s": self.counts["collect_s"],
             "compression": self.compression(),
             "wire": self.wire(),
+            "time_per_worker": self.time_per_worker([s.worker_id for s in slots]),
         }
 
     def policy_lag(self) -> dict[str, Any]:

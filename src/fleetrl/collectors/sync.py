@@ -24,6 +24,7 @@ running ``("next", "episode_return")`` / ``("next", "episode_length")`` that
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,7 @@ from fleetrl.collectors.episodes import EpisodeBook
 from fleetrl.collectors.overlap import HalvedEnv, Overlap, as_overlap, overlap_spec
 from fleetrl.collectors.plan import accelerate, initial_states, place_policy, plan_policy
 from fleetrl.collectors.rollout import StepInput, alloc_batch, rollout
+from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.make import make_env
@@ -230,6 +232,9 @@ class SyncDataCollector(DataCollectorBase):
             if trajs_per_batch is None
             else TrajectoryBatcher(trajs_per_batch, drop_partial=reset_at_each_iter)
         )
+        #: where collection's time went since this collector was built (:meth:`stats`)
+        self._times = CollectTimes()
+        self._taken = CollectTimes()  # since the last take_times()
 
         skip_absent_pandas_probe()
         self.env: BatchedEnv = (
@@ -432,6 +437,7 @@ class SyncDataCollector(DataCollectorBase):
         first step where ``should_stop()`` is true (straggler preemption); the
         batch is then shorter in time. The check costs one call per step.
         """
+        start = time.perf_counter()
         self._check_open()
         n = self.env.num_envs
         problems = batch_size_problems(
@@ -440,16 +446,57 @@ class SyncDataCollector(DataCollectorBase):
         if frames <= 0 or problems:
             raise ConfigError(problems or [bad_value("frames", frames, "must be > 0")])
         min_steps = frames // n if min_frames is None else max(1, -(-min_frames // n))
+        times = CollectTimes(env_s=0.0, policy_s=0.0, batches=1)
         batch = self._rollout(
-            frames // n, random=random, min_steps=min_steps, should_stop=should_stop
+            frames // n, random=random, min_steps=min_steps, should_stop=should_stop, times=times
         )
+        times.frames = batch.numel()
         if self.split_trajs:
             from torchrl.collectors.utils import split_trajectories
 
             batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
+        # the rest of the call built the batch around the loop (three clock reads per batch)
+        times.pack_s = time.perf_counter() - start - times.env_s - times.policy_s
+        self._times.add(times)
+        self._taken.add(times)
         return batch
+
+    def take_times(self) -> CollectTimes:
+        """Where :meth:`collect`'s time went since the last call (reset): ``env_s``,
+        ``policy_s`` and ``pack_s`` (:mod:`fleetrl.collectors.timing`; the parts of remote
+        workers are NaN here), the frames and the batches they took."""
+        taken, self._taken = self._taken, CollectTimes()
+        return taken
+
+    def stats(self) -> dict[str, Any]:
+        """``frames`` delivered by the iterator, and under ``"time"`` where :meth:`collect`'s
+        time went since the collector was built: the seconds of ``env_s``, ``policy_s`` and
+        ``pack_s`` (:mod:`fleetrl.collectors.timing`), the ``frames`` and ``batches`` they
+        took (every :meth:`collect`, a remote worker's tasks included), and ``per_batch``,
+        each part's seconds per batch.
+
+        Example:
+            >>> c = SyncDataCollector("CartPole-v1", None, frames_per_batch=64, num_envs=4)
+            >>> _ = c.next()
+            >>> t = c.stats()["time"]
+            >>> t["frames"], t["batches"], sorted(t["per_batch"])[:3]
+            (64, 1, ['env_s', 'pack_s', 'policy_s'])
+            >>> c.shutdown()
+        """
+        seconds = self._times.seconds()
+        local = {k: v for k, v in seconds.items() if k in ("env_s", "policy_s", "pack_s")}
+        per_batch = self._times.per_batch()
+        return {
+            "frames": self.frames,
+            "time": {
+                **local,
+                "frames": self._times.frames,
+                "batches": self._times.batches,
+                "per_batch": {k: per_batch[k] for k in local},
+            },
+        }
 
     def _next_batch(self) -> TensorDictBase | None:
         if self._trajs is None:
@@ -487,12 +534,17 @@ class SyncDataCollector(DataCollectorBase):
         random: bool,
         min_steps: int | None = None,
         should_stop: Callable[[], bool] | None = None,
+        times: CollectTimes | None = None,
     ) -> TensorDictBase:
         """One batch of ``steps`` steps: the envs in one group, or in two halves that step
-        while the policy acts on the other (overlap, policy batches only)."""
+        while the policy acts on the other (overlap, policy batches only). The loop's
+        seconds are added to ``times`` (a reset at each batch counts as env time)."""
         env, plan = self.env, self._plan
         if self.reset_at_each_iter:
+            reset_start = time.perf_counter()
             self._start_episodes(env.reset())
+            if times is not None:
+                times.env_s += time.perf_counter() - reset_start
         # Everything below is decided once per batch, not per step.
         random = random or self.policy is self._random_policy
         if random:
@@ -523,6 +575,7 @@ class SyncDataCollector(DataCollectorBase):
             max_len=max_len,
             stop_from=min_steps if should_stop is not None else None,
             should_stop=should_stop,
+            times=times,
         )
         return self._finish_batch(td, views, steps, taken)
 

@@ -14,13 +14,21 @@ compact layout, which sends each observation once instead of twice. A worker
 given a replay buffer (:mod:`fleetrl.collectors.replay`) sends no batch: it
 extends the buffer with the batch's transitions itself and returns only a
 progress record (:attr:`TaskResult.progress`).
+
+Each result says where the task's time went (:attr:`TaskResult.times`,
+:mod:`fleetrl.collectors.timing`): the collector's ``env_s``, ``policy_s`` and
+``pack_s`` (the wire packing, or the replay-buffer write, added to it), the
+``weights_s`` of loading new weights, and the wall-clock time it was ready
+(:attr:`TaskResult.ready_at`), from which the driver measures the transfer.
+None of it goes into the batch.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +37,7 @@ from tensordict import TensorDictBase
 from fleetrl.collectors.base import episode_stats
 from fleetrl.collectors.replay import transitions
 from fleetrl.collectors.sync import SyncDataCollector
+from fleetrl.collectors.timing import CollectTimes
 from fleetrl.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from fleetrl.runtime import node_id, pin_threads
 from fleetrl.wire import pack_batch, unpack_weights
@@ -65,6 +74,10 @@ class TaskResult:
     #: with a replay buffer (``batch`` is then None): ``written``, the buffer's write count
     #: after this batch, and the ``returns`` and ``lengths`` of the episodes that ended in it
     progress: dict[str, Any] | None = None
+    #: where the task's time went, part by part (the driver adds transfer_s and unpack_s)
+    times: CollectTimes = field(default_factory=CollectTimes)
+    #: wall-clock time (``time.time()``) the result was ready to return
+    ready_at: float = 0.0
 
 
 class CollectorWorker:
@@ -199,6 +212,7 @@ class CollectorWorker:
             self.collector.update_policy_weights_(version=version)
             self.version = version
         self._maybe_pull()
+        loaded = time.perf_counter()
         preempted = False
         if self.native:
             should_stop = None
@@ -210,21 +224,31 @@ class CollectorWorker:
             preempted = batch.numel() < frames
         else:
             batch = self._next_foreign(frames)
+        collected = time.perf_counter()
         result = TaskResult(
             batch=batch,
             frames=batch.numel(),
             policy_version=self.version,
-            collect_s=time.perf_counter() - start,
+            collect_s=collected - start,
             preempted=preempted,
         )
+        # a torchrl collector class does not split its loop: its env and policy time are NaN
+        times = self.collector.take_times() if self.native else CollectTimes(batches=1)
+        times.weights_s = loaded - start
         if self.replay_buffer is not None:
-            return self._write(batch, result)
-        # only a fleetrl collector vouches for the rollout layout the compact wire relies on
-        compact_keys = self.collector.compact_keys if self.native else None
-        packed, raw, sent = pack_batch(batch, self.compress, compact_keys)
-        result.batch = packed
-        result.bytes_raw, result.bytes_sent = raw, sent
-        result.compact = packed["compact"] is not None
+            result = self._write(batch, result)
+        else:
+            # only a fleetrl collector vouches for the rollout layout the compact wire relies on
+            compact_keys = self.collector.compact_keys if self.native else None
+            packed, raw, sent = pack_batch(batch, self.compress, compact_keys)
+            result.batch = packed
+            result.bytes_raw, result.bytes_sent = raw, sent
+            result.compact = packed["compact"] is not None
+        done = time.perf_counter()
+        times.pack_s = (0.0 if math.isnan(times.pack_s) else times.pack_s) + done - collected
+        times.frames = result.frames  # the replay buffer's transitions, with one
+        result.times = times
+        result.ready_at = time.time()  # wall clock: the driver's clock on the same node
         return result
 
     def _write(self, batch: TensorDictBase, result: TaskResult) -> TaskResult:

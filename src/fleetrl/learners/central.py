@@ -114,6 +114,7 @@ class CentralLearner(Learner):
             it.add_collection(0, collected)
             return it.result(self.version)
         learn_start = time.perf_counter()
+        prepared = self.algorithm.prepare_s
         first_version = self.version
         it.info.add(self.algorithm.learn(batch))
         steps = self.version - first_version
@@ -122,7 +123,7 @@ class CentralLearner(Learner):
         it.add_asynchrony(0, steps)
         it.learn_s = time.perf_counter() - learn_start
         collected, it.broadcast_s = self.collection.take()
-        it.add_collection(0, collected)
+        it.add_collection(0, collected, prepare_s=self.algorithm.prepare_s - prepared)
         return it.result(self.version)
 
     def collector_state(self) -> dict[str, Any] | None:

@@ -15,7 +15,8 @@ A :class:`Collection` owns
   every ``trainer.weight_update_interval`` batches, and before the first batch
   of a learner that starts past the collector's version;
 - the books of what was collected since the last report (:class:`Collected`):
-  frames and the episodes that ended, from batches or from progress records;
+  frames and the episodes that ended, from batches or from progress records, and
+  where the collectors' time went (:mod:`fleetrl.collectors.timing`);
 - the normalization moments (:mod:`fleetrl.normalization`) of each batch
   delivered (stale batches dropped later count too), held until :meth:`take`,
   which comes after the update on the batch: the central learner's are merged
@@ -166,6 +167,7 @@ class Collection:
             return None
         self.batches += 1
         self.collected.add(batch, time.perf_counter() - start)
+        self.collected.add_times(self.collector.take_times())
         if self.moments is not None:
             self.moments.add(self.normalization.moments(batch))
         return batch
@@ -177,6 +179,7 @@ class Collection:
         start = time.perf_counter()
         records = self.collector.poll(timeout, issue=issue)
         self.collected.collect_s += time.perf_counter() - start
+        self.collected.add_times(self.collector.take_times())
         for record in records:
             self.collected.add_progress(record)
         return records

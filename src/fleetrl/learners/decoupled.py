@@ -164,6 +164,7 @@ class DecoupledLearner(Learner):
         start = time.perf_counter()
         n = min(owed, SAMPLE_CHUNK, collection.published + self.interval - self.version)
         samples = self.buffer.sample(n)
+        it.add_prepare(0, time.perf_counter() - start)  # sampling: the batch's preparation
         first = self.version
         it.info.add(self.algorithm.update_on(samples.unbind(0)), weight=n)
         it.lag.add(first, self.version - first, self.newest_version)

@@ -184,6 +184,7 @@ class GradWorker:
         if weights is not None:
             version = version if version is not None else self.version + 1
             self.set_weights(weights, version, statistics)
+        prepared = self.algorithm.prepare_s
         while True:  # a replay algorithm yields nothing until its buffer holds learning_starts
             if self._steps_left == 0:
                 self._next_batch()
@@ -205,6 +206,7 @@ class GradWorker:
             collection_version=self._batch_version,
             batch_done=self._steps_left == 0,
             grad_s=time.perf_counter() - start,
+            prepare_s=self.algorithm.prepare_s - prepared,
         )
 
     def gradients_for(self, data: TensorDictBase) -> np.ndarray:
@@ -250,6 +252,7 @@ class GradWorker:
         import torch.distributed as dist
 
         timings = {"grad_s": 0.0, "reduce_s": 0.0, "update_s": 0.0}
+        prepared = self.algorithm.prepare_s
         self._next_batch()
         mean_info = InfoMean()
         steps = 0
@@ -278,6 +281,7 @@ class GradWorker:
             version=self.version,
             collection_version=self._batch_version,
             steps=steps,
+            prepare_s=self.algorithm.prepare_s - prepared,
             **timings,
         )
         if self.index == 0:

@@ -1,7 +1,7 @@
 """The records that cross the learners' seams, as dataclasses.
 
 - :class:`Collected`: what a learner collected since its last report (frames,
-  the episodes that ended, the time it took);
+  the episodes that ended, the time it took, and where the collectors' time went);
 - :class:`StepReport`: what a gradient worker returns for a step (or, in the
   decentralized mode, for a whole batch) to the update worker;
 - :class:`IterationResult`: what a learner's ``run_iteration`` returns to the
@@ -19,6 +19,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from fleetrl.collectors import episode_stats, frames_in
+from fleetrl.collectors.timing import CollectTimes
 
 __all__ = ["Collected", "IterationResult", "StepReport"]
 
@@ -38,6 +39,13 @@ class Collected:
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     collect_s: float = 0.0
+    #: the collector's parts (:mod:`fleetrl.collectors.timing`) for the batches taken
+    times: CollectTimes = field(default_factory=CollectTimes)
+
+    def add_times(self, times: CollectTimes | None) -> None:
+        """The collector's parts for what was taken (None: the collector does not measure)."""
+        if times is not None:
+            self.times.add(times)
 
     def add(self, batch: TensorDictBase, seconds: float) -> None:
         """A batch's frames and the episodes that ended in it."""
@@ -82,6 +90,8 @@ class StepReport:
     collection_version: int
     grads: Any = None
     grad_s: float = 0.0
+    #: preparing batches for the gradients (GAE; part of grad_s in sync and async)
+    prepare_s: float = 0.0
     #: this was the last step on the current batch
     batch_done: bool = False
     #: normalization moments of the frames collected since the last report (sync/async)

@@ -18,13 +18,37 @@ value for is NaN, never absent:
                                 elsewhere: gradient workers learn every batch)
 ``train/grad_workers_restarted`` gradient workers replaced so far (central: NaN)
 ``time/collect_s``              waiting for the batch (distributed: mean per worker)
+``time/env_s``                  the collectors' rollout loops outside the policy:
+                                stepping envs, writing steps
+``time/policy_s``               the policy's calls in the collectors' rollout loops
+``time/pack_s``                 building the batches around the loops and packing
+                                them for the wire (or the replay buffer)
+``time/weights_s``              remote collector workers loading new weights
+                                (local collection: NaN)
+``time/transfer_s``             batches crossing from the workers to the learner
+                                (local collection: NaN)
+``time/unpack_s``               unpacking them from the wire (local collection: NaN)
 ``time/learn_s``                the central learner's whole update (distributed: NaN)
+``time/prepare_s``              preparing batches for the optimizer steps (GAE,
+                                flattening; replay: storing and sampling); central:
+                                part of ``learn_s``; distributed: mean per worker
+``time/optimize_s``             the central learner's optimizer steps: ``learn_s``
+                                less ``prepare_s`` (distributed: NaN, see ``grad_s``
+                                and ``update_s``)
 ``time/grad_s``                 computing gradients, mean per worker (central: NaN)
 ``time/update_s``               applying them (central: NaN)
 ``time/broadcast_s``            publishing weights (decentralized: the all-reduce)
 ``time/collect_to_process``     ``collect_s`` over the time spent processing
 ``time/iteration_s``            the whole iteration
 ==============================  =====================================================
+
+The collection parts (``env_s`` to ``unpack_s``,
+:mod:`fleetrl.collectors.timing`) are measured where they happen (in the
+rollout loop, on the collector worker, on receipt) and summed over the
+iteration's batches; a batch's parts are one worker's seconds (a sync round's:
+the mean over its workers), and under gradient workers the mean per gradient
+worker, as ``collect_s``. They are the collectors' time, not the learner's
+wait: with prefetching they overlap learning and may exceed ``collect_s``.
 
 :class:`IterationReport` gathers one iteration of any learner and is the one
 place that builds the row (through :func:`metrics_row`).
@@ -37,6 +61,7 @@ import time
 from collections.abc import Mapping
 
 from fleetrl.algorithms.base import InfoMean
+from fleetrl.collectors.timing import CollectTimes
 from fleetrl.errors import FleetError
 from fleetrl.learners.records import Collected, IterationResult
 from fleetrl.learners.versions import PolicyLag
@@ -53,7 +78,15 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "train/dropped_batches",
     "train/grad_workers_restarted",
     "time/collect_s",
+    "time/env_s",  # the collection parts: fleetrl.collectors.timing.PARTS, in order
+    "time/policy_s",
+    "time/pack_s",
+    "time/weights_s",
+    "time/transfer_s",
+    "time/unpack_s",
     "time/learn_s",
+    "time/prepare_s",
+    "time/optimize_s",
     "time/grad_s",
     "time/update_s",
     "time/broadcast_s",
@@ -73,7 +106,7 @@ def metrics_row(values: Mapping[str, float]) -> dict[str, float]:
     Example:
         >>> row = metrics_row({"train/policy_version": 4})
         >>> row["train/policy_version"], math.isnan(row["time/grad_s"]), len(row)
-        (4.0, True, 15)
+        (4.0, True, 23)
     """
     unknown = sorted(set(values) - set(METRIC_COLUMNS))
     if unknown:  # a scheme's own column would give metrics.csv another shape in that scheme
@@ -87,8 +120,8 @@ class IterationReport:
     Args:
         workers: the gradient workers whose times are averaged; 0 for the
             central learner, which has no gradient worker (its ``learn_s`` is
-            measured whole, and its ``grad_s``, ``update_s`` and
-            ``grad_workers_restarted`` are NaN).
+            measured whole and split into ``prepare_s`` and ``optimize_s``, and its
+            ``grad_s``, ``update_s`` and ``grad_workers_restarted`` are NaN).
 
     Example:
         >>> it = IterationReport(workers=0)
@@ -98,6 +131,8 @@ class IterationReport:
         >>> r = it.result(version=4)
         >>> r.frames, r.info, r.metrics["time/collect_to_process"]
         (8, {'loss': 1.0}, 1.0)
+        >>> r.metrics["time/optimize_s"], math.isnan(r.metrics["time/env_s"])
+        (0.25, True)
     """
 
     def __init__(self, workers: int = 0) -> None:
@@ -114,18 +149,29 @@ class IterationReport:
         self.dropped_batches = 0  # batches past the algorithm's max_learn_lag (central)
         self.collect_s: dict[int, float] = {}
         self.grad_s: dict[int, float] = {}
+        self.prepare_s: dict[int, float] = {}
+        self.collect_times: dict[int, CollectTimes] = {}  # per worker: the collectors' parts
         self.learn_s = 0.0
         self.update_s = 0.0
         self.broadcast_s = 0.0
         self.start = time.perf_counter()
 
-    def add_collection(self, worker: int, collected: Collected, grad_s: float = 0.0) -> None:
-        """What ``worker`` collected and, a gradient worker, the time its gradients took."""
+    def add_collection(
+        self, worker: int, collected: Collected, grad_s: float = 0.0, prepare_s: float = 0.0
+    ) -> None:
+        """What ``worker`` collected (with its collectors' parts) and, a gradient worker, the
+        time its gradients took; ``prepare_s``: preparing batches (GAE) meanwhile."""
         self.frames += collected.frames
         self.returns.extend(collected.returns)
         self.lengths.extend(collected.lengths)
         self.collect_s[worker] = self.collect_s.get(worker, 0.0) + collected.collect_s
         self.grad_s[worker] = self.grad_s.get(worker, 0.0) + grad_s
+        self.add_prepare(worker, prepare_s)
+        self.collect_times.setdefault(worker, CollectTimes()).add(collected.times)
+
+    def add_prepare(self, worker: int, seconds: float) -> None:
+        """``worker`` (the central learner: 0) spent ``seconds`` preparing batches."""
+        self.prepare_s[worker] = self.prepare_s.get(worker, 0.0) + seconds
 
     def add_asynchrony(self, versions: int, steps: int = 1) -> None:
         """``steps`` gradients applied ``versions`` versions after the weights they were
@@ -141,12 +187,21 @@ class IterationReport:
         central = self.workers == 0
         per = max(1, self.workers)
         collect = sum(self.collect_s.values()) / per
+        prepare = sum(self.prepare_s.values()) / per
         if central:
-            timings = {"time/learn_s": self.learn_s}
+            timings = {
+                "time/learn_s": self.learn_s,
+                "time/prepare_s": prepare,
+                "time/optimize_s": self.learn_s - prepare,
+            }
             process = self.learn_s + self.broadcast_s
         else:
             grad = sum(self.grad_s.values()) / per
-            timings = {"time/grad_s": grad, "time/update_s": self.update_s}
+            timings = {
+                "time/prepare_s": prepare,
+                "time/grad_s": grad,
+                "time/update_s": self.update_s,
+            }
             process = grad + self.update_s + self.broadcast_s
         count = self._asynchrony_count
         return IterationResult(
@@ -164,6 +219,7 @@ class IterationReport:
                     "train/dropped_batches": self.dropped_batches,
                     **({} if restarts is None else {"train/grad_workers_restarted": restarts}),
                     "time/collect_s": collect,
+                    **self._collect_parts(per),
                     **timings,
                     "time/broadcast_s": self.broadcast_s,
                     "time/collect_to_process": collect / process if process else math.nan,
@@ -171,3 +227,11 @@ class IterationReport:
                 }
             ),
         )
+
+    def _collect_parts(self, per: int) -> dict[str, float]:
+        """The collectors' parts, summed over the iteration's batches, the mean per worker
+        (NaN: a part no collector measured)."""
+        total = CollectTimes()
+        for times in self.collect_times.values():
+            total.add(times)
+        return {f"time/{name}": s / per for name, s in total.seconds().items()}

@@ -144,7 +144,7 @@ class SyncUpdate(UpdateStrategy):
                     report = uw.step_report(step)
                 reports.append(report)
             for r in reports:
-                it.add_collection(r.worker, r.collected, r.grad_s)
+                it.add_collection(r.worker, r.collected, r.grad_s, r.prepare_s)
                 it.lag.add(uw.version, 1, r.collection_version)
                 it.add_asynchrony(uw.version - r.version)
             norm = uw.apply_mean_gradients([r.grads for r in reports], it)
@@ -176,7 +176,7 @@ class AsyncUpdate(UpdateStrategy):
             self._inflight.remove(step)
             received += 1
             index = step.slot.index
-            it.add_collection(index, report.collected, report.grad_s)
+            it.add_collection(index, report.collected, report.grad_s, report.prepare_s)
             asynchrony = uw.version - report.version
             if asynchrony > uw.scheme.max_gradient_lag:
                 uw.dropped_gradients += 1
@@ -220,7 +220,7 @@ class DecentralizedUpdate(UpdateStrategy):
         reports = [by_worker[i] for i in range(uw.num_workers)]
         steps = reports[0].steps  # the same on every replica (same frames, same schedule)
         for r in reports:
-            it.add_collection(r.worker, r.collected, r.grad_s)
+            it.add_collection(r.worker, r.collected, r.grad_s, r.prepare_s)
             # each replica took its steps at versions r.version - steps, ..., r.version - 1
             it.lag.add(r.version - steps, steps, r.collection_version)
             it.add_asynchrony(0, steps)

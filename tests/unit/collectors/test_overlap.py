@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 import pytest
 import torch
@@ -275,3 +276,18 @@ def test_config_collector_overlap():
     ]
     with pytest.raises(ConfigError, match=re.escape("env.num_envs=3); use auto or off")):
         config(True, num_envs=3)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_overlapped_collection_times_its_policy_calls_and_the_rest_of_the_loop(engine):
+    with SyncDataCollector(
+        spec(engine), atari_row_policy(), frames_per_batch=N * STEPS, num_envs=N, overlap=True
+    ) as c:
+        start = time.perf_counter()
+        c.collect(N * STEPS)
+        wall = time.perf_counter() - start
+        times = c.take_times()
+    local = [times.env_s, times.policy_s, times.pack_s]
+    assert (times.frames, times.batches) == (N * STEPS, 1)
+    assert all(s >= 0 for s in local) and times.policy_s > 0
+    assert sum(local) <= wall

@@ -407,3 +407,43 @@ def test_collector_kwargs_per_collector_and_custom_sync_collector():
     ) as c:
         sizes = sorted(b.batch_size[0] for b in c)
     assert sizes == [2, 3]
+
+
+# ------------------------------------------------------------ where the time goes
+
+PARTS = ("env_s", "policy_s", "pack_s", "weights_s", "transfer_s", "unpack_s")
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_the_parts_of_every_worker_count_its_served_tasks(sync):
+    with RayCollector(
+        counting(),
+        constant_policy(1),
+        frames_per_batch=20,
+        total_frames=100,
+        num_collectors=2,
+        sync=sync,
+    ) as c:
+        frames = 0
+        for b in c:
+            frames += b.numel()
+            c.update_policy_weights_()  # new weights for the workers to load
+        stats = c.stats()
+        taken = c.take_times()
+    assert frames == 100
+    per_worker = stats["time_per_worker"]
+    assert set(per_worker) == {0, 1} == set(stats["frames_per_worker"])
+    for w, t in per_worker.items():
+        assert t["frames"] == stats["frames_per_worker"][w]
+        assert all(t[p] >= 0 for p in PARTS)  # every part measured (NaN is not >= 0)
+        assert t["per_batch"]["env_s"] == pytest.approx(t["env_s"] / t["batches"])
+        # the task's collect_s holds the weights, the loop and building the batch; the wire
+        # packing (pack_s) comes after it, so it is left out here
+        assert t["weights_s"] + t["env_s"] + t["policy_s"] <= t["collect_s"]
+    assert sum(t["batches"] for t in per_worker.values()) == (10 if sync else 5)
+    # the learner's view: one entry per served batch, the frames of every task
+    assert (taken.batches, taken.frames) == (5, 100)
+    assert all(getattr(taken, p) >= 0 for p in PARTS)
+    assert stats["worker_collect_s"] == pytest.approx(
+        sum(t["collect_s"] for t in per_worker.values())
+    )

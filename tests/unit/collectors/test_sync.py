@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import gymnasium as gym
 import pytest
@@ -501,3 +502,61 @@ def test_create_env_kwargs_reach_the_factory():
         b = c.next()
     assert b["next", "truncated"][..., 0].sum() == 4
     assert (episode_stats(b).lengths == 3).all()
+
+
+# ------------------------------------------------------------------ where the time goes
+
+STEP_S = 0.002  # each env step sleeps this long: a floor for env_s, never a ceiling
+
+
+def sleeping_policy(seconds: float) -> TensorDictModule:
+    """Action 1 for every env, after sleeping ``seconds`` per call (a floor for policy_s)."""
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        time.sleep(seconds)
+        return torch.ones(obs.shape[:-1], dtype=torch.int64)
+
+    return TensorDictModule(act, in_keys=["observation"], out_keys=["action"])
+
+
+def test_collection_parts_are_measured_where_they_happen_and_fit_the_call():
+    steps = 10
+    with SyncDataCollector(
+        lambda: CountingEnv(5, sleep=STEP_S),
+        sleeping_policy(STEP_S),
+        frames_per_batch=2 * steps,
+        num_envs=2,
+    ) as c:
+        assert c.take_times().batches == 0  # nothing collected yet: all NaN
+        start = time.perf_counter()
+        batch = c.collect(2 * steps)
+        wall = time.perf_counter() - start
+        times = c.take_times()
+        stats = c.stats()["time"]
+        again = c.take_times()
+    assert batch.numel() == 2 * steps
+    assert (times.frames, times.batches) == (2 * steps, 1)
+    parts = times.seconds()
+    local = {k: parts[k] for k in ("env_s", "policy_s", "pack_s")}
+    assert all(s >= 0 for s in local.values())
+    # each env sleeps at each of its steps; the policy at each of its calls
+    assert local["policy_s"] >= steps * STEP_S
+    assert local["env_s"] + local["policy_s"] >= steps * 2 * STEP_S
+    assert sum(local.values()) <= wall  # measured inside the call
+    assert all(math.isnan(parts[k]) for k in ("weights_s", "transfer_s", "unpack_s"))
+    # the collector's stats hold the same totals, since it was built; a take resets
+    assert {k: stats[k] for k in local} == local
+    assert (stats["frames"], stats["batches"]) == (2 * steps, 1)
+    assert stats["per_batch"] == local
+    assert (again.batches, again.frames) == (0, 0) and math.isnan(again.env_s)
+
+
+def test_collection_parts_add_up_over_batches_and_iteration():
+    with SyncDataCollector(counting_vec([3, 5]), None, frames_per_batch=8, total_frames=32) as c:
+        assert sum(b.numel() for b in c) == 32
+        stats = c.stats()
+        taken = c.take_times()
+    assert stats["frames"] == 32 == stats["time"]["frames"] == taken.frames
+    assert stats["time"]["batches"] == 4 == taken.batches
+    assert stats["time"]["env_s"] == pytest.approx(taken.env_s)
+    assert stats["time"]["per_batch"]["env_s"] == pytest.approx(taken.env_s / 4)

@@ -4,6 +4,9 @@ frames and episodes in both, and the warm-up rule is the algorithm class's."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from fleetrl.learners import GradWorker
@@ -79,3 +82,27 @@ def test_a_local_collector_is_told_every_version_and_the_collection_is_taken_onc
         assert rollouts.next_batch() is None  # the budget is spent exactly
     finally:
         rollouts.shutdown()
+
+
+def test_the_iteration_splits_collection_and_learning_into_parts_where_they_happen():
+    cfg = config(section={"num_epochs": 2, "num_mini_batch": 2})
+    central = CentralLearner(cfg, make_algorithm(cfg, SEED), seed=SEED)
+    worker = GradWorker(cfg, index=0, seed=SEED)
+    try:
+        m = central.run_iteration().metrics
+        report = worker.step()
+    finally:
+        central.shutdown()
+        worker.shutdown()
+    # local collection: the loop and the batch's building, inside the wait for the batch
+    local = [m["time/env_s"], m["time/policy_s"], m["time/pack_s"]]
+    assert all(s >= 0 for s in local) and sum(local) <= m["time/collect_s"]
+    assert all(math.isnan(m[f"time/{p}"]) for p in ("weights_s", "transfer_s", "unpack_s"))
+    # the update: preparing the batch (GAE), then the optimizer steps, together learn_s
+    assert 0 < m["time/prepare_s"] < m["time/learn_s"]
+    assert m["time/prepare_s"] + m["time/optimize_s"] == pytest.approx(m["time/learn_s"])
+    # a gradient worker: its collectors' parts travel with its report; its first step
+    # prepared the batch inside the gradient's time
+    times = report.collected.times
+    assert (times.frames, times.batches) == (FPB, 1) and times.env_s >= 0
+    assert 0 < report.prepare_s <= report.grad_s

@@ -18,6 +18,7 @@ import re
 
 import pytest
 
+from fleetrl.collectors.timing import PARTS as COLLECT_PARTS
 from fleetrl.errors import FleetError
 from fleetrl.learners import make_learner
 from fleetrl.learners.report import METRIC_COLUMNS, UNKNOWN_COLUMNS_MSG, metrics_row
@@ -45,6 +46,9 @@ def test_metrics_row_is_the_schema():
     )
     with pytest.raises(FleetError, match=re.escape(UNKNOWN_COLUMNS_MSG.format(names=["time/x"]))):
         metrics_row({"time/x": 1.0})
+    # the collectors' parts are columns of the schema, in their order
+    collection = [c for c in METRIC_COLUMNS if c.removeprefix("time/") in COLLECT_PARTS]
+    assert collection == [f"time/{part}" for part in COLLECT_PARTS]
 
 
 @pytest.mark.parametrize(
