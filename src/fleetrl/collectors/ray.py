@@ -700,7 +700,7 @@ class RayCollector(DataCollectorBase):
         :mod:`fleetrl.collectors.timing`), its tasks' ``collect_s``, the ``frames`` and
         ``batches`` (tasks) they held, and ``per_batch``, each part's seconds per task.
 
-        Example:
+        Examples:
             >>> collector.stats()["time_per_worker"][0]  # doctest: +SKIP
             {'env_s': 0.41, 'policy_s': 0.23, 'pack_s': 0.02, 'weights_s': 0.001,
              'transfer_s': 0.004, 'unpack_s': 0.003, 'collect_s': 0.66, 'frames': 4000,

@@ -477,7 +477,7 @@ class SyncDataCollector(DataCollectorBase):
         took (every :meth:`collect`, a remote worker's tasks included), and ``per_batch``,
         each part's seconds per batch.
 
-        Example:
+        Examples:
             >>> c = SyncDataCollector("CartPole-v1", None, frames_per_batch=64, num_envs=4)
             >>> _ = c.next()
             >>> t = c.stats()["time"]
