@@ -93,8 +93,9 @@ def cli_page() -> str:
         "(an invalid config or argument, a checkpoint that does not load, a run stopped by a "
         "worker's error), with one line per problem on stderr; "
         "128 + the signal number when `fleetrl train` is stopped by SIGINT (130) or SIGTERM "
-        "(143) after writing its final checkpoint; 1 for anything else (an unexpected error, with "
-        "Python's traceback, or a second signal that stops a run without a final checkpoint). See "
+        "(143) after writing its final checkpoint, and `fleetrl tune` stopped by Ctrl-C (130); 1 "
+        "for anything else (an unexpected error, with Python's traceback, a second signal that "
+        "stops a run without a final checkpoint, or a `fleetrl tune` trial that failed). See "
         "[Errors and exit codes](../concepts/errors.md).",
         "",
     ]

@@ -193,6 +193,13 @@ def _tune(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
+    if result.errors:
+        print(
+            f"fleetrl tune: {len(result.errors)} of {len(result.trials)} trials failed; "
+            "their error files are in the table",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

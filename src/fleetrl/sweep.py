@@ -129,6 +129,11 @@ class SweepResult:
     """Ctrl-C stopped it before every trial finished (continue with ``resume=True``)."""
 
     @property
+    def errors(self) -> list[TrialSummary]:
+        """The trials that failed (their status names Tune's error file)."""
+        return [t for t in self.trials if t.status.startswith("error")]
+
+    @property
     def best(self) -> TrialSummary | None:
         scored = [t for t in self.trials if not math.isnan(t.best)]
         return scored[0] if scored else None
@@ -211,12 +216,9 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
         else:
             tuner = _new_tuner(config, directory, trainable)
         tuner.fit()
-        statuses = {t.trial_id: t.status for t in ExperimentAnalysis(str(directory)).trials}
-        errors = {
-            t.trial_id: t.error_file
-            for t in ExperimentAnalysis(str(directory)).trials
-            if t.error_file
-        }
+        trials = ExperimentAnalysis(str(directory)).trials  # Tune's saved state, as it ended
+        statuses = {t.trial_id: t.status for t in trials}
+        errors = {t.trial_id: t.error_file for t in trials if t.error_file}
     finally:
         if started:
             import ray

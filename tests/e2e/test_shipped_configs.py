@@ -341,6 +341,31 @@ def atari_run(config: str, run: Path, capsys) -> None:
 
 # ------------------------------------------------- the matrix
 
+
+def sweep_run(config: str, run: Path, capsys) -> None:
+    """The shipped sweep, 2 trials on a tiny budget; its best config trains and evaluates."""
+    fpb, total = 1024, 4096
+    tiny = [f"collector.frames_per_batch={fpb}", f"trainer.total_frames={total}", *QUIET]
+    args = ["tune", str(CONFIGS / config), *tiny, "tune.grace_frames=2048", "--samples", "2"]
+    assert main([*args, "--dir", str(run / "sweep")]) == 0
+    out = capsys.readouterr().out
+    header = [line for line in out.splitlines() if line.startswith("trial ")]
+    assert "best config:" in out and header and header[-1].split()[-1] == "status"
+    lines = (run / "sweep" / "trials.csv").read_text().splitlines()
+    assert len(lines) == 3
+    for trial in (run / "sweep" / "trials").iterdir():
+        frames = frames_of(trial)
+        assert frames == list(range(fpb, frames[-1] + 1, fpb)) and frames[-1] <= total
+    best = load_config(run / "sweep" / "best.yaml")
+    assert best.tune == load_config(CONFIGS / "ppo_cartpole.yaml").tune  # no sweep left in it
+    assert (
+        main(["train", str(run / "sweep" / "best.yaml"), *tiny, "--run-dir", str(run / "best")])
+        == 0
+    )
+    assert frames_of(run / "best")[-1] == total
+    assert main(["eval", str(run / "best"), "--episodes", "1"]) == 0
+
+
 FAMILIES: dict[str, Callable[[str, Path, object], None]] = {
     **dict.fromkeys(ALGO_TINY, algorithm_run),
     **{f"ppo_cartpole_{m}.yaml": scheme_run for m in ("parallel", "async", "decentralized")},
@@ -351,6 +376,7 @@ FAMILIES: dict[str, Callable[[str, Path, object], None]] = {
     "ppo_atari.yaml": atari_run,
     "appo_atari.yaml": atari_run,
     "dqn_atari.yaml": atari_run,
+    "tune_ppo_cartpole.yaml": sweep_run,
 }
 SHIPPED = sorted(p.name for p in CONFIGS.glob("*.yaml"))
 

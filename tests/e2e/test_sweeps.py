@@ -194,3 +194,25 @@ def test_a_sweep_stopped_by_ctrl_c_resumes_and_completes(tmp_path):
     lines = (sweep / "trials.csv").read_text().splitlines()
     assert len(lines) == 3 and all(line.endswith(",completed") for line in lines[1:])
     assert yaml.safe_load((sweep / "best.yaml").read_text())["ppo"]["lr"] in (1e-3, 3e-4)
+
+
+def test_trials_that_fail_are_reported_with_their_error(ray4, tmp_path):
+    config = load_config(
+        CARTPOLE,
+        [
+            *TINY,
+            "trainer.total_frames=512",
+            "tune.search={ppo.lr: 'grid(1e-3, 3e-4)'}",
+            "tune.samples=1",
+            "tune.metric=loss/nothing",  # a column no PPO row has
+            f"tune.dir={tmp_path / 'bad'}",
+        ],
+    )
+    result = tune(config)
+    assert len(result.errors) == 2 and result.best is None
+    for trial in result.errors:
+        error_file = Path(trial.status.removeprefix("error (see ").removesuffix(")"))
+        assert "tune.metric='loss/nothing' is invalid: this run's metrics rows have no such" in (
+            error_file.read_text()
+        )
+    assert not (tmp_path / "bad" / "best.yaml").exists()

@@ -248,7 +248,12 @@ def test_train_runs_a_config_with_a_tune_section_as_its_base(tmp_path):
 
     config = load_config(
         TUNE_CONFIG,
-        ["trainer.total_frames=2048", "logging.plot=false", "logging.progress_bar=false"],
+        [
+            "trainer.total_frames=2048",
+            "tune.grace_frames=1024",  # the sweep's own rule: before the budget's end
+            "logging.plot=false",
+            "logging.progress_bar=false",
+        ],
     )
     trainer = Trainer(config, run_dir=tmp_path / "run")
     assert trainer.train()["train/frames"] == 2048
@@ -276,3 +281,21 @@ def test_a_sweep_without_the_tune_extra_is_refused_naming_it(monkeypatch):
     assert str(err.value) == (
         "fleetrl tune needs the tune extra: pip install 'fleetrl[tune]' (No module named 'pyarrow')"
     )
+
+
+def test_a_scheduler_decision_past_the_budget_is_refused():
+    found = problems(
+        search({"ppo.lr": "loguniform(1e-4, 1e-2)"}),
+        "tune.scheduler=asha",
+        "tune.grace_frames=300000",
+    )
+    assert found == [
+        "tune.grace_frames=300000 is invalid: must be < trainer.total_frames (300000): a trial "
+        "would end before its first asha decision"
+    ]
+    found = problems(
+        search({"ppo.lr": "loguniform(1e-4, 1e-2)"}),
+        "tune.scheduler=pbt",
+        "tune.perturbation_frames=400000",
+    )
+    assert found[0].startswith("tune.perturbation_frames=400000 is invalid: must be < ")

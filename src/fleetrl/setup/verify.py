@@ -426,6 +426,19 @@ def _tune(config: Config, check: Problems) -> None:
             f"(here trainer.test_every={config.trainer.test_every})",
         )
     pbt = t.scheduler == TuneScheduler.PBT
+    total = config.trainer.total_frames
+    for key, scheduler, value in (
+        ("grace_frames", TuneScheduler.ASHA, t.grace_frames),
+        ("perturbation_frames", TuneScheduler.PBT, t.perturbation_frames),
+    ):
+        if t.scheduler == scheduler and isinstance(value, int) and value > 0:
+            check(
+                value < total,
+                f"tune.{key}",
+                value,
+                f"must be < trainer.total_frames ({total}): a trial would end before its first "
+                f"{scheduler.value} decision",
+            )
     check(
         not (pbt and t.searcher == TuneSearcher.OPTUNA),
         "tune.searcher",
