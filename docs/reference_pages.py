@@ -23,6 +23,7 @@ PLOTS_MARK = re.compile(r"^<!--\s*plots:\s*(?P<prefix>[\w.-]+)\s*-->\s*$", re.M)
 # the groups of the Python API page: every name of fleetrl.__all__ is in exactly one
 API_GROUPS = {
     "Collectors": [
+        "Collector",
         "SyncDataCollector",
         "RayCollector",
         "RemoteReplayBuffer",

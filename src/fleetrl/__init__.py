@@ -21,6 +21,7 @@ _EXPORTS = {
     "AtariEnv": "fleetrl.envs.atari",
     "BatchedEnv": "fleetrl.envs.base",
     "CheckpointError": "fleetrl.errors",
+    "Collector": "fleetrl.collectors.front",
     "CollectorClosedError": "fleetrl.errors",
     "Config": "fleetrl.config",
     "ConfigError": "fleetrl.errors",
@@ -67,6 +68,7 @@ __all__ = [
     "AtariEnv",
     "BatchedEnv",
     "CheckpointError",
+    "Collector",
     "CollectorClosedError",
     "Config",
     "ConfigError",
@@ -117,6 +119,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         SACConfig,
     )
     from fleetrl.collectors import (
+        Collector,
         DataCollectorBase,
         EpisodeStats,
         RayCollector,

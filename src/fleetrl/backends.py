@@ -344,13 +344,16 @@ class InProcessBackend(Backend):
         self, refs: Sequence[Any], num_returns: int = 1, timeout: float | None = None
     ) -> tuple[list[Any], list[Any]]:
         """Runs calls, in the order given, until ``num_returns`` are done (serially there is
-        nothing to wait for: ``timeout`` does not apply)."""
+        nothing to wait for: ``timeout`` does not apply); returns ``num_returns`` of them, as
+        ``ray.wait`` does, even where more were done already (e.g. by ``pause()``)."""
         refs = list(refs)
+        wanted = min(num_returns, len(refs))
         for ref in refs:
-            if sum(r.done for r in refs) >= min(num_returns, len(refs)):
+            if sum(r.done for r in refs) >= wanted:
                 break
             self._complete(ref)
-        return [r for r in refs if r.done], [r for r in refs if not r.done]
+        ready = [r for r in refs if r.done][:wanted]
+        return ready, [r for r in refs if r not in ready]
 
     def put(self, value: Any) -> Any:
         return _Stored(value)

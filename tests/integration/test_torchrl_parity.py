@@ -493,3 +493,80 @@ def test_sync_collector_update_policy_weights_takes_a_module():
         assert (batch["action"] == 2).all()
         assert (batch["collector", "policy_version"] == 1).all()
         assert policy.weight.item() == 2.0  # loaded into the collector's policy, as torchrl does
+
+
+# ------------------------------------------------ torchrl 0.14's front door: Collector(backend=)
+
+
+def test_torchrl_collector_docstring_example_runs_through_fleetrl_collector():
+    # the Examples of torchrl.collectors.Collector (0.14.1), unchanged but for the import
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+    from torchrl.envs.libs.gym import GymEnv
+
+    from fleetrl import Collector
+
+    env_maker = lambda: GymEnv("Pendulum-v1", device="cpu")  # noqa: E731 - torchrl's example
+    policy = TensorDictModule(nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+    collector = Collector(
+        create_env_fn=env_maker,
+        policy=policy,
+        total_frames=2000,
+        max_frames_per_traj=50,
+        frames_per_batch=200,
+        init_random_frames=-1,
+        reset_at_each_iter=False,
+        device="cpu",
+        storing_device="cpu",
+    )
+    seen = []
+    for i, data in enumerate(collector):
+        seen.append(data)
+        if i == 2:
+            print(data)
+            break
+    collector.shutdown()
+    del collector
+    data = seen[-1]
+    assert type(seen[0]).__name__ in ("TensorDict", "LazyStackedTensorDict")
+    assert data["action"].shape == (200, 1)
+    assert data["next", "observation"].shape == (200, 3)
+    assert data["next", "reward"].shape == (200, 1)
+    assert data["next", "done"].shape == data["next", "truncated"].shape == (200, 1)
+    assert data["collector", "traj_ids"].shape == (200,)
+    # max_frames_per_traj=50: every trajectory is cut at 50 steps at most
+    assert int(data["next", "truncated"].sum()) == 4
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_torchrl_collector_with_backend_ray_runs_through_fleetrl_collector(sync):
+    # the same usage with torchrl's backend selector: backend="ray", num_collectors, sync
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+    from torchrl.envs.libs.gym import GymEnv
+
+    from fleetrl import Collector
+
+    env_maker = lambda: GymEnv("Pendulum-v1", device="cpu")  # noqa: E731 - torchrl's example
+    policy = TensorDictModule(nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+    collector = Collector(
+        create_env_fn=env_maker,
+        policy=policy,
+        backend="ray",
+        num_collectors=2,
+        sync=sync,
+        total_frames=2000,
+        max_frames_per_traj=50,
+        frames_per_batch=200,
+    )
+    assert isinstance(collector, RayCollector)
+    frames = 0
+    for data in collector:
+        assert data.numel() == 200 and data["next", "observation"].shape[-1] == 3
+        frames += data.numel()
+    stats = collector.stats()
+    collector.shutdown()
+    assert frames == 2000
+    assert stats["frames"] == 2000 and stats["total_frames"] == 2000 and stats["completed"]
+    assert stats["requested_frames_per_batch"] == 200 and stats["batches"] == 10
+    assert stats["workers"] == stats["workers_alive"] == 2 and stats["worker_frames"] == 2000

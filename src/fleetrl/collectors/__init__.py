@@ -12,6 +12,7 @@ from fleetrl._lazy import lazy_exports
 
 _EXPORTS = {
     "CollectTimes": "fleetrl.collectors.timing",
+    "Collector": "fleetrl.collectors.front",
     "DataCollectorBase": "fleetrl.collectors.base",
     "EpisodeStats": "fleetrl.collectors.base",
     "RayCollector": "fleetrl.collectors.ray",
@@ -23,6 +24,7 @@ _EXPORTS = {
 
 __all__ = [
     "CollectTimes",
+    "Collector",
     "DataCollectorBase",
     "EpisodeStats",
     "RayCollector",
@@ -36,6 +38,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats, frames_in
+    from fleetrl.collectors.front import Collector
     from fleetrl.collectors.ray import RayCollector
     from fleetrl.collectors.replay import RemoteReplayBuffer
     from fleetrl.collectors.sync import SyncDataCollector

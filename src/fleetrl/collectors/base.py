@@ -98,6 +98,7 @@ class DataCollectorBase(abc.ABC):
     def __init__(self) -> None:
         self.state = CollectorState.READY
         self._frames = 0  # frames delivered to the caller so far
+        self._batches = 0  # batches delivered to the caller so far
 
     @property
     def frames(self) -> int:
@@ -123,8 +124,22 @@ class DataCollectorBase(abc.ABC):
         return False
 
     def stats(self) -> dict[str, Any]:
-        """What the collector counts (at least ``frames``, delivered so far)."""
-        return {"frames": self.frames}
+        """What the collector counts, with the keys torchrl 0.14's collectors give:
+        ``frames`` (delivered so far), ``batches`` (delivered), ``requested_frames_per_batch``,
+        ``total_frames`` and ``completed`` (where the budget is finite) and
+        ``policy_version``."""
+        out: dict[str, Any] = {
+            "frames": self.frames,
+            "batches": self._batches,
+            "requested_frames_per_batch": self.frames_per_batch,
+        }
+        if not is_unlimited(self.total_frames):
+            out["total_frames"] = self.total_frames
+            out["completed"] = self.frames >= self.total_frames
+        version = getattr(self, "policy_version", None)
+        if version is not None:
+            out["policy_version"] = version
+        return out
 
     def take_times(self) -> CollectTimes | None:
         """Where collection's time went since the last call (reset), part by part
@@ -145,6 +160,7 @@ class DataCollectorBase(abc.ABC):
         batch = self._next_batch()
         if batch is None:
             raise StopIteration
+        self._batches += 1
         return batch
 
     def __iter__(self) -> Iterator[TensorDictBase]:
@@ -153,6 +169,7 @@ class DataCollectorBase(abc.ABC):
             batch = self._next_batch()
             if batch is None:
                 return
+            self._batches += 1
             yield batch
 
     @abc.abstractmethod

@@ -75,8 +75,10 @@ traceback (:func:`~fleetrl.collectors.ray_checks.worker_failure`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -104,13 +106,19 @@ from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
-from fleetrl.errors import ConfigError, Problems
+from fleetrl.errors import ConfigError, FleetError, Problem, Problems
 from fleetrl.policies import as_weights, policy_weights
 from fleetrl.runtime import ray_running, start_ray
 from fleetrl.wire import unpack_batch
 from fleetrl.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 
-__all__ = ["POLL_MSG", "RayCollector"]
+__all__ = [
+    "PAUSED_MSG",
+    "PAUSE_TIMEOUT_MSG",
+    "POLL_MSG",
+    "CollectorPausedError",
+    "RayCollector",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +126,22 @@ POLL_MSG = (
     "RayCollector.poll serves first-ready tasks one by one: it needs sync=False and "
     "trajs_per_batch=None (here sync={sync}, trajs_per_batch={trajs}); iterate instead"
 )
+
+
+#: torchrl's ``stats(workers=...)`` views
+STATS_VIEWS = ("aggregate", "per_worker", "both")
+PAUSED_MSG = (
+    "RayCollector is paused: iterate after the pause() context (or after resume() where it "
+    "was paused with resume=False)"
+)
+PAUSE_TIMEOUT_MSG = (
+    "pause(timeout={timeout}) is invalid here: {left} of the {count} tasks in flight did not "
+    "end in time; pass a longer timeout (a task collects frames_per_batch frames)"
+)
+
+
+class CollectorPausedError(FleetError, RuntimeError):
+    """Iterating a :class:`RayCollector` inside :meth:`RayCollector.pause`."""
 
 
 class RayCollector(DataCollectorBase):
@@ -357,6 +381,7 @@ class RayCollector(DataCollectorBase):
             else TrajectoryBatcher(trajs_per_batch, drop_partial=reset_at_each_iter)
         )
         self._yielded = False
+        self._paused = False  # pause(): no task is issued, iterating is refused
         self._served = ServedStats(max_served_lag, compress)
         try:
             if self.backend.name == "ray":
@@ -427,6 +452,8 @@ class RayCollector(DataCollectorBase):
         return self._trajs.next_batch(self._next_frames)
 
     def _next_frames(self) -> TensorDictBase | None:
+        if self._paused:
+            raise CollectorPausedError(PAUSED_MSG)
         self._pool.revive_dead()
         left = self.remaining_frames
         if self.update_after_each_batch and self._yielded and (left is None or left > 0):
@@ -677,6 +704,47 @@ class RayCollector(DataCollectorBase):
         slots = self._pool.add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
         return [s.worker_id for s in slots]
 
+    @contextlib.contextmanager
+    def pause(self, timeout: float = 30.0, *, resume: bool = True) -> Iterator[None]:
+        """Hold collection while the context is active, as torchrl's ``RayCollector.pause``.
+
+        The tasks in flight (``prefetch`` batches, a sync round) are waited for first; their
+        batches are kept and served after the pause, in order, so no frame is lost or counted
+        twice. Inside the context no task is issued and the workers are idle: a quiescent
+        point to checkpoint or to change the policy. Iterating inside it raises
+        :class:`CollectorPausedError`. With ``resume=False`` the collector stays paused after
+        the context until :meth:`resume`.
+
+        Raises:
+            TimeoutError: the tasks in flight did not end within ``timeout`` seconds (the
+                collector is then not paused).
+        """
+        self._check_open()
+        pending = self._pool.pending
+        if pending:
+            done = self._pool.wait(pending, num_returns=len(pending), timeout=timeout)
+            if len(done) < len(pending):
+                raise TimeoutError(
+                    PAUSE_TIMEOUT_MSG.format(
+                        left=len(pending) - len(done), count=len(pending), timeout=timeout
+                    )
+                )
+        self._paused = True
+        try:
+            yield
+        finally:
+            if resume:
+                self._paused = False
+
+    def resume(self) -> None:
+        """Collect again after ``pause(resume=False)``."""
+        self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        """Whether collection is held (:meth:`pause`)."""
+        return self._paused
+
     def take_times(self) -> CollectTimes:
         """Where the served batches' collection time went since the last call (reset), part by
         part (:mod:`fleetrl.collectors.timing`): summed over the batches, each batch's parts
@@ -684,9 +752,15 @@ class RayCollector(DataCollectorBase):
         with a share in a sync round), so they compare with one worker's time."""
         return self._served.take_times()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
         """Frames, policy lag, stale and pending work, per-worker frames and restarts, compression
-        and preemption counts, and per worker where the collection time went.
+        and preemption counts, and per worker where the collection time went; with the keys
+        torchrl 0.14's ``RayCollector.stats()`` gives (``frames``, ``batches``,
+        ``requested_frames_per_batch``, ``total_frames``, ``completed``, ``policy_version``,
+        ``workers``, ``workers_alive``, ``worker_frames``). ``workers="per_worker"`` or
+        ``"both"`` adds torchrl's per-worker keys, ``worker_<id>/frames``, ``.../restarts`` and
+        each part of ``time_per_worker``. Everything is the driver's own books: no worker is
+        asked, so ``timeout`` (torchrl's bound on asking them) is accepted and never waited.
 
         ``policy_lag`` holds running aggregates over served batches (``last``, ``mean``,
         ``max``, ``count``) and the ``bound`` (``max_served_lag``); ``stale_batches`` /
@@ -706,7 +780,26 @@ class RayCollector(DataCollectorBase):
              'transfer_s': 0.004, 'unpack_s': 0.003, 'collect_s': 0.66, 'frames': 4000,
              'batches': 10, 'per_batch': {'env_s': 0.041, ...}}
         """
-        return self._served.report(self._frames, self.policy_version, self._pool)
+        if workers not in STATS_VIEWS:
+            raise ConfigError([Problem("workers", workers, f"must be one of {list(STATS_VIEWS)}")])
+        slots = self._pool.slots if self._pool is not None else []
+        out = {
+            **super().stats(),
+            **self._served.report(self._frames, self.policy_version, self._pool),
+            # torchrl's keys: the workers, those alive as far as the driver knows (a death is
+            # seen when a task fails), and the frames they collected
+            "workers": len(slots),
+            "workers_alive": sum(s.actor is not None for s in slots),
+            "worker_frames": sum(s.frames for s in slots),
+        }
+        if workers != "aggregate":  # torchrl's per-worker view: "worker_<id>/<metric>"
+            for slot in slots:
+                prefix = f"worker_{slot.worker_id}/"
+                out[prefix + "frames"] = slot.frames
+                out[prefix + "restarts"] = slot.restarts
+                parts = out["time_per_worker"].get(slot.worker_id, {})
+                out.update({prefix + k: v for k, v in parts.items() if k != "per_batch"})
+        return out
 
     def worker_handles(self) -> list[Any]:
         """The backend's handles of the workers, by worker id (Ray actor handles; the worker

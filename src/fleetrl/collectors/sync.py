@@ -489,7 +489,7 @@ class SyncDataCollector(DataCollectorBase):
         local = {k: v for k, v in seconds.items() if k in ("env_s", "policy_s", "pack_s")}
         per_batch = self._times.per_batch()
         return {
-            "frames": self.frames,
+            **super().stats(),
             "time": {
                 **local,
                 "frames": self._times.frames,
