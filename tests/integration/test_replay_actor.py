@@ -128,3 +128,36 @@ def test_poll_needs_first_ready_mode():
     finally:
         c.shutdown()
     assert err.value.problems == [POLL_MSG.format(sync=True, trajs=None)]
+
+
+def test_workers_write_into_torchrls_ray_owned_replay_buffer():
+    # torchrl 0.14.1's documented construction of its Ray-owned replay service
+    from functools import partial
+
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    buffer = ReplayBuffer(
+        storage=partial(LazyTensorStorage, 1000),
+        batch_size=4,
+        service_backend="ray",
+        service_backend_options={"remote_config": {"num_cpus": 0}},
+        transport="auto",
+    )
+    try:
+        with RayCollector(
+            counting(7),
+            constant_policy(1),
+            frames_per_batch=60,
+            total_frames=250,
+            num_collectors=2,
+            replay_buffer=buffer,
+        ) as c:
+            progress = list(c)
+        assert sum(int(p["frames"]) for p in progress) == 250
+        assert len(buffer) == 250  # every transition, once
+        assert max(int(p["written"]) for p in progress) == 250
+        sample = buffer.sample()
+        assert sample.batch_size == torch.Size([4])
+        assert set(TRANSITION_KEYS) <= set(sample.keys(include_nested=True))
+    finally:
+        buffer.shutdown()

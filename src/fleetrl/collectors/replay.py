@@ -222,8 +222,9 @@ REPLAY_BUFFER_WHY = (
     "; with replay_buffer= the workers write into the buffer and send no batch (leave it {fine})"
 )
 BAD_BUFFER_ALLOWED = (
-    "must be a fleetrl.collectors.replay.RemoteReplayBuffer, or the handle of a Ray actor with an "
-    "extend(TensorDict) method (ReplayBufferActor)"
+    "must be a fleetrl.collectors.replay.RemoteReplayBuffer, torchrl's Ray-owned replay buffer "
+    "(torchrl.data.ReplayBuffer(..., service_backend='ray')), or the handle of a Ray actor with "
+    "an extend(TensorDict) method (ReplayBufferActor)"
 )
 
 BUFFER_BACKEND_MSG = (
@@ -232,13 +233,39 @@ BUFFER_BACKEND_MSG = (
 )
 
 
-def buffer_actor(replay_buffer: Any) -> Actor | None:
-    """The actor the workers call: a :class:`RemoteReplayBuffer`'s, or a Ray actor handle's
-    (None for anything else)."""
+class TorchRLBufferWriter:
+    """How the workers write into torchrl's Ray-owned replay buffer
+    (``torchrl.data.ReplayBuffer(..., service_backend="ray")``, torchrl 0.14): through one
+    of its picklable clients, with the call the workers make of a fleetrl buffer actor
+    (``ask("extend", data)`` -> the buffer's write count after the write).
+
+    The write count is asked after the write (a second call to the buffer's actor): with
+    several workers writing it may include their writes too; it only grows.
+    """
+
+    backend = RayBackend()
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def ask(self, method: str, *args: Any) -> Any:
+        if method != "extend":
+            raise AttributeError(f"{method!r}: the workers only extend a torchrl replay buffer")
+        self.client.extend(*args)
+        return int(self.client.write_count)
+
+
+def buffer_actor(replay_buffer: Any) -> Actor | TorchRLBufferWriter | None:
+    """What the workers call: a :class:`RemoteReplayBuffer`'s actor, a Ray actor handle's, or
+    a writer through a client of torchrl's Ray-owned replay buffer (None for anything else)."""
     if isinstance(replay_buffer, RemoteReplayBuffer):
         return replay_buffer.actor
     if isinstance(replay_buffer, Actor):
         return replay_buffer
+    if getattr(replay_buffer, "service_backend", None) == "ray" and callable(
+        getattr(replay_buffer, "client", None)
+    ):
+        return TorchRLBufferWriter(replay_buffer.client())
     try:
         from ray.actor import ActorHandle
     except ImportError:  # pragma: no cover - ray is a dependency
