@@ -408,6 +408,9 @@ class TuneConfig:
     perturbation_frames: int | None = None
     """pbt: frames between a trial's exploit-and-explore steps (null: a quarter of
     trainer.total_frames); each trial checkpoints at least that often."""
+    synchronous: bool = False
+    """pbt: wait for every trial at each perturbation point, then copy-and-perturb the
+    bottom quarter together (reproducible decisions; the slowest trial holds the others)."""
     dir: str | None = None
     """where the sweep writes its trials and results (null: runs/tune_<algorithm>_<env>_<time>)."""
     seed: int = 0

@@ -291,6 +291,7 @@ def _new_tuner(config: Config, directory: Path, trainable: Any) -> Any:
             time_attr="train/frames",
             perturbation_interval=_perturbation_frames(config),
             hyperparam_mutations=space,
+            synch=t.synchronous,
         )
     if t.searcher == TuneSearcher.OPTUNA:
         from ray.tune.search.optuna import OptunaSearch

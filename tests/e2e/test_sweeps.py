@@ -106,6 +106,7 @@ def test_pbt_copies_a_better_trial_and_perturbs_its_values(ray4, tmp_path):
             "tune.search={ppo.lr: 'loguniform(1e-5, 1e-2)'}",
             "tune.samples=4",
             "tune.scheduler=pbt",
+            "tune.synchronous=true",  # every decision waits for all 4: the bottom one copies
             f"tune.perturbation_frames={4 * FPB}",
             f"tune.dir={tmp_path / 'pbt'}",
         ],

@@ -299,3 +299,9 @@ def test_a_scheduler_decision_past_the_budget_is_refused():
         "tune.perturbation_frames=400000",
     )
     assert found[0].startswith("tune.perturbation_frames=400000 is invalid: must be < ")
+
+
+def test_synchronous_is_pbts_only():
+    assert problems(search({"ppo.lr": "loguniform(1e-4, 1e-2)"}), "tune.synchronous=true") == [
+        "tune.synchronous=True is invalid: is PBT's: needs tune.scheduler=pbt (here 'fifo')"
+    ]

@@ -426,6 +426,12 @@ def _tune(config: Config, check: Problems) -> None:
             f"(here trainer.test_every={config.trainer.test_every})",
         )
     pbt = t.scheduler == TuneScheduler.PBT
+    check(
+        not t.synchronous or pbt,
+        "tune.synchronous",
+        t.synchronous,
+        f"is PBT's: needs tune.scheduler=pbt (here {_shown(t.scheduler)!r})",
+    )
     total = config.trainer.total_frames
     for key, scheduler, value in (
         ("grace_frames", TuneScheduler.ASHA, t.grace_frames),
