@@ -112,7 +112,15 @@ def ray_get(refs):
     return ray.get(refs)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async", "decentralized"])
+#: async and decentralized run with make test-all (marker e2e): make test stays within 6 min
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "sync",
+        pytest.param("async", marks=pytest.mark.e2e),
+        pytest.param("decentralized", marks=pytest.mark.e2e),
+    ],
+)
 def test_gradient_workers_share_the_masters_statistics(ray_session, mode):
     from fleetrl.learners import UpdateWorker
 

@@ -130,6 +130,8 @@ def test_poll_needs_first_ready_mode():
     assert err.value.problems == [POLL_MSG.format(sync=True, trajs=None)]
 
 
+#: about 6 s: runs with make test-all (marker e2e), so make test stays within 6 min
+@pytest.mark.e2e
 def test_workers_write_into_torchrls_ray_owned_replay_buffer():
     # torchrl 0.14.1's documented construction of its Ray-owned replay service
     from functools import partial
