@@ -3,10 +3,14 @@ tests/unit/test_resume.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
 from runs import PPO_LOCAL, approximate_lines, split_run
 
 
+#: about 7 s: runs with make test-all (marker e2e), so make test stays within 6 min
+@pytest.mark.e2e
 def test_resume_with_ray_collection_says_it_is_approximate(tmp_path, caplog, ray_session):
     from fleetrl.learners.central import APPROX_RAY_MSG
 
