@@ -264,7 +264,20 @@ def _key(item) -> str:
 
 
 def _wandb_session(folder: Path) -> dict:
-    """One offline session's run id, config, history rows, summary, saved files, exit code."""
+    """One offline session's run id, config, history rows, summary, saved files, exit code.
+
+    W&B's service process writes the file: under load its last records can land a moment
+    after ``finish()`` returned, so the file is read until it holds the session's exit
+    record (its last), for at most 20 s."""
+    deadline = time.monotonic() + 20
+    while True:
+        found = _read_wandb_session(folder)
+        if found["exit"] is not None or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def _read_wandb_session(folder: Path) -> dict:
     (path,) = folder.glob("run-*.wandb")
     found: dict = {"config": {}, "history": [], "summary": {}, "files": [], "exit": None}
     for record in wandb_records(path):
