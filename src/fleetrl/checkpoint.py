@@ -200,6 +200,11 @@ def checkpoint_name(frames: int) -> str:
     return f"checkpoint_{frames:012d}.pt"
 
 
+def checkpoint_frames(path: str | Path) -> int:
+    """The frame count a checkpoint file's name holds (:func:`checkpoint_name`'s inverse)."""
+    return int(Path(path).stem.removeprefix("checkpoint_"))
+
+
 def save_checkpoint(state: dict[str, Any], folder: str | Path, *, keep: int) -> Path:
     """Write ``state`` as ``folder/checkpoint_<frames>.pt`` atomically, verify it, then rotate.
 

@@ -58,6 +58,7 @@ from typing import Any
 
 import yaml
 
+from fleetrl.checkpoint import checkpoint_frames, checkpoint_paths, latest_checkpoint
 from fleetrl.config import Config, TuneMode, TuneScheduler, TuneSearcher
 from fleetrl.errors import ConfigError, Problem
 from fleetrl.metrics import read_metrics
@@ -289,7 +290,9 @@ def _new_tuner(config: Config, directory: Path, trainable: Any) -> Any:
 
         scheduler = PopulationBasedTraining(
             time_attr="train/frames",
-            perturbation_interval=_perturbation_frames(config),
+            perturbation_interval=_perturbation_frames(
+                t.perturbation_frames, config.trainer.total_frames
+            ),
             hyperparam_mutations=space,
             synch=t.synchronous,
         )
@@ -321,8 +324,9 @@ def _new_tuner(config: Config, directory: Path, trainable: Any) -> Any:
     )
 
 
-def _perturbation_frames(config: Config) -> int:
-    return config.tune.perturbation_frames or max(1, config.trainer.total_frames // 4)
+def _perturbation_frames(perturbation_frames: int | None, total_frames: int) -> int:
+    """``tune.perturbation_frames``, or its default: a quarter of the budget."""
+    return perturbation_frames or max(1, total_frames // 4)
 
 
 def _default_dir(config: Config) -> Path:
@@ -353,7 +357,8 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], directory: str) -
         resume = True
     elif run_dir.exists():  # restarted before its first checkpoint: start again
         shutil.rmtree(run_dir)
-    if resume and _checkpoint_frames(run_dir) >= config.trainer.total_frames:
+    newest = latest_checkpoint(run_dir) if resume else None
+    if newest is not None and checkpoint_frames(newest) >= config.trainer.total_frames:
         return  # PBT copied a trial that had finished: this one has finished with it
     trainer = Trainer(config, run_dir=run_dir, resume=resume)
     if resume:  # a PBT copy trains on with its own (perturbed) values
@@ -364,11 +369,6 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], directory: str) -
                 algorithm.update_algorithm_parameter(name, value)
     metric = base.get("tune", {}).get("metric", config.tune.metric)
     trainer.train(on_iteration=_Reporter(metric, run_dir, trial_id))
-
-
-def _checkpoint_frames(run_dir: Path) -> int:
-    newest = max((run_dir / "checkpoints").glob("checkpoint_*.pt"), default=None)
-    return int(newest.stem.split("_")[1]) if newest is not None else 0
 
 
 def trial_config(base: dict[str, Any], params: dict[str, Any], run_dir: Path) -> Config:
@@ -385,9 +385,11 @@ def trial_config(base: dict[str, Any], params: dict[str, Any], run_dir: Path) ->
     data.setdefault("logging", {}).update(run_dir=str(run_dir), progress_bar=False)
     config = config_from_dict(data)
     if tune_section.get("scheduler") == TuneScheduler.PBT.value:
-        sweep = config_from_dict({**data, "tune": tune_section})
+        interval = _perturbation_frames(
+            tune_section.get("perturbation_frames"), config.trainer.total_frames
+        )
         per_iteration = config.collector.frames_per_batch * config.scheme.num_grad_workers
-        every = max(1, _perturbation_frames(sweep) // per_iteration)
+        every = max(1, interval // per_iteration)
         if not config.trainer.checkpoint_every or config.trainer.checkpoint_every > every:
             config.trainer.checkpoint_every = every
     return config
@@ -420,7 +422,7 @@ class _Reporter:
 def _restore(source: Path, run_dir: Path, trial_id: str) -> None:
     """Put Tune's checkpoint in ``source`` where the trial's Trainer resumes from it."""
     origin = json.loads((source / ORIGIN_FILE).read_text())
-    saved = next(source.glob("checkpoint_*.pt"))
+    (saved,) = checkpoint_paths(source)
     checkpoints = run_dir / "checkpoints"
     copied = origin["trial"] != trial_id
     if copied or not (run_dir / "metrics.csv").exists():
@@ -431,9 +433,14 @@ def _restore(source: Path, run_dir: Path, trial_id: str) -> None:
     if copied:
         with (run_dir / EXPLOITS_FILE).open("a") as f:
             f.write(json.dumps({"from_trial": origin["trial"], "frames": origin["frames"]}) + "\n")
-        logger.info("trial %s continues from trial %s at %d frames", trial_id, *origin.values())
+        logger.info(
+            "trial %s continues from trial %s at %d frames",
+            trial_id,
+            origin["trial"],
+            origin["frames"],
+        )
     checkpoints.mkdir(parents=True, exist_ok=True)
-    for newer in checkpoints.glob("checkpoint_*.pt"):  # written after Tune's: Tune's state wins
+    for newer in checkpoint_paths(checkpoints):  # written after Tune's: Tune's state wins
         if newer.name > saved.name:
             newer.unlink()
     if not (checkpoints / saved.name).exists():

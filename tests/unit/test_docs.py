@@ -178,7 +178,9 @@ def test_a_marker_naming_no_result_fails():
 # --- the commands the docs show --------------------------------------------------------------
 
 
-def _train_commands() -> list[tuple[str, list[str]]]:
+def _commands(verb: str) -> list[tuple[str, list[str]]]:
+    """Every ``fleetrl VERB configs/NAME.yaml ...`` line in the docs' shell blocks: (where,
+    the arguments after the verb)."""
     found = []
     for page in pages():
         for block in blocks(page):
@@ -186,13 +188,13 @@ def _train_commands() -> list[tuple[str, list[str]]]:
                 continue
             for line in block.code.replace("\\\n", " ").splitlines():
                 line = line.split("#")[0].strip().removeprefix("$ ")
-                m = re.search(r"fleetrl train (configs/\w+\.yaml.*)", line)
+                m = re.search(rf"fleetrl {verb} (configs/\w+\.yaml.*)", line)
                 if m:
                     found.append((block.where(), shlex.split(m.group(1))))
     return found
 
 
-TRAIN_COMMANDS = _train_commands()
+TRAIN_COMMANDS = _commands("train")
 
 
 def test_the_docs_show_train_commands():
@@ -208,21 +210,7 @@ def test_every_train_command_in_the_docs_loads(where, args):
     assert dataclasses.is_dataclass(config.algo)
 
 
-def _tune_commands() -> list[tuple[str, list[str]]]:
-    found = []
-    for page in pages():
-        for block in blocks(page):
-            if block.lang not in ("bash", "sh", "console", ""):
-                continue
-            for line in block.code.replace("\\\n", " ").splitlines():
-                line = line.split("#")[0].strip().removeprefix("$ ")
-                m = re.search(r"fleetrl tune (configs/\w+\.yaml.*)", line)
-                if m:
-                    found.append((f"{block.where()}: {line}", shlex.split(m.group(1))))
-    return found
-
-
-TUNE_COMMANDS = _tune_commands()
+TUNE_COMMANDS = _commands("tune")
 
 
 def test_the_docs_show_tune_commands():
