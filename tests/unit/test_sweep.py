@@ -305,3 +305,18 @@ def test_synchronous_is_pbts_only():
     assert problems(search({"ppo.lr": "loguniform(1e-4, 1e-2)"}), "tune.synchronous=true") == [
         "tune.synchronous=True is invalid: is PBT's: needs tune.scheduler=pbt (here 'fifo')"
     ]
+
+
+def test_pbt_offers_only_tunables_that_are_config_keys():
+    # DQN's tunable epsilon is set by its schedule, from dqn.eps_init and dqn.eps_final
+    found = problems(
+        search({"dqn.eps_init": "uniform(0.5, 1.0)"}),
+        "tune.scheduler=pbt",
+        config=str(ROOT / "configs" / "dqn_cartpole.yaml"),
+    )
+    assert found == [
+        "tune.search.dqn.eps_init='uniform(0.5, 1.0)' is invalid: tune.scheduler=pbt copies a "
+        "trial's checkpoint into trials with other values, and a loaded algorithm can change "
+        "only its learning rate and tunable coefficients: search one of ['dqn.lr'] with pbt, "
+        "or dqn.eps_init with asha or fifo"
+    ]

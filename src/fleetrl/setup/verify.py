@@ -464,7 +464,11 @@ def _tune(config: Config, check: Problems) -> None:
             check(False, name, spec, "the algorithm and the tune section cannot be searched")
             continue
         algo = ALGORITHMS.get(config.algorithm)
-        tunable = [f"{config.algorithm}.{n}" for n in ("lr", *getattr(algo, "tunable", ()))]
+        # the tunables that are config keys too (DQN's epsilon is its schedule's value, set
+        # from dqn.eps_init and dqn.eps_final: not a key a trial can be given)
+        keys = {f.name for f in dataclasses.fields(config.algo)} if config.algo else set()
+        names = [n for n in ("lr", *getattr(algo, "tunable", ())) if n in keys]
+        tunable = [f"{config.algorithm}.{n}" for n in names]
         if pbt and key not in tunable:
             check(False, name, spec, PBT_KEYS_MSG.format(key=key, tunable=tunable))
             continue
