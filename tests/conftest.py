@@ -6,6 +6,9 @@
 - ``tests/e2e`` (marker ``e2e``, added here to every test in it) runs whole jobs.
   ``make test`` runs ``-m "not e2e"``; a slow variant of an integration test may carry
   the marker too, and then runs with ``make test-all`` only.
+
+A test that needs a GPU carries the marker ``cuda``: ``make test`` and ``make test-all``
+collect it everywhere, and it is skipped here ("needs CUDA") where torch sees no GPU.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(__file__)), "ben
 TESTS = Path(__file__).parent
 UNIT, INTEGRATION, E2E = TESTS / "unit", TESTS / "integration", TESTS / "e2e"
 NO_RAY = "tests/unit run without Ray: a test that needs it belongs in tests/integration"
+NEEDS_CUDA = pytest.mark.skip(reason="needs CUDA")
 
 
 def _under(item, folder: Path) -> bool:
@@ -31,9 +35,12 @@ def _under(item, folder: Path) -> bool:
 
 
 def pytest_collection_modifyitems(items):
+    cuda = torch.cuda.is_available()
     for item in items:
         if _under(item, E2E):
             item.add_marker(pytest.mark.e2e)
+        if not cuda and item.get_closest_marker("cuda") is not None:
+            item.add_marker(NEEDS_CUDA)
 
 
 @pytest.fixture(autouse=True)

@@ -124,14 +124,16 @@ class RunningMoments:
 def merge_moments(
     count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, other: RunningMoments
 ) -> None:
-    """Chan's update of (count, mean, m2) by ``other``, written in place into the three."""
+    """Chan's update of (count, mean, m2) by ``other``, written in place into the three
+    (``other``'s moments, from batches on the CPU, are brought to the three's device)."""
     if float(other.count) == 0:
         return
-    n_a, n_b = count.clone(), other.count
+    n_b, other_mean, other_m2 = (t.to(mean.device) for t in (other.count, other.mean, other.m2))
+    n_a = count.clone()
     n = n_a + n_b
-    delta = other.mean - mean
+    delta = other_mean - mean
     mean.add_(delta * (n_b / n))
-    m2.add_(other.m2 + delta**2 * (n_a * n_b / n))
+    m2.add_(other_m2 + delta**2 * (n_a * n_b / n))
     count.copy_(n)
 
 

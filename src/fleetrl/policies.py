@@ -8,6 +8,7 @@ A policy is anything that maps a TensorDict to a TensorDict (a
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from torch import nn
 from fleetrl.errors import ConfigError, PolicyError, bad_value
 
 __all__ = [
+    "HostPolicy",
     "PerEnvPolicy",
     "RandomPolicy",
     "ReshapeAction",
@@ -26,6 +28,7 @@ __all__ = [
     "as_policy",
     "as_weights",
     "policy_weights",
+    "to_device",
 ]
 
 POLICY_TYPE_MSG = (
@@ -122,6 +125,67 @@ def module_device(policy: Any) -> torch.device | None:
         for p in policy.parameters():
             return p.device
     return None
+
+
+def to_device(module: nn.Module, device: torch.device) -> None:
+    """Move a module, and the tensor arguments of its distributions (a TanhNormal's bounds),
+    to ``device``."""
+    module.to(device)
+    for sub in module.modules():
+        kwargs = getattr(sub, "distribution_kwargs", None)
+        if isinstance(kwargs, dict):
+            for key, value in list(kwargs.items()):
+                if isinstance(value, torch.Tensor):
+                    kwargs[key] = value.to(device)
+
+
+class HostPolicy:
+    """A CPU copy of a policy that lives on an accelerator (a CUDA learner's), for collectors
+    that act on the CPU.
+
+    :meth:`refresh` brings the policy's current weights (parameters and buffers)
+    into the copy with one device-to-host copy per dtype, one in all for a
+    ``float32`` network: they are concatenated on their device, copied to the
+    host at once, and split into the copy's tensors there (in place: the copy's
+    tensors stay the same objects). The copy is what a remote collector is
+    given, and what it publishes from.
+
+    Args:
+        policy: the policy (an ``nn.Module``); it is not changed.
+
+    Example:
+        >>> from torch import nn
+        >>> policy = nn.Linear(3, 2)
+        >>> host = HostPolicy(policy)
+        >>> with torch.no_grad():
+        ...     _ = policy.weight.fill_(1.0)
+        >>> host.refresh()
+        >>> bool((host.module.weight == 1.0).all()), host.module is not policy
+        (True, True)
+    """
+
+    def __init__(self, policy: nn.Module):
+        self.policy = policy
+        self.module = copy.deepcopy(policy)
+        to_device(self.module, torch.device("cpu"))
+        target = TensorDict.from_module(self.module)
+        self.keys = list(target.keys(include_nested=True, leaves_only=True))
+        self.targets = [target.get(key) for key in self.keys]
+        #: dtype -> the indices of the tensors of that dtype: one copy each
+        self.groups: dict[torch.dtype, list[int]] = {}
+        for i, tensor in enumerate(self.targets):
+            self.groups.setdefault(tensor.dtype, []).append(i)
+
+    def refresh(self) -> None:
+        """Copy the policy's current weights into :attr:`module` (one device-to-host copy
+        per dtype)."""
+        source = TensorDict.from_module(self.policy)
+        with torch.no_grad():
+            for indices in self.groups.values():
+                flat = torch.cat([source.get(self.keys[i]).reshape(-1) for i in indices]).cpu()
+                parts = flat.split([self.targets[i].numel() for i in indices])
+                for i, part in zip(indices, parts):
+                    self.targets[i].copy_(part.view_as(self.targets[i]))
 
 
 class PerEnvPolicy:

@@ -148,14 +148,17 @@ class ParamCodec:
     def flatten(self, tensors: Sequence[torch.Tensor | None]) -> np.ndarray:
         """One fresh ``float32`` array of ``tensors``, in layout order (``None``: zeros).
 
-        One copy: the concatenation. The array owns its memory, so the caller
-        may write to it (e.g. an in-place all-reduce).
+        One copy: the concatenation, on the tensors' device; from an accelerator
+        (a CUDA learner's weights or gradients), one device-to-host copy of the
+        whole, not one per tensor. The array owns its memory, so the caller may
+        write to it (e.g. an in-place all-reduce).
         """
+        device = next((t.device for t in tensors if t is not None), None)
         parts = [
-            torch.zeros(size) if t is None else t.detach().reshape(-1).cpu()
+            torch.zeros(size, device=device) if t is None else t.detach().reshape(-1).to(device)
             for t, size in zip(tensors, self.sizes, strict=True)
         ]
-        return torch.cat(parts).numpy()
+        return torch.cat(parts).cpu().numpy()
 
     def pack(self, values: TensorDictBase) -> np.ndarray:
         """The leaves of ``values`` (keyed like the layout) as one flat array."""

@@ -36,6 +36,7 @@ from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import Problems
 from fleetrl.keys import DONE_KEY, MASK_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.policies import to_device
 
 __all__ = [
     "ActorCritic",
@@ -237,13 +238,15 @@ class ActorCritic(Algorithm):
 
     def to_learner(self, batch: TensorDictBase) -> TensorDictBase:
         """A collected batch on the learner's device, with only what the update reads
-        (every key, for networks called through the torchrl loss)."""
+        (every key, for networks called through the torchrl loss): the one move of the
+        batch per update (:meth:`~fleetrl.algorithms.Algorithm.on_device`); what follows
+        (GAE, flattening, the minibatches) runs on the device."""
         if on(batch, self.device):
             return batch
         if self.keys is not None:
             keys = [*self.keys, *GAE_KEYS, *(("next", k) for k in self.heads.in_keys)]
             batch = batch.select(*keys, strict=False)
-        return batch.to(self.device, non_blocking=True)
+        return self.on_device(batch)
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """GAE advantages and value targets for the whole batch, then its valid frames, flat."""
@@ -392,15 +395,3 @@ class ClipEpsilon:
 
     def logged_parameters(self) -> dict[str, float]:
         return {**super().logged_parameters(), "train/clip_epsilon": self.clip_epsilon}  # type: ignore[misc]
-
-
-def to_device(module: nn.Module, device: torch.device) -> None:
-    """Move a module, and the tensor arguments of its distributions (a TanhNormal's bounds),
-    to ``device``."""
-    module.to(device)
-    for sub in module.modules():
-        kwargs = getattr(sub, "distribution_kwargs", None)
-        if isinstance(kwargs, dict):
-            for key, value in list(kwargs.items()):
-                if isinstance(value, torch.Tensor):
-                    kwargs[key] = value.to(device)

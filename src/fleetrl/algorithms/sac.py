@@ -27,7 +27,6 @@ from torch import nn
 from torchrl.modules import MLP, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
 
-from fleetrl.algorithms.actor_critic import to_device
 from fleetrl.algorithms.base import as_device
 from fleetrl.algorithms.heads import PolicyHead, StackedMLP, TensorNet
 from fleetrl.algorithms.models import make_actor
@@ -36,6 +35,7 @@ from fleetrl.config import Config
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.policies import to_device
 
 __all__ = ["SAC", "SACConfig"]
 

@@ -13,7 +13,11 @@ A :class:`Collection` owns
   learner's own module (:meth:`~fleetrl.collectors.DataCollectorBase.acts_with`)
   gets it before every batch: only its tag moves. Any other gets the weights
   every ``trainer.weight_update_interval`` batches, and before the first batch
-  of a learner that starts past the collector's version;
+  of a learner that starts past the collector's version. Remote collectors of a
+  learner on an accelerator (``trainer.device: cuda``) act on the CPU: they are
+  given a CPU copy of the policy (:class:`~fleetrl.policies.HostPolicy`), which
+  each publish brings up to date with one device-to-host copy, whatever the
+  number of workers (:func:`host_policy`);
 - the books of what was collected since the last report (:class:`Collected`):
   frames and the episodes that ended, from batches or from progress records, and
   where the collectors' time went (:mod:`fleetrl.collectors.timing`);
@@ -37,9 +41,10 @@ from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.config import Config
 from fleetrl.learners.records import Collected
 from fleetrl.normalization import Moments
+from fleetrl.policies import HostPolicy, module_device
 from fleetrl.setup.build import make_collector
 
-__all__ = ["Collection", "warmup_frames"]
+__all__ = ["Collection", "host_policy", "warmup_frames"]
 
 
 def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> int:
@@ -56,6 +61,17 @@ def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> in
     if not algorithm.random_start:
         return -1
     return max(0, -(-algorithm.learning_starts // share) - collected)
+
+
+def host_policy(config: Config, algorithm: Algorithm) -> HostPolicy | None:
+    """The CPU copy that remote collectors act with where the learner's policy lives on an
+    accelerator; None where the collectors get the learner's module itself (a CPU learner,
+    or a local collector, ``collector.num_collectors: 0``, which acts on the learner's
+    device)."""
+    device = module_device(algorithm.policy)
+    if config.collector.num_collectors == 0 or device is None or device.type == "cpu":
+        return None
+    return HostPolicy(algorithm.policy)
 
 
 class Collection:
@@ -96,9 +112,11 @@ class Collection:
     ):
         self.algorithm = algorithm
         self.interval = config.trainer.weight_update_interval
+        #: the CPU copy the remote collectors act with (None: they get the learner's module)
+        self.host = host_policy(config, algorithm)
         self.collector = make_collector(
             config,
-            algorithm.policy,
+            algorithm.policy if self.host is None else self.host.module,
             total_frames=total_frames,
             seed=seed,
             init_random_frames=warmup_frames(algorithm, collected=collected, share=share),
@@ -141,9 +159,13 @@ class Collection:
         learner's own module); returns the seconds it took.
 
         The same version again when no optimizer step was taken since the last
-        publish: the acting policy's buffers (DQN's epsilon) may have changed.
+        publish: the acting policy's buffers (DQN's epsilon) may have changed. A
+        learner on an accelerator first brings its CPU copy up to date (one
+        device-to-host copy), which the collector publishes from.
         """
         start = time.perf_counter()
+        if self.host is not None:
+            self.host.refresh()
         self.collector.update_policy_weights_(version=self.version)
         seconds = time.perf_counter() - start
         self.publish_s += seconds

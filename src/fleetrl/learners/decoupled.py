@@ -163,7 +163,8 @@ class DecoupledLearner(Learner):
         collection = self.collection
         start = time.perf_counter()
         n = min(owed, SAMPLE_CHUNK, collection.published + self.interval - self.version)
-        samples = self.buffer.sample(n)
+        # the actor's samples are on the CPU: on the learner's device in one move for all n
+        samples = self.algorithm.on_device(self.buffer.sample(n))
         it.add_prepare(0, time.perf_counter() - start)  # sampling: the batch's preparation
         first = self.version
         it.info.add(self.algorithm.update_on(samples.unbind(0)), weight=n)
