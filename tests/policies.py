@@ -156,3 +156,20 @@ class CompiledFlag(nn.Module):
 
 def compiled_flag() -> TensorDictModule:
     return TensorDictModule(CompiledFlag(), in_keys=["observation"], out_keys=["action"])
+
+
+class WeightEcho(nn.Module):
+    """Action from the observation's sign, and ``w``: the weight it acted with, per row, so a
+    batch shows which weights produced each step (set ``w`` to the version to check tags)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(0.0))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        action = (obs[:, :1].sum(-1) > 0).long() if obs.shape[-1] > 0 else obs.new_zeros(0)
+        return action, self.w.detach().expand(obs.shape[0]).clone()
+
+
+def weight_echo() -> TensorDictModule:
+    return TensorDictModule(WeightEcho(), in_keys=["observation"], out_keys=["action", "w"])

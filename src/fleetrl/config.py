@@ -225,6 +225,25 @@ class CollectorConfig:
     need at the ratio; past it no new task is issued until the learner catches up (null: one
     frames_per_batch per collector)."""
 
+    inference: str = "local"
+    """'local': each remote collector runs its copy of the policy; 'server': inference servers
+    run it on batched requests from the collectors, which only step envs (double-buffered), and
+    get the weights (remote collectors only; guide: docs/guides/inference.md)."""
+    num_inference_servers: int = 1
+    """collector.inference=server: servers (at most collector.num_collectors); collector i
+    uses server i % num_inference_servers."""
+    inference_device: str | None = None
+    """collector.inference=server: where the servers run the policy (null: the CPU; 'cuda'
+    needs a GPU in the Ray cluster, shared by the servers)."""
+    inference_max_batch: int | None = None
+    """collector.inference=server: observations per server batch at most (null: no bound)."""
+    inference_max_wait_ms: float = 0.0
+    """collector.inference=server: how long a server waits for a batch to fill once its first
+    request is in (0: requests that came while the policy ran form the next batch)."""
+    num_cpus_per_inference_server: float = 1.0
+    """collector.inference=server: Ray CPUs reserved per server (0: the servers share the
+    collectors' cores)."""
+
     @property
     def mode(self) -> CollectionMode:
         """How the collectors serve the learner, from ``num_collectors``, ``sync`` and

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HalvedEnv",
     "Overlap",
+    "SplitEnv",
     "as_overlap",
     "available_cores",
     "check_overlap_kwargs",
@@ -184,13 +185,134 @@ def check_overlap_kwargs(
         problems.items.extend(item for item in p.items if item not in problems.items)
 
 
-class HalvedEnv(BatchedEnv):
-    """The envs of a C++ Atari engine as two engine instances of ``num_envs / 2`` envs.
+class SplitEnv(BatchedEnv):
+    """Two :class:`BatchedEnv` groups stepped as one batch: rows ``0..h-1`` are the first,
+    ``h..N-1`` the second.
 
-    As a :class:`BatchedEnv` it steps both halves at once (send both, then
-    receive both) and answers the whole batch, so everything built on a
-    ``BatchedEnv`` works unchanged; the rollout (:func:`fleetrl.collectors.rollout.rollout`)
-    drives the halves one at a time as two env :attr:`groups`.
+    As a :class:`BatchedEnv` it steps both groups at once (send both, then receive both)
+    and answers the whole batch, so everything built on a ``BatchedEnv`` works unchanged;
+    the rollout (:func:`fleetrl.collectors.rollout.rollout`) drives the groups one at a time
+    as two env :attr:`groups`. Env i is seeded with ``seed + i``, as in one env of N: a
+    group built as part of a larger batch applies its offset itself (``seed_offsets`` 0),
+    any other group is reset with ``seed + offset``.
+
+    Args:
+        halves: the two groups.
+        seed_offsets: what :meth:`reset` adds to a seed, per group.
+    """
+
+    def __init__(self, halves: tuple[BatchedEnv, BatchedEnv], seed_offsets: tuple[int, int]):
+        first, second = halves
+        n = first.num_envs + second.num_envs
+        self.halves = halves
+        self.seed_offsets = seed_offsets
+        #: the rows of each group in the batch
+        self.rows = (slice(0, first.num_envs), slice(first.num_envs, n))
+        #: (engine, rows) per group: the env groups the rollout steps in turn
+        self.groups = list(zip(self.halves, self.rows))
+        self.num_envs = n
+        self.batch_shape = torch.Size([n])
+        self.observation_spec = first.observation_spec
+        self.action_shape, self.action_dtype = first.action_shape, first.action_dtype
+        self.num_actions = first.num_actions
+        self.unbatched_copies = first.unbatched_copies
+
+    @classmethod
+    def build(cls, create_env_fn: Any, num_envs: int, create_env_kwargs: Any) -> BatchedEnv:
+        """The envs in two groups of ``num_envs // 2`` and the rest, where ``create_env_fn``
+        builds any number of envs; otherwise (one env, or an env that keeps its own batch)
+        the one env :func:`~fleetrl.envs.make_env` builds."""
+        from fleetrl.envs.atari import AtariEnv, is_atari_id
+        from fleetrl.envs.make import make_env
+        from fleetrl.envs.mujoco import MujocoEnv
+
+        half = num_envs // 2
+        if half < 1:
+            return make_env(create_env_fn, num_envs, create_env_kwargs)
+        spec = create_env_fn
+        if isinstance(spec, str) and is_atari_id(spec):
+            spec = AtariEnv.from_kwargs(spec, dict(create_env_kwargs or {}))
+        if isinstance(spec, (AtariEnv, MujocoEnv)):  # seeded as part of the larger batch
+            first = spec.make(half)
+            try:
+                second = spec.make(num_envs - half, seed_offset=half)
+            except Exception:
+                first.close()
+                raise
+            return cls((first, second), (0, 0))
+        first = make_env(create_env_fn, half, create_env_kwargs)
+        if first.num_envs != half or first.batch_shape != torch.Size([half]):
+            first.close()  # the env keeps its own batch: it cannot be split
+            return make_env(create_env_fn, num_envs, create_env_kwargs)
+        try:
+            second = make_env(create_env_fn, num_envs - half, create_env_kwargs)
+        except Exception:
+            first.close()
+            raise
+        return cls((first, second), (0, half))
+
+    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
+        return self._join(
+            [
+                h.reset(seed=None if seed is None else seed + offset)
+                for h, offset in zip(self.halves, self.seed_offsets)
+            ]
+        )
+
+    def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
+        return self._join([h.reset_static(seed) for h in self.halves])
+
+    def state_dict(self) -> dict[str, Any] | None:
+        states = [h.state_dict() for h in self.halves]
+        return None if any(s is None for s in states) else {"groups": states}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for h, s in zip(self.halves, state["groups"]):
+            h.load_state_dict(s)
+
+    @property
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        bounds = [h.action_bounds for h in self.halves]
+        if any(b is None for b in bounds):
+            return None
+        return (
+            np.concatenate([b[0] for b in bounds]),  # type: ignore[index]
+            np.concatenate([b[1] for b in bounds]),  # type: ignore[index]
+        )
+
+    def _join(self, parts: list[dict[NestedKey, np.ndarray]]) -> dict[NestedKey, np.ndarray]:
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+    def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
+        return self._join([h.reset_envs(mask[r]) for h, r in zip(self.halves, self.rows)])
+
+    def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
+        for h, r in zip(self.halves, self.rows):
+            h.send(action[r])
+        a, b = (h.recv() for h in self.halves)
+        return StepResult(
+            self._join([a.next_obs, b.next_obs]),
+            self._join([a.obs, b.obs]),
+            np.concatenate([a.reward, b.reward]),
+            np.concatenate([a.terminated, b.terminated]),
+            np.concatenate([a.truncated, b.truncated]),
+        )
+
+    def random_action(self) -> torch.Tensor:
+        return torch.cat([h.random_action() for h in self.halves])
+
+    def seed_actions(self, seed: int) -> None:
+        for h, r in zip(self.halves, self.rows):
+            h.seed_actions(seed + r.start)
+
+    def close(self) -> None:
+        for h in self.halves:
+            h.close()
+
+
+class HalvedEnv(SplitEnv):
+    """The envs of a C++ Atari engine as two engine instances of ``num_envs / 2`` envs
+    (a :class:`SplitEnv`: overlapped collection).
 
     Args:
         spec: an ``ale_vector`` or ``envpool`` :class:`~fleetrl.envs.AtariEnv`.
@@ -214,47 +336,13 @@ class HalvedEnv(BatchedEnv):
         except Exception:
             first.close()
             raise
-        self.halves = (first, second)
-        #: the rows of each half in the batch
-        self.rows = (slice(0, half), slice(half, num_envs))
-        #: (engine, rows) per half: the env groups the rollout steps in turn
-        self.groups = list(zip(self.halves, self.rows))
+        super().__init__((first, second), (0, 0))
         self.spec = spec
-        self.num_envs = num_envs
-        self.batch_shape = torch.Size([num_envs])
-        self.observation_spec = first.observation_spec
-        self.action_shape, self.action_dtype = first.action_shape, first.action_dtype
-        self.num_actions = first.num_actions
         # one sampler for the whole batch: random actions are the unsplit engine's
         self._rng = np.random.default_rng()
-
-    def _join(self, parts: list[dict[NestedKey, np.ndarray]]) -> dict[NestedKey, np.ndarray]:
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-
-    def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
-        return self._join([h.reset(seed=seed) for h in self.halves])
-
-    def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
-        return self._join([h.reset_envs(mask[r]) for h, r in zip(self.halves, self.rows)])
-
-    def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
-        for h, r in zip(self.halves, self.rows):
-            h.send(action[r])
-        a, b = (h.recv() for h in self.halves)
-        return StepResult(
-            self._join([a.next_obs, b.next_obs]),
-            self._join([a.obs, b.obs]),
-            np.concatenate([a.reward, b.reward]),
-            np.concatenate([a.terminated, b.terminated]),
-            np.concatenate([a.truncated, b.truncated]),
-        )
 
     def random_action(self) -> torch.Tensor:
         return torch.from_numpy(self._rng.integers(0, self.num_actions, size=self.num_envs))
 
     def seed_actions(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)
-
-    def close(self) -> None:
-        for h in self.halves:
-            h.close()

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised
+from fleetrl.collectors.inference import InferenceServers
 from fleetrl.collectors.overlap import available_cores, worker_overlap
 from fleetrl.collectors.ray_checks import check_env_counts, takes_env_list, worker_failure
 from fleetrl.collectors.weights import WeightStore
@@ -106,6 +107,8 @@ class WorkerPool:
         max_restart_attempts: replacements of a dead worker tried in a row.
         replay_buffer: the replay buffer actor the workers extend with their
             batches (they then return progress records), or None.
+        servers: central inference (:mod:`fleetrl.collectors.inference`): each worker
+            gets its server, and its tasks never carry weights (the servers hold them).
     """
 
     def __init__(
@@ -128,8 +131,10 @@ class WorkerPool:
         common: dict[str, Any],
         max_restart_attempts: int,
         replay_buffer: Actor | None = None,
+        servers: InferenceServers | None = None,
     ):
         self.backend = backend
+        self.servers = servers
         self.replay_buffer = replay_buffer
         self.weights = weights
         self.policy_ref = policy_ref
@@ -189,6 +194,8 @@ class WorkerPool:
             if kwargs.get("max_frames_per_traj") is None:
                 kwargs["max_frames_per_traj"] = -1
         kwargs.update(slot.kwargs)
+        if self.servers is not None:
+            kwargs["inference_server"] = self.servers.for_worker(slot.worker_id)
         if self.native:  # automatic overlap only where each worker leaves a core to its engine
             kwargs["overlap"] = worker_overlap(
                 kwargs.get("overlap"), len(self.slots), available_cores()
@@ -285,6 +292,8 @@ class WorkerPool:
         """Issue a task to its worker, with the weights it lacks."""
         assert isinstance(slot, CollectorSlot) and slot.actor is not None
         publish, version, weights_ref = self.weights.for_worker(slot.publish, slot.worker_id)
+        if self.servers is not None:  # the servers hold the weights
+            weights_ref = None
         ref = slot.actor.call(
             "collect",
             task.frames,

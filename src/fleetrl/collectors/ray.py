@@ -87,6 +87,14 @@ from torchrl.envs.utils import ExplorationType
 from fleetrl.backends import BACKENDS, Backend, make_backend
 from fleetrl.collectors.arguments import check_feature_arguments
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
+from fleetrl.collectors.inference import (
+    WEIGHTS_TARGET_MSG,
+    InferenceServers,
+    check_inference,
+    check_server_resources,
+    latency_summary,
+    server_options,
+)
 from fleetrl.collectors.pool import CollectorSlot, Task, WorkerPool
 from fleetrl.collectors.ray_checks import (
     all_problems,
@@ -221,6 +229,22 @@ class RayCollector(DataCollectorBase):
             records (see the module docstring). Needs ``sync=False`` and no
             ``trajs_per_batch``, ``split_trajs``, ``postproc`` or
             ``max_served_lag``. The buffer is the caller's: shutdown leaves it.
+        inference: ``"local"`` (default: each worker runs its copy of the policy) or
+            ``"server"``: central batched inference (:mod:`fleetrl.collectors.inference`):
+            inference servers run the policy on batched requests from the workers, which
+            only step envs (double-buffered); weights go to the servers only, and every
+            step is tagged with the version its server answered with.
+        num_inference_servers: servers with ``inference="server"`` (default 1, at most
+            ``num_collectors``); worker i uses server ``i % num_inference_servers``.
+        inference_device: where the servers run the policy (None: the CPU; ``"cuda"``
+            needs a GPU in the Ray cluster, shared by the servers).
+        inference_max_batch: observations per server batch at most (None: no bound).
+        inference_max_wait_ms: how long a server waits for a batch to fill once its first
+            request is in (default 0: requests that came while the policy ran form the
+            next batch).
+        inference_remote_config: Ray actor options of each server (default
+            ``{"num_cpus": 1}``, plus an equal share of one GPU on CUDA); checked with the
+            collectors' against the cluster before any actor starts.
         backend: where the workers run: ``"ray"`` (Ray actors, the default) or
             ``"inprocess"`` (objects in this process, one task at a time: for
             debugging and tests; see :mod:`fleetrl.backends`), or a
@@ -275,6 +299,12 @@ class RayCollector(DataCollectorBase):
         set_truncated: bool = False,
         replay_buffer: Any = None,
         backend: str | Backend = "ray",
+        inference: str = "local",
+        num_inference_servers: int = 1,
+        inference_device: Any = None,
+        inference_max_batch: int | None = None,
+        inference_max_wait_ms: float = 0.0,
+        inference_remote_config: dict[str, Any] | None = None,
     ):
         super().__init__()
         self.state = CollectorState.CLOSED  # READY once every actor is up
@@ -282,6 +312,7 @@ class RayCollector(DataCollectorBase):
         self._weights: WeightStore | None = None
         self._pool: WorkerPool | None = None  # the actors, once Ray is up
         self._rounds: SyncRounds | None = None  # sync mode's rounds in flight
+        self._servers: InferenceServers | None = None  # inference="server"'s servers
         p = Problems()
         if not isinstance(backend, Backend) and backend not in BACKENDS:
             p.add("backend", backend, f"must be one of {list(BACKENDS)} or a fleetrl Backend")
@@ -312,6 +343,31 @@ class RayCollector(DataCollectorBase):
             policy_devices=policy_device if policy_device is not None else device,
             **features,
         )
+        check_inference(
+            p,
+            inference=inference,
+            num_inference_servers=num_inference_servers,
+            inference_device=inference_device,
+            max_batch=inference_max_batch,
+            max_wait_ms=inference_max_wait_ms,
+            num_collectors=(
+                num_collectors
+                if num_collectors is not None
+                else len(create_env_fn)
+                if isinstance(create_env_fn, list)
+                else 1
+            ),
+            policy=policy,
+            policy_factory=policy_factory,
+            collector_class=collector_class,
+            devices={"device": device, "policy_device": policy_device},
+            compile_policy=compile_policy,
+            cudagraph_policy=cudagraph_policy,
+            max_weight_update_interval=max_weight_update_interval,
+            remote_config=inference_remote_config,
+        )
+        #: ``"local"`` or ``"server"`` (central inference)
+        self.inference = inference
         args = all_problems(
             p,
             check_arguments,
@@ -383,15 +439,39 @@ class RayCollector(DataCollectorBase):
         self._yielded = False
         self._paused = False  # pause(): no task is issued, iterating is refused
         self._served = ServedStats(max_served_lag, compress)
+        served = inference == "server"
         try:
             if self.backend.name == "ray":
                 self._started_ray = start_ray(ray_init_config)
                 check_resources(remotes)
+                if served:
+                    check_server_resources(
+                        inference_device,
+                        num_inference_servers,
+                        server_options(
+                            inference_device, num_inference_servers, inference_remote_config
+                        ),
+                        remotes,
+                    )
             self._weights = WeightStore(self.backend, with_board=max_weight_update_interval > 0)
+            policy_ref = put_policy(self.backend, self.policy)
+            if served:
+                self._servers = InferenceServers(
+                    self.backend,
+                    policy_ref,
+                    count=num_inference_servers,
+                    device=inference_device,
+                    max_batch=inference_max_batch,
+                    max_wait_ms=float(inference_max_wait_ms),
+                    exploration_type=exploration,
+                    num_threads=num_threads,
+                    clients=-(-len(env_fns) // num_inference_servers),
+                    remote_config=inference_remote_config,
+                )
             self._pool = WorkerPool(
                 self.backend,
                 self._weights,
-                put_policy(self.backend, self.policy),
+                policy_ref,
                 collector_class=collector_class,
                 native=self.native,
                 num_workers_per_collector=num_workers_per_collector,
@@ -406,6 +486,7 @@ class RayCollector(DataCollectorBase):
                 common=common,
                 max_restart_attempts=max_restart_attempts,
                 replay_buffer=None if replay_buffer is None else buffer_actor(replay_buffer),
+                servers=self._servers,
             )
             self._rounds = SyncRounds(
                 self._pool,
@@ -638,12 +719,17 @@ class RayCollector(DataCollectorBase):
             current_version=self.policy_version,
         )
         ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
+        if self._servers is not None and ids is not None:
+            raise ConfigError([Problem("worker_ids", worker_ids, WEIGHTS_TARGET_MSG)])
         if value is None:
             source = policy_weights(self.policy)
             source = None if source is None else source.detach().cpu()
         else:
             source = as_weights(value)
-        return self._weights.publish(source, None if ids is None else list(ids), version)
+        published = self._weights.publish(source, None if ids is None else list(ids), version)
+        if self._servers is not None and source is not None:
+            self._servers.publish(self._weights.ref, published)
+        return published
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed each worker in turn (worker i starts where worker i-1's seeds end); returns the next seed.
@@ -792,6 +878,8 @@ class RayCollector(DataCollectorBase):
             "workers_alive": sum(s.actor is not None for s in slots),
             "worker_frames": sum(s.frames for s in slots),
         }
+        if self._servers is not None:
+            out["inference"] = self.inference_stats(timeout)
         if workers != "aggregate":  # torchrl's per-worker view: "worker_<id>/<metric>"
             for slot in slots:
                 prefix = f"worker_{slot.worker_id}/"
@@ -800,6 +888,32 @@ class RayCollector(DataCollectorBase):
                 parts = out["time_per_worker"].get(slot.worker_id, {})
                 out.update({prefix + k: v for k, v in parts.items() if k != "per_batch"})
         return out
+
+    def inference_stats(self, timeout: float | None = 10.0) -> dict[str, Any]:
+        """Central inference: per server its ``requests``, ``batches``, ``observations``,
+        ``mean_batch`` (observations per policy call), ``compute_s``, ``version`` and
+        ``device`` since it (last) started, asked with ``timeout``; the totals; and
+        ``latency``: the median and 95th percentile, in milliseconds, of the latest
+        requests' latencies as the workers saw them (from sending the observations to holding
+        the answer). Empty with ``inference="local"``."""
+        if self._servers is None:
+            return {}
+        servers = self._servers.stats(timeout)
+        total = {
+            k: sum(s.get(k, 0) for s in servers) for k in ("requests", "batches", "observations")
+        }
+        return {
+            "mode": self.inference,
+            "servers": servers,
+            **total,
+            "mean_batch": total["observations"] / total["batches"] if total["batches"] else 0.0,
+            "latency": latency_summary(self._served.latencies),
+        }
+
+    def server_handles(self) -> list[Any]:
+        """The backend's handles of the inference servers (empty with ``inference="local"``),
+        for inspection and fault-injection tests."""
+        return [] if self._servers is None else [s.handle for s in self._servers.servers]
 
     def worker_handles(self) -> list[Any]:
         """The backend's handles of the workers, by worker id (Ray actor handles; the worker
@@ -815,6 +929,9 @@ class RayCollector(DataCollectorBase):
             self._rounds.clear()
         if self._weights is not None:
             self._weights.close()
+        if self._servers is not None:
+            self._servers.shutdown()
+            self._servers = None
         if self._started_ray and ray_running():
             import ray
 

@@ -45,6 +45,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from fleetrl.collectors.inference import ServerClient
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.keys import (
@@ -160,7 +161,7 @@ def alloc_batch(
 class _Group:
     """One env group: its engine, its rows of the batch, its rows of the step input."""
 
-    __slots__ = ("env", "in_flight", "out", "rows", "td")
+    __slots__ = ("asked", "env", "in_flight", "out", "rows", "td")
 
     def __init__(self, env: BatchedEnv, rows: slice, td: TensorDictBase):
         self.env = env
@@ -168,6 +169,7 @@ class _Group:
         self.td = td  # a view of the step TensorDict's rows: refreshed in place
         self.out: TensorDictBase | None = None
         self.in_flight = False
+        self.asked: Any = None  # central inference: the request sent for the next step
 
 
 def rollout(
@@ -189,6 +191,8 @@ def rollout(
     stop_from: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     times: CollectTimes | None = None,
+    serve: ServerClient | None = None,
+    versions: np.ndarray | None = None,
 ) -> int:
     """Fill ``views`` (from :func:`alloc_batch`) step by step; returns the steps taken.
 
@@ -209,6 +213,19 @@ def rollout(
             (straggler preemption); the batch then holds the steps taken.
         times: where the loop's seconds are added: ``policy_s`` (the policy calls) and
             ``env_s`` (the rest of the loop); None: measured, not kept.
+        serve: central inference (:mod:`fleetrl.collectors.inference`): each group's
+            step input goes to an inference server instead of ``act``, and the groups
+            are double-buffered (see below); ``policy_s`` is then the time spent sending
+            requests and waiting for answers.
+        versions: with ``serve``, ``[N, steps]``: each step's policy version, as answered.
+
+    With ``serve``, a group's request for step t + 1 is sent as soon as its step t is
+    received, and its answer is taken only when its turn comes again, so the server
+    works on one group while the other steps::
+
+        ask A(0), ask B(0)
+        for t: take A(t), send A, recv A(t), write A's rows, ask A(t + 1)
+               take B(t), send B, recv B(t), write B's rows, ask B(t + 1)
     """
     steps = views[REWARD_KEY].shape[1]
     obs_views = [(k, views[k], views[next_key(k)]) for k in step.obs]
@@ -240,6 +257,31 @@ def rollout(
             view[r, t] = step_np[key][r]
         action = out.get("action")
         g.env.send(action if to_env is None else to_env(action))  # steps while we go on
+        g.out, g.in_flight = out, True
+
+    def ask(g: _Group, t: int) -> None:
+        nonlocal policy_s
+        r = g.rows
+        for view, state in state_views:
+            view[r, t] = state[r]
+        for key, view, _ in obs_views:
+            view[r, t] = step_np[key][r]
+        started = clock()
+        g.asked = serve.ask(g.td)  # type: ignore[union-attr]
+        policy_s += clock() - started
+
+    def take(g: _Group, t: int) -> None:
+        nonlocal policy_s
+        r = g.rows
+        started = clock()
+        out, version = serve.take(g.asked, g.td)  # type: ignore[union-attr]
+        policy_s += clock() - started
+        g.asked = None
+        versions[r, t] = version  # type: ignore[index]
+        for key, view in out_views:
+            view[r, t] = out.get(key).numpy()
+        action = out.get("action")
+        g.env.send(action if to_env is None else to_env(action))
         g.out, g.in_flight = out, True
 
     def finish(g: _Group, t: int) -> None:
@@ -277,16 +319,19 @@ def rollout(
     loop_start = clock()
     try:
         with torch.inference_mode(), set_exploration_type(exploration_type):
+            start = infer if serve is None else ask
             for g in gs:
-                infer(g, 0)
+                start(g, 0)
             for t in range(steps):
                 go_on = t + 1 < steps
                 for i, g in enumerate(gs):
+                    if serve is not None:
+                        take(g, t)
                     finish(g, t)
                     if i == 0 and go_on and t + 1 >= stop_at and should_stop():
                         go_on, taken = False, t + 1  # the other groups are received below
                     if go_on:
-                        infer(g, t + 1)
+                        start(g, t + 1)
                 if not go_on:
                     break
     except BaseException:

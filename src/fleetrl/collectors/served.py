@@ -10,6 +10,7 @@ batch since the learner last took them.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from fleetrl.collectors.pool import Task, WorkerPool
@@ -17,6 +18,9 @@ from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.worker import TaskResult
 
 __all__ = ["ServedStats"]
+
+#: central inference: request latencies kept for ``stats()["inference"]``
+LATENCY_WINDOW = 10_000
 
 
 class ServedStats:
@@ -51,6 +55,8 @@ class ServedStats:
         self.worker_times: dict[int, CollectTimes] = {}
         self.worker_collect_s: dict[int, float] = {}
         self._taken = CollectTimes()  # per served batch, since the last take_times()
+        #: central inference: the latest requests' latencies (seconds), as the workers saw them
+        self.latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
 
     def stale(self, result: TaskResult, task: Task, version: int) -> bool:
         """Whether a batch breaks ``max_served_lag`` at ``version``; such a batch is counted, not served."""
@@ -79,6 +85,8 @@ class ServedStats:
         st["compact_batches"] += int(result.compact)
         st["preempted_tasks"] += int(result.preempted)
         st["collect_s"] += result.collect_s
+        if result.latencies:
+            self.latencies.extend(result.latencies)
         if worker is not None:
             self.worker_times.setdefault(worker, CollectTimes()).add(result.times)
             self.worker_collect_s[worker] = self.worker_collect_s.get(worker, 0.0) + (

@@ -48,7 +48,13 @@ from fleetrl.collectors.base import (
     check_common_arguments,
 )
 from fleetrl.collectors.episodes import EpisodeBook
-from fleetrl.collectors.overlap import HalvedEnv, Overlap, as_overlap, overlap_spec
+from fleetrl.collectors.inference import (
+    PER_ENV_MSG,
+    SERVER_WEIGHTS_MSG,
+    ServerClient,
+    check_served,
+)
+from fleetrl.collectors.overlap import HalvedEnv, Overlap, SplitEnv, as_overlap, overlap_spec
 from fleetrl.collectors.plan import accelerate, initial_states, place_policy, plan_policy
 from fleetrl.collectors.rollout import StepInput, alloc_batch, rollout
 from fleetrl.collectors.timing import CollectTimes
@@ -56,7 +62,7 @@ from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.make import make_env
 from fleetrl.envs.torchrl_env import TorchRLEnv
-from fleetrl.errors import ConfigError, Problems, bad_value
+from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
 from fleetrl.keys import (
     DISCOUNTED_RETURN_KEY,
     DONE_KEY,
@@ -65,7 +71,7 @@ from fleetrl.keys import (
     WORKER_ID_KEY,
     NestedKey,
 )
-from fleetrl.policies import RandomPolicy, as_policy, as_weights
+from fleetrl.policies import PerEnvPolicy, RandomPolicy, as_policy, as_weights
 
 __all__ = ["SyncDataCollector"]
 
@@ -131,6 +137,13 @@ class SyncDataCollector(DataCollectorBase):
         set_truncated: mark the last step of every batch truncated (and done,
             not terminated), as torchrl does; the env is not reset, so the
             episode and its trajectory id go on in the next batch.
+        inference_server: central inference (:mod:`fleetrl.collectors.inference`): an
+            :class:`~fleetrl.collectors.inference.InferenceServer` actor that runs the
+            policy for this collector, which then only steps envs, in two groups
+            (double-buffered: :class:`~fleetrl.collectors.overlap.SplitEnv`) where the
+            envs can be split. ``policy`` is still given: it is probed here for what it
+            writes, and never run. Each step is tagged with the version the server
+            answered with. A RayCollector with ``inference="server"`` passes it.
         return_discount: track each env's running discounted return with this
             discount and write it to ``("next", "discounted_return")``, what
             reward scaling takes the variance of (:mod:`fleetrl.normalization`);
@@ -178,6 +191,7 @@ class SyncDataCollector(DataCollectorBase):
         cudagraph_policy: bool | dict[str, Any] | None = None,
         set_truncated: bool = False,
         return_discount: float | None = None,
+        inference_server: Any = None,
     ):
         super().__init__()
         p = Problems()
@@ -209,6 +223,10 @@ class SyncDataCollector(DataCollectorBase):
             policy_devices=self.policy_device,
         )
         split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
+        if inference_server is not None:
+            check_served(
+                p, policy, policy_factory, self.policy_device, compile_policy, cudagraph_policy
+            )
         if return_discount is not None and not 0 < return_discount <= 1:
             p.add("return_discount", return_discount, "must be in (0, 1], or None: off")
         p.raise_if_any()
@@ -237,13 +255,18 @@ class SyncDataCollector(DataCollectorBase):
         self._taken = CollectTimes()  # since the last take_times()
 
         skip_absent_pandas_probe()
-        self.env: BatchedEnv = (
-            make_env(create_env_fn, num_envs, create_env_kwargs)
-            if split is None
-            else HalvedEnv(split, num_envs)
-        )
+        #: central inference: how the rollout reaches the server (None: the policy runs here)
+        self.server = None if inference_server is None else ServerClient(inference_server)
+        if self.server is not None:  # two groups where the envs split: double buffering
+            self.env: BatchedEnv = SplitEnv.build(create_env_fn, num_envs or 1, create_env_kwargs)
+        elif split is None:
+            self.env = make_env(create_env_fn, num_envs, create_env_kwargs)
+        else:
+            self.env = HalvedEnv(split, num_envs)
         #: whether policy batches overlap env steps with inference
-        self.overlap = split is not None
+        self.overlap = isinstance(self.env, SplitEnv)
+        #: central inference: the oldest version in the last batch (the lag it is served with)
+        self.batch_version = 0
         try:
             self._check_env_sizes()
             if policy_factory is not None:  # built here, where it acts (torchrl's meaning)
@@ -265,6 +288,8 @@ class SyncDataCollector(DataCollectorBase):
                 self._step.for_policy(self.policy_device),
                 self.exploration_type,
             )
+            if self.server is not None and isinstance(plan.act, PerEnvPolicy):
+                raise PolicyError(PER_ENV_MSG.format(policy=user_policy))
             if self.policy is not self._random_policy:
                 plan = accelerate(
                     plan,
@@ -362,6 +387,8 @@ class SyncDataCollector(DataCollectorBase):
         one below :attr:`policy_version` is a ``ConfigError``.
         """
         self._check_open()
+        if self.server is not None:
+            raise ConfigError([bad_value("update_policy_weights_", "weights", SERVER_WEIGHTS_MSG)])
         value = check_weight_update(
             policy_or_weights,
             weights=weights,
@@ -557,6 +584,8 @@ class SyncDataCollector(DataCollectorBase):
         on_device = device is not None and device.type != "cpu" and not random
         specs = {k: plan.out_specs[k] for k in out_keys}
         td, views = alloc_batch(env, self._step, specs, plan.state_keys, steps)
+        serve = None if random else self.server
+        versions = None if serve is None else np.empty((env.num_envs, steps), dtype=np.int64)
         max_len = self.max_frames_per_traj
         taken = rollout(
             groups,
@@ -576,11 +605,18 @@ class SyncDataCollector(DataCollectorBase):
             stop_from=min_steps if should_stop is not None else None,
             should_stop=should_stop,
             times=times,
+            serve=serve,
+            versions=versions,
         )
-        return self._finish_batch(td, views, steps, taken)
+        return self._finish_batch(td, views, steps, taken, versions)
 
     def _finish_batch(
-        self, td: TensorDict, views: dict[NestedKey, np.ndarray], steps: int, done_steps: int
+        self,
+        td: TensorDict,
+        views: dict[NestedKey, np.ndarray],
+        steps: int,
+        done_steps: int,
+        versions: np.ndarray | None = None,
     ) -> TensorDictBase:
         """Episode bookkeeping, version and worker tags, names and device of a rollout's batch."""
         n = self.env.num_envs
@@ -595,10 +631,14 @@ class SyncDataCollector(DataCollectorBase):
         if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
             views[TRUNCATED_KEY][:, -1] = True
             views[DONE_KEY][:, -1] = True
-        td.set(
-            POLICY_VERSION_KEY,
-            torch.full((n, steps), self.policy_version, dtype=torch.int64),
-        )
+        if versions is None:
+            tags = torch.full((n, steps), self.policy_version, dtype=torch.int64)
+            self.batch_version = self.policy_version
+        else:  # central inference: each step as its server answered
+            tags = torch.from_numpy(versions[:, :steps])
+            self.batch_version = int(tags.min())
+            self.policy_version = max(self.policy_version, int(tags.max()))
+        td.set(POLICY_VERSION_KEY, tags)
         td.set(WORKER_ID_KEY, torch.full((n, steps), self.worker_id, dtype=torch.int64))
         if self.env.batch_shape != torch.Size([n]):
             td = td.reshape(*self.env.batch_shape, steps)

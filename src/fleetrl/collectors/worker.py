@@ -78,6 +78,8 @@ class TaskResult:
     times: CollectTimes = field(default_factory=CollectTimes)
     #: wall-clock time (``time.time()``) the result was ready to return
     ready_at: float = 0.0
+    #: central inference: the seconds each of the task's requests took (ask to answer)
+    latencies: list[float] | None = None
 
 
 class CollectorWorker:
@@ -136,6 +138,9 @@ class CollectorWorker:
         )
         self.collector: Any = None
         self._iter: Any = None
+        #: central inference: the collector's policy runs on an inference server, which
+        #: holds the weights and answers each step with its version
+        self.served = False
 
     def setup(self) -> dict[str, Any]:
         """Build the collector and say where it runs and how many envs it steps per call.
@@ -153,6 +158,7 @@ class CollectorWorker:
                 worker_id * TRAJ_IDS_PER_WORKER + incarnation * TRAJ_IDS_PER_INCARNATION,
             )
             self.collector = collector_class(frames_per_batch=frames_per_batch, **kwargs)
+            self.served = getattr(self.collector, "server", None) is not None
         else:
             env_fn = kwargs.pop("create_env_fn")
             policy = kwargs.pop("policy", None)
@@ -207,7 +213,7 @@ class CollectorWorker:
         # republish a version whose weights changed without an optimizer step (DQN's epsilon)
         if weights is not None and version >= self.version:
             self._load_weights(weights, version)
-        elif weights is None and version > self.version and self.native:
+        elif weights is None and version > self.version and self.native and not self.served:
             # a version was published without weights (random policy): only the tag moves
             self.collector.update_policy_weights_(version=version)
             self.version = version
@@ -228,10 +234,13 @@ class CollectorWorker:
         result = TaskResult(
             batch=batch,
             frames=batch.numel(),
-            policy_version=self.version,
+            # served: the oldest version its server answered with in this batch
+            policy_version=self.collector.batch_version if self.served else self.version,
             collect_s=collected - start,
             preempted=preempted,
         )
+        if self.served:
+            result.latencies = self.collector.server.take_latencies()
         # a torchrl collector class does not split its loop: its env and policy time are NaN
         times = self.collector.take_times() if self.native else CollectTimes(batches=1)
         times.weights_s = loaded - start

@@ -116,6 +116,12 @@ NODE_MSG = (
     "{cpus:g} CPUs but no Ray node has more than {have:g}; lower "
     "collector.num_cpus_per_collector (e.g. {have:g})"
 )
+SERVER_CPUS_MSG = (
+    "collector.num_cpus_per_inference_server={cpus:g} is invalid here: {servers} inference "
+    "server(s) and the collectors ({collectors:g} CPUs) ask Ray for {asked:g} CPUs, and the "
+    "Ray cluster has {have:g}; use 0 (the servers share the collectors' cores), fewer "
+    "servers, or a lower collector.num_cpus_per_collector"
+)
 GRAD_WORKERS_MSG = (
     "scheme.num_grad_workers={g} is invalid: {g} gradient workers x {per:g} CPUs "
     "(scheme.num_cpus_per_grad_worker + collector.num_collectors x "
@@ -178,6 +184,11 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "collector.fraction_samples": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "collector.fraction_workers": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
+    "collector.inference": (lambda v: v in ("local", "server"), "must be 'local' or 'server'"),
+    "collector.num_inference_servers": (_at_least(1), "must be >= 1"),
+    "collector.inference_max_batch": (_above(0, null=True), "must be > 0, or null: no bound"),
+    "collector.inference_max_wait_ms": (_at_least(0), "must be >= 0 (milliseconds)"),
+    "collector.num_cpus_per_inference_server": (_at_least(0), "must be >= 0"),
     "collector.overlap": (
         lambda v: v in (None, True, False, "auto", "on", "off"),
         "must be auto (or null), on (or true) or off (or false)",
@@ -239,6 +250,7 @@ def verify(config: Config, env_spec: EnvSpec | None) -> list[Problem]:
         value = getattr(getattr(config, section), name)
         check(ok(value), key, value, allowed)
     _collector(config, check)
+    _inference(config, check)
     _overlap(config, check)
     _video(config, env_spec, check)
     _trackers(config, check)
@@ -351,6 +363,67 @@ def _collector(config: Config, check: Problems) -> None:
                 value,
                 "preempts straggling remote collectors: needs collector.sync=true and "
                 "collector.num_collectors >= 2",
+            )
+
+
+#: collector keys that only central inference reads, with their defaults
+SERVER_ONLY = {
+    "num_inference_servers": 1,
+    "inference_device": None,
+    "inference_max_batch": None,
+    "inference_max_wait_ms": 0.0,
+    "num_cpus_per_inference_server": 1.0,
+}
+
+
+def _inference(config: Config, check: Problems) -> None:
+    """``collector.inference: server``: remote collectors, at least one per server, and a GPU
+    where ``inference_device`` is CUDA; the server keys are refused with ``local``."""
+    c = config.collector
+    if c.inference != "server":
+        if c.inference == "local":
+            for key, default in SERVER_ONLY.items():
+                value = getattr(c, key)
+                check(
+                    value == default,
+                    f"collector.{key}",
+                    value,
+                    "only takes effect with collector.inference=server",
+                )
+        return
+    check(
+        c.num_collectors >= 1,
+        "collector.inference",
+        c.inference,
+        "serves remote collectors: needs collector.num_collectors >= 1 (0 collects in this "
+        "process, with the learner's own policy)",
+    )
+    if isinstance(c.num_inference_servers, int) and c.num_collectors >= 1:
+        check(
+            c.num_inference_servers <= c.num_collectors,
+            "collector.num_inference_servers",
+            c.num_inference_servers,
+            f"must be <= collector.num_collectors={c.num_collectors}: each server serves at "
+            "least one collector",
+        )
+    device = c.inference_device
+    if device is not None:
+        import torch
+
+        try:
+            parsed = torch.device(device)
+        except (RuntimeError, TypeError):
+            check.add(
+                "collector.inference_device", device, "must be null (the CPU), 'cpu' or 'cuda'"
+            )
+            return
+        if parsed.type == "cuda" and c.address is None:
+            check(
+                torch.cuda.is_available(),
+                "collector.inference_device",
+                device,
+                "needs a GPU, and CUDA is not available here; use null (the CPU), or "
+                "collector.address of a Ray cluster with a GPU",
             )
 
 
@@ -792,6 +865,20 @@ def resource_problems(config: Config) -> list[Problem]:
                 else c.num_cpus_per_collector / 2,
             )
             check.say("collector.num_collectors", text)
+    if c.inference == "server" and not list(check):
+        servers = [{"CPU": c.num_cpus_per_inference_server}] * c.num_inference_servers
+        for short in resource_shortfalls(requests + servers):
+            if short.request is None and short.resource == "CPU":
+                check.say(
+                    "collector.num_cpus_per_inference_server",
+                    SERVER_CPUS_MSG.format(
+                        cpus=c.num_cpus_per_inference_server,
+                        servers=c.num_inference_servers,
+                        collectors=c.num_collectors * c.num_cpus_per_collector,
+                        asked=short.asked,
+                        have=short.have,
+                    ),
+                )
     return list(check)
 
 

@@ -1,0 +1,130 @@
+"""Central batched inference on real Ray: env workers step envs, an inference server actor
+runs the policy. Frames stay exact, every step is tagged with the weights that produced it
+(even when they change in the middle of a batch), a SIGKILLed server comes back with the
+current weights and its requests are answered once, a killed env worker is replaced as
+without servers, and the replay-buffer and compressed modes keep their contracts."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import ray
+import torch
+
+from fakes import counting, kill_worker
+from fleetrl import RayCollector
+from fleetrl.collectors.replay import RemoteReplayBuffer
+from policies import weight_echo
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def served(env="CartPole-v1", policy=None, **kwargs):
+    args = dict(
+        frames_per_batch=400,
+        total_frames=4000,
+        num_collectors=2,
+        num_workers_per_collector=4,
+        inference="server",
+    )
+    args.update(kwargs)
+    return RayCollector(env, policy if policy is not None else weight_echo(), **args)
+
+
+def frames_in(batch):
+    mask = batch.get(("collector", "mask"), None)
+    return int(mask.sum()) if mask is not None else batch.numel()
+
+
+def publish(c, policy, version):
+    with torch.no_grad():
+        policy.module.w.fill_(float(version))
+    c.update_policy_weights_(version=version)
+
+
+@pytest.mark.e2e  # about 8 s; make test covers the same rules in process (unit/collectors)
+def test_every_step_is_tagged_with_the_weights_that_produced_it():
+    """First ready, a publish after every batch: versions change while workers collect, so
+    batches mix versions; each step's tag is the weight that acted (``w``)."""
+    policy = weight_echo()
+    with served(
+        policy=policy, sync=False, prefetch=2, frames_per_batch=160, total_frames=1600
+    ) as c:
+        frames, versions, mixed = 0, set(), 0
+        for i, batch in enumerate(c):
+            frames += batch.numel()
+            tags = batch["collector", "policy_version"]
+            assert torch.equal(batch["w"], tags.float())
+            versions |= set(tags.unique().tolist())
+            mixed += len(tags.unique()) > 1
+            publish(c, policy, i + 1)
+        stats = c.stats()
+    assert frames == stats["frames"] == 1600
+    assert len(versions) >= 5 and mixed >= 1  # tags moved within batches, truthfully
+    inference = stats["inference"]
+    # the last publish may still be on its way to the server (nothing waits for it)
+    assert inference["observations"] == 1600
+    assert max(versions) <= inference["servers"][0]["version"] <= 10
+    assert inference["latency"]["count"] == inference["requests"]
+    assert inference["latency"]["p95_ms"] >= inference["latency"]["median_ms"] > 0
+    assert stats["workers_alive"] == 2
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_killed_server_comes_back_with_the_current_weights(sync):
+    policy = weight_echo()
+    with served(policy=policy, sync=sync, inference_remote_config={"num_cpus": 0}) as c:
+        frames, batches = 0, 0
+        for i, batch in enumerate(c):
+            frames += frames_in(batch)
+            batches += 1
+            tags = batch["collector", "policy_version"]
+            assert torch.equal(batch["w"], tags.float())
+            if i == 2:
+                publish(c, policy, 3)
+                server = c.server_handles()[0]
+                os.kill(ray.get(server.pid.remote()), signal.SIGKILL)
+            if i >= 4:  # after the restart: the weights published before the death
+                assert tags.min() >= 3
+        stats = c.stats()
+    assert frames == stats["frames"] == 4000 and batches == 10
+    assert stats["inference"]["servers"][0]["restarted"] is True
+    assert stats["inference"]["servers"][0]["version"] == 3  # the board's, loaded at restart
+    assert stats["restarts"] == {0: 0, 1: 0}  # no env worker was lost
+
+
+@pytest.mark.e2e
+def test_a_killed_env_worker_is_replaced_as_without_servers():
+    with served(env=counting(5, sleep=0.001), sync=False, total_frames=2000) as c:
+        frames = 0
+        for i, batch in enumerate(c):
+            frames += batch.numel()
+            if i == 1:
+                kill_worker(c, 0)
+        stats = c.stats()
+    assert frames == stats["frames"] == 2000
+    assert stats["restarts"][0] == 1
+    assert stats["inference"]["observations"] >= 2000
+
+
+@pytest.mark.e2e
+def test_replay_buffer_and_compression_keep_their_contracts():
+    rb = RemoteReplayBuffer(10_000, 16)
+    try:
+        with served(
+            env=counting(7), sync=False, total_frames=1000, frames_per_batch=100, replay_buffer=rb
+        ) as c:
+            progress = list(c)
+        assert sum(int(p["frames"]) for p in progress) == 1000 == rb.write_count()
+        sample = rb.sample(4)
+        assert (sample["next", "observation"] == sample["observation"] + 1).all()
+    finally:
+        rb.shutdown()
+    with served(compress="lz4", sync=True, total_frames=800) as c:
+        batches = list(c)
+        assert c.stats()["compression"]["bytes_sent"] > 0
+    assert sum(frames_in(b) for b in batches) == 800
+    assert batches[0].batch_size == (2, 4, 50) and "w" in batches[0]

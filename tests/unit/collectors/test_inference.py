@@ -1,0 +1,271 @@
+"""Central batched inference in process: a SyncDataCollector acting through an inference
+server gives the batches it gives acting locally (bit for bit, for a policy that acts on each
+env's row alone, recurrent state included), tags each step with the version its server
+answered with, and every argument that cannot work is refused before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+from test_overlap import StepCounter
+from torchrl.envs.utils import ExplorationType
+
+from collecting import breakout
+from fleetrl import ConfigError, PolicyError, RayCollector, SyncDataCollector
+from fleetrl.backends import make_backend
+from fleetrl.collectors.inference import (
+    FACTORY_MSG,
+    NO_POLICY_MSG,
+    InferenceServers,
+    latency_summary,
+    needs_env,
+)
+from fleetrl.collectors.overlap import SplitEnv
+from fleetrl.wire import pack_weights
+from policies import atari_row_policy, constant_policy, weight_echo
+
+
+def servers_for(policy, count=1, **kwargs):
+    backend = make_backend("inprocess")
+    return InferenceServers(
+        backend,
+        backend.put(policy),
+        count=count,
+        device=None,
+        max_batch=kwargs.get("max_batch"),
+        max_wait_ms=0.0,
+        exploration_type=ExplorationType.RANDOM,
+        num_threads=None,
+        clients=1,
+    )
+
+
+def collect(env, policy, *, served, batches=2, n=4, steps=40, **kwargs):
+    """``batches`` batches of ``n`` envs, acting locally or through an in-process server."""
+    servers = servers_for(policy) if served else None
+    with SyncDataCollector(
+        env,
+        policy,
+        frames_per_batch=n * steps,
+        total_frames=batches * n * steps,
+        num_envs=n,
+        overlap=False,
+        inference_server=None if servers is None else servers.for_worker(0),
+        **kwargs,
+    ) as c:
+        c.set_seed(3)
+        out = list(c)
+        state = c.state_dict()
+        groups = len(getattr(c.env, "groups", [None]))
+    return out, state, groups, servers
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.batch_size == b.batch_size
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        for key in b.keys(True, True):
+            assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["cartpole", "breakout", "breakout_recurrent", "odd_envs", "max_frames_per_traj"],
+)
+def test_served_batches_are_bit_identical_to_local(case):
+    kwargs, n, env = {}, 4, "CartPole-v1"
+    policy = weight_echo()
+    if case.startswith("breakout"):
+        env = breakout("ale_vector", max_episode_frames=4 * 15)
+        policy = StepCounter() if case == "breakout_recurrent" else atari_row_policy()
+    if case == "odd_envs":
+        n = 3  # groups of 1 and 2
+    if case == "max_frames_per_traj":
+        kwargs["max_frames_per_traj"] = 7
+    want, want_state, _, _ = collect(env, policy, served=False, n=n, **kwargs)
+    got, got_state, groups, servers = collect(env, policy, served=True, n=n, **kwargs)
+    assert groups == 2  # double-buffered
+    assert_same(got, want)
+    for key in ("frames", "next_traj_id", "traj_ids", "episode_length", "episode_return"):
+        assert torch.equal(torch.as_tensor(got_state[key]), torch.as_tensor(want_state[key])), key
+    stats = servers.stats()[0]
+    assert stats["observations"] == 2 * n * 40
+    assert stats["requests"] == 2 * 2 * 40  # a request per group per step
+    if case == "breakout_recurrent":
+        for batch in got:
+            count, is_init = batch["count"][..., 0], batch["is_init"][..., 0]
+            assert torch.equal(count, batch["next", "episode_length"][..., 0] - 1)
+            assert torch.equal(is_init, count == 0)
+
+
+def test_random_frames_act_locally_and_the_policy_on_the_server():
+    got, _, _, servers = collect("CartPole-v1", weight_echo(), served=True, init_random_frames=160)
+    assert "w" not in got[0] and "w" in got[1]
+    assert servers.stats()[0]["observations"] == 160  # the second batch only
+
+
+def test_each_step_is_tagged_with_the_version_its_server_answered_with():
+    policy = weight_echo()
+    servers = servers_for(policy)
+    with SyncDataCollector(
+        "CartPole-v1",
+        policy,
+        frames_per_batch=32,
+        num_envs=4,
+        inference_server=servers.for_worker(0),
+    ) as c:
+        tags = []
+        for version in (3, 4, 9):
+            weights = {"module": {"w": torch.tensor(float(version))}}
+            from tensordict import TensorDict
+
+            servers.publish(servers.backend.put(pack_weights(TensorDict(weights))), version)
+            batch = c.next()
+            assert torch.equal(batch["w"], batch["collector", "policy_version"].float())
+            tags.append(batch["collector", "policy_version"].unique().tolist())
+            assert c.batch_version == version
+        assert tags == [[3], [4], [9]]
+        with pytest.raises(ConfigError, match="inference server, which holds the weights"):
+            c.update_policy_weights_(policy)
+
+
+def test_split_env_seeds_each_env_as_one_batch_does():
+    one = SplitEnv.build("CartPole-v1", 1, None)
+    assert not isinstance(one, SplitEnv)  # one env: one group
+    one.close()
+    split = SplitEnv.build("CartPole-v1", 5, None)
+    assert [r.stop - r.start for r in split.rows] == [2, 3]
+    from fleetrl.envs.make import make_env
+
+    whole = make_env("CartPole-v1", 5)
+    assert (split.reset(seed=11)["observation"] == whole.reset(seed=11)["observation"]).all()
+    split.close()
+    whole.close()
+
+
+def test_latency_summary():
+    assert latency_summary([0.001, 0.002, 0.003])["median_ms"] == pytest.approx(2.0)
+    assert latency_summary([])["count"] == 0
+
+
+# ------------------------------------------------------------- a RayCollector in process
+def ray_collector(**kwargs):
+    args = dict(
+        frames_per_batch=160,
+        total_frames=800,
+        num_collectors=2,
+        num_workers_per_collector=4,
+        backend="inprocess",
+        inference="server",
+    )
+    args.update(kwargs)
+    return RayCollector(args.pop("env", "CartPole-v1"), args.pop("policy", weight_echo()), **args)
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_ray_collector_with_servers_counts_frames_exactly(sync):
+    with ray_collector(sync=sync, num_inference_servers=2) as c:
+        frames, batches = 0, 0
+        for batch in c:
+            frames += batch.numel()
+            batches += 1
+            c.update_policy_weights_()
+        assert frames == c.frames == 800 and batches == 5
+        stats = c.stats()["inference"]
+        assert [s["server"] for s in stats["servers"]] == [0, 1]
+        assert stats["observations"] == 800
+        assert stats["latency"]["count"] == stats["requests"]
+        assert stats["servers"][0]["version"] == c.policy_version
+
+
+def test_weights_go_to_the_servers_not_the_workers():
+    policy = weight_echo()
+    with ray_collector(policy=policy, sync=True) as c:
+        with torch.no_grad():
+            policy.module.w.fill_(7.0)
+        c.update_policy_weights_(version=7)
+        batch = c.next()
+        assert batch["w"].unique().tolist() == [7.0]
+        assert batch["collector", "policy_version"].unique().tolist() == [7]
+        for worker in c.worker_handles():  # their own copies were never loaded
+            assert float(worker.obj.collector.policy.module.w) == 0.0
+        with pytest.raises(ConfigError, match="worker_ids"):
+            c.update_policy_weights_(worker_ids=[0])
+
+
+class HoldsEnv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        import gymnasium as gym
+
+        self.env = gym.make("CartPole-v1")
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, obs):
+        return self.linear(obs).argmax(-1)
+
+
+def test_refusals_name_the_argument_before_anything_starts():
+    from torchrl.collectors import Collector as TorchRLSync
+
+    cases = {
+        "inference=": dict(inference="remote"),
+        "policy=None": dict(policy=None),
+        "policy_factory=": dict(policy=None, policy_factory=weight_echo),
+        "collector_class=": dict(collector_class=TorchRLSync),
+        "policy_device='cuda:0'": dict(policy_device="cuda:0"),
+        "compile_policy=True": dict(compile_policy=True),
+        "max_weight_update_interval=2": dict(max_weight_update_interval=2),
+        "num_inference_servers=3": dict(num_inference_servers=3),
+        "inference_max_batch=0": dict(inference_max_batch=0),
+        "inference_max_wait_ms=-1": dict(inference_max_wait_ms=-1),
+        "inference_remote_config=": dict(inference_remote_config=[1]),
+        "holds an env object": dict(
+            policy=TensorDictModule(HoldsEnv(), in_keys=["observation"], out_keys=["action"])
+        ),
+    }
+    if not torch.cuda.is_available():
+        cases["inference_device='cuda'"] = dict(inference_device="cuda")
+    for needle, kwargs in cases.items():
+        with pytest.raises(ConfigError) as err:
+            ray_collector(**kwargs)
+        assert needle in str(err.value), (needle, str(err.value))
+    with pytest.raises(ConfigError) as err:
+        ray_collector(policy=None)
+    assert f"policy=None is invalid: {NO_POLICY_MSG}" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        ray_collector(policy=None, policy_factory=weight_echo)
+    assert FACTORY_MSG in str(err.value)
+    # server-only arguments with local inference
+    with pytest.raises(ConfigError, match="num_inference_servers=2 is invalid: only takes effect"):
+        ray_collector(inference="local", num_inference_servers=2)
+
+
+def test_a_policy_that_acts_one_env_at_a_time_is_refused():
+    from fakes import TorchRLCountingEnv
+    from policies import CountingPolicy
+
+    servers = servers_for(CountingPolicy())
+    with pytest.raises(PolicyError, match="acts on one env at a time"):
+        SyncDataCollector(
+            TorchRLCountingEnv,
+            CountingPolicy(),
+            frames_per_batch=4,
+            num_envs=2,
+            inference_server=servers.for_worker(0),
+        )
+
+
+def test_needs_env_finds_envs_in_attributes_and_closures():
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    assert needs_env(env) == "is an env"
+    assert "holds an env object" in needs_env(HoldsEnv())
+    module = TensorDictModule(
+        lambda obs: env.action_space.sample(), in_keys=["observation"], out_keys=["action"]
+    )
+    assert "<env>" in needs_env(module)
+    assert needs_env(constant_policy()) is None
