@@ -283,6 +283,7 @@ BENCHMARKS = (
     "atari_throughput",
     "collector_throughput",
     "decoupled",
+    "inference_server",
     "learner_throughput",
     "mujoco_learning",
     "normalization_overhead",

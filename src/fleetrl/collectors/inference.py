@@ -133,6 +133,7 @@ def check_inference(
     policy: Any,
     policy_factory: Any,
     collector_class: Any,
+    native: bool,
     devices: dict[str, Any],
     compile_policy: Any,
     cudagraph_policy: Any,
@@ -140,9 +141,8 @@ def check_inference(
     remote_config: Any = None,
 ) -> None:
     """Refuse inference arguments that cannot work, each naming its argument, before any actor
-    starts. ``inference='local'`` with server-only arguments left at their defaults passes."""
-    from fleetrl.collectors.sync import SyncDataCollector
-
+    starts. ``inference='local'`` with server-only arguments left at their defaults passes.
+    ``native``: ``collector_class`` is fleetrl's SyncDataCollector (or a subclass)."""
     if inference not in INFERENCE_MODES:
         p.add("inference", inference, f"must be one of {list(INFERENCE_MODES)}")
         return
@@ -198,7 +198,7 @@ def check_inference(
             p.add("inference", "server", NEEDS_ENV_MSG.format(policy=policy, why=why))
         elif not isinstance(policy, nn.Module):
             p.add("inference", "server", NOT_MODULE_MSG.format(policy=policy))
-    if not (isinstance(collector_class, type) and issubclass(collector_class, SyncDataCollector)):
+    if not native:
         p.add("collector_class", collector_class, CLASS_MSG.format(cls=collector_class))
     for key in ("device", "policy_device"):
         value = devices.get(key)

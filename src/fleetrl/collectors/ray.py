@@ -360,6 +360,8 @@ class RayCollector(DataCollectorBase):
             policy=policy,
             policy_factory=policy_factory,
             collector_class=collector_class,
+            native=isinstance(collector_class, type)
+            and issubclass(collector_class, SyncDataCollector),
             devices={"device": device, "policy_device": policy_device},
             compile_policy=compile_policy,
             cudagraph_policy=cudagraph_policy,

@@ -190,7 +190,7 @@ def test_weights_go_to_the_servers_not_the_workers():
         assert batch["w"].unique().tolist() == [7.0]
         assert batch["collector", "policy_version"].unique().tolist() == [7]
         for worker in c.worker_handles():  # their own copies were never loaded
-            assert float(worker.obj.collector.policy.module.w) == 0.0
+            assert float(worker.obj.collector.policy.module.w.detach()) == 0.0
         with pytest.raises(ConfigError, match="worker_ids"):
             c.update_policy_weights_(worker_ids=[0])
 
