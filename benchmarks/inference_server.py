@@ -164,8 +164,12 @@ def torchrl_peer(name: str, workers: int, envs: int, steps: int, batches: int) -
 
     policy, _ = workload_policy(name)
     if name == "pong":  # gymnasium's AtariPreprocessing + stack: one env per factory
-        spec = atari_spec("gymnasium", 1)
-        make = lambda: GymWrapper(spec.make(1).env, categorical_action_encoding=True)  # noqa: E731
+        from fleetrl.config import AtariConfig
+        from fleetrl.envs.atari import gym_atari
+
+        make = lambda: GymWrapper(  # noqa: E731
+            gym_atari("ALE/Pong-v5", AtariConfig()), categorical_action_encoding=True
+        )
     else:
         make = lambda: GymEnv("CartPole-v1", categorical_action_encoding=True)  # noqa: E731
     collector = AsyncBatchedCollector(
@@ -319,7 +323,9 @@ def main() -> None:
 
     ray.init(
         address="local",
-        num_cpus=max(os.cpu_count() or 1, max(args.workers) + 1),
+        # logical CPUs: every contestant's workers stay up at once (paired rounds), while
+        # only one contestant collects at a time
+        num_cpus=max(os.cpu_count() or 1, 4 * max(args.workers) + 2),
         include_dashboard=False,
         logging_level="ERROR",
         log_to_driver=False,
