@@ -14,7 +14,9 @@ Contestants, each built and warmed once, then timed in paired rounds (each round
 - ``local``: ``RayCollector(..., inference="local")``, today's mode: each worker runs its
   policy copy on its own CPU;
 - ``server-cpu``: ``inference="server"``, one inference server on the CPU; the workers
-  only step envs, in two double-buffered groups;
+  only step envs, in two double-buffered groups, and reach the server through shared
+  memory (``inference_transport="auto"`` on one node); ``server-cpu (ray calls)``: the
+  same through Ray calls (``inference_transport="ray"``, what workers on other nodes use);
 - ``server-cuda``: the same with ``inference_device="cuda"``, where torch sees a GPU;
 - ``torchrl``: torchrl 0.14's ``AsyncBatchedCollector`` (its auto-batching
   ``InferenceServer`` in a thread, N x E envs in threads), the peer that ships the idea.
@@ -141,6 +143,7 @@ def fleet(name: str, mode: str, workers: int, envs: int, steps: int, batches: in
             inference="server",
             inference_device="cuda" if mode == "server-cuda" else None,
             inference_remote_config={"num_cpus": 0, **({"num_gpus": 1} if "cuda" in mode else {})},
+            inference_transport="ray" if mode.endswith("(ray calls)") else "auto",
         )
     collector = RayCollector(
         workload_env(name),
@@ -265,7 +268,9 @@ def measure(args, name: str, workers: int, errors: dict) -> dict:
     )
     if made["raw"] is not None:
         made["raw"].run()  # warm-up round
-    modes = ["local", "server-cpu"] + (["server-cuda"] if torch.cuda.is_available() else [])
+    modes = ["local", "server-cpu", "server-cpu (ray calls)"]
+    if torch.cuda.is_available():
+        modes += ["server-cuda", "server-cuda (ray calls)"]
     for mode in modes:
         made[mode] = guarded(
             f"{name}/{mode}",

@@ -240,6 +240,9 @@ class CollectorConfig:
     inference_max_wait_ms: float = 0.0
     """collector.inference=server: how long a server waits for a batch to fill once its first
     request is in (0: requests that came while the policy ran form the next batch)."""
+    inference_transport: str = "auto"
+    """collector.inference=server: 'auto' (shared memory between a collector and its server on
+    one node, Ray calls across nodes) or 'ray' (Ray calls only)."""
     num_cpus_per_inference_server: float = 1.0
     """collector.inference=server: Ray CPUs reserved per server (0: the servers share the
     collectors' cores)."""

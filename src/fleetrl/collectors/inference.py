@@ -61,6 +61,13 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised
+from fleetrl.collectors.shm import (
+    CHECK_EVERY_S,
+    TRANSPORTS,
+    ShmChannel,
+    ShmEndpoint,
+    new_token,
+)
 from fleetrl.errors import PolicyError, Problems, WorkerError
 from fleetrl.keys import NestedKey
 from fleetrl.runtime import pin_threads
@@ -114,6 +121,10 @@ WEIGHTS_TARGET_MSG = (
     "with inference='server' the weights go to the inference servers, which serve every "
     "worker; publish to all workers (worker_ids=None)"
 )
+SERVER_START_MSG = (
+    "inference server {index} could not start (the policy could not be sent to it, or it "
+    "could not be built there); the server's error:\n{cause}"
+)
 SERVER_WEIGHTS_MSG = (
     "this collector acts through an inference server, which holds the weights; publish them "
     "with the RayCollector (or InferenceServers.publish)"
@@ -139,6 +150,7 @@ def check_inference(
     cudagraph_policy: Any,
     max_weight_update_interval: Any,
     remote_config: Any = None,
+    transport: Any = "auto",
 ) -> None:
     """Refuse inference arguments that cannot work, each naming its argument, before any actor
     starts. ``inference='local'`` with server-only arguments left at their defaults passes.
@@ -165,6 +177,8 @@ def check_inference(
         and max_wait_ms >= 0
     )
     p.check(ok_wait, "inference_max_wait_ms", max_wait_ms, "must be a number >= 0 (milliseconds)")
+    if transport not in TRANSPORTS:
+        p.add("inference_transport", transport, f"must be one of {list(TRANSPORTS)}")
     if remote_config is not None and not isinstance(remote_config, dict):
         p.add("inference_remote_config", remote_config, "must be a dict of Ray actor options")
     device = None
@@ -184,6 +198,7 @@ def check_inference(
             ("inference_max_batch", max_batch, None),
             ("inference_max_wait_ms", max_wait_ms, 0.0),
             ("inference_remote_config", remote_config, None),
+            ("inference_transport", transport, "auto"),
         ):
             if value != default and not p.has(key):
                 p.add(key, value, "only takes effect with inference='server'")
@@ -361,6 +376,7 @@ class InferenceServer:
             (a restarted server), or None.
         concurrent: requests arrive from several threads (a Ray actor); in process, False:
             each request is served at once, as its own batch.
+        clients: the env workers it serves (two requests in flight each at most).
     """
 
     def __init__(
@@ -375,6 +391,7 @@ class InferenceServer:
         num_threads: int | None = 1,
         board: Actor | None = None,
         concurrent: bool = True,
+        clients: int = 1,
     ):
         pin_threads(num_threads)
         self.server_id = server_id
@@ -392,6 +409,10 @@ class InferenceServer:
         self._in_keys: set[NestedKey] | None = None
         self.counts = {"requests": 0, "batches": 0, "observations": 0, "compute_s": 0.0}
         self.restarted = _reconstructed()
+        self._token = new_token()
+        self._clients = clients
+        self._endpoint: ShmEndpoint | None = None  # made on the first worker's ask
+        self._endpoint_lock = threading.Lock()
         if board is not None:
             publish, version, (ref,) = board.ask("newest")
             if ref is not None:
@@ -411,6 +432,34 @@ class InferenceServer:
     def infer(self, inputs: list[tuple[NestedKey, np.ndarray]]) -> tuple[Any, int, float]:
         """Answer one request: ``(outputs, version, answered_at)``, outputs as ``(key, array)``
         pairs of the rows asked for, ``answered_at`` the wall-clock time they were ready."""
+        return self._serve(inputs)
+
+    def token(self) -> str:
+        """This incarnation's token (a server restarted by Ray has a new one)."""
+        return self._token
+
+    def endpoint(self) -> dict[str, Any]:
+        """Where workers on this node reach the server through shared memory
+        (:mod:`fleetrl.collectors.shm`): its node, request FIFO and token."""
+        from fleetrl.runtime import node_id
+
+        with self._endpoint_lock:
+            if self._endpoint is None:
+                self._endpoint = ShmEndpoint(self._serve, self._clients)
+        return {"node": node_id(), "path": self._endpoint.path, "token": self._token}
+
+    def register(self, shm_name: str, inputs: Any, outputs: Any, rows: int, fifo: str) -> int:
+        """A worker's shared-memory channel for one env group; returns its id."""
+        self.endpoint()
+        return self._endpoint.register(shm_name, inputs, outputs, rows, fifo)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        """Release the shared-memory endpoint (its FIFO, the channels' mappings)."""
+        if self._endpoint is not None:
+            self._endpoint.close()
+            self._endpoint = None
+
+    def _serve(self, inputs: list[tuple[NestedKey, np.ndarray]]) -> tuple[Any, int, float]:
         request = _Request(inputs, len(inputs[0][1]), time.perf_counter())
         with self._cond:
             self._queue.append(request)
@@ -490,7 +539,8 @@ class InferenceServer:
 
     def stats(self) -> dict[str, Any]:
         """Requests, batches, observations served and seconds computing, since this server
-        (or its last restart) started; its version and device."""
+        (or its last restart) started; its version and device; the requests that came
+        through shared memory (``shm_requests``; the others came as Ray calls)."""
         c = self.counts
         return {
             **c,
@@ -498,6 +548,7 @@ class InferenceServer:
             "version": self.version,
             "device": str(self.device),
             "restarted": self.restarted,
+            "shm_requests": 0 if self._endpoint is None else self._endpoint.requests,
         }
 
     def ping(self) -> int:
@@ -529,24 +580,43 @@ def _reconstructed() -> bool:
 # ---------------------------------------------------------------------- client
 class ServerClient:
     """How a worker's rollout reaches its server: :meth:`ask` sends a group's step input,
-    :meth:`take` waits for the answer. Keeps each request's latency (see :meth:`take`)."""
+    :meth:`take` waits for the answer. Keeps each request's latency (see :meth:`take`).
 
-    def __init__(self, server: Actor):
+    Args:
+        server: the server actor.
+        transport: ``"auto"``: shared memory where the server runs on this node
+            (:mod:`fleetrl.collectors.shm`), else Ray calls; ``"ray"``: Ray calls only.
+    """
+
+    def __init__(self, server: Actor, transport: str = "auto"):
         self.server = server
         self.backend: Backend = server.backend
         self.inline = server.backend.name != "ray"  # in process: answered at once
+        self.transport = transport
         self.latencies: list[float] = []
         self._keys: list[NestedKey] | None = None
+        #: per env group: its shared-memory channel, once open
+        self._channels: dict[int, ShmChannel] = {}
+        #: the server's shared-memory endpoint: None until asked, False where it is not used
+        self._endpoint: dict[str, Any] | bool | None = None
 
-    def ask(self, td: TensorDictBase) -> tuple[Any, float]:
-        """Send the step input of a group (its rows); returns what :meth:`take` needs."""
+    def ask(self, td: TensorDictBase, group: int = 0) -> tuple[Any, float]:
+        """Send the step input of env group ``group`` (its rows); returns what :meth:`take`
+        needs."""
         if self._keys is None:
             self._keys = list(td.keys(include_nested=True, leaves_only=True))
         inputs = [(key, td.get(key).numpy()) for key in self._keys]
         asked_at = time.time()
         if self.inline:
-            return self._answer(lambda: self.server.ask("infer", inputs)), asked_at
-        return self.server.call("infer", inputs), asked_at
+            return ("done", self._answer(lambda: self.server.ask("infer", inputs))), asked_at
+        channel = self._channels.get(group)
+        if channel is not None:
+            try:
+                channel.send(inputs)
+                return ("shm", group, inputs), asked_at
+            except OSError:  # the server's request pipe broke: it died
+                self._drop()
+        return ("ray", self.server.call("infer", inputs), group, inputs), asked_at
 
     def take(self, asked: tuple[Any, float], td: TensorDictBase) -> tuple[TensorDictBase, int]:
         """The step input ``td`` (the group's rows, as asked) with the policy's outputs set,
@@ -555,9 +625,17 @@ class ServerClient:
         The request's latency is from :meth:`ask` to when the answer was ready here: the
         server's answer time if it came before this call, else the end of the wait.
         """
-        ref, asked_at = asked
+        how, asked_at = asked
         started = time.time()
-        answer = ref if self.inline else self._answer(lambda: self.backend.get(ref))
+        if how[0] == "done":
+            answer = how[1]
+        elif how[0] == "shm":
+            answer = self._take_shm(how[1], how[2])
+        else:
+            _, ref, group, inputs = how
+            answer = self._answer(lambda: self.backend.get(ref))
+            if group not in self._channels and self._shm_endpoint():
+                self._open(group, inputs, answer[0])
         outputs, version, answered_at = answer
         done = time.time()
         self.latencies.append((done if started < answered_at else answered_at) - asked_at)
@@ -567,6 +645,61 @@ class ServerClient:
             for key, array in outputs:
                 out.set(key, torch.from_numpy(array))
         return out, version
+
+    # ------------------------------------------------------------ shared memory
+    def _shm_endpoint(self) -> dict[str, Any] | bool:
+        """The server's endpoint where it runs on this node and shared memory is allowed."""
+        if self._endpoint is None:
+            if self.transport == "ray":
+                self._endpoint = False
+            else:
+                from fleetrl.runtime import node_id
+
+                info = self._answer(lambda: self.backend.get(self.server.call("endpoint")))
+                self._endpoint = info if info["node"] == node_id() else False
+        return self._endpoint
+
+    def _open(self, group: int, inputs: Any, outputs: Any) -> None:
+        endpoint = self._shm_endpoint()
+        assert isinstance(endpoint, dict)
+
+        def register(*args: Any) -> int:
+            return self._answer(lambda: self.backend.get(self.server.call("register", *args)))
+
+        try:
+            self._channels[group] = ShmChannel(
+                endpoint["path"], inputs, outputs, len(inputs[0][1]), register
+            )
+        except OSError:  # no shared memory or FIFOs here: Ray calls it is
+            self._endpoint = False
+
+    def _take_shm(self, group: int, inputs: Any) -> tuple[Any, int, float]:
+        channel = self._channels.get(group)
+        if channel is None:  # dropped since it was sent (its server died): ask by Ray
+            return self._answer(lambda: self.backend.get(self.server.call("infer", inputs)))
+        while not channel.wait(CHECK_EVERY_S):
+            if self._server_changed():  # restarted: it knows no channel; ask it by Ray
+                self._drop()
+                return self._answer(lambda: self.backend.get(self.server.call("infer", inputs)))
+        answer = channel.answer()
+        if answer is None:  # the server failed on it: the Ray call raises its error
+            return self._answer(lambda: self.backend.get(self.server.call("infer", inputs)))
+        return answer
+
+    def _server_changed(self) -> bool:
+        token = self._answer(lambda: self.backend.get(self.server.call("token")))
+        endpoint = self._endpoint
+        return not isinstance(endpoint, dict) or token != endpoint["token"]
+
+    def _drop(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        self._endpoint = None  # asked again: a restarted server has a new one
+
+    def close(self) -> None:
+        """Release the shared-memory channels."""
+        self._drop()
 
     def _answer(self, get: Any) -> Any:
         try:
@@ -596,6 +729,7 @@ class InferenceServers:
             :class:`InferenceServer` takes them.
         clients: workers per server (each has two requests in flight at most).
         remote_config: Ray actor options per server (:func:`server_options`).
+        transport: how the workers reach the servers (``"auto"`` or ``"ray"``).
     """
 
     def __init__(
@@ -611,9 +745,12 @@ class InferenceServers:
         num_threads: int | None,
         clients: int,
         remote_config: dict[str, Any] | None = None,
+        transport: str = "auto",
     ):
         self.backend = backend
         self.device = device
+        #: how the workers reach the servers (:data:`~fleetrl.collectors.shm.TRANSPORTS`)
+        self.transport = transport
         self.board: Actor = backend.start(WeightsBoard, options={"num_cpus": 0})
         self.servers: list[Actor] = []
         options = server_options(device, count, remote_config)
@@ -637,10 +774,16 @@ class InferenceServers:
                         num_threads=num_threads,
                         board=self.board,
                         concurrent=backend.name == "ray",
+                        clients=2 * clients,
                         options=options,
                     )
                 )
-            backend.get_all([s.call("ping") for s in self.servers])  # up before any worker
+            for i, ref in enumerate([s.call("ping") for s in self.servers]):
+                try:  # up before any worker
+                    backend.get(ref)
+                except (WorkerDied, WorkerRaised) as err:
+                    text = err.cause if isinstance(err, WorkerDied) else err.text
+                    raise WorkerError(SERVER_START_MSG.format(index=i, cause=text)) from None
         except BaseException:
             self.shutdown()
             raise
@@ -671,7 +814,7 @@ class InferenceServers:
         return out
 
     def shutdown(self) -> None:
-        for server in self.servers:
+        for server in self.servers:  # a killed server leaves only its request FIFO's name
             self.backend.kill(server)
         self.servers = []
         self.backend.kill(self.board)

@@ -196,6 +196,7 @@ class WorkerPool:
         kwargs.update(slot.kwargs)
         if self.servers is not None:
             kwargs["inference_server"] = self.servers.for_worker(slot.worker_id)
+            kwargs["inference_transport"] = self.servers.transport
         if self.native:  # automatic overlap only where each worker leaves a core to its engine
             kwargs["overlap"] = worker_overlap(
                 kwargs.get("overlap"), len(self.slots), available_cores()

@@ -161,9 +161,10 @@ def alloc_batch(
 class _Group:
     """One env group: its engine, its rows of the batch, its rows of the step input."""
 
-    __slots__ = ("asked", "env", "in_flight", "out", "rows", "td")
+    __slots__ = ("asked", "env", "in_flight", "index", "out", "rows", "td")
 
-    def __init__(self, env: BatchedEnv, rows: slice, td: TensorDictBase):
+    def __init__(self, env: BatchedEnv, rows: slice, td: TensorDictBase, index: int = 0):
+        self.index = index
         self.env = env
         self.rows = rows
         self.td = td  # a view of the step TensorDict's rows: refreshed in place
@@ -238,7 +239,10 @@ def rollout(
     is_init = step.td.get("is_init").numpy() if uses_is_init else None
     track_starts = bool(carried_t) or is_init is not None
     whole = len(groups) == 1
-    gs = [_Group(env, rows, step.td if whole else step.td[rows]) for env, rows in groups]
+    gs = [
+        _Group(env, rows, step.td if whole else step.td[rows], i)
+        for i, (env, rows) in enumerate(groups)
+    ]
     clock = time.perf_counter  # a local name: no attribute lookup per step
     policy_s = 0.0
 
@@ -267,7 +271,7 @@ def rollout(
         for key, view, _ in obs_views:
             view[r, t] = step_np[key][r]
         started = clock()
-        g.asked = serve.ask(g.td)  # type: ignore[union-attr]
+        g.asked = serve.ask(g.td, g.index)  # type: ignore[union-attr]
         policy_s += clock() - started
 
     def take(g: _Group, t: int) -> None:

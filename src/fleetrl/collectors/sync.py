@@ -57,6 +57,7 @@ from fleetrl.collectors.inference import (
 from fleetrl.collectors.overlap import HalvedEnv, Overlap, SplitEnv, as_overlap, overlap_spec
 from fleetrl.collectors.plan import accelerate, initial_states, place_policy, plan_policy
 from fleetrl.collectors.rollout import StepInput, alloc_batch, rollout
+from fleetrl.collectors.shm import TRANSPORTS
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs.base import BatchedEnv
@@ -192,6 +193,7 @@ class SyncDataCollector(DataCollectorBase):
         set_truncated: bool = False,
         return_discount: float | None = None,
         inference_server: Any = None,
+        inference_transport: str = "auto",
     ):
         super().__init__()
         p = Problems()
@@ -223,6 +225,8 @@ class SyncDataCollector(DataCollectorBase):
             policy_devices=self.policy_device,
         )
         split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
+        if inference_transport not in TRANSPORTS:
+            p.add("inference_transport", inference_transport, f"must be one of {list(TRANSPORTS)}")
         if inference_server is not None:
             check_served(
                 p, policy, policy_factory, self.policy_device, compile_policy, cudagraph_policy
@@ -256,7 +260,11 @@ class SyncDataCollector(DataCollectorBase):
 
         skip_absent_pandas_probe()
         #: central inference: how the rollout reaches the server (None: the policy runs here)
-        self.server = None if inference_server is None else ServerClient(inference_server)
+        self.server = (
+            None
+            if inference_server is None
+            else ServerClient(inference_server, inference_transport)
+        )
         if self.server is not None:  # two groups where the envs split: double buffering
             self.env: BatchedEnv = SplitEnv.build(create_env_fn, num_envs or 1, create_env_kwargs)
         elif split is None:
@@ -543,6 +551,8 @@ class SyncDataCollector(DataCollectorBase):
         return batch
 
     def _shutdown(self) -> None:
+        if self.server is not None:
+            self.server.close()
         self.env.close()
 
     # ------------------------------------------------------------- rollout

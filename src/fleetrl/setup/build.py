@@ -99,6 +99,7 @@ def inference_arguments(c: Any) -> dict[str, Any]:
         "inference_max_batch": c.inference_max_batch,
         "inference_max_wait_ms": c.inference_max_wait_ms,
         "inference_remote_config": {"num_cpus": c.num_cpus_per_inference_server},
+        "inference_transport": c.inference_transport,
     }
 
 

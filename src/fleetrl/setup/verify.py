@@ -186,6 +186,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
     "collector.inference": (lambda v: v in ("local", "server"), "must be 'local' or 'server'"),
     "collector.num_inference_servers": (_at_least(1), "must be >= 1"),
+    "collector.inference_transport": (lambda v: v in ("auto", "ray"), "must be 'auto' or 'ray'"),
     "collector.inference_max_batch": (_above(0, null=True), "must be > 0, or null: no bound"),
     "collector.inference_max_wait_ms": (_at_least(0), "must be >= 0 (milliseconds)"),
     "collector.num_cpus_per_inference_server": (_at_least(0), "must be >= 0"),
@@ -373,6 +374,7 @@ SERVER_ONLY = {
     "inference_max_batch": None,
     "inference_max_wait_ms": 0.0,
     "num_cpus_per_inference_server": 1.0,
+    "inference_transport": "auto",
 }
 
 

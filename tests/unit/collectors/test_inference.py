@@ -269,3 +269,37 @@ def test_needs_env_finds_envs_in_attributes_and_closures():
     )
     assert "<env>" in needs_env(module)
     assert needs_env(constant_policy()) is None
+
+
+def test_a_shared_memory_channel_carries_requests_and_answers_and_leaves_no_names():
+    import os
+
+    import numpy as np
+
+    from fleetrl.collectors.shm import ShmChannel, ShmEndpoint
+
+    def serve(inputs):  # the action is the observation's sum; the version 7
+        obs = np.concatenate([a for k, a in inputs if k == "observation"])
+        return [("action", obs.sum(-1).astype(np.int64)), ("value", obs[:, :1] * 2)], 7, 1.5
+
+    endpoint = ShmEndpoint(serve, threads=2)
+    obs = np.arange(6, dtype=np.float32).reshape(2, 3)
+    inputs = [("observation", obs), ("is_init", np.ones((2, 1), dtype=bool))]
+    channel = ShmChannel(endpoint.path, inputs, serve(inputs)[0], 2, endpoint.register)
+    try:
+        assert not os.path.exists(channel.fifo)  # both ends are open: the names are gone
+        assert not os.path.exists(f"/dev/shm/{channel.shm.name.lstrip('/')}")
+        for step in range(3):
+            channel.send([("observation", obs + step), inputs[1]])
+            assert channel.wait(5.0)
+            outputs, version, at = channel.answer()
+            assert [k for k, _ in outputs] == ["action", "value"]
+            np.testing.assert_array_equal(outputs[0][1], (obs + step).sum(-1).astype(np.int64))
+            np.testing.assert_array_equal(outputs[1][1], (obs + step)[:, :1] * 2)
+            assert (version, at) == (7, 1.5)
+        assert endpoint.requests == 3
+        assert not channel.wait(0.05)  # one answer per request
+    finally:
+        channel.close()
+        endpoint.close()
+    assert not os.path.exists(endpoint.path)
