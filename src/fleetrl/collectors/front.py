@@ -66,6 +66,20 @@ BACKEND_ALTERNATIVES = {
     ),
 }
 BACKENDS = ("direct", "ray", "inprocess")
+#: RayCollector's central-inference arguments (:mod:`fleetrl.collectors.inference`)
+SERVER_ARGUMENTS = (
+    "inference",
+    "num_inference_servers",
+    "inference_device",
+    "inference_max_batch",
+    "inference_max_wait_ms",
+    "inference_remote_config",
+    "inference_transport",
+)
+DIRECT_SERVER_MSG = (
+    "is central inference's, which serves remote collectors: use backend='ray' (or "
+    "'inprocess'); backend='direct' runs its policy in this process"
+)
 #: keys torchrl keeps for the selector, never passed through ``backend_options``
 RESERVED_OPTIONS = ("backend_options", "num_collectors", "num_workers", "sync")
 
@@ -131,6 +145,10 @@ def Collector(
     elif duplicates:
         p.add("backend_options", options, f"repeats arguments given directly: {duplicates}")
     if chosen == "direct":
+        if kwargs.get("inference") == "local":  # the direct collector's only mode
+            kwargs.pop("inference")
+        for key in sorted(set(SERVER_ARGUMENTS) & set(kwargs)):
+            p.add(key, kwargs[key], DIRECT_SERVER_MSG)
         if num_collectors not in (None, 1):
             p.add("num_collectors", num_collectors, "backend='direct' runs one collector")
         if sync is not None:

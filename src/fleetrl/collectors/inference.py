@@ -30,7 +30,9 @@ same way. Shared memory between processes on one node was considered and not
 built; see ``docs/guides/inference.md`` for the figures behind the choice.
 
 **Weights** go to the servers only: one ``put`` per version and one load per
-server (:meth:`InferenceServers.publish`), never per worker. Each answer says
+server (:meth:`InferenceServers.publish`, which returns once every server holds the
+version, so tasks issued after a publish act with it, as with local inference), never per
+worker. Each answer says
 the version that produced it, and the batch tags every step with it
 (``("collector", "policy_version")``), so tags stay truthful even when the
 weights change in the middle of a batch.
@@ -793,11 +795,15 @@ class InferenceServers:
 
     def publish(self, ref: Any, version: int) -> None:
         """Give every server a stored version (its ref from :class:`WeightStore`): posted on the
-        board first, so a server restarting meanwhile starts from it."""
+        board first, so a server restarting meanwhile starts from it; returns once every
+        server holds it, so that every task issued after a publish acts with it (with local
+        inference the weights travel with the next task: the same guarantee)."""
         self._publish += 1
         self.board.fire("post", self._publish, version, [ref])
-        for server in self.servers:
-            server.fire("load_weights", ref, version, self._publish)
+        loads = [s.call("load_weights", ref, version, self._publish) for s in self.servers]
+        for load in loads:
+            with contextlib.suppress(WorkerDied):  # gone for good: nothing to serve with it
+                self.backend.get(load)
 
     def stats(self, timeout: float | None = 10.0) -> list[dict[str, Any]]:
         refs = [s.call("stats") for s in self.servers]

@@ -303,3 +303,56 @@ def test_a_shared_memory_channel_carries_requests_and_answers_and_leaves_no_name
         channel.close()
         endpoint.close()
     assert not os.path.exists(endpoint.path)
+
+
+# ------------------------------------------------------------------------ the config
+def problems_of(*overrides):
+    from fleetrl.setup.load import config_from_dict
+
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"algorithm": "ppo", "env": {"id": "CartPole-v1"}}, list(overrides))
+    return str(err.value)
+
+
+def test_the_config_keys_are_checked_with_everything_else():
+    from fleetrl.setup.build import inference_arguments
+    from fleetrl.setup.load import config_from_dict
+
+    text = problems_of("collector.inference=server", "collector.num_collectors=0")
+    assert "collector.inference='server' is invalid: serves remote collectors" in text
+    text = problems_of("collector.inference=server", "collector.num_inference_servers=3")
+    assert (
+        "collector.num_inference_servers=3 is invalid: must be <= collector.num_collectors=2"
+        in text
+    )
+    text = problems_of("collector.inference_max_batch=64", "collector.inference_transport=ray")
+    assert "collector.inference_max_batch=64 is invalid: only takes effect with" in text
+    assert "collector.inference_transport='ray' is invalid: only takes effect with" in text
+    assert "collector.inference='gpu' is invalid: must be 'local' or 'server'" in problems_of(
+        "collector.inference=gpu"
+    )
+    if not torch.cuda.is_available():
+        text = problems_of("collector.inference=server", "collector.inference_device=cuda")
+        assert "collector.inference_device='cuda' is invalid: needs a GPU" in text
+    config = config_from_dict(
+        {"algorithm": "ppo", "env": {"id": "CartPole-v1"}},
+        ["collector.inference=server", "collector.inference_max_wait_ms=0.5"],
+    )
+    assert inference_arguments(config.collector) == {
+        "inference": "server",
+        "num_inference_servers": 1,
+        "inference_device": None,
+        "inference_max_batch": None,
+        "inference_max_wait_ms": 0.5,
+        "inference_remote_config": {"num_cpus": 1.0},
+        "inference_transport": "auto",
+    }
+
+
+def test_the_direct_front_door_refuses_server_arguments():
+    from fleetrl import Collector
+
+    with pytest.raises(ConfigError, match="inference='server' is invalid: is central inference"):
+        Collector("CartPole-v1", weight_echo(), frames_per_batch=8, inference="server")
+    with Collector("CartPole-v1", weight_echo(), frames_per_batch=8, inference="local") as c:
+        assert c.next().numel() == 8
