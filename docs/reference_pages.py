@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import re
 from pathlib import Path
 
@@ -421,6 +422,19 @@ def _cell_in(data: dict, row_start: str, column: str, table: int = 0) -> str:
     return next(r[col] for r in t["rows"] if r[0].startswith(row_start))
 
 
+def _served_pong(data: dict) -> dict:
+    """Central inference on Pong in the committed result: its ratios to local inference and
+    to torchrl's AsyncBatchedCollector (medians of per-round ratios)."""
+    res = next(r for r in data["results"] if r["workload"] == "pong")
+    rows = res["rows"]
+    server, peer = rows["server-cpu"]["runs"], rows["torchrl"]["runs"]
+    return {
+        "setting": f"{res['workers']} workers x {res['envs']} envs",
+        "x_local": rows["server-cpu"]["x_local"],
+        "x_torchrl": statistics.median(a / b for a, b in zip(server, peer)),
+    }
+
+
 def _best_in(data: dict, row_start: str, column: str, table: int = 0) -> tuple[str, str]:
     """The row (label, value) with the highest ratio among rows starting with ``row_start``."""
     t = data["tables"][table]
@@ -438,6 +452,7 @@ def headline_rows() -> list[list[str]]:
     learner = load_result("learner_throughput")["cases"]["ppo_mujoco_tanh"]["ms_per_step"]
     solve = load_result("time_to_solve")["results"]["ratios"]
     sweep = load_result("sweep_best")["ratios"]
+    served = _served_pong(load_result("inference_server"))
     best_label, best_vs_raw = _best_in(atari, "fleetrl SyncDataCollector", "vs limit")
     engine = best_label.split(":", 1)[1].strip()
     return [
@@ -463,6 +478,16 @@ def headline_rows() -> list[list[str]]:
             best_vs_raw,
         ],
         ["", "torchrl `Collector` (steps/s)", _cell_in(atari, best_label, "vs torchrl")],
+        [
+            f"`RayCollector(inference=\"server\")`, Pong CNN, {served['setting']}, CPU server",
+            "local inference (frames/s)",
+            f"{served['x_local']:.2f}x",
+        ],
+        [
+            "",
+            "torchrl `AsyncBatchedCollector` (frames/s)",
+            f"{served['x_torchrl']:.2f}x",
+        ],
         [
             "PPO optimizer step, MuJoCo shapes, eager",
             "plain PyTorch (steps/s)",
