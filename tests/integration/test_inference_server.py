@@ -82,6 +82,8 @@ def test_a_killed_server_comes_back_with_the_current_weights(sync):
             frames += frames_in(batch)
             tags = batch["collector", "policy_version"]
             assert torch.equal(batch["w"], tags.float())
+            # every action answers its own step's observation (never a stale answer)
+            assert torch.equal(batch["action"], (batch["observation"][..., 0] > 0).long())
             # within each env's row, versions only move forward
             assert (tags.diff(dim=-1) >= 0).all()
             oldest.append(int(tags.min()))

@@ -679,8 +679,14 @@ class ServerClient:
         channel = self._channels.get(group)
         if channel is None:  # dropped since it was sent (its server died): ask by Ray
             return self._answer(lambda: self.backend.get(self.server.call("infer", inputs)))
-        while not channel.wait(CHECK_EVERY_S):
-            if self._server_changed():  # restarted: it knows no channel; ask it by Ray
+        while True:
+            try:
+                if channel.wait(CHECK_EVERY_S):
+                    break
+                lost = self._server_changed()  # restarted: it knows no channel
+            except OSError:  # its end of the pipe closed: it died
+                lost = True
+            if lost:  # ask again by Ray call, which Ray delivers to the restarted server
                 self._drop()
                 return self._answer(lambda: self.backend.get(self.server.call("infer", inputs)))
         answer = channel.answer()

@@ -237,11 +237,17 @@ class ShmChannel:
         os.write(self.req_fd, struct.pack("i", self.id))
 
     def wait(self, timeout: float) -> bool:
-        """Whether the answer came within ``timeout`` seconds."""
+        """Whether the answer came within ``timeout`` seconds.
+
+        Raises:
+            ConnectionError: the server's end of the pipe closed (it died): what the
+                segment holds is no answer to this request.
+        """
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return False
-        os.read(self.fd, 16)
+        if not os.read(self.fd, 16):  # end of file, not the server's byte
+            raise ConnectionError("the inference server closed its end of the channel")
         return True
 
     def answer(self) -> tuple[list[tuple[NestedKey, np.ndarray]], int, float] | None:

@@ -356,3 +356,24 @@ def test_the_direct_front_door_refuses_server_arguments():
         Collector("CartPole-v1", weight_echo(), frames_per_batch=8, inference="server")
     with Collector("CartPole-v1", weight_echo(), frames_per_batch=8, inference="local") as c:
         assert c.next().numel() == 8
+
+
+def test_a_channel_whose_server_end_closed_says_so_instead_of_answering():
+    import numpy as np
+
+    from fleetrl.collectors.shm import ShmChannel, ShmEndpoint
+
+    def serve(inputs):
+        return [("action", np.zeros(2, dtype=np.int64))], 1, 1.0
+
+    endpoint = ShmEndpoint(serve, threads=1)
+    inputs = [("observation", np.zeros((2, 3), dtype=np.float32))]
+    channel = ShmChannel(endpoint.path, inputs, serve(inputs)[0], 2, endpoint.register)
+    try:
+        channel.send(inputs)
+        assert channel.wait(5.0) and channel.answer()[1] == 1
+        endpoint.close()  # as a killed server's descriptors close
+        with pytest.raises(ConnectionError):
+            channel.wait(1.0)  # the segment still holds the last answer: never served again
+    finally:
+        channel.close()
