@@ -377,3 +377,30 @@ def test_a_channel_whose_server_end_closed_says_so_instead_of_answering():
             channel.wait(1.0)  # the segment still holds the last answer: never served again
     finally:
         channel.close()
+
+
+def test_preemption_and_state_dict_keep_their_contracts_when_served():
+    policy = weight_echo()
+    servers = servers_for(policy)
+
+    def make():
+        return SyncDataCollector(
+            "CartPole-v1",
+            policy,
+            frames_per_batch=160,
+            num_envs=4,
+            inference_server=servers.for_worker(0),
+        )
+
+    with make() as c:
+        c.set_seed(1)
+        # a straggler's rollout stops at the first step past its minimum where asked to
+        short = c.collect(160, min_frames=40, should_stop=lambda: True)
+        assert short.batch_size == (4, 10)
+        assert servers.stats()[0]["requests"] == 2 * 10  # nothing asked beyond the stop
+        state = c.state_dict()
+        want = c.next()
+    with make() as again:
+        again.load_state_dict(state)
+        got = again.next()
+    assert_same([got], [want])
