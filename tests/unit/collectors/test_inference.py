@@ -11,6 +11,7 @@ from tensordict.nn import TensorDictModule
 from test_overlap import StepCounter
 from torchrl.envs.utils import ExplorationType
 
+from collecting import assert_same_batches as assert_same
 from collecting import breakout
 from fleetrl import ConfigError, PolicyError, RayCollector, SyncDataCollector
 from fleetrl.backends import make_backend
@@ -59,15 +60,6 @@ def collect(env, policy, *, served, batches=2, n=4, steps=40, **kwargs):
         state = c.state_dict()
         groups = len(getattr(c.env, "groups", [None]))
     return out, state, groups, servers
-
-
-def assert_same(got, want):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.batch_size == b.batch_size
-        assert set(a.keys(True, True)) == set(b.keys(True, True))
-        for key in b.keys(True, True):
-            assert torch.equal(a[key], b[key]), key
 
 
 @pytest.mark.parametrize(
