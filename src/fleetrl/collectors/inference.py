@@ -24,24 +24,26 @@ so on, so each group's env step overlaps the server's work on the other
 group (:func:`fleetrl.collectors.rollout.rollout`). No request is in flight
 across batches.
 
-**Transport.** Ray actor calls: a request is one call carrying numpy arrays
-(Ray ships them without pickling their data), and the answer comes back the
-same way. Shared memory between processes on one node was considered and not
-built; see ``docs/guides/inference.md`` for the figures behind the choice.
+**Transport** (``inference_transport``). ``"auto"``: a worker on the server's node
+reaches it through shared memory (:mod:`fleetrl.collectors.shm`: tens of microseconds a
+request), a worker on another node through Ray actor calls (about a millisecond, numpy
+arrays shipped without pickling their data); ``"ray"``: Ray calls only. The figures
+behind the choice are in ``docs/guides/inference.md``.
 
 **Weights** go to the servers only: one ``put`` per version and one load per
 server (:meth:`InferenceServers.publish`, which returns once every server holds the
-version, so tasks issued after a publish act with it, as with local inference), never per
-worker. Each answer says
-the version that produced it, and the batch tags every step with it
+version, so tasks issued after a publish act with it, as with local inference), never
+per worker. Each answer says the version that produced it, and the batch tags every step
+with it
 (``("collector", "policy_version")``), so tags stay truthful even when the
 weights change in the middle of a batch.
 
 **Faults.** Servers are Ray actors with unlimited restarts and task retries:
 a killed server is restarted by Ray, starts from the newest weights on the
-:class:`WeightsBoard`, and the requests it held are sent again by Ray to the
-restarted actor. A request is answered once, so no frame is lost or counted
-twice; the worker only waits longer. A killed env worker is replaced as
+:class:`WeightsBoard`, and the requests it held are sent again to the restarted actor:
+by Ray for Ray calls, by the worker (as a Ray call) for shared memory, once it sees the
+server's end of the pipe close or its token change. A request is answered once, so no
+frame is lost or counted twice; the worker only waits longer. A killed env worker is replaced as
 without servers (:mod:`fleetrl.collectors.pool`).
 """
 
