@@ -87,6 +87,7 @@ __all__ = [
     "check_served",
     "check_server_resources",
     "latency_summary",
+    "probe_batched",
 ]
 
 #: ``inference=``: the policy runs in each worker (``local``) or on inference servers
@@ -262,6 +263,45 @@ PER_ENV_MSG = (
     "one env at a time (it is built for one env's shapes, e.g. from one env's action spec); "
     "use a policy that acts on a batch of envs, or inference='local'"
 )
+
+
+def probe_batched(
+    policy: Any,
+    create_env_fn: Any,
+    num_envs: int | None,
+    create_env_kwargs: dict[str, Any] | None,
+    exploration_type: ExplorationType,
+) -> None:
+    """Refuse, before any actor starts, a policy that must be fed one env at a time (built
+    for one env's shapes): a server feeds it batches from many envs. The env is built here
+    once, as a worker builds it, and the policy probed on its first step; anything else
+    that fails here is left to the workers, which report what they meet.
+
+    Raises:
+        PolicyError: the policy acts on one env at a time.
+    """
+    from fleetrl.collectors.plan import initial_states, plan_policy
+    from fleetrl.envs.make import make_env
+    from fleetrl.policies import PerEnvPolicy
+
+    try:
+        env = make_env(create_env_fn, num_envs, create_env_kwargs)
+    except Exception:  # a package or device only the workers have
+        return
+    try:
+        n = env.num_envs
+        step = TensorDict(batch_size=[n])
+        for key, value in env.reset().items():
+            step.set(key, torch.as_tensor(value))
+        for key, value in initial_states(policy, n).items():
+            step.set(key, value)
+        plan = plan_policy(policy, env, step, exploration_type)
+    except Exception:
+        return
+    finally:
+        env.close()
+    if isinstance(plan.act, PerEnvPolicy):
+        raise PolicyError(PER_ENV_MSG.format(policy=policy))
 
 
 def _all_cpu(value: Any) -> bool:

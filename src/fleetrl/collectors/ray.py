@@ -93,6 +93,7 @@ from fleetrl.collectors.inference import (
     check_inference,
     check_server_resources,
     latency_summary,
+    probe_batched,
     server_options,
 )
 from fleetrl.collectors.pool import CollectorSlot, Task, WorkerPool
@@ -413,6 +414,14 @@ class RayCollector(DataCollectorBase):
         self.backend = make_backend(backend)
         # what a worker would refuse in its envs, or could not be sent it: refused here
         probe_envs(env_fns, kwargs_list, build=self.native)
+        if inference == "server":  # a policy a server cannot feed batches: refused here
+            probe_batched(
+                self.policy,
+                env_fns[0],
+                kwargs_list[0].get("num_envs", num_workers_per_collector),
+                kwargs_list[0].get("create_env_kwargs"),
+                args.exploration_type,
+            )
 
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames

@@ -235,9 +235,17 @@ def test_refusals_name_the_argument_before_anything_starts():
         ray_collector(inference="local", num_inference_servers=2)
 
 
-def test_a_policy_that_acts_one_env_at_a_time_is_refused():
+def test_a_policy_that_acts_one_env_at_a_time_is_refused(monkeypatch):
+    import fleetrl.collectors.ray as ray_module
     from fakes import TorchRLCountingEnv
     from policies import CountingPolicy
+
+    def started(*args, **kwargs):
+        raise AssertionError("an inference server started")
+
+    monkeypatch.setattr(ray_module, "InferenceServers", started)
+    with pytest.raises(PolicyError, match="acts on one env at a time"):
+        ray_collector(env=TorchRLCountingEnv, policy=CountingPolicy(), frames_per_batch=8)
 
     servers = servers_for(CountingPolicy())
     with pytest.raises(PolicyError, match="acts on one env at a time"):
