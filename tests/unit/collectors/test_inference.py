@@ -404,3 +404,35 @@ def test_preemption_and_state_dict_keep_their_contracts_when_served():
         again.load_state_dict(state)
         got = again.next()
     assert_same([got], [want])
+
+
+@pytest.mark.parametrize(("max_batch", "batches"), [(4, 2), (None, 1)])
+def test_a_server_batches_ready_requests_up_to_max_batch_within_max_wait(max_batch, batches):
+    """Three requests of 2 rows arrive together: with max_batch=4 the first batch takes two
+    requests (4 observations) and the third waits for the next; with no bound and a wait of
+    300 ms, one batch holds all three. Each request gets its own rows back."""
+    import threading
+
+    import numpy as np
+
+    from fleetrl.collectors.inference import InferenceServer
+
+    server = InferenceServer(weight_echo(), max_batch=max_batch, max_wait_ms=300.0)
+    barrier, answers = threading.Barrier(3), {}
+
+    def ask(i):
+        obs = np.full((2, 4), float(i) - 1.0, dtype=np.float32)  # sign -> action
+        barrier.wait()
+        answers[i] = server.infer([("observation", obs)])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    stats = server.stats()
+    assert (stats["requests"], stats["batches"], stats["observations"]) == (3, batches, 6)
+    for i, (outputs, version, _) in answers.items():
+        assert version == 0
+        action = dict(outputs)["action"]
+        assert action.tolist() == [int(i - 1.0 > 0)] * 2
