@@ -246,12 +246,18 @@ def _check_installed(config: Config | None) -> None:
 
 # ------------------------------------------------------------------ the Tuner
 def trial_bundles(config: Config) -> list[dict[str, float]]:
-    """The placement group one trial asks for: its learner's CPU, then its workers'."""
+    """The placement group one trial asks for: its learner's CPU, then its workers' (with
+    ``collector.inference: server``, its inference servers' after its collectors)."""
     c, s = config.collector, config.scheme
     bundles: list[dict[str, float]] = [{"CPU": 1.0}]
     if config.trainer.backend != "ray":
         return bundles
     collectors = [{"CPU": float(c.num_cpus_per_collector)}] * c.num_collectors
+    if c.inference == "server" and c.num_collectors > 0:  # central inference's servers
+        server: dict[str, float] = {"CPU": float(c.num_cpus_per_inference_server)}
+        if str(c.inference_device or "cpu").startswith("cuda"):
+            server["GPU"] = 1.0 / c.num_inference_servers
+        collectors = collectors + [server] * c.num_inference_servers
     if s.num_grad_workers > 1:
         for _ in range(s.num_grad_workers):
             worker = {"CPU": float(s.num_cpus_per_grad_worker), **s.grad_worker_resources}

@@ -203,6 +203,10 @@ def test_a_trial_asks_for_its_learner_and_workers_cpus():
     assert trial_bundles(half) == [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 0.5}]
     workers = load_config(CARTPOLE, ["scheme.num_grad_workers=2", "collector.num_collectors=1"])
     assert trial_bundles(workers) == [{"CPU": 1.0}] * 5
+    served = load_config(CARTPOLE, ["collector.inference=server"])
+    assert trial_bundles(served) == [{"CPU": 1.0}] * 4  # and its inference server's
+    shared = ["collector.inference=server", "collector.num_cpus_per_inference_server=0"]
+    assert trial_bundles(load_config(CARTPOLE, shared)) == [{"CPU": 1.0}] * 3
 
 
 def test_tune_without_a_search_or_a_sweep_directory_is_refused(tmp_path):

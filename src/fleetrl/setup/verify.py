@@ -829,6 +829,8 @@ def resource_problems(config: Config) -> list[Problem]:
     check = Problems()
     if s.num_grad_workers > 1:
         per = s.num_cpus_per_grad_worker + c.num_collectors * c.num_cpus_per_collector
+        if c.inference == "server" and c.num_collectors > 0:  # each worker's own servers
+            per += c.num_inference_servers * c.num_cpus_per_inference_server
         request = {"CPU": per, **s.grad_worker_resources}
         for short in resource_shortfalls([request] * s.num_grad_workers):
             if short.request is not None:
