@@ -361,21 +361,25 @@ def needs_env(policy: Any) -> str | None:
 
 
 def _attributes(obj: Any) -> list[tuple[str, Any]]:
-    """An object's attributes, and what a function (or a module's ``module``) closes over."""
+    """An object's attributes, and what it (a function) or a function attribute closes over."""
     out: list[tuple[str, Any]] = list(getattr(obj, "__dict__", {}).items())
     for name, value in list(out):
-        fn = value if callable(value) else None
-        if fn is not None and getattr(fn, "__closure__", None):
-            names = fn.__code__.co_freevars
-            for free, cell in zip(names, fn.__closure__):
-                with contextlib.suppress(ValueError):  # an empty cell
-                    out.append((f"{name}.<{free}>", cell.cell_contents))
-    fn = obj if callable(obj) and not isinstance(obj, nn.Module) else None
-    if fn is not None and getattr(fn, "__closure__", None):
-        for free, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-            with contextlib.suppress(ValueError):
-                out.append((f"<{free}>", cell.cell_contents))
+        out += _closed_over(value, f"{name}.")
+    if not isinstance(obj, nn.Module):
+        out += _closed_over(obj, "")
     return out
+
+
+def _closed_over(fn: Any, prefix: str) -> list[tuple[str, Any]]:
+    """``(prefix<name>, value)`` of each variable a function closes over (none: not one)."""
+    cells = getattr(fn, "__closure__", None) if callable(fn) else None
+    if not cells:
+        return []
+    found = []
+    for free, cell in zip(fn.__code__.co_freevars, cells):
+        with contextlib.suppress(ValueError):  # an empty cell
+            found.append((f"{prefix}<{free}>", cell.cell_contents))
+    return found
 
 
 # ---------------------------------------------------------------------- server

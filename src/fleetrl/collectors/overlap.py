@@ -233,13 +233,7 @@ class SplitEnv(BatchedEnv):
         if isinstance(spec, str) and is_atari_id(spec):
             spec = AtariEnv.from_kwargs(spec, dict(create_env_kwargs or {}))
         if isinstance(spec, (AtariEnv, MujocoEnv)):  # seeded as part of the larger batch
-            first = spec.make(half)
-            try:
-                second = spec.make(num_envs - half, seed_offset=half)
-            except Exception:
-                first.close()
-                raise
-            return cls((first, second), (0, 0))
+            return cls(_spec_halves(spec, num_envs), (0, 0))
         first = make_env(create_env_fn, half, create_env_kwargs)
         if first.num_envs != half or first.batch_shape != torch.Size([half]):
             first.close()  # the env keeps its own batch: it cannot be split
@@ -329,14 +323,7 @@ class HalvedEnv(SplitEnv):
     """
 
     def __init__(self, spec: AtariEnv, num_envs: int):
-        half = num_envs // 2
-        first = spec.make(half)
-        try:
-            second = spec.make(half, seed_offset=half)  # env i is seeded with seed + i
-        except Exception:
-            first.close()
-            raise
-        super().__init__((first, second), (0, 0))
+        super().__init__(_spec_halves(spec, num_envs), (0, 0))
         self.spec = spec
         # one sampler for the whole batch: random actions are the unsplit engine's
         self._rng = np.random.default_rng()
@@ -346,3 +333,16 @@ class HalvedEnv(SplitEnv):
 
     def seed_actions(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)
+
+
+def _spec_halves(spec: Any, num_envs: int) -> tuple[BatchedEnv, BatchedEnv]:
+    """An Atari or MuJoCo spec's envs as two engines of ``num_envs // 2`` and the rest, the
+    second seeded as the rest of one batch (env i is seeded with ``seed + i``)."""
+    half = num_envs // 2
+    first = spec.make(half)
+    try:
+        second = spec.make(num_envs - half, seed_offset=half)
+    except Exception:
+        first.close()
+        raise
+    return first, second

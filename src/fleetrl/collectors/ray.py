@@ -349,6 +349,7 @@ class RayCollector(DataCollectorBase):
             policy_devices=policy_device if policy_device is not None else device,
             **features,
         )
+        env_list = create_env_fn if isinstance(create_env_fn, list) else [create_env_fn]
         check_inference(
             p,
             inference=inference,
@@ -356,13 +357,7 @@ class RayCollector(DataCollectorBase):
             inference_device=inference_device,
             max_batch=inference_max_batch,
             max_wait_ms=inference_max_wait_ms,
-            num_collectors=(
-                num_collectors
-                if num_collectors is not None
-                else len(create_env_fn)
-                if isinstance(create_env_fn, list)
-                else 1
-            ),
+            num_collectors=num_collectors if num_collectors is not None else len(env_list),
             policy=policy,
             policy_factory=policy_factory,
             collector_class=collector_class,

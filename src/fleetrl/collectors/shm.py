@@ -66,7 +66,8 @@ def _attach(name: str) -> shared_memory.SharedMemory:
     with contextlib.suppress(Exception):
         from multiprocessing import resource_tracker
 
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+        # the tracker knows a POSIX segment by its name with the leading slash
+        resource_tracker.unregister(f"/{shm.name}", "shared_memory")
     return shm
 
 

@@ -41,6 +41,7 @@ from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.config import (
     AtariConfig,
+    CollectorConfig,
     Config,
     LearnerMode,
     TuneConfig,
@@ -367,15 +368,15 @@ def _collector(config: Config, check: Problems) -> None:
             )
 
 
-#: collector keys that only central inference reads, with their defaults
-SERVER_ONLY = {
-    "num_inference_servers": 1,
-    "inference_device": None,
-    "inference_max_batch": None,
-    "inference_max_wait_ms": 0.0,
-    "num_cpus_per_inference_server": 1.0,
-    "inference_transport": "auto",
-}
+#: collector keys that only central inference reads (their defaults: CollectorConfig's)
+SERVER_ONLY = (
+    "num_inference_servers",
+    "inference_device",
+    "inference_max_batch",
+    "inference_max_wait_ms",
+    "num_cpus_per_inference_server",
+    "inference_transport",
+)
 
 
 def _inference(config: Config, check: Problems) -> None:
@@ -384,10 +385,11 @@ def _inference(config: Config, check: Problems) -> None:
     c = config.collector
     if c.inference != "server":
         if c.inference == "local":
-            for key, default in SERVER_ONLY.items():
+            defaults = CollectorConfig()
+            for key in SERVER_ONLY:
                 value = getattr(c, key)
                 check(
-                    value == default,
+                    value == getattr(defaults, key),
                     f"collector.{key}",
                     value,
                     "only takes effect with collector.inference=server",
