@@ -41,6 +41,7 @@ __all__ = [
     "action_start",
     "autoreset_mode",
     "make_gym_vector_env",
+    "next_step_problem",
     "space_spec",
 ]
 
@@ -66,6 +67,14 @@ ALE_ASYNC_MSG = (
     "create_env_fn: ale-py's AtariVectorEnv {value!r} has batch_size={batch} < num_envs={n} "
     "(its async mode: each step answers the first envs ready); fleetrl steps every env each "
     "step: build it with batch_size=0 (the default: all {n} envs)"
+)
+ASYNC_NO_SHM_MSG = (
+    "create_env_fn: the gymnasium AsyncVectorEnv {value!r} has shared_memory=False and "
+    "autoreset_mode=NEXT_STEP: its workers keep a finished env's pending reset after "
+    "reset(options={{'reset_mask': ...}}) resets it (gymnasium clears that flag only with "
+    "shared memory), so the step after every episode end would be a second reset that "
+    "ignores the action; build it with shared_memory=True (the default), or with "
+    "autoreset_mode=SAME_STEP or DISABLED"
 )
 SPACE_MSG = (
     "create_env_fn: {which} space {space!r} is not supported on the gymnasium fast path "
@@ -101,12 +110,32 @@ def action_start(space: gym.Space) -> np.ndarray | None:
 
 
 #: vector env classes whose ``reset(options={"reset_mask": m})`` resets just those envs and
-#: cancels their pending next-step reset: (module, class name), so none is imported here
+#: cancels their pending next-step reset: (module, class name), so none is imported here.
+#: Each was checked for the step after an episode end playing the policy's action
+#: (tests/unit/envs/test_episode_boundaries.py); AsyncVectorEnv only with shared memory
+#: (see :func:`next_step_problem`).
 PARTIAL_RESET_CLASSES = {
     ("gymnasium.vector.sync_vector_env", "SyncVectorEnv"),
     ("gymnasium.vector.async_vector_env", "AsyncVectorEnv"),
     ("ale_py.vector_env", "AtariVectorEnv"),
 }
+
+
+def next_step_problem(env: gym.vector.VectorEnv) -> str | None:
+    """Why fleetrl cannot keep a NEXT_STEP vector env's episodes apart, or None if it can.
+
+    fleetrl resets a finished env right after the step that ended it; that works only where
+    the partial reset also cancels the env's own pending reset. The class decides, and for
+    gymnasium's AsyncVectorEnv its ``shared_memory`` too: without it, gymnasium's worker
+    keeps the pending-reset flag, and the next step resets again, ignoring the action.
+    """
+    base = env.unwrapped
+    kind = (type(base).__module__, type(base).__name__)
+    if kind not in PARTIAL_RESET_CLASSES:
+        return NEXT_STEP_MSG.format(value=env, kind=kind[1])
+    if kind[1] == "AsyncVectorEnv" and not getattr(base, "shared_memory", True):
+        return ASYNC_NO_SHM_MSG.format(value=env)
+    return None
 
 
 def autoreset_mode(env: gym.vector.VectorEnv) -> AutoresetMode:
@@ -134,11 +163,13 @@ class GymVectorEnv(BatchedEnv):
     def __init__(self, env: gym.vector.VectorEnv):
         mode = autoreset_mode(env)
         base = env.unwrapped
-        kind = (type(base).__module__, type(base).__name__)
-        if mode == AutoresetMode.NEXT_STEP and kind not in PARTIAL_RESET_CLASSES:
-            raise EnvError(NEXT_STEP_MSG.format(value=env, kind=type(base).__name__))
-        if kind[1] == "AtariVectorEnv" and getattr(base, "batch_size", None) != base.num_envs:
+        problem = next_step_problem(env) if mode == AutoresetMode.NEXT_STEP else None
+        if problem is not None:
+            raise EnvError(problem)
+        if type(base).__name__ == "AtariVectorEnv" and base.batch_size != base.num_envs:
             raise EnvError(ALE_ASYNC_MSG.format(value=env, batch=base.batch_size, n=base.num_envs))
+        #: ale-py takes one seed per env as an array; gymnasium's classes, a list of ints
+        self._seed_array = type(base).__name__ == "AtariVectorEnv"
         self.env = env
         #: reset finished envs after the step that ended them (else: the env reset them)
         self._manual_reset = mode != AutoresetMode.SAME_STEP
@@ -182,7 +213,12 @@ class GymVectorEnv(BatchedEnv):
         return {"observation": self._obs(obs)}
 
     def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
-        obs, _ = self.env.reset(seed=[seed] * self.num_envs)  # gymnasium: one seed per env
+        # one seed per env: ale-py refuses a list ("Unsupported seed type"), gymnasium's
+        # envs refuse numpy integers
+        seeds = (
+            np.full(self.num_envs, seed, np.int64) if self._seed_array else [seed] * self.num_envs
+        )
+        obs, _ = self.env.reset(seed=seeds)
         return {"observation": self._obs(obs)}
 
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:

@@ -202,3 +202,18 @@ def test_static_seed_on_torchrl_env_copies():
         c.set_seed(3)
         obs = c.next()["observation"][:, 0]
         assert not torch.equal(obs[0], obs[1])
+
+
+def test_static_seed_on_a_hand_built_ale_vector_env():
+    """ale-py's AtariVectorEnv takes one seed per env as an array, not a list (issue 35.11):
+    with a static seed both envs start from the same frame (their noop starts alike)."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    env = AtariVectorEnv("breakout", num_envs=2, noop_max=30)
+    with SyncDataCollector(env, None, frames_per_batch=8) as c:
+        assert c.set_seed(11, static_seed=True) == 11
+        first = c.next()["observation"][:, 0]
+        assert torch.equal(first[0], first[1])
+        assert c.set_seed(11) == 13
+        first = c.next()["observation"][:, 0]
+        assert not torch.equal(first[0], first[1])

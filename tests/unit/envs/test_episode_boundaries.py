@@ -66,11 +66,11 @@ def check(env, family: str, num_envs: int, num_envs_arg=None) -> None:
 # ------------------------------------------------ the envs fleetrl accepts
 
 
-def gym_vector(kind: str, mode: str, fns=BOUNDARY_FNS):
+def gym_vector(kind: str, mode: str, fns=BOUNDARY_FNS, **kwargs):
     if kind == "sync":
-        return gym.vector.SyncVectorEnv(fns, autoreset_mode=MODES[mode])
+        return gym.vector.SyncVectorEnv(fns, autoreset_mode=MODES[mode], **kwargs)
     # forked workers: torchrl makes spawn the default, and a spawned worker imports torch
-    return gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES[mode], context="fork")
+    return gym.vector.AsyncVectorEnv(fns, autoreset_mode=MODES[mode], context="fork", **kwargs)
 
 
 def cartpole(kind: str, mode: str):
@@ -112,6 +112,16 @@ ACCEPTED = {
         for kind in ("sync", "async")
         for mode in MODES
     },
+    # without shared memory, gymnasium's async workers send observations through the pipe;
+    # same-step and disabled modes keep the contract (next-step mode is refused below)
+    **{
+        f"gymnasium-async-{mode}-no-shm": (
+            lambda m=mode: gym_vector("async", m, shared_memory=False),
+            "exact",
+            3,
+        )
+        for mode in ("same", "disabled")
+    },
     "gymnasium-sync-next-under-a-vector-wrapper": (
         lambda: gym.wrappers.vector.RecordEpisodeStatistics(gym_vector("sync", "next")),
         "exact",
@@ -137,7 +147,12 @@ ACCEPTED = {
 #: accepted cases that run with the end-to-end tests only (make test-all): the fast suite
 #: keeps each mechanism once (NEXT_STEP and DISABLED async, and ale-py's next-step reset,
 #: are the sync and CartPole cases' mechanisms)
-SLOW = {"ale-AtariVectorEnv-next", "gymnasium-async-same", "gymnasium-async-disabled"}
+SLOW = {
+    "ale-AtariVectorEnv-next",
+    "gymnasium-async-same",
+    "gymnasium-async-disabled",
+    "gymnasium-async-same-no-shm",
+}
 
 
 def marked(name: str):
@@ -165,6 +180,16 @@ REFUSED = {
         "uses autoreset_mode=NEXT_STEP, which makes a transition across every episode end, "
         "and fleetrl cannot reset a PlainVectorEnv's finished envs itself",
         lambda: PlainVectorEnv(AutoresetMode.DISABLED),  # "build it with ... DISABLED"
+        "exact",
+        3,
+    ),
+    # gymnasium's async worker clears its pending reset only with shared memory: the step
+    # after every episode end would be a second reset (reward 0, the action ignored)
+    "gymnasium-async-next-no-shm": (
+        lambda: gym_vector("async", "next", shared_memory=False),
+        "has shared_memory=False and autoreset_mode=NEXT_STEP: its workers keep a finished "
+        "env's pending reset",
+        lambda: gym_vector("async", "next", shared_memory=True),  # "shared_memory=True"
         "exact",
         3,
     ),
