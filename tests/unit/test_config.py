@@ -25,7 +25,7 @@ from fleetrl.algorithms import (
 from fleetrl.algorithms.models import ModelKind
 from fleetrl.config import Config, EnvConfig, LearnerMode, Schedule
 from fleetrl.setup.load import config_from_dict, load_config
-from fleetrl.setup.parse import RENAMED, RENAMED_MSG, config_to_dict
+from fleetrl.setup.parse import CHANGELOG_SECTION, RENAMED, RENAMED_MSG, config_to_dict
 from fleetrl.setup.reference import config_keys
 from fleetrl.setup.verify import check
 from runs import ROOT
@@ -289,15 +289,34 @@ def test_atari_keys_on_an_env_that_is_not_atari_are_refused():
 @pytest.mark.parametrize("old", sorted(RENAMED))
 def test_a_renamed_key_names_its_new_name(old, tmp_path):
     section, _, name = old.partition(".")
-    algorithm = section if section in ("impala", "appo") else "ppo"
+    algorithm = section if section in ALGORITHMS else "ppo"
     path = tmp_path / "old.yaml"
-    path.write_text(f"algorithm: {algorithm}\n{section}:\n  {name}: 1\n")
+    env = "Pendulum-v1" if algorithm == "sac" else "CartPole-v1"
+    path.write_text(f"algorithm: {algorithm}\nenv:\n  id: {env}\n{section}:\n  {name}: 1\n")
     with pytest.raises(ConfigError) as info:
         load_config(str(path), [])
     assert info.value.problems == [RENAMED_MSG.format(key=old, fix=RENAMED[old])]
     named = re.findall(r"write ([a-z_]+\.[a-z_]+)", RENAMED[old])
     assert named and set(named) <= {k.key for k in config_keys()}, named
     assert old not in {k.key for k in config_keys()}
+
+
+def changelog_renames() -> set[str]:
+    """The keys in the "before" column of the changelog's table of renamed config keys."""
+    text = (ROOT / "docs" / "changelog.md").read_text()
+    section = text.split(CHANGELOG_SECTION, 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    before = [row.split(" | ")[0] for row in rows]
+    return {token.split(":")[0] for cell in before for token in re.findall(r"`([^`]+)`", cell)}
+
+
+def test_every_rename_in_the_changelog_gets_the_renamed_key_message():
+    """The changelog's table and RENAMED list the same keys (issue 35.13: trainer.lr_schedule
+    and sac.start_steps got the generic "not a config key" message); each one's message is
+    held by test_a_renamed_key_names_its_new_name."""
+    listed = changelog_renames()
+    assert {"trainer.lr_schedule", "sac.start_steps", "collector.max_policy_lag"} <= listed
+    assert listed == set(RENAMED)
 
 
 # ---------------------------------------------------------- one rule per fact

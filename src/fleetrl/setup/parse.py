@@ -79,8 +79,29 @@ RENAMED: dict[str, str] = {
     "scheme.decentralized_update": "write scheme.update: decentralized",
     "impala.max_policy_lag": "write impala.max_learn_lag",
     "appo.max_policy_lag": "write appo.max_learn_lag",
+    "sac.start_steps": "write sac.learning_starts",
+    # the optimizer's and the networks' keys moved from trainer to each algorithm's section
+    **{
+        f"trainer.{key}": (
+            f"it moved to the trained algorithm's section: write ppo.{key} for PPO "
+            f"(a2c.{key} for A2C, and so on)"
+        )
+        for key in (
+            "lr",
+            "lr_schedule",
+            "gamma",
+            "gae_lambda",
+            "entropy_coef",
+            "critic_coef",
+            "max_grad_norm",
+            "normalize_advantage",
+            "hidden_sizes",
+        )
+    },
 }
 RENAMED_MSG = "{key} is not a config key: it was renamed; {fix} (see the changelog)"
+#: the changelog's section that lists every key in :data:`RENAMED` (a test holds the two equal)
+CHANGELOG_SECTION = "### Renamed config keys"
 
 
 def allowed_values(cls: type[enum.Enum]) -> str:
