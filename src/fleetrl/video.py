@@ -141,13 +141,26 @@ def output_file_problems(path: Path, key: str, suffix: str, suffix_msg: str) -> 
                 key=key, value=str(path), problem=f"directory {str(parent)!r} does not exist"
             )
         )
-    elif not os.access(parent, os.W_OK | os.X_OK) or (
-        path.exists() and not os.access(path, os.W_OK)
-    ):
+    elif not os.access(parent, os.W_OK | os.X_OK) or not _can_create(path):
         problems.append(
             DIR_MSG.format(key=key, value=str(path), problem=f"{str(path)!r} is not writable")
         )
     return problems
+
+
+def _can_create(path: Path) -> bool:
+    """Whether ``path`` can be opened for writing, by trying: ``os.access`` says yes to root
+    everywhere, and a pseudo file system (``/proc``) refuses only the write itself. A file
+    that did not exist is removed again; an existing one is opened without truncation."""
+    existed = path.exists()
+    try:
+        fd = os.open(path, os.O_WRONLY if existed else os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except OSError:
+        return False
+    os.close(fd)
+    if not existed:
+        path.unlink(missing_ok=True)
+    return True
 
 
 def check_video_path(path: str | Path, key: str = "--video") -> Path:

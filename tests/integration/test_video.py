@@ -185,6 +185,21 @@ def test_bad_video_paths_are_refused_with_the_reason(tmp_path, name, problem):
         assert str(err.value) == DIR_MSG.format(key="--video", value=path, problem=problem)
 
 
+def test_a_path_on_a_file_system_that_refuses_writes_is_refused_before_any_work(tmp_path, capsys):
+    """/proc accepts no new file, though os.access says yes to root (issue 35.12: a bare
+    BrokenPipeError traceback after the episodes were played); nothing is left behind."""
+    with pytest.raises(ConfigError) as err:
+        check_video_path("/proc/out.mp4", "--video")
+    problem = "'/proc/out.mp4' is not writable"
+    assert str(err.value) == DIR_MSG.format(key="--video", value="/proc/out.mp4", problem=problem)
+    assert main(["eval", str(tmp_path / "no_run"), "--video", "/proc/out.mp4"]) == 2
+    assert problem in capsys.readouterr().err
+    free = tmp_path / "fine.mp4"
+    assert check_video_path(free) == free and not free.exists()  # probed, then removed
+    free.write_bytes(b"kept")
+    assert check_video_path(free) == free and free.read_bytes() == b"kept"  # not truncated
+
+
 def test_eval_video_to_a_bad_path_exits_2_before_any_work(tmp_path, capsys):
     # the target does not exist: the path is checked first, so its message is the one
     assert main(["eval", str(tmp_path / "no_run"), "--video", str(tmp_path / "x.avi")]) == 2
