@@ -5,7 +5,8 @@ Each run is a fresh ``fleetrl train`` process on ``configs/ppo_mujoco.yaml`` or
 budget set on the command line (and evaluation and checkpoints off, so the wall
 time is training's). The score is the mean return of the last 20 training
 episodes at the end of the budget (``train/episode_return``, how CleanRL and
-RLlib report theirs); the final deterministic evaluation return is recorded too.
+RLlib report theirs); the final evaluation return (`fleetrl eval`, acting as the
+algorithm evaluates: PPO samples, SAC is deterministic) is recorded too.
 Wall time is measured from outside, process start to exit.
 
     python benchmarks/mujoco_learning.py                  # PPO 1M steps on HalfCheetah and

@@ -330,7 +330,9 @@ def _mujoco_table(data: dict) -> str:
     return _table(
         {
             "title": "score: mean training return of the last 20 episodes at the end "
-            "of the budget; eval: 10 deterministic episodes on the final checkpoint",
+            "of the budget; eval: 10 episodes of `fleetrl eval` on the final checkpoint "
+            "(the committed figures were measured with deterministic actions, before PPO's "
+            "evaluations sampled its policy: see the changelog)",
             "header": [
                 "run",
                 "env steps",
@@ -479,7 +481,7 @@ def headline_rows() -> list[list[str]]:
         ],
         ["", "torchrl `Collector` (steps/s)", _cell_in(atari, best_label, "vs torchrl")],
         [
-            f"`RayCollector(inference=\"server\")`, Pong CNN, {served['setting']}, CPU server",
+            f'`RayCollector(inference="server")`, Pong CNN, {served["setting"]}, CPU server',
             "local inference (frames/s)",
             f"{served['x_local']:.2f}x",
         ],

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetrl.config import EvalActions
 from fleetrl.errors import CheckpointError, ConfigError, FleetError
 
 __all__ = ["BENCHMARKS", "benchmark_script", "build_parser", "main", "sweep_config"]
@@ -210,11 +211,12 @@ def _first_line(err: BaseException) -> str:
 
 def _eval(args: argparse.Namespace) -> int:
     import torch
+    from torchrl.envs.utils import ExplorationType
 
     from fleetrl.algorithms.base import NetworkMisfit
     from fleetrl.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
     from fleetrl.envs.make import create_env_fn
-    from fleetrl.evaluate import evaluate
+    from fleetrl.evaluate import eval_exploration, evaluate
     from fleetrl.setup.build import make_algorithm
     from fleetrl.setup.load import config_from_dict
 
@@ -234,6 +236,7 @@ def _eval(args: argparse.Namespace) -> int:
     except ConfigError as err:  # e.g. a key renamed since the run: say whose config it is
         raise ConfigError([f"the config in checkpoint {path}: {p}" for p in err.problems]) from None
     spec = create_env_fn(config.env)  # an Atari run evaluates with its engine and preprocessing
+    exploration = eval_exploration(config, args.actions)  # default: the run's trainer.eval_actions
     algorithm = make_algorithm(config)  # unseeded: the checkpoint's weights are loaded next
     try:
         algorithm.load_state_dict(state["algorithm"])
@@ -256,6 +259,7 @@ def _eval(args: argparse.Namespace) -> int:
             num_episodes=episodes,
             seed=args.seed,
             max_episode_steps=config.env.max_episode_steps,
+            exploration_type=exploration,
         )
         returns = torch.tensor(recorded.returns)
     else:
@@ -265,9 +269,11 @@ def _eval(args: argparse.Namespace) -> int:
             episodes,
             seed=args.seed,
             max_episode_steps=config.env.max_episode_steps,
+            exploration_type=exploration,
         )
+    acting = "deterministic" if exploration is ExplorationType.DETERMINISTIC else "sampled"
     print(
-        f"{path}: {config.algorithm} on {config.env.id}, {episodes} episodes, deterministic: "
+        f"{path}: {config.algorithm} on {config.env.id}, {episodes} episodes, {acting} actions: "
         f"mean return {returns.mean():.2f} +- {returns.std(unbiased=False):.2f}"
     )
     if video is not None:
@@ -404,15 +410,24 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     ev = sub.add_parser(
         "eval",
         help="evaluate a run's latest checkpoint (or a checkpoint file)",
-        description="Evaluate a run's newest checkpoint that loads (or a checkpoint file) with "
-        "deterministic actions, and optionally film the episodes.",
+        description="Evaluate a run's newest checkpoint that loads (or a checkpoint file), "
+        "acting as the run's evaluations did (trainer.eval_actions), and optionally film the "
+        "episodes.",
     )
     ev.add_argument("target", help="run directory or checkpoint file")
     ev.add_argument(
         "--episodes",
         type=int,
         default=None,
-        help="deterministic episodes (default 20; with --video 1), episode i seeded seed + i",
+        help="episodes (default 20; with --video 1), episode i seeded seed + i",
+    )
+    ev.add_argument(
+        "--actions",
+        choices=[a.value for a in EvalActions],
+        default=None,
+        help="sample: actions drawn from the policy (as trained); deterministic: its "
+        "deterministic action; auto: the algorithm's choice (default: the run's "
+        "trainer.eval_actions)",
     )
     ev.add_argument("--seed", type=int, default=12345, help="seed of the first episode")
     ev.add_argument(

@@ -37,6 +37,7 @@ __all__ = [
     "Config",
     "EnvConfig",
     "EnvEngine",
+    "EvalActions",
     "LearnerMode",
     "LoggingConfig",
     "Schedule",
@@ -97,6 +98,22 @@ class Schedule(str, enum.Enum):
 
     CONSTANT = "constant"
     LINEAR = "linear"  # decays to 0 at trainer.total_frames
+
+
+class EvalActions(str, enum.Enum):
+    """How evaluation episodes act (``trainer.eval_actions``).
+
+    ``sample`` plays the policy as trained: actions drawn from its distribution, the policy
+    whose return a policy-gradient algorithm maximizes and its training episodes show.
+    ``deterministic`` plays the distribution's deterministic action (argmax, or a squashed
+    Gaussian's ``tanh(loc)`` scaled to the bounds), the usual choice for DQN's greedy policy
+    and SAC's. ``auto`` takes the algorithm's: ``sample`` for PPO, A2C, IMPALA and APPO,
+    ``deterministic`` for DQN and SAC.
+    """
+
+    AUTO = "auto"
+    SAMPLE = "sample"
+    DETERMINISTIC = "deterministic"
 
 
 class LearnerMode(str, enum.Enum):
@@ -275,7 +292,12 @@ class TrainerConfig:
     """evaluate every this many training iterations (0: never). An iteration is one metrics
     row: one batch for the central learner, one batch per gradient worker under a scheme."""
     num_test_episodes: int = 10
-    """episodes per evaluation, deterministic actions."""
+    """episodes per evaluation (acting as ``eval_actions`` says)."""
+    eval_actions: EvalActions = EvalActions.AUTO
+    """how evaluation episodes act: 'sample' (the policy as trained: its actions drawn from
+    its distribution), 'deterministic' (its deterministic action: argmax, or tanh(loc)
+    in the bounds), or 'auto' (the algorithm's: sample for PPO, A2C, IMPALA and APPO,
+    deterministic for DQN and SAC)."""
     checkpoint_every: int = 20
     """write a checkpoint every this many training iterations (0: only at the end)."""
     keep_checkpoints: int = 3

@@ -1,7 +1,8 @@
-"""Evaluation: deterministic episodes on separate envs, and the learning curve.
+"""Evaluation: episodes on separate envs, and the learning curve.
 
-:func:`evaluate` runs ``num_episodes`` episodes with deterministic actions,
-one env per episode, and returns their returns; ``fleetrl eval`` calls it on a
+:func:`evaluate` runs ``num_episodes`` episodes, one env per episode, acting with
+sampled or deterministic actions (``trainer.eval_actions``, :func:`eval_exploration`),
+and returns their returns; ``fleetrl eval`` calls it on a
 checkpoint. :class:`Evaluator` is the Trainer's side: every
 ``trainer.test_every`` training iterations it evaluates the current policy
 without touching training's random stream, and keeps the history of
@@ -29,15 +30,16 @@ import numpy as np
 import torch
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl.algorithms import ALGORITHMS
 from fleetrl.collectors import SyncDataCollector
-from fleetrl.config import Config
+from fleetrl.config import Config, EvalActions
 from fleetrl.envs.make import create_env_fn
 from fleetrl.keys import DONE_KEY, EPISODE_RETURN_KEY
 
 if TYPE_CHECKING:
     from fleetrl.video import Video
 
-__all__ = ["EVAL_METRICS", "Evaluator", "evaluate", "plot_learning_curve"]
+__all__ = ["EVAL_METRICS", "Evaluator", "eval_exploration", "evaluate", "plot_learning_curve"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,27 @@ EVAL_METRICS = ("eval/return_mean", "eval/return_std")
 EVAL_SEED_OFFSET = 100_003
 
 
+def eval_exploration(config: Config, actions: EvalActions | str | None = None) -> ExplorationType:
+    """How a run's evaluations act: ``actions`` (default: ``trainer.eval_actions``), where
+    ``auto`` is the algorithm's own choice (``Algorithm.eval_actions``).
+
+    Examples:
+        >>> from fleetrl.setup.load import config_from_dict
+        >>> eval_exploration(config_from_dict({"algorithm": "ppo"})).name
+        'RANDOM'
+        >>> eval_exploration(config_from_dict({"algorithm": "dqn"})).name
+        'DETERMINISTIC'
+        >>> eval_exploration(config_from_dict({"algorithm": "ppo"}), "deterministic").name
+        'DETERMINISTIC'
+    """
+    chosen = EvalActions(actions if actions is not None else config.trainer.eval_actions)
+    if chosen is EvalActions.AUTO:
+        chosen = ALGORITHMS[config.algorithm].eval_actions
+    if chosen is EvalActions.SAMPLE:
+        return ExplorationType.RANDOM
+    return ExplorationType.DETERMINISTIC
+
+
 def evaluate(
     policy: Any,
     env_id: Any,
@@ -54,10 +77,13 @@ def evaluate(
     *,
     seed: int = 0,
     max_episode_steps: int | None = None,
+    exploration_type: ExplorationType = ExplorationType.DETERMINISTIC,
 ) -> torch.Tensor:
-    """Returns of ``num_episodes`` episodes with deterministic actions (one env per episode).
+    """Returns of ``num_episodes`` episodes (one env per episode).
 
     ``env_id``: a gymnasium id or an :class:`fleetrl.envs.AtariEnv` (the engine of training).
+    ``exploration_type``: ``DETERMINISTIC`` (the distribution's deterministic action) or
+    ``RANDOM`` (actions sampled from it, torch seeded with ``seed`` for them).
     """
     returns: list[float] = []
     with SyncDataCollector(
@@ -65,10 +91,12 @@ def evaluate(
         policy,
         frames_per_batch=num_episodes * 100,
         num_envs=num_episodes,
-        exploration_type=ExplorationType.DETERMINISTIC,
+        exploration_type=exploration_type,
         max_frames_per_traj=max_episode_steps,
     ) as collector:
         collector.set_seed(seed)
+        if exploration_type is not ExplorationType.DETERMINISTIC:
+            torch.manual_seed(seed)  # the sampled actions: the same episodes for the same seed
         first_done: dict[int, float] = {}
         while len(first_done) < num_episodes:
             batch = collector.next()
@@ -117,6 +145,7 @@ class Evaluator:
                 t.num_test_episodes,
                 seed=t.seed + EVAL_SEED_OFFSET + iterations,
                 max_episode_steps=self.config.env.max_episode_steps,
+                exploration_type=eval_exploration(self.config),
             )
         mean = float(returns.mean())
         self.history.append((frames, mean))
@@ -134,10 +163,12 @@ class Evaluator:
     def record_video(
         self, policy: Any, *, frames: int, iterations: int, run_dir: Path, writer: Any = None
     ) -> Video:
-        """Record ``logging.video_episodes`` deterministic episodes to
-        ``run_dir/videos/eval_<frames>.mp4`` (and to TensorBoard through ``writer``).
+        """Record ``logging.video_episodes`` episodes to ``run_dir/videos/eval_<frames>.mp4``
+        (and to TensorBoard through ``writer``), acting as the evaluations do.
 
-        Episode ``i`` is the one this iteration's evaluation played on its env ``i``.
+        With deterministic actions, episode ``i`` is the one this iteration's evaluation
+        played on its env ``i``; with sampled ones it starts from the same state and draws
+        its own actions.
         A file of that name is never replaced (a resumed run that evaluates at the
         same frames again writes ``eval_<frames>_2.mp4``).
         """
@@ -154,6 +185,7 @@ class Evaluator:
                 seed=t.seed + EVAL_SEED_OFFSET + iterations,
                 max_episode_steps=self.config.env.max_episode_steps,
                 clip=writer is not None,
+                exploration_type=eval_exploration(self.config),
             )
         if writer is not None:
             add_tensorboard_clip(writer, TB_VIDEO_TAG, video, frames)
@@ -211,7 +243,7 @@ def plot_learning_curve(
         label="train (mean of recent episodes)",
     )
     if history:
-        ax.plot(*zip(*history), "o-", label="eval (deterministic)")
+        ax.plot(*zip(*history), "o-", label="eval")
     ax.set_xlabel("frames")
     ax.set_ylabel("episode return")
     ax.set_title(title)

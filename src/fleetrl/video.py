@@ -55,6 +55,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from torchrl.envs.utils import ExplorationType
 
 from fleetrl.errors import ConfigError, EnvError
@@ -236,8 +237,9 @@ def record_video(
     seed: int = 0,
     max_episode_steps: int | None = None,
     clip: bool = False,
+    exploration_type: ExplorationType = ExplorationType.DETERMINISTIC,
 ) -> Video:
-    """Play ``num_episodes`` deterministic episodes of ``policy`` and write them to ``path``.
+    """Play ``num_episodes`` episodes of ``policy`` and write them to ``path``.
 
     Args:
         policy: a TensorDict policy (``None``: random actions).
@@ -248,6 +250,8 @@ def record_video(
         seed: episode ``i`` is seeded ``seed + i``.
         max_episode_steps: truncate an episode after this many steps (None: the env's limit).
         clip: also keep the downscaled frames for :func:`add_tensorboard_clip`.
+        exploration_type: ``DETERMINISTIC`` (the distribution's deterministic action) or
+            ``RANDOM`` (sampled actions, torch seeded with ``seed`` for them).
 
     Returns:
         what was written (:class:`Video`).
@@ -270,10 +274,12 @@ def record_video(
             recorder,
             policy,
             frames_per_batch=32,  # at most 31 steps past the last episode, none rendered
-            exploration_type=ExplorationType.DETERMINISTIC,
+            exploration_type=exploration_type,
             max_frames_per_traj=max_episode_steps,
         ) as collector:
             collector.set_seed(seed)
+            if exploration_type is not ExplorationType.DETERMINISTIC:
+                torch.manual_seed(seed)  # sampled actions: the same video for the same seed
             while not recorder.done:
                 collector.next()
         recorder.writer.close()

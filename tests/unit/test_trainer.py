@@ -90,9 +90,15 @@ def test_checkpoint_then_resume_continues_exactly(tmp_path, capsys):
     assert resumed.frames == 2048 and resumed.iterations == 4
     assert [int(float(r["train/frames"])) for r in rows(run)] == [512, 1024, 1536, 2048]
 
+    # PPO's evaluations sample its policy (trainer.eval_actions: auto), reproducibly
     assert main(["eval", str(run), "--episodes", "3"]) == 0
+    sampled = capsys.readouterr().out
+    assert re.search(r"3 episodes, sampled actions: mean return [\d.]+ \+- [\d.]+", sampled)
+    assert main(["eval", str(run), "--episodes", "3"]) == 0
+    assert capsys.readouterr().out == sampled
+    assert main(["eval", str(run), "--episodes", "3", "--actions", "deterministic"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"3 episodes, deterministic: mean return [\d.]+ \+- [\d.]+", out)
+    assert re.search(r"3 episodes, deterministic actions: mean return [\d.]+ \+- [\d.]+", out)
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):

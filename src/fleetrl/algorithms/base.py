@@ -63,7 +63,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from fleetrl._perf import skip_absent_pandas_probe
-from fleetrl.config import AlgorithmConfig, Schedule
+from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
 from fleetrl.errors import ConfigError
 from fleetrl.keys import DONE_KEY, MASK_KEY, TRUNCATED_KEY
 from fleetrl.normalization import (
@@ -274,6 +274,11 @@ class Algorithm(abc.ABC):
     #: acts uniformly at random for its first ``learning_starts`` frames (the collectors'
     #: ``init_random_frames``), before the policy acts
     random_start: ClassVar[bool] = False
+    #: how its evaluations act with ``trainer.eval_actions: auto``: a policy-gradient
+    #: algorithm's sampled policy is the one it trains (a squashed Gaussian's tanh(loc) can
+    #: be another policy: issue 35's HalfCheetah run, whose sampled noise starts the flip
+    #: its gait relies on)
+    eval_actions: ClassVar[EvalActions] = EvalActions.SAMPLE
     #: hyperparameters that update_algorithm_parameter may change, besides "lr"
     tunable: ClassVar[tuple[str, ...]] = ()
     #: scales the rewards learned from (``env.normalize_reward``; fleetrl.normalization)

@@ -29,7 +29,7 @@ from fleetrl.algorithms.base import as_device
 from fleetrl.algorithms.heads import TensorNet
 from fleetrl.algorithms.models import ModelKind, make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
-from fleetrl.config import Config
+from fleetrl.config import Config, EvalActions
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
@@ -108,6 +108,8 @@ class DQN(ReplayAlgorithm):
     name = "dqn"
     config_class = DQNConfig
     tunable: ClassVar[tuple[str, ...]] = ("epsilon",)
+    #: the greedy policy is the one learned; epsilon is the collectors' exploration
+    eval_actions: ClassVar[EvalActions] = EvalActions.DETERMINISTIC
 
     def __init__(
         self,
