@@ -29,6 +29,7 @@ from typing import Any
 from fleetrl.errors import Problems
 
 __all__ = [
+    "EVAL_METRICS",
     "FROZEN_ON_RESUME",
     "AlgorithmConfig",
     "AtariConfig",
@@ -98,6 +99,10 @@ class Schedule(str, enum.Enum):
 
     CONSTANT = "constant"
     LINEAR = "linear"  # decays to 0 at trainer.total_frames
+
+
+#: the metrics.csv columns of one evaluation (fleetrl.evaluate), on the rows where one ran
+EVAL_METRICS = ("eval/return_mean", "eval/return_std")
 
 
 class EvalActions(str, enum.Enum):

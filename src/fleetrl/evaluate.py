@@ -32,7 +32,7 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl.algorithms import ALGORITHMS
 from fleetrl.collectors import SyncDataCollector
-from fleetrl.config import Config, EvalActions
+from fleetrl.config import EVAL_METRICS, Config, EvalActions
 from fleetrl.envs.make import create_env_fn
 from fleetrl.keys import DONE_KEY, EPISODE_RETURN_KEY
 
@@ -43,8 +43,6 @@ __all__ = ["EVAL_METRICS", "Evaluator", "eval_exploration", "evaluate", "plot_le
 
 logger = logging.getLogger(__name__)
 
-#: the metrics of one evaluation
-EVAL_METRICS = ("eval/return_mean", "eval/return_std")
 #: evaluation seeds are this far from the training seed, so the two never share envs' streams
 EVAL_SEED_OFFSET = 100_003
 

@@ -56,6 +56,7 @@ __all__ = [
     "learning",
     "plot_time",
     "report",
+    "segment_starts",
     "spans",
     "wall_seconds",
 ]
@@ -104,20 +105,56 @@ def _total(rows: list[dict[str, float]], column: str) -> float:
 
 def wall_seconds(rows: list[dict[str, float]]) -> list[float]:
     """Each row's share of the wall time: the growth of ``time/elapsed_s`` since the row
-    before (it restarts at a resume: then the row's own value, start-up included); a row
-    without it counts its ``time/iteration_s``. ``time/elapsed_s`` is taken before the
-    row's evaluation, so the last row of each segment adds its ``time/eval_s``."""
+    before in its segment (one ``train()``: a run and each resume of it), and for the first
+    row of a segment its own value, start-up included; a row without it counts its
+    ``time/iteration_s``. ``time/elapsed_s`` is taken before the row's evaluation, so the
+    last row of each segment adds its ``time/eval_s``. Segments are told apart by
+    :func:`segment_starts`."""
     out, before = [], 0.0
+    starts = segment_starts(rows)
     for i, r in enumerate(rows):
+        before = 0.0 if starts[i] else before
         elapsed = r.get("time/elapsed_s", math.nan)
         if not math.isfinite(elapsed):
             out.append(_finite(r, "time/iteration_s"))
             continue
         out.append(elapsed - before if elapsed >= before else elapsed)
         before = elapsed
-        following = rows[i + 1].get("time/elapsed_s", math.nan) if i + 1 < len(rows) else None
-        if following is None or following < elapsed:  # the segment's last row
+        if i + 1 == len(rows) or starts[i + 1]:  # the segment's last row
             out[-1] += _finite(r, "time/eval_s")
+    return out
+
+
+def segment_starts(rows: list[dict[str, float]]) -> list[bool]:
+    """Whether each row is the first of a segment, the rows of one ``train()``.
+
+    Each row holds the frames its ``train()`` started from, exactly: ``time/fps`` is the
+    frames since then over ``time/elapsed_s``. A resume starts from its checkpoint's frames
+    and the CSV keeps no row past them, so a segment's start differs from the one before it,
+    even where the resume's first ``time/elapsed_s`` is larger than the last one kept.
+    Rows without those columns (older files) start a segment where ``time/elapsed_s`` goes
+    down.
+
+    Examples:
+        >>> rows = [{"train/frames": f, "time/elapsed_s": e, "time/fps": f / e}
+        ...         for f, e in [(100.0, 3.0), (200.0, 6.0)]]
+        >>> rows.append({"train/frames": 300.0, "time/elapsed_s": 8.0, "time/fps": 100 / 8})
+        >>> segment_starts(rows), wall_seconds(rows)
+        ([True, False, True], [3.0, 3.0, 8.0])
+    """
+    out, start, elapsed = [], math.nan, math.nan
+    for r in rows:
+        now = r.get("time/elapsed_s", math.nan)
+        began = r.get("train/frames", math.nan) - r.get("time/fps", math.nan) * now
+        if math.isfinite(began) and math.isfinite(start):
+            # frames are whole: the product's rounding is far below half a frame
+            out.append(abs(began - start) > 0.5)
+        elif math.isfinite(now) and math.isfinite(elapsed):
+            out.append(now < elapsed)
+        else:
+            out.append(not out)  # the first row; otherwise nothing says a resume happened
+        start = began if math.isfinite(began) else start
+        elapsed = now if math.isfinite(now) else elapsed
     return out
 
 

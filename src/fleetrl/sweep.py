@@ -24,12 +24,21 @@ learner), approximate elsewhere (:doc:`the resume concepts page`). ASHA and PBT
 compare trials on ``train/frames``, so trials with other batch sizes are
 compared at equal experience.
 
+**The metric reported is the latest known.** An evaluation's ``eval/*``
+columns are in the rows of the iterations that evaluate (every
+``trainer.test_every``): the rows between carry the last evaluation's value. A
+trial's rows before its first evaluation have nothing to rank it on and are not
+reported, since Tune's result check, ASHA, PBT and Optuna each need the metric
+in every result; a checkpoint written then stays in the run directory but not
+in Tune, so a resumed sweep starts that trial again.
+
 **PBT** copies the checkpoint of a trial in the top quarter into one in the
-bottom quarter, and perturbs the copied values (x0.8 or x1.2, or a new draw);
-it searches the keys a loaded algorithm can change: ``lr`` and the algorithm's
-tunable coefficients (:attr:`fleetrl.algorithms.Algorithm.tunable`), which the
-copy sets after loading. Each trial then checkpoints every
-``tune.perturbation_frames``.
+bottom quarter, and perturbs the copied values (x0.8 or x1.2, or a new draw; a
+``choice`` moves to a neighbouring value), each put back within its searched
+range (``_SearchedRange``); it searches the keys a loaded algorithm can change:
+``lr`` and the algorithm's tunable coefficients
+(:attr:`fleetrl.algorithms.Algorithm.tunable`), which the copy sets after
+loading. Each trial then checkpoints every ``tune.perturbation_frames``.
 
 **Resources.** A trial asks Ray for a placement group: one CPU for its learner,
 then one bundle per remote collector (``collector.num_cpus_per_collector``) and
@@ -52,6 +61,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,10 +76,11 @@ from fleetrl.report import wall_seconds
 from fleetrl.runtime import start_ray
 from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.parse import config_to_dict, deep_copy, read_yaml_mapping
-from fleetrl.setup.search import parse_dimension
+from fleetrl.setup.search import Dimension, Distribution, parse_dimension
 
 __all__ = [
     "EMPTY_SEARCH_MSG",
+    "MISSING_METRIC_MSG",
     "NOT_A_SWEEP_MSG",
     "TUNE_EXTRA_MSG",
     "SweepResult",
@@ -292,16 +303,7 @@ def _new_tuner(config: Config, directory: Path, trainable: Any) -> Any:
         grace = t.grace_frames or max(1, total // 10)
         scheduler = ASHAScheduler(time_attr="train/frames", max_t=total, grace_period=grace)
     elif pbt:
-        from ray.tune.schedulers import PopulationBasedTraining
-
-        scheduler = PopulationBasedTraining(
-            time_attr="train/frames",
-            perturbation_interval=_perturbation_frames(
-                t.perturbation_frames, config.trainer.total_frames
-            ),
-            hyperparam_mutations=space,
-            synch=t.synchronous,
-        )
+        scheduler = _pbt_scheduler(config)
     if t.searcher == TuneSearcher.OPTUNA:
         from ray.tune.search.optuna import OptunaSearch
 
@@ -328,6 +330,59 @@ def _new_tuner(config: Config, directory: Path, trainable: Any) -> Any:
             verbose=1,
         ),
     )
+
+
+def _pbt_scheduler(config: Config) -> Any:
+    """PBT over ``tune.search``: a ``choice`` perturbed to a neighbouring value (Tune would
+    multiply it, leaving the choices), a range's perturbed values clamped to the range."""
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    t = config.tune
+    dims = [parse_dimension(key, spec) for key, spec in t.search.items()]
+    mutations = {
+        d.key: list(d.values) if d.kind == Distribution.CHOICE else d.domain() for d in dims
+    }
+    return PopulationBasedTraining(
+        time_attr="train/frames",
+        perturbation_interval=_perturbation_frames(
+            t.perturbation_frames, config.trainer.total_frames
+        ),
+        hyperparam_mutations=mutations,
+        custom_explore_fn=_SearchedRange(dims),
+        synch=t.synchronous,
+    )
+
+
+class _SearchedRange:
+    """PBT's ``custom_explore_fn``: each perturbed value of a range (``uniform``,
+    ``loguniform``, ``randint``) put back within its bounds.
+
+    Tune's PBT multiplies a value by 0.8 or 1.2 without bounds; a trial would then train
+    on a value nobody searched, or one its config check refuses (``ppo.clip_epsilon``,
+    ``sac.tau``). The searched range is also within what the config allows: its ends are
+    checked before the sweep starts (:func:`fleetrl.setup.verify`).
+
+    Args:
+        dims: the searched keys; those that are not ranges are left as PBT set them.
+
+    Examples:
+        >>> clamp = _SearchedRange([parse_dimension("ppo.clip_epsilon", "uniform(0.1, 0.3)")])
+        >>> clamp({"ppo.clip_epsilon": 0.36})
+        {'ppo.clip_epsilon': 0.3}
+        >>> _SearchedRange([parse_dimension("ppo.num_epochs", "randint(4, 16)")])(
+        ...     {"ppo.num_epochs": 2})
+        {'ppo.num_epochs': 4}
+    """
+
+    def __init__(self, dims: list[Dimension]):
+        #: key -> (lowest, highest) value it may take (randint: its last int)
+        self.bounds = {d.key: d.candidates() for d in dims if d.is_numeric_range}
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for key, (low, high) in self.bounds.items():
+            if key in config:
+                config[key] = min(max(config[key], low), high)
+        return config
 
 
 def _perturbation_frames(perturbation_frames: int | None, total_frames: int) -> int:
@@ -374,7 +429,14 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], directory: str) -
             if section == config.algorithm and name in ("lr", *algorithm.tunable):
                 algorithm.update_algorithm_parameter(name, value)
     metric = base.get("tune", {}).get("metric", config.tune.metric)
-    trainer.train(on_iteration=_Reporter(metric, run_dir, trial_id))
+    reporter = _Reporter(
+        metric,
+        run_dir,
+        trial_id,
+        later=trainer.evaluator.columns,
+        history=trainer.metrics.read_rows(),  # a restored trial's rows: its last evaluation
+    )
+    trainer.train(on_iteration=reporter)
 
 
 def trial_config(base: dict[str, Any], params: dict[str, Any], run_dir: Path) -> Config:
@@ -402,18 +464,50 @@ def trial_config(base: dict[str, Any], params: dict[str, Any], run_dir: Path) ->
 
 
 class _Reporter:
-    """Reports each metrics row to Tune, with the checkpoint written at its iteration."""
+    """Reports each metrics row to Tune, with the checkpoint written at its iteration.
 
-    def __init__(self, metric: str, run_dir: Path, trial_id: str):
+    The metric reported is the latest known: the row's, else the last one logged (an
+    ``eval/*`` column is in the rows of the iterations that evaluate). A row before any
+    value is known is not reported (see the module docstring); a metric that is neither in
+    the row nor among the columns logged later is a ConfigError.
+
+    Args:
+        metric: ``tune.metric``.
+        run_dir: the trial's run directory (its ``metrics.csv`` goes with each checkpoint).
+        trial_id: Tune's id of the trial.
+        later: columns that are in some rows only (the evaluations': ``Evaluator.columns``).
+        history: the rows the run holds already (a restored trial's).
+    """
+
+    def __init__(
+        self,
+        metric: str,
+        run_dir: Path,
+        trial_id: str,
+        *,
+        later: Iterable[str] = (),
+        history: Iterable[dict[str, float]] = (),
+    ):
         self.metric, self.run_dir, self.trial_id = metric, run_dir, trial_id
+        self.later = frozenset(later)
+        #: the metric's latest value (None: not logged yet)
+        self.latest: float | None = None
+        for row in history:
+            self.latest = row.get(metric, self.latest)
 
     def __call__(self, row: dict[str, float], checkpoint: Path | None) -> None:
         from ray import tune as ray_tune
 
-        if self.metric not in row:
-            columns = ", ".join(sorted(row))
+        if self.metric in row:
+            self.latest = row[self.metric]
+        elif self.metric not in self.later:
+            columns = ", ".join(sorted({*row, *self.later}))
             raise ConfigError([MISSING_METRIC_MSG.format(metric=self.metric, columns=columns)])
+        if self.latest is None:
+            logger.debug("trial %s: no %s yet, row not reported", self.trial_id, self.metric)
+            return
         metrics = {k: float(v) for k, v in row.items() if isinstance(v, (int, float))}
+        metrics[self.metric] = float(self.latest)
         if checkpoint is None:
             ray_tune.report(metrics)
             return

@@ -15,14 +15,20 @@ project and entity recorded there win over the config and the environment).
 
 **metrics.csv stays the source of truth.** The Trainer logs a row to the CSV
 first, then to the trackers. A tracker that fails mid-run (a server that does
-not answer, a full disk) is dropped with one warning and training goes on: the
-CSV keeps every row. What can be known before the run (a bad
-``logging.wandb_mode``, a missing package) is refused up front by
-:func:`fleetrl.setup.verify`; a tracker that cannot start its run stops the
-run from starting, before its first batch, with a ConfigError naming its key.
-A resumed run logs again the frames between its checkpoint and the crash (the
-CSV drops them): W&B plots against ``train/frames``, so the points are
-redrawn; MLflow cannot delete metrics, so its history holds both.
+not answer, a full disk) says so in one warning and training goes on: the CSV
+keeps every row. The tracker stays in the run: the rows and files it missed
+wait (up to :data:`BACKLOG_ROWS`) and are logged, oldest first, when it answers
+again; while it fails it is tried again after 1, 2, 4, ... more rows or files
+(at most :data:`MAX_SKIP`), so a server that hangs does not hold up every
+iteration. The run's end is sent to every tracker started, after one last try
+at what it missed; what it never logged is counted in a warning then. What can
+be known before the run (a bad ``logging.wandb_mode``, a missing package) is
+refused up front by :func:`fleetrl.setup.verify`; a tracker that cannot start
+its run stops the run from starting, before its first batch, with a
+ConfigError naming its key. A resumed run logs again the frames between its
+checkpoint and the crash (the CSV drops them): W&B plots against
+``train/frames``, so the points are redrawn; MLflow cannot delete metrics, so
+its history holds both.
 
 **torchrl's loggers.** :class:`WandbTracker` uses torchrl's ``WandbLogger``
 (``wandb.init`` with ``id=`` and ``resume="allow"``, the config, the metrics),
@@ -52,6 +58,8 @@ import math
 import numbers
 import os
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -62,7 +70,10 @@ from fleetrl.setup.parse import config_to_dict
 
 __all__ = [
     "DEFAULT_EXPERIMENT",
+    "TRACKER_BACK",
+    "TRACKER_END_FAILED",
     "TRACKER_FAILED",
+    "TRACKER_MISSED",
     "TRACKER_START_FAILED",
     "TRACKING_FILE",
     "MlflowTracker",
@@ -81,9 +92,22 @@ TRACKING_FILE = "tracking.json"
 #: the MLflow experiment and W&B project when the config and the environment name none
 DEFAULT_EXPERIMENT = "fleetrl"
 TRACKER_FAILED = (
-    "%s tracking failed at %d frames (%s: %s); training goes on without it and metrics.csv "
-    "keeps every row (resume the run to track it again)"
+    "%s tracking failed at %d frames (%s: %s); training goes on, what it misses is logged "
+    "when it answers again, and metrics.csv keeps every row"
 )
+TRACKER_BACK = "%s tracking answers again at %d frames: logged the %d rows and files it missed"
+TRACKER_MISSED = (
+    "%s tracking never logged %d rows (frames %d to %d) and %d files: metrics.csv and the run "
+    "directory hold them"
+)
+TRACKER_END_FAILED = (
+    "%s tracking could not record the run's end (%s: %s): its run may show as running; "
+    "metrics.csv and the run directory hold everything"
+)
+#: rows (and files) a failing tracker keeps to log when it answers again; older ones are lost
+BACKLOG_ROWS = 1000
+#: at most this many rows (or files) between two tries of a tracker that keeps failing
+MAX_SKIP = 64
 TRACKER_START_FAILED = (
     "logging.{name}=true could not start the run's tracking ({err}); check {where}, or set "
     "logging.{name}=false"
@@ -96,13 +120,24 @@ FRAMES = "train/frames"
 class RunEnd(str, enum.Enum):
     """How a run ended, as each tracker records it."""
 
-    FINISHED = "finished"  # its budget or its target return reached
+    FINISHED = "finished"  # its budget or its target return reached, or a clean exit
     KILLED = "killed"  # stopped by a signal (a checkpoint written) or by Ctrl-C twice
     FAILED = "failed"  # an error ended it
 
     @classmethod
     def of(cls, err: BaseException) -> RunEnd:
-        """How an exception that ends a run ends it."""
+        """How an exception that ends a run ends it.
+
+        ``SystemExit`` with code 0 or None is a clean exit: a sweep's trial that ASHA or PBT
+        stops ends so (Ray Tune's ``sys.exit(0)``), and is finished, as Ray's own MLflow and
+        W&B callbacks record a stopped trial; another code is a failure.
+
+        Examples:
+            >>> RunEnd.of(SystemExit(0)), RunEnd.of(SystemExit(2)), RunEnd.of(KeyboardInterrupt())
+            (<RunEnd.FINISHED: 'finished'>, <RunEnd.FAILED: 'failed'>, <RunEnd.KILLED: 'killed'>)
+        """
+        if isinstance(err, SystemExit) and err.code in (0, None):
+            return cls.FINISHED
         return cls.KILLED if isinstance(err, KeyboardInterrupt) else cls.FAILED
 
 
@@ -256,9 +291,11 @@ class MlflowTracker(Tracker):
         self.client.log_artifact(self.run_id, str(path), artifact_path=folder)
 
     def finish(self, end: RunEnd, checkpoint: Path | None) -> None:
-        if checkpoint is not None:
-            self.client.set_tag(self.run_id, CHECKPOINT_KEY, str(Path(checkpoint).resolve()))
-        self.client.set_terminated(self.run_id, end.name)
+        try:
+            if checkpoint is not None:
+                self.client.set_tag(self.run_id, CHECKPOINT_KEY, str(Path(checkpoint).resolve()))
+        finally:  # the status above all: a run left RUNNING reads as one still training
+            self.client.set_terminated(self.run_id, end.name)
 
     def abort(self) -> None:
         if self._created:  # a run with nothing in it: gone, as the run directory is
@@ -331,11 +368,58 @@ class WandbTracker(Tracker):
 TRACKERS: dict[str, type[Tracker]] = {"mlflow": MlflowTracker, "wandb": WandbTracker}
 
 
+class _Backlog:
+    """What a tracker missed while it failed, and when to try it again.
+
+    Args:
+        limit: the calls kept; the oldest go (counted) when more come.
+    """
+
+    def __init__(self, limit: int = BACKLOG_ROWS):
+        #: the calls it missed, oldest first: (method, arguments, the row's frames or None)
+        self.calls: deque[tuple[Callable[..., None], tuple[Any, ...], int | None]] = deque()
+        self.limit = limit
+        #: failed tries in a row (0: it answers)
+        self.failures = 0
+        #: calls to let pass before the next try
+        self.wait = 0
+        #: the rows that went from a full backlog (how many, the first's and last's frames)
+        self.lost_rows, self.lost_first, self.lost_last = 0, 0, 0
+        #: the files that went from a full backlog
+        self.lost_files = 0
+
+    def add(self, method: Callable[..., None], args: tuple[Any, ...], frames: int | None) -> None:
+        self.calls.append((method, args, frames))
+        if len(self.calls) > self.limit:
+            _, _, gone = self.calls.popleft()
+            if gone is None:
+                self.lost_files += 1
+            else:  # the oldest first: the first one lost holds the lowest frames
+                self.lost_first = gone if not self.lost_rows else self.lost_first
+                self.lost_rows, self.lost_last = self.lost_rows + 1, gone
+
+    def failed(self) -> None:
+        """One more failed try: the next after 1, 2, 4, ... (at most MAX_SKIP) more calls."""
+        self.failures += 1
+        self.wait = min(2 ** min(self.failures - 1, 30), MAX_SKIP) - 1
+
+    def missed(self) -> tuple[int, int, int, int]:
+        """The rows it never logged (how many, the first's and last's frames) and files."""
+        frames = [f for _, _, f in self.calls if f is not None]
+        rows = self.lost_rows + len(frames)
+        first = self.lost_first if self.lost_rows else (frames[0] if frames else 0)
+        last = frames[-1] if frames else self.lost_last
+        files = self.lost_files + len(self.calls) - len(frames)
+        return rows, first, last, files
+
+
 class Trackers:
     """The trackers a run's config asks for, fanned out; the Trainer's one seam to them.
 
     Nothing is imported or contacted until :meth:`start` (the Trainer calls it once its
-    learner runs, so a run that cannot start leaves no tracked run behind).
+    learner runs, so a run that cannot start leaves no tracked run behind). A tracker that
+    fails stays in the run (see the module docstring): what it misses is logged when it
+    answers again, and :meth:`finish` reaches every tracker started.
 
     Args:
         config: the run's config (``logging.mlflow``, ``logging.wandb`` and their keys).
@@ -359,8 +443,9 @@ class Trackers:
             for key, cls in TRACKERS.items()
             if getattr(config.logging, key) is True
         ]
-        #: the trackers started and not failed since
+        #: the trackers started and not finished since (failing ones too)
         self.running: list[Tracker] = []
+        self._backlogs: dict[Tracker, _Backlog] = {}
         self._frames = 0
 
     @property
@@ -388,7 +473,7 @@ class Trackers:
                 started.append(tracker)
         except BaseException as err:
             for done in started:
-                self._call(done, done.abort)
+                self._end(done, done.abort)
             if not isinstance(err, Exception):  # Ctrl-C
                 raise
             text = TRACKER_START_FAILED.format(
@@ -399,19 +484,20 @@ class Trackers:
         tmp.write_text(json.dumps(records, indent=2) + "\n")
         os.replace(tmp, self.path)
         self.running = started
+        self._backlogs = {tracker: _Backlog() for tracker in started}
 
     def log_row(self, row: dict[str, Any]) -> None:
         """Log a metrics row (its finite numbers) to every running tracker."""
         self._frames = int(row.get(FRAMES, self._frames))
-        if not self.running:  # none asked for (the common case), or all failed
+        if not self.running:  # none asked for: the common case
             return
         numbers_only = {
             k: v
             for k, v in row.items()
             if isinstance(v, numbers.Real) and math.isfinite(v)  # as TensorBoard: no NaN
         }
-        for tracker in list(self.running):
-            self._call(tracker, tracker.log_row, numbers_only)
+        for tracker in self.running:
+            self._send(tracker, tracker.log_row, (numbers_only,), self._frames)
 
     def log_file(self, path: str | Path) -> None:
         """Keep a file of the run in every running tracker, where it lies in the run
@@ -421,20 +507,63 @@ class Trackers:
             folder = path.parent.resolve().relative_to(self.run_dir.resolve()).as_posix()
         except ValueError:  # outside the run directory: kept at the top
             folder = None
-        for tracker in list(self.running):
-            self._call(tracker, tracker.log_file, path, None if folder == "." else folder)
+        for tracker in self.running:
+            self._send(tracker, tracker.log_file, (path, None if folder == "." else folder), None)
 
     def finish(self, end: RunEnd, checkpoint: Path | None) -> None:
-        """End every running tracker's run: ``end``, and the final checkpoint's path."""
-        for tracker in list(self.running):
-            self._call(tracker, tracker.finish, end, checkpoint)
+        """End every running tracker's run: ``end``, and the final checkpoint's path.
+
+        A tracker that failed gets one last try at what it missed first; what it never
+        logged is counted in a warning. Every tracker is reached, whatever the others do.
+        """
+        for tracker in self.running:
+            backlog = self._backlogs[tracker]
+            if backlog.calls:
+                self._retry(tracker, backlog, missed=len(backlog.calls))
+            rows, first, last, files = backlog.missed()
+            if rows or files:
+                logger.warning(TRACKER_MISSED, tracker.name, rows, first, last, files)
+            self._end(tracker, tracker.finish, end, checkpoint)
         self.running = []
 
-    def _call(self, tracker: Tracker, method: Any, *args: Any) -> None:
-        """A tracker's call that must not stop training: its failure drops it, said once."""
+    def _send(
+        self,
+        tracker: Tracker,
+        method: Callable[..., None],
+        args: tuple[Any, ...],
+        frames: int | None,
+    ) -> None:
+        """A tracker's call that must not stop training: a failure is said once, and the
+        call waits in the tracker's backlog, after the ones it missed before."""
+        backlog = self._backlogs[tracker]
+        backlog.add(method, args, frames)
+        if backlog.wait > 0:  # failing: not tried for a while, so a hanging server costs less
+            backlog.wait -= 1
+            return
+        self._retry(tracker, backlog, missed=len(backlog.calls) - 1)
+
+    def _retry(self, tracker: Tracker, backlog: _Backlog, *, missed: int) -> None:
+        """Log the backlog, oldest first, up to the first call that fails (``missed``: the
+        calls in it from before this try)."""
+        while backlog.calls:
+            method, args, _ = backlog.calls[0]
+            try:
+                method(*args)
+            except Exception as err:
+                if backlog.failures == 0:  # the first failure since it answered
+                    logger.warning(
+                        TRACKER_FAILED, tracker.name, self._frames, type(err).__name__, err
+                    )
+                backlog.failed()
+                return
+            backlog.calls.popleft()
+        if backlog.failures:
+            logger.info(TRACKER_BACK, tracker.name, self._frames, missed)
+        backlog.failures = backlog.wait = 0
+
+    def _end(self, tracker: Tracker, method: Callable[..., None], *args: Any) -> None:
+        """End a tracker's run; a failure is said and the other trackers are still ended."""
         try:
             method(*args)
         except Exception as err:
-            logger.warning(TRACKER_FAILED, tracker.name, self._frames, type(err).__name__, err)
-            if tracker in self.running:
-                self.running.remove(tracker)
+            logger.warning(TRACKER_END_FAILED, tracker.name, type(err).__name__, err)

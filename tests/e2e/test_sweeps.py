@@ -97,6 +97,32 @@ def test_an_asha_sweep_runs_every_trial_and_writes_its_results(ray4, tmp_path):
     assert len(table) == 5 and table[0].split()[:3] == ["trial", "ppo.clip_epsilon", "ppo.lr"]
 
 
+def test_an_asha_sweep_ranks_trials_on_their_latest_evaluation(ray4, tmp_path):
+    # evaluations every other iteration: the rows between have no eval/ columns
+    config = load_config(
+        CARTPOLE,
+        [
+            *TINY,
+            "trainer.test_every=2",
+            "trainer.num_test_episodes=2",
+            "env.max_episode_steps=50",
+            "tune.search={ppo.lr: 'grid(1e-3, 3e-4)'}",
+            "tune.samples=1",
+            "tune.scheduler=asha",
+            f"tune.grace_frames={4 * FPB}",
+            "tune.metric=eval/return_mean",
+            f"tune.dir={tmp_path / 'eval'}",
+        ],
+    )
+    result = tune(config)
+    assert not result.errors and len(result.trials) == 2
+    for trial in result.trials:
+        rows = read_metrics(trial.run_dir / "metrics.csv")
+        evaluated = [r["eval/return_mean"] for r in rows if "eval/return_mean" in r]
+        assert len(evaluated) == len(rows) // 2 and trial.best == max(evaluated)
+        assert trial.status in ("completed", "stopped early")
+
+
 def test_pbt_copies_a_better_trial_and_perturbs_its_values(ray4, tmp_path):
     config = load_config(
         CARTPOLE,

@@ -8,7 +8,14 @@ import pytest
 
 from fleetrl.cli import main
 from fleetrl.metrics import read_metrics
-from fleetrl.report import NO_RUN_MSG, breakdown, collection, learning, wall_seconds
+from fleetrl.report import (
+    NO_RUN_MSG,
+    breakdown,
+    collection,
+    learning,
+    segment_starts,
+    wall_seconds,
+)
 from runs import LOCAL, ROOT
 
 #: four iterations of 100 frames with known times (a gradient-worker run's parts)
@@ -112,6 +119,42 @@ def test_the_wall_time_of_a_resumed_run_adds_its_segments(tmp_path):
     lines[2] = lines[2].replace(",0.0,0.0\n", ",0.5,0.0\n")
     (run / "metrics.csv").write_text("".join(lines))
     assert wall_seconds(read_metrics(run / "metrics.csv")) == [3.0, 2.0, 2.0, 1.5]
+
+
+def test_a_resume_whose_first_elapsed_is_larger_than_the_last_kept_starts_a_segment(
+    tmp_path, capsys
+):
+    # a run of 6 s to 200 frames, resumed from its checkpoint there for 12 s more (start-up
+    # included); the resume's first row is at 8 s, past the 6 s of the row before it
+    header = "train/frames,time/elapsed_s,time/fps,time/iteration_s\n"
+    segments = [(0, [(100, 3.0), (200, 6.0)]), (200, [(300, 8.0), (400, 12.0)])]
+    rows = [
+        f"{frames},{elapsed!r},{(frames - start) / elapsed!r},1.0\n"
+        for start, segment in segments
+        for frames, elapsed in segment
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text(header + "".join(rows))
+    read = read_metrics(run / "metrics.csv")
+    assert segment_starts(read) == [True, False, True, False]
+    assert wall_seconds(read) == [3.0, 3.0, 8.0, 4.0]
+    assert main(["report", str(run), "--no-plot"]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"run {run}: 4 iterations, 400 frames in 18.0 s (22 frames/s)\n"
+    )
+
+
+def test_a_real_resumed_run_has_a_segment_per_train(tmp_path):
+    from fleetrl import Trainer, load_config
+
+    config = str(ROOT / "configs" / "ppo_cartpole.yaml")
+    args = [*LOCAL, "collector.frames_per_batch=128", "trainer.total_frames=384"]
+    Trainer(load_config(config, args), run_dir=tmp_path / "run").train()
+    Trainer.from_run_dir(tmp_path / "run", ["trainer.total_frames=640"]).train()
+    rows = read_metrics(tmp_path / "run" / "metrics.csv")
+    assert [r["train/frames"] for r in rows] == [128, 256, 384, 512, 640]
+    assert segment_starts(rows) == [True, False, False, True, False]
 
 
 def test_the_plot_goes_where_asked_or_nowhere(tmp_path, capsys):

@@ -6,6 +6,10 @@ the sweeps themselves run in tests/e2e/test_sweeps.py.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,12 +19,18 @@ from fleetrl import load_config
 from fleetrl.cli import main
 from fleetrl.config import TuneScheduler
 from fleetrl.errors import ConfigError
+from fleetrl.evaluate import EVAL_METRICS
+from fleetrl.metrics import read_metrics
 from fleetrl.setup.parse import config_to_dict
 from fleetrl.setup.search import DISTRIBUTIONS_HELP, Distribution, parse_dimension
 from fleetrl.sweep import (
     EMPTY_SEARCH_MSG,
+    MISSING_METRIC_MSG,
     NOT_A_SWEEP_MSG,
     TUNE_EXTRA_MSG,
+    _pbt_scheduler,
+    _SearchedRange,
+    run_trial,
     trial_bundles,
     trial_config,
     tune,
@@ -29,6 +39,19 @@ from runs import ROOT
 
 CARTPOLE = str(ROOT / "configs" / "ppo_cartpole.yaml")
 TUNE_CONFIG = str(ROOT / "configs" / "tune_ppo_cartpole.yaml")
+#: a trial of the shipped sweep, tiny: 4 iterations of 256 frames, local, no target
+TRIAL = [
+    "env.num_envs=4",
+    "collector.frames_per_batch=256",
+    "ppo.num_mini_batch=2",
+    "ppo.num_epochs=1",
+    "trainer.total_frames=1024",
+    "trainer.target_return=null",
+    "trainer.num_test_episodes=2",
+    "env.max_episode_steps=50",
+    "tune.grace_frames=512",
+    "logging.plot=false",
+]
 
 
 def problems(*overrides: str, config: str = CARTPOLE) -> list[str]:
@@ -97,7 +120,7 @@ def test_every_problem_of_a_search_is_said_at_once_in_config_keys():
     assert "tune.samples=0 is invalid: must be > 0" in found
     assert (
         "tune.metric='episode_return' is invalid: must be a metrics.csv column (starting "
-        "train/, eval/, loss/, time/), e.g. train/episode_return or eval/episode_return" in found
+        "train/, eval/, loss/, time/), e.g. train/episode_return or eval/return_mean" in found
     )
     assert (
         "tune.search.ppo.lr='uniform(-1, 1)' is invalid: at ppo.lr=-1.0: "
@@ -158,13 +181,144 @@ def test_pbt_searches_what_a_loaded_algorithm_can_change():
 def test_an_eval_metric_needs_evaluations():
     found = problems(
         search({"ppo.lr": "choice(1e-3)"}),
-        "tune.metric=eval/episode_return",
+        "tune.metric=eval/return_mean",
         "trainer.test_every=0",
     )
     assert found == [
-        "tune.metric='eval/episode_return' is invalid: is logged by evaluations: needs "
+        "tune.metric='eval/return_mean' is invalid: is logged by evaluations: needs "
         "trainer.test_every > 0 (here trainer.test_every=0)"
     ]
+
+
+def test_an_eval_metric_is_one_an_evaluation_logs():
+    found = problems(search({"ppo.lr": "choice(1e-3)"}), "tune.metric=eval/episode_return")
+    assert found == [
+        "tune.metric='eval/episode_return' is invalid: evaluations log eval/return_mean and "
+        "eval/return_std: use one of them"
+    ]
+    assert EVAL_METRICS == ("eval/return_mean", "eval/return_std")
+
+
+class _FakeTune:
+    """Ray Tune's calls in a trial, outside Ray: each report's metrics and checkpoint files."""
+
+    def __init__(self, monkeypatch, checkpoint=None):
+        import ray.tune
+
+        import fleetrl.runtime
+
+        self.reports: list[tuple[dict, list[str] | None]] = []
+        context = type("Context", (), {"get_trial_id": lambda self: "t0"})()
+        monkeypatch.setattr(ray.tune, "get_context", lambda: context)
+        monkeypatch.setattr(ray.tune, "get_checkpoint", lambda: checkpoint)
+        monkeypatch.setattr(ray.tune, "report", self.report)
+        monkeypatch.setattr(fleetrl.runtime, "pin_threads", lambda n: None)  # not this process
+
+    def report(self, metrics, checkpoint=None):
+        files = sorted(os.listdir(checkpoint.path)) if checkpoint is not None else None
+        self.reports.append((metrics, files))
+
+
+def test_a_sweep_on_an_evaluation_metric_reports_its_latest_value(tmp_path, monkeypatch):
+    # rows 1 and 3 have no eval/ columns: each trial failed at its first row
+    base = config_to_dict(
+        load_config(
+            TUNE_CONFIG,
+            [
+                *TRIAL,
+                "tune.metric=eval/return_mean",
+                "trainer.test_every=2",
+                "trainer.checkpoint_every=1",
+            ],
+        )
+    )
+    tune_ = _FakeTune(monkeypatch)
+    run_trial({"ppo.lr": 1e-3}, base=base, directory=str(tmp_path))
+    rows = read_metrics(tmp_path / "trials" / "t0" / "metrics.csv")
+    assert [int(r["train/frames"]) for r in rows] == [256, 512, 768, 1024]
+    evaluated = [r["eval/return_mean"] for r in rows if "eval/return_mean" in r]
+    assert len(evaluated) == 2
+    # nothing to rank on before the first evaluation: the first row is not reported
+    reported = [(m["train/frames"], m["eval/return_mean"]) for m, _ in tune_.reports]
+    assert reported == [(512, evaluated[0]), (768, evaluated[0]), (1024, evaluated[1])]
+    for (metrics, files), row in zip(tune_.reports, rows[1:]):
+        checkpoint = f"checkpoint_{int(row['train/frames']):012d}.pt"
+        assert files == [checkpoint, "metrics.csv", "origin.json"]
+        assert set(metrics) == {*row, "eval/return_mean"}  # the row's columns, all of them
+
+
+def test_a_restored_trial_reports_its_last_evaluation_at_once(tmp_path, monkeypatch):
+    import ray.tune
+
+    base = config_to_dict(load_config(TUNE_CONFIG, [*TRIAL, "tune.metric=eval/return_mean",
+                                                    "trainer.test_every=2"]))  # fmt: skip
+    tune_ = _FakeTune(monkeypatch)
+    run_trial({"ppo.lr": 1e-3}, base=base, directory=str(tmp_path / "a"))
+    last = [m for m, files in tune_.reports if files is not None][-1]
+    assert last["train/frames"] == 1024
+    # Tune's checkpoint of that trial at 1024 frames, restored into a trial with more budget
+    with tempfile.TemporaryDirectory() as saved:
+        trial = tmp_path / "a" / "trials" / "t0"
+        shutil.copy2(trial / "checkpoints" / "checkpoint_000000001024.pt", saved)
+        shutil.copy2(trial / "metrics.csv", saved)
+        (Path(saved) / "origin.json").write_text(json.dumps({"trial": "t0", "frames": 1024}))
+        tune_ = _FakeTune(monkeypatch, ray.tune.Checkpoint.from_directory(saved))
+        base["trainer"]["total_frames"] = 1280
+        run_trial({"ppo.lr": 1e-3}, base=base, directory=str(tmp_path / "b"))
+    (resumed,) = [m for m, _ in tune_.reports]
+    assert resumed["train/frames"] == 1280 and "eval/return_mean" in resumed
+    assert resumed["eval/return_mean"] == last["eval/return_mean"]  # 1280: no evaluation
+
+
+def test_a_metric_no_row_will_have_fails_the_trial_naming_the_columns(tmp_path, monkeypatch):
+    base = config_to_dict(load_config(TUNE_CONFIG, [*TRIAL, "tune.metric=loss/nothing",
+                                                    "trainer.test_every=2"]))  # fmt: skip
+    _FakeTune(monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        run_trial({"ppo.lr": 1e-3}, base=base, directory=str(tmp_path))
+    said = str(err.value)
+    assert said.startswith(MISSING_METRIC_MSG.split("{columns}")[0].format(metric="loss/nothing"))
+    assert "eval/return_mean" in said and "train/episode_return" in said
+
+
+def test_pbt_keeps_perturbed_values_in_their_searched_range():
+    from ray.tune.schedulers.pbt import _explore  # Ray's perturbation, as PBT runs it
+
+    config = load_config(
+        CARTPOLE,
+        [
+            search(
+                {
+                    "ppo.lr": "loguniform(1e-4, 1e-2)",
+                    "ppo.clip_epsilon": "uniform(0.1, 0.3)",
+                    "ppo.entropy_coef": "choice(0.0, 0.01, 0.02)",
+                }
+            ),
+            "tune.scheduler=pbt",
+        ],
+    )
+    pbt = _pbt_scheduler(config)
+    mutations, clamp = pbt._hyperparam_mutations, pbt._custom_explore_fn
+    at_ends = {"ppo.lr": 1e-2, "ppo.clip_epsilon": 0.1, "ppo.entropy_coef": 0.02}
+    up, _ = _explore(at_ends, mutations, 0.0, (1.2,), clamp)
+    down, _ = _explore(at_ends, mutations, 0.0, (0.8,), clamp)
+    assert up["ppo.lr"] == 1e-2 and down["ppo.lr"] == pytest.approx(8e-3)
+    assert up["ppo.clip_epsilon"] == pytest.approx(0.12) and down["ppo.clip_epsilon"] == 0.1
+    # a choice moves to a neighbouring value, or is drawn again: never multiplied
+    for factor in (0.8, 1.2):
+        for _ in range(20):
+            moved, _ = _explore(at_ends, mutations, 0.25, (factor,), clamp)
+            assert moved["ppo.entropy_coef"] in (0.0, 0.01, 0.02)
+    # and a new draw stays in the range, as it always did
+    drawn, _ = _explore(at_ends, mutations, 1.0, (1.2,), clamp)
+    assert 1e-4 <= drawn["ppo.lr"] <= 1e-2 and 0.1 <= drawn["ppo.clip_epsilon"] <= 0.3
+
+
+def test_a_clamped_randint_stays_an_int_within_its_range():
+    clamp = _SearchedRange([parse_dimension("ppo.num_epochs", "randint(4, 16)")])
+    assert clamp({"ppo.num_epochs": 18}) == {"ppo.num_epochs": 15}
+    assert clamp({"ppo.num_epochs": 3}) == {"ppo.num_epochs": 4}
+    assert clamp({"ppo.lr": 1.0}) == {"ppo.lr": 1.0}  # not a searched range: left as it is
 
 
 def test_the_shipped_sweep_loads_and_its_tune_section_is_written_only_where_set():

@@ -25,10 +25,16 @@ from fleetrl import ConfigError, Trainer, load_config
 from fleetrl.setup import parse_config
 from fleetrl.setup.verify import TRACKER_EXTRA_MSG
 from fleetrl.tracking import (
+    BACKLOG_ROWS,
+    MAX_SKIP,
+    TRACKER_BACK,
+    TRACKER_END_FAILED,
     TRACKER_FAILED,
+    TRACKER_MISSED,
     TRACKER_START_FAILED,
     TRACKING_FILE,
     RunEnd,
+    Tracker,
     Trackers,
 )
 from runs import ROOT
@@ -208,7 +214,7 @@ def test_a_tracker_that_cannot_start_aborts_the_ones_started_before_it(tmp_path)
     assert [r.info.lifecycle_stage for r in runs] == ["deleted"]
 
 
-def test_a_tracker_failing_mid_run_is_dropped_with_one_warning(tmp_path, caplog):
+def test_a_tracker_that_keeps_failing_is_warned_once_and_still_ended(tmp_path, caplog):
     from mlflow.tracking import MlflowClient
 
     config, _ = parse_config({"algorithm": "ppo"}, _mlflow(tmp_path))
@@ -222,9 +228,158 @@ def test_a_tracker_failing_mid_run_is_dropped_with_one_warning(tmp_path, caplog)
         trackers.log_row({"train/frames": 512, "loss/critic": 2.0})
         trackers.log_row({"train/frames": 768, "loss/critic": 3.0})
         trackers.finish(RunEnd.FINISHED, None)
-    warnings = [r for r in caplog.records if r.msg == TRACKER_FAILED]
-    assert len(warnings) == 1 and warnings[0].args[:2] == ("mlflow", 512)
+    said = [(r.msg, r.args[:2]) for r in caplog.records]
+    assert said == [
+        (TRACKER_FAILED, ("mlflow", 512)),
+        (TRACKER_MISSED, ("mlflow", 2)),  # the rows at 512 and 768, never logged
+        (TRACKER_END_FAILED, ("mlflow", "MlflowException")),  # finish() reached it
+    ]
+    assert caplog.records[1].args[2:] == (512, 768, 0)
     assert trackers.running == []
+
+
+def test_a_transient_tracker_failure_loses_no_row_and_the_run_still_ends(tmp_path, caplog):
+    from mlflow.exceptions import MlflowException
+
+    config, _ = parse_config({"algorithm": "ppo"}, _mlflow(tmp_path))
+    trackers = Trackers(config, tmp_path)
+    trackers.start()
+    (tracker,) = trackers.running
+    real = tracker.client.log_batch
+    failures = iter([MlflowException("503 Service Unavailable")])
+
+    def log_batch_once_failing(*args, **kwargs):
+        err = next(failures, None)
+        if err is not None:
+            raise err
+        return real(*args, **kwargs)
+
+    tracker.client.log_batch = log_batch_once_failing
+    checkpoint = tmp_path / "checkpoints" / "checkpoint_000000000768.pt"
+    with caplog.at_level(logging.INFO, logger="fleetrl.tracking"):
+        for frames in (256, 512, 768):
+            trackers.log_row({"train/frames": frames, "loss/critic": frames / 256})
+        trackers.finish(RunEnd.FINISHED, checkpoint)
+    said = [(r.msg, r.args[:3]) for r in caplog.records]
+    assert said == [
+        (TRACKER_FAILED, ("mlflow", 256, "MlflowException")),
+        (TRACKER_BACK, ("mlflow", 512, 1)),
+    ]
+    client, run = _mlflow_run(tmp_path)
+    # the row that failed was logged with the next one, and the run ended as it did
+    history = client.get_metric_history(run.info.run_id, "loss/critic")
+    assert sorted((m.step, m.value) for m in history) == [(256, 1.0), (512, 2.0), (768, 3.0)]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["checkpoint"] == str(checkpoint.resolve())
+
+
+class _Flaky(Tracker):
+    """A tracker whose first ``failures`` calls to log fail (None: every one); it records
+    the frames of the row each call tried (a file: None), what it logged, how it ended."""
+
+    name = "flaky"
+
+    def __init__(self, failures: int | None = None):
+        self.failures, self.tries, self.logged, self.ended = failures, [], [], None
+
+    def start(self, record, config):
+        return {}
+
+    def _try(self, frames) -> None:
+        self.tries.append(frames)
+        if self.failures is None or len(self.tries) <= self.failures:
+            raise ConnectionError("no answer")
+        self.logged.append(frames)
+
+    def log_row(self, row):
+        self._try(row["train/frames"])
+
+    def log_file(self, path, folder):
+        self._try(None)
+
+    def finish(self, end, checkpoint):
+        self.ended = end
+
+
+def _flaky_trackers(tmp_path, tracker: Tracker) -> Trackers:
+    config, _ = parse_config({"algorithm": "ppo"})
+    trackers = Trackers(config, tmp_path)
+    trackers.trackers = [tracker]
+    trackers.start()
+    return trackers
+
+
+def test_a_failing_tracker_logs_what_it_missed_in_order_when_it_answers_again(tmp_path, caplog):
+    flaky = _Flaky(failures=3)
+    trackers = _flaky_trackers(tmp_path, flaky)
+    with caplog.at_level(logging.INFO, logger="fleetrl.tracking"):
+        for frames in range(1, 11):
+            trackers.log_row({"train/frames": frames})
+        trackers.finish(RunEnd.KILLED, None)
+    # the tries at rows 1, 2 and 4 fail (each on the oldest row it missed); row 8's logs all
+    assert flaky.tries[:4] == [1, 1, 1, 1]
+    assert flaky.logged == list(range(1, 11))
+    assert [(r.msg, r.args[:2]) for r in caplog.records] == [
+        (TRACKER_FAILED, ("flaky", 1)),
+        (TRACKER_BACK, ("flaky", 8)),
+    ]
+    assert caplog.records[1].args[2] == 7  # rows 1 to 7, missed before row 8
+    assert flaky.ended is RunEnd.KILLED and trackers.running == []
+
+
+def test_a_dead_tracker_is_tried_ever_less_often_and_what_it_lost_is_counted(tmp_path, caplog):
+    dead = _Flaky()
+    trackers = _flaky_trackers(tmp_path, dead)
+    rows = BACKLOG_ROWS + 100
+    tried_at = []
+    with caplog.at_level(logging.WARNING, logger="fleetrl.tracking"):
+        for frames in range(1, rows + 1):
+            before = len(dead.tries)
+            trackers.log_row({"train/frames": frames})
+            tried_at += [frames] * (len(dead.tries) - before)
+        trackers.log_file(tmp_path / "learning_curve.png")
+        trackers.finish(RunEnd.FINISHED, None)
+    # a try after 1, 2, 4, ... rows, at most MAX_SKIP apart; and one last try at the end
+    assert tried_at == [1, 2, 4, 8, 16, 32, *range(MAX_SKIP, rows + 1, MAX_SKIP)]
+    assert len(dead.tries) == len(tried_at) + 1
+    assert dead.ended is RunEnd.FINISHED
+    # the oldest rows went from the full backlog: counted with the rest, from the first one
+    assert [(r.msg, r.args[:3]) for r in caplog.records] == [
+        (TRACKER_FAILED, ("flaky", 1, "ConnectionError")),
+        (TRACKER_MISSED, ("flaky", rows, 1)),
+    ]
+    assert caplog.records[1].args[3:] == (rows, 1)  # the last row's frames, and one file
+
+
+def test_a_run_that_exits_cleanly_is_finished_in_mlflow(tmp_path):
+    # a trial that ASHA or PBT stops ends with Ray Tune's sys.exit(0) in on_iteration
+    config = load_config(CONFIG, [*TINY, *_mlflow(tmp_path), "trainer.checkpoint_every=1"])
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+
+    def stopped_by_the_scheduler(row, checkpoint) -> None:
+        sys.exit(0)
+
+    with pytest.raises(SystemExit):
+        trainer.train(on_iteration=stopped_by_the_scheduler)
+    _, run = _mlflow_run(trainer.run_dir)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["checkpoint"] == str(trainer.last_checkpoint.resolve())
+    assert trainer.last_checkpoint.name == "checkpoint_000000000256.pt"
+
+
+@pytest.mark.parametrize(
+    ("err", "end"),
+    [
+        (SystemExit(0), RunEnd.FINISHED),
+        (SystemExit(None), RunEnd.FINISHED),
+        (SystemExit(1), RunEnd.FAILED),
+        (SystemExit("bad config"), RunEnd.FAILED),  # sys.exit(text): exit status 1
+        (KeyboardInterrupt(), RunEnd.KILLED),
+        (RuntimeError("boom"), RunEnd.FAILED),
+    ],
+)
+def test_how_an_exception_ends_a_run(err, end):
+    assert RunEnd.of(err) is end
 
 
 # ------------------------------------------------------------------ W&B

@@ -40,6 +40,7 @@ from fleetrl.algorithms.models import NORMALIZE_CONV_MSG, ModelKind, conv_proble
 from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.config import (
+    EVAL_METRICS,
     AtariConfig,
     CollectorConfig,
     Config,
@@ -492,9 +493,16 @@ def _tune(config: Config, check: Problems) -> None:
         "tune.metric",
         t.metric,
         f"must be a metrics.csv column (starting {', '.join(METRIC_PREFIXES)}), e.g. "
-        "train/episode_return or eval/episode_return",
+        f"{TuneConfig.metric} or {EVAL_METRICS[0]}",
     )
     if isinstance(t.metric, str) and t.metric.startswith("eval/"):
+        # an evaluation's columns are known: a sweep on another would fail every trial
+        check(
+            t.metric in EVAL_METRICS,
+            "tune.metric",
+            t.metric,
+            f"evaluations log {' and '.join(EVAL_METRICS)}: use one of them",
+        )
         check(
             config.trainer.test_every > 0,
             "tune.metric",
