@@ -363,6 +363,26 @@ class ActorCritic(Algorithm):
         return total, info
 
 
+def check_clipped_objective(section: Any, config: Config, check: Problems) -> None:
+    """The checks PPO's and APPO's sections share: the clip, the value clip, and epochs of
+    minibatches that divide the batch (``section``: a PPOConfig or an APPOConfig)."""
+    check(section.clip_epsilon > 0, "clip_epsilon", section.clip_epsilon, "must be > 0")
+    check(
+        section.clip_value is None or section.clip_value > 0,
+        "clip_value",
+        section.clip_value,
+        "must be > 0, or null: off",
+    )
+    check(section.num_epochs > 0, "num_epochs", section.num_epochs, "must be > 0")
+    frames = config.collector.frames_per_batch
+    check(
+        section.num_mini_batch > 0 and frames % section.num_mini_batch == 0,
+        "num_mini_batch",
+        section.num_mini_batch,
+        f"must be > 0 and divide collector.frames_per_batch ({frames})",
+    )
+
+
 class ClipEpsilon:
     """PPO's and APPO's clip epsilon: a tunable in the loss module's buffer, and its schedule
     (``clip_schedule: linear`` decays it to 1e-3 at ``trainer.total_frames``).

@@ -19,7 +19,7 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
-from fleetrl.algorithms.actor_critic import ClipEpsilon
+from fleetrl.algorithms.actor_critic import ClipEpsilon, check_clipped_objective
 from fleetrl.algorithms.vtrace import VTraceActorCritic, VTraceConfig
 from fleetrl.config import Config, Schedule
 from fleetrl.envs.spec import EnvSpec
@@ -56,21 +56,7 @@ class APPOConfig(VTraceConfig):
 
     def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
-        check(self.clip_epsilon > 0, "clip_epsilon", self.clip_epsilon, "must be > 0")
-        check(
-            self.clip_value is None or self.clip_value > 0,
-            "clip_value",
-            self.clip_value,
-            "must be > 0, or null: off",
-        )
-        check(self.num_epochs > 0, "num_epochs", self.num_epochs, "must be > 0")
-        frames = config.collector.frames_per_batch
-        check(
-            self.num_mini_batch > 0 and frames % self.num_mini_batch == 0,
-            "num_mini_batch",
-            self.num_mini_batch,
-            f"must be > 0 and divide collector.frames_per_batch ({frames})",
-        )
+        check_clipped_objective(self, config, check)
 
 
 class APPO(ClipEpsilon, VTraceActorCritic):

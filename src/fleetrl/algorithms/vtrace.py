@@ -46,7 +46,7 @@ from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ModelKind
 from fleetrl.config import Config
 from fleetrl.errors import PolicyError, Problems
-from fleetrl.keys import DONE_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.keys import ACTION_LOG_PROB_KEY, DONE_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
 
@@ -142,7 +142,7 @@ class VTraceTargets:
         gamma: float,
         rho_bar: float,
         c_bar: float,
-        log_prob_key: str | tuple[str, ...] = "action_log_prob",
+        log_prob_key: str | tuple[str, ...] = ACTION_LOG_PROB_KEY,
         heads: ActorCriticHeads | None = None,
     ):
         self.heads = heads

@@ -87,10 +87,8 @@ POLICY_PICKLE_MSG = (
     "policy_factory=<a callable returning the policy> instead of policy=, so that each worker "
     "builds its own"
 )
-#: an error raised in a worker that is one of these arrives as its own type
 MAX_SERVED_LAG_ALLOWED = "must be None (no bound) or an int >= 0 (versions)"
 MAX_RESTART_ATTEMPTS_ALLOWED = "must be an int >= 0 (0: a worker's death ends the run)"
-RETYPED_ERRORS = (ConfigError, EnvError, PolicyError)
 
 
 def default_remote_config() -> dict[str, Any]:

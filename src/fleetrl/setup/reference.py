@@ -41,7 +41,6 @@ from typing import Any
 from fleetrl.algorithms import ALGORITHMS
 from fleetrl.algorithms.sac import SAC_CUDAGRAPHS_MSG
 from fleetrl.config import (
-    AlgorithmConfig,
     CollectorConfig,
     Config,
     EnvConfig,
@@ -266,8 +265,3 @@ def _probe_config(algorithm: str) -> Config:
     problems = verify(config, None)
     assert not problems, f"the {algorithm} probe config is invalid: {problems}"
     return config
-
-
-def algorithm_sections() -> dict[str, type[AlgorithmConfig]]:
-    """Each algorithm's name and config section class, in registry order."""
-    return {name: cls.config_class for name, cls in ALGORITHMS.items()}
