@@ -103,10 +103,15 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
 
     pin_threads(1)  # imports torch: after Ray's start has begun
     from fleetrl.setup.load import load_config
+    from fleetrl.setup.resume import RunComplete
     from fleetrl.trainer import Trainer
 
     if args.resume:
-        trainer = Trainer.from_run_dir(args.resume, overrides)
+        try:
+            trainer = Trainer.from_run_dir(args.resume, overrides)
+        except RunComplete as done:  # no failure: a supervisor that resumes until 0 stops here
+            print(done)
+            return 0
     else:
         trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
     print(f"run directory: {trainer.run_dir}")

@@ -79,7 +79,8 @@ class Trainer:
         critic: an optional custom value module instead of the default network.
         extra_modules: other modules the algorithm accepts (``qnet`` for DQN, ``qvalue`` for SAC).
         run_dir: where to write; default from ``config.logging.run_dir`` or ``runs/<algo>_<env>_<time>``.
-        resume: continue the run in ``run_dir`` from its latest checkpoint.
+        resume: continue the run in ``run_dir`` from its latest checkpoint; a run that
+            trained its own budget raises :class:`~fleetrl.setup.resume.RunComplete`.
 
     Examples:
         Train PPO on CartPole with local collection (no Ray) for two batches:
@@ -137,7 +138,14 @@ class Trainer:
         if resume:
             self._resume()
             budget = self.resumption.state["config"]["trainer"]["total_frames"]
-            check_budget(self.frames, config, self.run_dir, budget)
+            check_budget(self.frames, config, self.run_dir, budget)  # or RunComplete
+            # after the budget check: a refused or needless resume never says "resumed" first
+            logger.info(
+                "resumed %s at %d frames, %d iterations",
+                self.resumption.path,
+                self.frames,
+                self.iterations,
+            )
         elif (self.run_dir / "config.yaml").exists():
             # a new run here would rewrite the old run's metrics and rotate out its checkpoints
             raise ConfigError([RUN_EXISTS_MSG.format(run_dir=str(self.run_dir))])
@@ -184,9 +192,6 @@ class Trainer:
         self.recent_returns.extend(state["recent_returns"])
         self.evaluator.history = [tuple(x) for x in state["eval_history"]]
         resumption.restore_torch_rng()
-        logger.info(
-            "resumed %s at %d frames, %d iterations", resumption.path, self.frames, self.iterations
-        )
 
     @property
     def eval_history(self) -> list[tuple[int, float]]:
@@ -424,7 +429,11 @@ class Trainer:
     def from_run_dir(
         cls, run_dir: str | Path, overrides: list[str] | None = None, **kwargs: Any
     ) -> Trainer:
-        """Resume the run in ``run_dir`` with the config it was written with (plus overrides)."""
+        """Resume the run in ``run_dir`` with the config it was written with (plus overrides).
+
+        Raises :class:`~fleetrl.setup.resume.RunComplete` where the run trained its budget
+        and the overrides leave it as it is: there is nothing to do.
+        """
         path = Path(run_dir) / "config.yaml"
         if not path.is_file():
             raise ConfigError([f"resume={str(run_dir)!r} is invalid: no config.yaml there"])

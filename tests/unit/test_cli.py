@@ -3,6 +3,7 @@ and no run directory for a run that never started."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from fleetrl.checkpoint import latest_checkpoint
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError
-from fleetrl.setup.resume import STOPPED_MSG
+from fleetrl.setup.resume import COMPLETE_MSG, DONE_MSG, STOPPED_MSG, RunComplete
 from fleetrl.trainer import RUN_EXISTS_MSG, Trainer
 from runs import ONE_UPDATE, ROOT
 
@@ -147,11 +148,11 @@ def _snapshot(run: Path) -> dict[str, bytes]:
 
 
 RESUME_CASES = {
-    "complete run": (
-        [],
+    "complete run, a budget below its frames": (
+        ["trainer.total_frames=128"],
         [
-            "trainer.total_frames=256 is invalid: the run in {run} is complete at 256 frames; "
-            "to train further, resume with a larger budget, e.g. trainer.total_frames=512"
+            "trainer.total_frames=128 is invalid: the run in {run} is complete at 256 frames; "
+            "to train further, resume with a larger budget, e.g. trainer.total_frames=384"
         ],
     ),
     "network and env changed": (
@@ -179,16 +180,70 @@ RESUME_CASES = {
 
 @pytest.mark.parametrize("case", sorted(RESUME_CASES))
 def test_resume_that_cannot_continue_exits_2_and_leaves_the_run_as_it_was(
-    complete_run, case, capsys
+    complete_run, case, capsys, caplog
 ):
     overrides, expected = RESUME_CASES[case]
     before = _snapshot(complete_run)
-    assert main(["train", "--resume", str(complete_run), *overrides]) == 2
+    with caplog.at_level(logging.INFO, logger="fleetrl"):
+        assert main(["train", "--resume", str(complete_run), *overrides]) == 2
     err = capsys.readouterr().err
     for text in expected:
         assert text.format(run=complete_run) in err
     assert "Traceback" not in err
     assert _snapshot(complete_run) == before
+    # a refused resume does not say it resumed first
+    assert not [r for r in caplog.records if r.getMessage().startswith("resumed ")]
+
+
+@pytest.mark.parametrize("overrides", [[], ["trainer.total_frames=256"]], ids=["plain", "same"])
+def test_resume_of_a_complete_run_has_nothing_to_do_and_exits_0(
+    complete_run, overrides, capsys, caplog
+):
+    """A supervisor that resumes a run until it exits 0 stops at a complete run, e.g. one
+    killed after its last checkpoint: nothing is trained, nothing written."""
+    before = _snapshot(complete_run)
+    with caplog.at_level(logging.INFO, logger="fleetrl"):
+        assert main(["train", "--resume", str(complete_run), *overrides]) == 0
+    out, err = capsys.readouterr()
+    assert out == DONE_MSG.format(run_dir=complete_run, frames=256, suggest=512) + "\n"
+    assert out == (
+        f"{complete_run} is complete at 256 frames; nothing to do (to train further: "
+        f"fleetrl train --resume {complete_run} trainer.total_frames=512)\n"
+    )
+    assert err == ""
+    assert _snapshot(complete_run) == before
+    assert not [r for r in caplog.records if r.getMessage().startswith("resumed ")]
+    with pytest.raises(RunComplete) as info:  # in Python: raised before anything is written
+        Trainer.from_run_dir(complete_run)
+    assert (info.value.frames, info.value.budget) == (256, 256)
+    assert not issubclass(RunComplete, ConfigError)
+
+
+@pytest.mark.parametrize(
+    ("frames", "total", "outcome"),
+    [
+        (4096, 4096, DONE_MSG.format(run_dir="RUN", frames=4096, suggest=8192)),
+        # gradient workers stop at the end of the iteration past the budget
+        (4224, 4096, DONE_MSG.format(run_dir="RUN", frames=4224, suggest=8320)),
+        (4224, 4200, COMPLETE_MSG.format(total=4200, run_dir="RUN", frames=4224, suggest=8424)),
+        (4096, 2048, COMPLETE_MSG.format(total=2048, run_dir="RUN", frames=4096, suggest=6144)),
+        (4096, 8192, None),
+    ],
+)
+def test_a_budget_of_the_run_is_done_and_one_set_below_its_frames_is_refused(
+    frames, total, outcome
+):
+    from fleetrl.setup.load import load_config
+    from fleetrl.setup.resume import check_budget
+
+    config = load_config(PPO, [f"trainer.total_frames={total}"])
+    if outcome is None:
+        check_budget(frames, config, "RUN", 4096)  # more to train: no word
+        return
+    error = RunComplete if outcome.startswith("RUN is complete") else ConfigError
+    with pytest.raises(error) as info:
+        check_budget(frames, config, "RUN", 4096)
+    assert str(info.value) == outcome
 
 
 def test_resume_with_a_broken_config_yaml_names_the_file(tmp_path, capsys):

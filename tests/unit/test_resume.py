@@ -238,3 +238,37 @@ def test_a_run_of_custom_networks_is_refused_by_eval_and_resume_and_resumes_with
     # with the same kind of modules it resumes
     resumed = Trainer.from_run_dir(run, ["trainer.total_frames=384"], actor=linear_actor())
     assert resumed.train()["train/frames"] == 384
+
+
+# ------------------------------------------------------------------ another buffer size
+@pytest.mark.parametrize(
+    ("algo", "size"),
+    [("dqn", 96), ("dqn", 400), ("sac", 96)],
+    ids=["dqn-smaller", "dqn-bigger", "sac-smaller"],
+)
+def test_resume_with_another_buffer_size_keeps_the_newest_transitions_and_trains_on(
+    tmp_path, algo, size
+):
+    """Saved with a buffer of 200 holding 256 writes (wrapped), resumed with ``size``: the
+    buffer holds the newest transitions that fit, in write order, and the run goes on."""
+    from fleetrl.collectors.replay import _in_order
+    from fleetrl.trainer import Trainer
+
+    config, _, extra = ALGOS[algo]
+    run = tmp_path / "run"
+    args = [*LOCAL, *extra, f"{algo}.buffer_size=200", "trainer.test_every=0"]
+    path = str(ROOT / "configs" / config)
+    assert main(["train", path, *args, "trainer.total_frames=256", "--run-dir", str(run)]) == 0
+    saved = _in_order(load_checkpoint(latest_checkpoint(run))["algorithm"]["buffer"])
+    assert saved.shape[0] == 200
+
+    trainer = Trainer.from_run_dir(run, ["trainer.total_frames=384", f"{algo}.buffer_size={size}"])
+    buffer = trainer.algorithm.buffer
+    kept = min(size, 200)
+    assert (len(buffer), buffer.storage.max_size) == (kept, size)
+    held = buffer.storage[:kept]
+    for key in ("observation", "action", ("next", "observation")):
+        assert torch.equal(held[key], saved[key][200 - kept :])
+    assert trainer.train()["train/frames"] == 384
+    final = load_checkpoint(latest_checkpoint(run))["algorithm"]["buffer"]["_storage"]
+    assert final["_len"] == min(size, kept + 128)

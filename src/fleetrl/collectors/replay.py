@@ -24,11 +24,22 @@ A buffer's state (:func:`buffer_state`, :func:`load_buffer_state`) is torchrl's
 allocates its whole capacity at the first write, and a checkpoint of 256 Atari
 transitions in a 1M-transition buffer would otherwise hold 56 GB of zeros. The
 restored buffer is the saved one bit for bit: the same rows, length, write
-cursor and count, at the same capacity.
+cursor and count, at the same capacity. Restored into a buffer of another
+capacity (a resume with another ``buffer_size``), it keeps the newest rows that
+fit, oldest first from the first slot, and writes on after them.
+
+The learner counts the frames of a decoupled run from the progress records, which
+come after the writes: at a checkpoint, tasks in flight may have written rows
+that no record counted yet. :class:`CountedWrites` is the learner's account of
+which writes it counted; the actor's :meth:`~ReplayBufferActor.state_dict`
+leaves the others out, so a checkpoint's buffer holds the writes its frame count
+includes, no more.
 """
 
 from __future__ import annotations
 
+import bisect
+import logging
 from typing import Any
 
 import torch
@@ -40,7 +51,10 @@ from fleetrl.errors import Problems
 from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS
 from fleetrl.runtime import pin_threads
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "CountedWrites",
     "RemoteReplayBuffer",
     "ReplayBufferActor",
     "buffer_state",
@@ -50,6 +64,9 @@ __all__ = [
 
 #: the key of a saved storage that holds only its filled rows: the capacity to restore
 CAPACITY_KEY = "fleetrl_capacity"
+RESIZED_MSG = (
+    "replay buffer of %d transitions restored into one of %d: kept the newest %d of its %d rows"
+)
 
 
 def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
@@ -77,18 +94,132 @@ def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
 
 
 def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> None:
-    """Restore what :func:`buffer_state` (or torchrl's ``state_dict``) returned: the filled
-    rows go back into a storage of the saved capacity (zero rows after them, never read),
-    so later writes land as they would have in the saved buffer."""
+    """Restore what :func:`buffer_state` (or torchrl's ``state_dict``) returned into ``buffer``.
+
+    At the saved capacity the filled rows go back into a storage of that capacity (zero
+    rows after them, never read), so later writes land as they would have in the saved
+    buffer. At another capacity the buffer takes the newest rows that fit, in the order
+    they were written, into its first slots, and writes next after them: a bigger buffer
+    keeps every row and has room left, a smaller one drops the oldest.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
+        >>> _ = rb.extend(TensorDict({"obs": torch.arange(6)}, [6]))  # 4, 5 overwrote 0, 1
+        >>> small = TensorDictReplayBuffer(storage=LazyTensorStorage(3))
+        >>> load_buffer_state(small, buffer_state(rb))
+        >>> small.storage[:3]["obs"].tolist(), len(small)
+        ([3, 4, 5], 3)
+        >>> _ = small.extend(TensorDict({"obs": torch.tensor([6])}, [1]))  # over the oldest
+        >>> small.storage[:3]["obs"].tolist()
+        [6, 4, 5]
+    """
     storage = state["_storage"]
-    capacity = storage.get(CAPACITY_KEY)
-    if capacity is not None:
+    if not storage.get("initialized", False):  # never written: no rows to place
+        buffer.load_state_dict(state)
+        return
+    capacity = int(buffer.storage.max_size)
+    rows = TensorDict().load_state_dict(storage["_storage"], strict=False)
+    saved = int(storage.get(CAPACITY_KEY, rows.shape[0]))
+    if saved != capacity:
+        ordered = _in_order(state)
+        state = _placed(state, ordered[-capacity:], capacity)
+        storage = state["_storage"]
         rows = TensorDict().load_state_dict(storage["_storage"], strict=False)
-        padding = torch.zeros_like(rows[:1]).expand(capacity - rows.shape[0])
-        full = torch.cat([rows, padding], 0)
-        storage = {k: v for k, v in storage.items() if k != CAPACITY_KEY}
-        state = {**state, "_storage": {**storage, "_storage": full.state_dict()}}
-    buffer.load_state_dict(state)
+        logger.info(RESIZED_MSG, saved, capacity, rows.shape[0], ordered.shape[0])
+    if rows.shape[0] < capacity:
+        # built from the rows' own shapes: there may be none to copy (an emptied buffer)
+        padding = rows.apply(
+            lambda t: t.new_zeros((capacity - rows.shape[0], *t.shape[1:])),
+            batch_size=[capacity - rows.shape[0]],
+        )
+        rows = torch.cat([rows, padding], 0)
+    storage = {k: v for k, v in storage.items() if k != CAPACITY_KEY}
+    buffer.load_state_dict({**state, "_storage": {**storage, "_storage": rows.state_dict()}})
+
+
+def _in_order(state: dict[str, Any]) -> TensorDictBase:
+    """A saved buffer's filled rows in the order they were written, oldest first (a full
+    storage's oldest row is the one the write cursor points at: the next to be overwritten)."""
+    storage = state["_storage"]
+    rows = TensorDict().load_state_dict(storage["_storage"], strict=False)
+    capacity = int(storage.get(CAPACITY_KEY, rows.shape[0]))
+    length = int(storage["_len"])
+    if length < capacity:  # never wrapped: written from slot 0 on
+        return rows[:length]
+    cursor = int(state["_writer"]["_cursor"])
+    return torch.cat([rows[cursor:], rows[:cursor]], 0)
+
+
+def _placed(state: dict[str, Any], rows: TensorDictBase, capacity: int) -> dict[str, Any]:
+    """``state`` holding ``rows`` (oldest first) in the first slots of a buffer of
+    ``capacity``, in :func:`buffer_state`'s form: its length, and the write cursor after them."""
+    n = rows.shape[0]
+    if "index" in rows:  # TensorDictReplayBuffer stores each row's slot with it
+        rows = rows.clone(False)
+        rows.set("index", torch.arange(n, dtype=rows.get("index").dtype))
+    storage = {**state["_storage"], "_storage": rows.state_dict(), "_len": n}
+    storage[CAPACITY_KEY] = capacity
+    return {**state, "_storage": storage, "_writer": {**state["_writer"], "_cursor": n % capacity}}
+
+
+class CountedWrites:
+    """The writes to a replay buffer that a learner has counted, from its tasks' progress
+    records (decoupled collection, :mod:`fleetrl.learners.decoupled`).
+
+    Writes are numbered from 0, a resumed buffer's first. A record says where its task's
+    write ended (``written``, the buffer's count after it) and how long it was
+    (``frames``). Records come in any order, and a task whose worker died may have
+    written rows no record will count; :meth:`counts` tells those rows from the counted
+    ones. A range is remembered only while it may matter: past every counted write
+    (:attr:`upto`), and while the buffer may still hold it (:meth:`forget_below`).
+
+    Args:
+        written: the writes counted before (a resumed run's): 0 to ``written - 1``.
+
+    Examples:
+        >>> counted = CountedWrites(100)
+        >>> counted.add(228, 64)  # a later task's record first: writes 164 to 227
+        >>> counted.total, counted.counts(98, 102).tolist(), counted.counts(162, 166).tolist()
+        (164, [True, True, False, False], [False, False, True, True])
+        >>> counted.add(164, 64)  # the earlier one's: every write up to 227 is counted
+        >>> counted.upto, counted.total
+        (228, 228)
+    """
+
+    def __init__(self, written: int = 0):
+        #: every write before this one is counted (or out of the buffer)
+        self.upto = written
+        #: writes counted since the start (a resumed run's included)
+        self.total = written
+        self._ahead: list[tuple[int, int]] = []  # counted [start, stop) ranges past upto, sorted
+
+    def add(self, written: int, frames: int) -> None:
+        """Count a record's write: ``frames`` transitions, ending at write ``written``."""
+        self.total += frames
+        start = max(written - frames, self.upto)
+        if start < written:
+            bisect.insort(self._ahead, (start, written))
+            self._merge()
+
+    def forget_below(self, write: int) -> None:
+        """The writes before ``write`` are out of the buffer (overwritten): whether they were
+        counted no longer matters."""
+        if write > self.upto:
+            self.upto = write
+            self._merge()
+
+    def _merge(self) -> None:
+        while self._ahead and self._ahead[0][0] <= self.upto:
+            self.upto = max(self.upto, self._ahead.pop(0)[1])
+
+    def counts(self, first: int, stop: int) -> torch.Tensor:
+        """Whether each of the writes ``first`` to ``stop - 1`` is counted (a bool tensor)."""
+        write = torch.arange(first, stop)
+        counted = write < self.upto
+        for start, end in self._ahead:  # few: the tasks in flight, a dead worker's writes
+            counted |= (write >= start) & (write < end)
+        return counted
 
 
 def transitions(batch: TensorDictBase) -> TensorDictBase:
@@ -135,8 +266,21 @@ class ReplayBufferActor:
         """Transitions written since the start."""
         return self.written
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"buffer": buffer_state(self.buffer), "written": self.written}
+    def state_dict(self, counted: CountedWrites | None = None) -> dict[str, Any]:
+        """The buffer (:func:`buffer_state`) and its write count; with ``counted``, as the
+        learner counted them: without the rows of the writes it has not counted (of tasks
+        still in flight), the count its own."""
+        state = buffer_state(self.buffer)
+        if counted is None:
+            return {"buffer": state, "written": self.written}
+        held = len(self.buffer)  # the newest writes: written - held to written - 1
+        keep = counted.counts(self.written - held, self.written)
+        if not bool(keep.all()):
+            capacity = int(self.buffer.storage.max_size)
+            state = _placed(state, _in_order(state)[keep], capacity)
+        # torchrl's count too: the checkpoint's buffer was written as many times as it counts
+        state["_writer"] = {**state["_writer"], "_write_count": counted.total}
+        return {"buffer": state, "written": counted.total}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         load_buffer_state(self.buffer, state["buffer"])
@@ -196,9 +340,10 @@ class RemoteReplayBuffer:
         """Transitions written since the start."""
         return self.actor.ask("write_count")
 
-    def state_dict(self) -> dict[str, Any]:
-        """The actor's buffer (torchrl's ``state_dict``) and its write count."""
-        return self.actor.ask("state_dict")
+    def state_dict(self, counted: CountedWrites | None = None) -> dict[str, Any]:
+        """The actor's buffer (:func:`buffer_state`) and its write count; with ``counted``,
+        only the writes counted there (:meth:`ReplayBufferActor.state_dict`)."""
+        return self.actor.ask("state_dict", counted)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.ask("load_state_dict", state)

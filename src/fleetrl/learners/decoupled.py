@@ -36,7 +36,13 @@ the newest progress record when each step is taken.
 Checkpoints hold the actor's buffer where the alternating mode holds its own
 (the algorithm state's ``"buffer"``), so a resumed run (in either mode) goes
 on with the same data; the collectors are reseeded, as with any Ray
-collection.
+collection. The workers write before the learner hears of it, so tasks in
+flight at a checkpoint (after a signal, or every ``checkpoint_every``) may have
+written transitions the run's frames do not include yet: the learner keeps
+the account of the writes it counted (:class:`~fleetrl.collectors.replay.CountedWrites`),
+and the checkpoint's buffer holds those writes only. A resumed run would
+otherwise collect those frames again, and end with more transitions than its
+budget.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.collectors.replay import RemoteReplayBuffer
+from fleetrl.collectors.replay import CountedWrites, RemoteReplayBuffer
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
 from fleetrl.learners.base import Learner
@@ -108,7 +114,8 @@ class DecoupledLearner(Learner):
         self.frames_ahead = c.decoupled_frames_ahead or c.frames_per_batch * c.num_collectors
         #: the collectors run remotely: their envs and episodes are not saved
         self.approximate_resume = APPROX_RAY_MSG.format(n=c.num_collectors)
-        self.written = algorithm.frames_seen  # frames in the buffer's history, resumes included
+        #: the buffer's writes the progress records counted, resumes included
+        self.counted = CountedWrites(algorithm.frames_seen)
         self.newest_version = 0  # of the newest progress record
         self.buffer = RemoteReplayBuffer(
             config.algo.buffer_size, config.algo.batch_size, backend=config.trainer.backend
@@ -131,6 +138,11 @@ class DecoupledLearner(Learner):
             self.shutdown()
             raise
 
+    @property
+    def written(self) -> int:
+        """Frames written to the buffer that the learner counted (its progress records)."""
+        return self.counted.total
+
     def allowed(self) -> int:
         """The optimizer steps the ratio allows for the frames written so far."""
         return allowed_updates(
@@ -148,13 +160,15 @@ class DecoupledLearner(Learner):
         """Account the progress records: frames written, the newest version, the buffer size."""
         frames = 0
         for record in records:
-            n = int(record["frames"])
+            n, written = int(record["frames"]), int(record["written"])
             frames += n
-            self.written += n
+            self.counted.add(written, n)
+            # writes older than the buffer's capacity were overwritten: no account kept
+            self.counted.forget_below(written - self.buffer.capacity)
             self.newest_version = max(
                 self.newest_version, int(record["collector", "policy_version"])
             )
-            self.algorithm.take_frames(n, min(int(record["written"]), self.buffer.capacity))
+            self.algorithm.take_frames(n, min(written, self.buffer.capacity))
         return frames
 
     def _update(self, owed: int, it: IterationReport) -> None:
@@ -209,9 +223,10 @@ class DecoupledLearner(Learner):
         return result
 
     def state_dict(self) -> dict[str, Any]:
-        """The algorithm's state with the actor's buffer where its own would be."""
+        """The algorithm's state with the actor's buffer where its own would be: the writes
+        counted (:attr:`written`, its ``frames_seen``), none of the tasks in flight."""
         state = self.algorithm.state_dict()
-        state["buffer"] = self.buffer.state_dict()["buffer"]
+        state["buffer"] = self.buffer.state_dict(self.counted)["buffer"]
         state["frames_seen"] = self.written
         return state
 
