@@ -47,11 +47,22 @@ from __future__ import annotations
 import abc
 import contextlib
 import copy
+import logging
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from fleetrl.runtime import remote_traceback
+
+logger = logging.getLogger(__name__)
+
+#: how long :meth:`RayBackend.kill_all` waits for the cluster to free what the workers held
+RELEASE_WAIT_S = 10.0
+RELEASE_LATE = (
+    "%d workers ended, and after %.0f s the cluster has not freed what they held (%s): "
+    "actors started now may wait for it"
+)
 
 __all__ = [
     "BACKENDS",
@@ -96,10 +107,13 @@ class SimulatedDeath(Exception):
 class Actor:
     """One started worker: issue its method calls through :attr:`backend`."""
 
-    def __init__(self, backend: Backend, handle: Any):
+    def __init__(self, backend: Backend, handle: Any, held: dict[str, float] | None = None):
         self.backend = backend
         #: the backend's own handle (a Ray ``ActorHandle``, or the in-process worker)
         self.handle = handle
+        #: the cluster resources it holds while it lives (Ray: none inside a placement group,
+        #: whose bundle keeps them), which :meth:`Backend.kill_all` waits to see freed
+        self.held = held or {}
 
     def __deepcopy__(self, memo: dict) -> Actor:
         # a handle names a worker, as a Ray actor handle does once pickled: a copy of the
@@ -160,6 +174,11 @@ class Backend(abc.ABC):
     def kill(self, actor: Actor | None) -> None:
         """End a worker at once (nothing if it is gone already)."""
 
+    def kill_all(self, actors: Sequence[Actor | None]) -> None:
+        """End these workers; returns once what they held is free for the next ones."""
+        for actor in actors:
+            self.kill(actor)
+
 
 # ----------------------------------------------------------------------- Ray
 
@@ -196,7 +215,8 @@ class RayBackend(Backend):
         remote = self._remote_class(cls, groups)
         options.setdefault("max_restarts", 0)  # a death is the caller's to handle
         options.setdefault("max_task_retries", 0)
-        return Actor(self, remote.options(**options).remote(*args, **kwargs))
+        handle = remote.options(**options).remote(*args, **kwargs)
+        return Actor(self, handle, held=_held(options))
 
     def call(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         return getattr(actor.handle, method).remote(*args, **kwargs)
@@ -233,6 +253,51 @@ class RayBackend(Backend):
 
         with contextlib.suppress(Exception):  # already gone, or Ray shut down
             ray.kill(actor.handle)
+
+    def kill_all(self, actors: Sequence[Actor | None]) -> None:
+        """``ray.kill`` only starts an actor's end: an actor started right after would find
+        the CPUs (and GPU shares) still held, and Ray would warn that they are taken. So this
+        waits, within :data:`RELEASE_WAIT_S`, until the cluster's free resources have grown
+        by what the killed actors held (capped at its total); Ray frees them once an actor's
+        process is gone, and its view follows within the next report (about 100 ms)."""
+        from fleetrl.runtime import ray_running
+
+        live = [a for a in actors if a is not None]
+        held: dict[str, float] = {}
+        for actor in live:
+            for key, value in actor.held.items():
+                held[key] = held.get(key, 0.0) + value
+        if not held or not ray_running():
+            super().kill_all(live)
+            return
+        import ray
+        from ray.util import get_current_placement_group
+
+        if get_current_placement_group() is not None:  # its bundles keep what actors free
+            super().kill_all(live)
+            return
+
+        free, total = ray.available_resources(), ray.cluster_resources()
+        want = {k: min(free.get(k, 0.0) + v, total.get(k, 0.0)) for k, v in held.items()}
+        super().kill_all(live)
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        while time.monotonic() < deadline:
+            now = ray.available_resources()
+            if all(now.get(k, 0.0) >= v - 1e-9 for k, v in want.items()):
+                return
+            time.sleep(0.02)
+        logger.warning(RELEASE_LATE, len(live), RELEASE_WAIT_S, held)
+
+
+def _held(options: dict[str, Any]) -> dict[str, float]:
+    """What an actor started with Ray ``options`` holds while it lives: its CPUs, GPUs and
+    custom resources, nothing inside a placement group (the bundle keeps them), and no CPU
+    where none was asked for (Ray's actors hold 0 CPUs by default once scheduled)."""
+    if {"scheduling_strategy", "placement_group"} & options.keys():
+        return {}
+    held = {"CPU": options.get("num_cpus") or 0.0, "GPU": options.get("num_gpus") or 0.0}
+    held.update(options.get("resources") or {})
+    return {k: float(v) for k, v in held.items() if v}
 
 
 #: (class, concurrency groups) -> its Ray actor class, per process

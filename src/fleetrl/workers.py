@@ -293,7 +293,7 @@ class WorkerGroup:
 
     def shutdown(self) -> None:
         """End every worker; the tasks in flight are dropped."""
+        self.backend.kill_all([slot.actor for slot in self.slots])  # returns once freed
         for slot in self.slots:
-            self.backend.kill(slot.actor)
             slot.actor = None
         self.pending = {}

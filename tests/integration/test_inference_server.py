@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 
 import pytest
 import ray
 import torch
+from torchrl.envs.utils import ExplorationType
 
 from fakes import counting, kill_worker
 from fleetrl import RayCollector
+from fleetrl.backends import make_backend
+from fleetrl.collectors.inference import InferenceServers
 from fleetrl.collectors.replay import RemoteReplayBuffer
 from policies import weight_echo
 
@@ -153,3 +157,49 @@ def test_shared_memory_and_ray_calls_give_the_same_batches():
     assert ray_calls["shm_requests"] == 0
     # the first request of each env group goes by Ray (it learns the answer's layout)
     assert auto["shm_requests"] >= auto["requests"] - 2 * 3
+
+
+def fifo_dirs(handles):
+    """The directories of the servers' request FIFOs (each opened here if it was not)."""
+    dirs = [os.path.dirname(ray.get(h.endpoint.remote())["path"]) for h in handles]
+    for d in dirs:
+        assert os.path.dirname(d) == tempfile.gettempdir()
+        assert os.path.basename(d).startswith("fleetrl-inference-") and os.path.isdir(d)
+    return dirs
+
+
+def test_a_shut_down_collector_leaves_no_request_fifo_behind_and_its_cpus_free():
+    """issue 35.8: the request FIFOs go, and shutdown() returns once the env workers' and
+    the servers' CPUs are back (a collector started next found them held)."""
+    free = ray.available_resources().get("CPU", 0.0)
+    with served(num_collectors=1, total_frames=800) as c:
+        frames = sum(b.numel() for b in c)
+        dirs = fifo_dirs(c.server_handles())
+        assert c.stats()["inference"]["servers"][0]["shm_requests"] > 0  # the FIFO served
+        assert ray.available_resources().get("CPU", 0.0) < free
+    assert ray.available_resources().get("CPU", 0.0) >= free
+    assert frames == 800
+    assert [d for d in dirs if os.path.exists(d)] == []
+
+
+def test_servers_shut_down_free_their_fifos_and_cpus_before_returning():
+    """shutdown() closes each server (its request FIFO goes) before ray.kill, and returns
+    once the cluster has their CPUs back."""
+    free = ray.available_resources().get("CPU", 0.0)
+    backend = make_backend("ray")
+    servers = InferenceServers(
+        backend,
+        backend.put(weight_echo()),
+        count=2,
+        device=None,
+        max_batch=None,
+        max_wait_ms=0.0,
+        exploration_type=ExplorationType.RANDOM,
+        num_threads=1,
+        clients=1,
+    )
+    handles = [s.handle for s in servers.servers]
+    dirs = fifo_dirs(handles)
+    servers.shutdown()
+    assert ray.available_resources().get("CPU", 0.0) >= free
+    assert [d for d in dirs if os.path.exists(d)] == []

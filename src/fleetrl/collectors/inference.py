@@ -50,7 +50,9 @@ without servers (:mod:`fleetrl.collectors.pool`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import os
 import threading
 import time
 import warnings
@@ -89,6 +91,8 @@ __all__ = [
     "latency_summary",
     "probe_batched",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: ``inference=``: the policy runs in each worker (``local``) or on inference servers
 INFERENCE_MODES = ("local", "server")
@@ -130,6 +134,9 @@ SERVER_START_MSG = (
     "inference server {index} could not start (the policy could not be sent to it, or it "
     "could not be built there); the server's error:\n{cause}"
 )
+#: how long :meth:`InferenceServers.shutdown` waits for its servers to close (their request
+#: FIFOs removed) before it kills them
+CLOSE_WAIT_S = 5.0
 SERVER_WEIGHTS_MSG = (
     "this collector acts through an inference server, which holds the weights; publish them "
     "with the RayCollector (or InferenceServers.publish)"
@@ -501,11 +508,16 @@ class InferenceServer:
         self.endpoint()
         return self._endpoint.register(shm_name, inputs, outputs, rows, fifo)  # type: ignore[union-attr]
 
-    def close(self) -> None:
-        """Release the shared-memory endpoint (its FIFO, the channels' mappings)."""
-        if self._endpoint is not None:
-            self._endpoint.close()
-            self._endpoint = None
+    def close(self) -> dict[str, Any]:
+        """Release the shared-memory endpoint (its request FIFO and directory, the channels'
+        mappings); returns this server's node and process id."""
+        from fleetrl.runtime import node_id
+
+        with self._endpoint_lock:
+            if self._endpoint is not None:
+                self._endpoint.close()
+                self._endpoint = None
+        return {"node": node_id(), "pid": os.getpid()}
 
     def _serve(self, inputs: list[tuple[NestedKey, np.ndarray]]) -> tuple[Any, int, float]:
         request = _Request(inputs, len(inputs[0][1]), time.perf_counter())
@@ -813,6 +825,7 @@ class InferenceServers:
             max_task_retries=-1,
             max_concurrency=2 * clients + 8,  # every request a thread, and room for loads
         )
+        self._options = options
         self._publish = 0
         try:
             for i in range(count):
@@ -872,10 +885,20 @@ class InferenceServers:
         return out
 
     def shutdown(self) -> None:
-        for server in self.servers:  # a killed server leaves only its request FIFO's name
-            self.backend.kill(server)
-        self.servers = []
-        self.backend.kill(self.board)
+        """End the servers and the board; returns once the servers' resources are free.
+
+        Each server closes first (within :data:`CLOSE_WAIT_S`): a killed server would leave
+        its request FIFO's directory behind. Then they end through
+        :meth:`~fleetrl.backends.Backend.kill_all`, which on Ray waits until the cluster has
+        their CPUs (and GPU shares) back, so a collector started right after finds them free.
+        """
+        servers, self.servers = self.servers, []
+        closes = [s.call("close") for s in servers]
+        ready, _ = self.backend.wait(closes, num_returns=len(closes), timeout=CLOSE_WAIT_S)
+        for ref in ready:
+            with contextlib.suppress(WorkerDied, WorkerRaised):  # gone already
+                self.backend.get(ref)
+        self.backend.kill_all([*servers, self.board])
 
 
 def server_options(device: Any, count: int, given: dict[str, Any] | None = None) -> dict[str, Any]:

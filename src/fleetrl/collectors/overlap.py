@@ -218,25 +218,40 @@ class SplitEnv(BatchedEnv):
         self.unbatched_copies = first.unbatched_copies
 
     @classmethod
-    def build(cls, create_env_fn: Any, num_envs: int, create_env_kwargs: Any) -> BatchedEnv:
+    def build(cls, create_env_fn: Any, num_envs: int | None, create_env_kwargs: Any) -> BatchedEnv:
         """The envs in two groups of ``num_envs // 2`` and the rest, where ``create_env_fn``
-        builds any number of envs; otherwise (one env, or an env that keeps its own batch)
-        the one env :func:`~fleetrl.envs.make_env` builds."""
+        builds any number of envs; otherwise (one env, an env already built, or a factory of
+        envs that keep their own batch) the one env :func:`~fleetrl.envs.make_env` builds
+        from ``num_envs`` (None: the env's own size, or one env): accepted and refused as
+        without groups."""
         from fleetrl.envs.atari import AtariEnv, is_atari_id
-        from fleetrl.envs.make import make_env
+        from fleetrl.envs.make import _call_factory, make_env
         from fleetrl.envs.mujoco import MujocoEnv
 
-        half = num_envs // 2
-        if half < 1:
+        half = 0 if num_envs is None else num_envs // 2
+        # an env already built is one object: it cannot be two groups
+        if half < 1 or _built(create_env_fn):
             return make_env(create_env_fn, num_envs, create_env_kwargs)
         spec = create_env_fn
         if isinstance(spec, str) and is_atari_id(spec):
             spec = AtariEnv.from_kwargs(spec, dict(create_env_kwargs or {}))
         if isinstance(spec, (AtariEnv, MujocoEnv)):  # seeded as part of the larger batch
             return cls(_spec_halves(spec, num_envs), (0, 0))
+        if callable(create_env_fn):
+            # what the factory builds says whether its envs split: asked of one call, whose
+            # env is kept (the first group's first env), so the factory runs as often as
+            # without groups
+            made = _call_factory(create_env_fn, dict(create_env_kwargs or {}))
+            if _batched(made):  # keeps its own batch: one group, where it is num_envs
+                whole = make_env(made, None)
+                if whole.num_envs == num_envs:
+                    return whole
+                whole.close()  # refused in make_env's words, naming the num_envs given
+                return make_env(create_env_fn, num_envs, create_env_kwargs)
+            create_env_fn = _Reusing(create_env_fn, made)
         first = make_env(create_env_fn, half, create_env_kwargs)
         if first.num_envs != half or first.batch_shape != torch.Size([half]):
-            first.close()  # the env keeps its own batch: it cannot be split
+            first.close()  # e.g. a factory of an id: one env whatever num_envs says
             return make_env(create_env_fn, num_envs, create_env_kwargs)
         try:
             second = make_env(create_env_fn, num_envs - half, create_env_kwargs)
@@ -346,3 +361,44 @@ def _spec_halves(spec: Any, num_envs: int) -> tuple[BatchedEnv, BatchedEnv]:
         first.close()
         raise
     return first, second
+
+
+def _built(obj: Any) -> bool:
+    """Whether ``obj`` is an env already built (gymnasium, torchrl, envpool), not a spec, an
+    id or a factory."""
+    import gymnasium as gym
+
+    from fleetrl.envs.cpp import is_envpool
+    from fleetrl.envs.torchrl_env import is_torchrl_env
+
+    return (
+        isinstance(obj, (gym.Env, gym.vector.VectorEnv)) or is_torchrl_env(obj) or is_envpool(obj)
+    )
+
+
+def _batched(obj: Any) -> bool:
+    """Whether a factory's env keeps its own batch, as :func:`~fleetrl.envs.make_env` tells
+    (a vector env, an envpool, a torchrl env with a batch): never vectorized again."""
+    import gymnasium as gym
+
+    from fleetrl.envs.cpp import is_envpool
+    from fleetrl.envs.torchrl_env import is_torchrl_env
+
+    if isinstance(obj, gym.vector.VectorEnv) or is_envpool(obj):
+        return True
+    return is_torchrl_env(obj) and obj.batch_size != torch.Size([])
+
+
+class _Reusing:
+    """A factory whose first call returns an env it already built; it reads as the factory
+    in every message."""
+
+    def __init__(self, factory: Any, made: Any):
+        self.factory = factory
+        self._made = [made]
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self._made.pop() if self._made else self.factory(**kwargs)
+
+    def __repr__(self) -> str:
+        return repr(self.factory)

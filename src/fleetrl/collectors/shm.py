@@ -14,8 +14,15 @@ the group's first request, which goes through a Ray call; the channel is then re
 with the server (one Ray call) and every later request is: write the input into the
 segment, write the channel's id (4 bytes, atomic) into the server's request FIFO, wait for
 the byte. Once both sides have them open, the segment's and the FIFO's names are removed,
-so a killed worker or server leaves nothing behind. The server (:class:`ShmEndpoint`) reads request ids in a thread and answers each
-through the same batching as Ray calls (:class:`~fleetrl.collectors.inference.InferenceServer`).
+so a killed worker or server leaves no channel behind. The server's request FIFO keeps its
+name while the server lives (workers that start later open it); the server removes it when
+it closes, which :meth:`~fleetrl.collectors.inference.InferenceServers.shutdown` asks before
+it ends the actor. The server (:class:`ShmEndpoint`) reads request ids in a thread and
+answers each through the same batching as Ray calls
+(:class:`~fleetrl.collectors.inference.InferenceServer`). A worker registers a group's
+channel anew only once its old one is closed (the worker was replaced, or its server
+restarted); the server then drops the old one, so it holds one mapping and one descriptor
+per live channel.
 
 Only one request per channel is in flight, so the segment needs no lock: the worker writes
 the input only after it took the previous answer, and the server writes the answer only
@@ -116,6 +123,15 @@ class _Registered:
         self.header[0], self.header[1] = float(version), at
         os.write(self.fd, b"1")
 
+    def orphaned(self) -> bool:
+        """Whether the worker closed its end of the answer pipe (closed the channel, or died):
+        Linux reports a pipe's write end with no reader left as an error to poll."""
+        if self.header is None:
+            return True
+        poll = select.poll()
+        poll.register(self.fd, select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poll.poll(0))
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
@@ -141,7 +157,9 @@ class ShmEndpoint:
         os.mkfifo(self.path)
         # read and write: reads block while no worker writes, and never see end-of-file
         self.fd = os.open(self.path, os.O_RDWR)
-        self.channels: list[_Registered] = []
+        #: the registered channels by id
+        self.channels: dict[int, _Registered] = {}
+        self._next_id = 0
         #: requests answered through shared memory
         self.requests = 0
         self._lock = threading.Lock()
@@ -150,10 +168,18 @@ class ShmEndpoint:
         self._reader.start()
 
     def register(self, shm_name: str, inputs: Layout, outputs: Layout, rows: int, fifo: str) -> int:
+        """Open a worker's channel; returns its id. The channels whose worker closed its end
+        are dropped first: a worker registers anew only once its old channel is closed (it
+        was replaced, or it saw this server restart), so a long run keeps one mapping and
+        one descriptor per live channel, not one per channel ever registered."""
         channel = _Registered(shm_name, inputs, outputs, rows, fifo)
         with self._lock:
-            self.channels.append(channel)
-            return len(self.channels) - 1
+            for index in [i for i, c in self.channels.items() if c.orphaned()]:
+                self.channels.pop(index).close()
+            # ids are never reused: a request a dead worker left in the FIFO names no channel
+            index, self._next_id = self._next_id, self._next_id + 1
+            self.channels[index] = channel
+            return index
 
     def _read(self) -> None:
         pending = b""
@@ -169,7 +195,9 @@ class ShmEndpoint:
             pending = pending[whole:]
 
     def _answer(self, index: int) -> None:
-        channel = self.channels[index]
+        channel = self.channels.get(index)
+        if channel is None:  # dropped: its worker is gone
+            return
         try:
             outputs, version, at = self.serve(channel.request())
             channel.answer(outputs, version, at)
@@ -183,8 +211,11 @@ class ShmEndpoint:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
-        for channel in self.channels:
-            channel.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for channel in self.channels.values():
+                channel.close()
+            self.channels.clear()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
             os.rmdir(self.dir)

@@ -266,7 +266,8 @@ class SyncDataCollector(DataCollectorBase):
             else ServerClient(inference_server, inference_transport)
         )
         if self.server is not None:  # two groups where the envs split: double buffering
-            self.env: BatchedEnv = SplitEnv.build(create_env_fn, num_envs or 1, create_env_kwargs)
+            # num_envs as given: None lets a prebuilt or self-batched env keep its own size
+            self.env: BatchedEnv = SplitEnv.build(create_env_fn, num_envs, create_env_kwargs)
         elif split is None:
             self.env = make_env(create_env_fn, num_envs, create_env_kwargs)
         else:

@@ -5,6 +5,9 @@ answered with, and every argument that cannot work is refused before anything st
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
@@ -13,7 +16,7 @@ from torchrl.envs.utils import ExplorationType
 
 from collecting import assert_same_batches as assert_same
 from collecting import breakout
-from fleetrl import ConfigError, PolicyError, RayCollector, SyncDataCollector
+from fleetrl import ConfigError, EnvError, PolicyError, RayCollector, SyncDataCollector
 from fleetrl.backends import make_backend
 from fleetrl.collectors.inference import (
     FACTORY_MSG,
@@ -436,3 +439,94 @@ def test_a_server_batches_ready_requests_up_to_max_batch_within_max_wait(max_bat
         assert version == 0
         action = dict(outputs)["action"]
         assert action.tolist() == [int(i - 1.0 > 0)] * 2
+
+
+# ------------------------------------------------- an env with its own batch (issue 35, 10)
+def four_cartpoles():
+    """A user's factory of a vector env with its own batch of 4 envs."""
+    import gymnasium as gym
+
+    return gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+
+
+@pytest.mark.parametrize("workers", [4, 1])
+@pytest.mark.parametrize("prebuilt", [False, True], ids=["factory", "prebuilt"])
+def test_an_env_with_its_own_batch_of_num_envs_is_served_as_it_acts_locally(prebuilt, workers):
+    """num_envs (num_workers_per_collector) equal to the env's own batch, or left at 1 (the
+    env's own size): accepted with inference='server' as with 'local', the env stepped whole
+    (one group: it cannot split)."""
+    env = four_cartpoles() if prebuilt else four_cartpoles
+    for inference in ("local", "server"):
+        with ray_collector(
+            env=env, inference=inference, sync=True, num_workers_per_collector=workers
+        ) as c:
+            batches = list(c)
+            assert sum(b.numel() for b in batches) == c.frames == 800
+            assert batches[0].batch_size == (2, 4, 20)
+            worker_env = c.worker_handles()[0].obj.collector.env
+            assert not isinstance(worker_env, SplitEnv) and worker_env.num_envs == 4
+    if prebuilt:
+        env.close()
+
+
+def test_split_env_refuses_an_env_with_another_batch_naming_the_num_envs_given():
+    from fleetrl.envs.make import NUM_ENVS_MSG
+
+    for env in (four_cartpoles, four_cartpoles()):
+        for n in (2, 8):
+            kind = "SyncVectorEnv" if callable(env) else "gymnasium VectorEnv"
+            message = NUM_ENVS_MSG.format(value=n, kind=kind, n=4)
+            with pytest.raises(EnvError, match=re.escape(message)):
+                SplitEnv.build(env, n, None)
+
+
+def test_split_env_calls_a_factory_once_per_env():
+    import gymnasium as gym
+
+    calls = []
+
+    def one_cartpole():
+        calls.append(1)
+        return gym.make("CartPole-v1")
+
+    split = SplitEnv.build(one_cartpole, 5, None)
+    assert isinstance(split, SplitEnv) and [r.stop - r.start for r in split.rows] == [2, 3]
+    assert len(calls) == 5
+    split.close()
+
+
+# ------------------------------------------- a replaced channel is dropped (issue 35, 8)
+def mapped(name):
+    """How many mappings of shared-memory segment ``name`` this process holds."""
+    with open("/proc/self/maps") as maps:
+        return sum(f"/{name.lstrip('/')}" in line for line in maps)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
+def test_a_replaced_channel_leaves_the_server_one_mapping_and_one_descriptor():
+    """A worker's group registers a new channel once its old one closed (the worker was
+    replaced, or its server restarted): the server drops the old one, mapping and pipe."""
+    import numpy as np
+
+    from fleetrl.collectors.shm import ShmChannel, ShmEndpoint
+
+    def serve(inputs):
+        return [("action", np.full(2, 3, dtype=np.int64))], 1, 1.0
+
+    endpoint = ShmEndpoint(serve, threads=1)
+    inputs = [("observation", np.zeros((2, 3), dtype=np.float32))]
+    try:
+        old = ShmChannel(endpoint.path, inputs, serve(inputs)[0], 2, endpoint.register)
+        old_name, fds = old.shm.name, len(os.listdir("/proc/self/fd"))
+        old.close()  # as a killed worker's descriptors close
+        new = ShmChannel(endpoint.path, inputs, serve(inputs)[0], 2, endpoint.register)
+        try:
+            assert len(endpoint.channels) == 1
+            assert mapped(old_name) == 0  # the server let go of the old segment
+            assert len(os.listdir("/proc/self/fd")) == fds  # and of its answer pipe
+            new.send(inputs)  # the new channel is served under its own id
+            assert new.wait(5.0) and new.answer()[0][0][1].tolist() == [3, 3]
+        finally:
+            new.close()
+    finally:
+        endpoint.close()
