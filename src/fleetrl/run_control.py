@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.config import Config
+from fleetrl.errors import ConfigError
 from fleetrl.report import PARTS
 
 __all__ = ["ProgressBar", "RunDir", "StopOnSignal", "default_run_dir"]
@@ -50,6 +51,12 @@ def default_run_dir(config: Config) -> Path:
     return Path("runs") / f"{config.algorithm}_{env_name}_{stamp}"
 
 
+RUN_DIR_MSG = (
+    "run_dir={run_dir!r} is invalid: it cannot be made ({err}); choose a path in a writable "
+    "directory (fleetrl train --run-dir DIR, or logging.run_dir)"
+)
+
+
 class RunDir:
     """Makes ``path`` and ``checkpoints/`` in it, remembering what it created.
 
@@ -62,13 +69,24 @@ class RunDir:
         missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
         self._before = frozenset() if missing else frozenset(self.path.iterdir())
         self._top = missing[-1] if missing else None
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "checkpoints").mkdir(exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            (self.path / "checkpoints").mkdir(exist_ok=True)
+            probe = self.path / "checkpoints" / ".writable"  # /proc makes folders it refuses
+            probe.touch()
+            probe.unlink()
+        except OSError as err:
+            self.remove_created()
+            raise ConfigError(
+                [RUN_DIR_MSG.format(run_dir=str(self.path), err=err.strerror or err)]
+            ) from None
 
     def remove_created(self) -> None:
         """Remove what this run added to the disk, for a run that never started."""
         if self._top is not None:
             shutil.rmtree(self._top, ignore_errors=True)
+            return
+        if not self.path.is_dir():
             return
         for entry in set(self.path.iterdir()) - self._before:
             if entry.is_dir():

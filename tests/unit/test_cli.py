@@ -4,6 +4,7 @@ and no run directory for a run that never started."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from fleetrl.cli import main
 from fleetrl.errors import ConfigError
 from fleetrl.setup.resume import COMPLETE_MSG, DONE_MSG, STOPPED_MSG, RunComplete
 from fleetrl.trainer import RUN_EXISTS_MSG, Trainer
-from runs import ONE_UPDATE, ROOT
+from runs import LOCAL, ONE_UPDATE, ROOT
 
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
 SAC = str(ROOT / "configs" / "sac_pendulum.yaml")
@@ -113,6 +114,23 @@ def test_bad_input_exits_2_with_the_key_value_and_fix_and_no_run_dir(tmp_path, c
     assert "Traceback" not in captured.err and "EnvInfo(" not in captured.err
     assert captured.out == ""
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "run_dir, reason",
+    [("/proc/fleetrl-run", "No such file or directory"), ("{tmp}/a-file/run", "Not a directory")],
+)
+def test_a_run_dir_that_cannot_be_made_exits_2_naming_it(tmp_path, capsys, run_dir, reason):
+    """--run-dir on a file system that refuses it (/proc), or under a file: the run-dir key
+    and the reason, exit 2, before Ray or any actor starts (not a FileNotFoundError
+    traceback), and nothing is left behind."""
+    (tmp_path / "a-file").write_text("")
+    run_dir = run_dir.format(tmp=tmp_path)
+    assert main(["train", PPO, *LOCAL, "--run-dir", run_dir]) == 2
+    err = capsys.readouterr().err
+    assert f"run_dir={run_dir!r} is invalid: it cannot be made ({reason})" in err
+    assert "Traceback" not in err
+    assert not os.path.exists(run_dir)
 
 
 @pytest.mark.parametrize(
