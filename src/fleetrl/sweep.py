@@ -467,9 +467,10 @@ class _Reporter:
     """Reports each metrics row to Tune, with the checkpoint written at its iteration.
 
     The metric reported is the latest known: the row's, else the last one logged (an
-    ``eval/*`` column is in the rows of the iterations that evaluate). A row before any
-    value is known is not reported (see the module docstring); a metric that is neither in
-    the row nor among the columns logged later is a ConfigError.
+    ``eval/*`` column is in the rows of the iterations that evaluate; a NaN, such as
+    ``train/episode_return`` before the first episode ends, is not known either). A row
+    before any value is known is not reported (see the module docstring); a metric that is
+    neither in the row nor among the columns logged later is a ConfigError.
 
     Args:
         metric: ``tune.metric``.
@@ -493,13 +494,18 @@ class _Reporter:
         #: the metric's latest value (None: not logged yet)
         self.latest: float | None = None
         for row in history:
-            self.latest = row.get(metric, self.latest)
+            self._note(row)
+
+    def _note(self, row: dict[str, float]) -> None:
+        value = row.get(self.metric)
+        if value is not None and not math.isnan(value):  # NaN: none yet (no episode ended)
+            self.latest = value
 
     def __call__(self, row: dict[str, float], checkpoint: Path | None) -> None:
         from ray import tune as ray_tune
 
         if self.metric in row:
-            self.latest = row[self.metric]
+            self._note(row)
         elif self.metric not in self.later:
             columns = ", ".join(sorted({*row, *self.later}))
             raise ConfigError([MISSING_METRIC_MSG.format(metric=self.metric, columns=columns)])

@@ -7,6 +7,7 @@ the sweeps themselves run in tests/e2e/test_sweeps.py.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -245,6 +246,19 @@ def test_a_sweep_on_an_evaluation_metric_reports_its_latest_value(tmp_path, monk
         checkpoint = f"checkpoint_{int(row['train/frames']):012d}.pt"
         assert files == [checkpoint, "metrics.csv", "origin.json"]
         assert set(metrics) == {*row, "eval/return_mean"}  # the row's columns, all of them
+
+
+def test_a_metric_that_is_nan_until_an_episode_ends_is_not_reported_as_nan(tmp_path, monkeypatch):
+    """train/episode_return is NaN on the rows before the first episode ends (Atari's first
+    iterations): those rows are not reported, and a later NaN keeps the last known value."""
+    from fleetrl.sweep import _Reporter
+
+    tune_ = _FakeTune(monkeypatch)
+    report = _Reporter("train/episode_return", tmp_path, "t0")
+    for frames, value in [(256, math.nan), (512, 12.0), (768, math.nan), (1024, 15.0)]:
+        report({"train/frames": frames, "train/episode_return": value}, None)
+    reported = [(m["train/frames"], m["train/episode_return"]) for m, _ in tune_.reports]
+    assert reported == [(512, 12.0), (768, 12.0), (1024, 15.0)]
 
 
 def test_a_restored_trial_reports_its_last_evaluation_at_once(tmp_path, monkeypatch):
