@@ -13,7 +13,9 @@
   them together on the networks' outputs
   (:class:`~fleetrl.algorithms.heads.ActorCriticHeads`); an actor or critic of
   another structure (a recurrent policy...) goes through the torchrl loss
-  module's own forward instead (:meth:`ActorCritic.torchrl_loss`).
+  module's own forward instead (:meth:`ActorCritic.torchrl_loss`). Both give the
+  same numbers: ``tests/unit/algorithms/test_loss_parity.py`` holds each term and
+  every gradient to torchrl's GAE, VTrace and loss modules alone.
 - GAE: advantages and value targets with the current critic, once per
   collected batch (:meth:`ActorCritic.prepare`).
 """
@@ -95,7 +97,7 @@ def clipped_objective(
     gain = torch.min(log_weight.exp() * advantage, clipped.exp() * advantage)
     info = {
         "loss/kl_approx": (-log_weight).detach().mean(),
-        "loss/clip_fraction": (clipped != log_weight).detach().float().mean(),
+        "loss/clip_fraction": (clipped != log_weight).detach().to(log_weight.dtype).mean(),
     }
     return -gain.mean(), info
 
@@ -123,7 +125,9 @@ def critic_loss(
 
 def entropy_of(dist: torch.distributions.Distribution) -> torch.Tensor:
     """The distribution's entropy; a one-sample estimate where it has no closed form
-    (a tanh-squashed Gaussian), as torchrl's losses make."""
+    (a tanh-squashed Gaussian), as torchrl's losses make (the same draw for the same
+    generator state). torchrl's PPO also falls back to the sample where the closed form is
+    not finite; this keeps the closed form (inf or nan then shows in ``loss/entropy``)."""
     try:
         return dist.entropy()
     except NotImplementedError:
@@ -282,9 +286,11 @@ class ActorCritic(Algorithm):
 
     @staticmethod
     def normalized_advantage(data: TensorDictBase) -> TensorDictBase:
-        """``data`` with its advantages standardized over the whole batch (A2C, IMPALA)."""
-        adv = data.get("advantage")
-        data.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
+        """``data`` with its advantages standardized over the whole batch (A2C, IMPALA):
+        :func:`standardized`, as PPO's minibatches are (torchrl's ``GAE(average_gae=True)``
+        and ``VTrace(average_adv=True)`` give the same numbers; they floor the std at 1e-4
+        and 1e-5 instead of 1e-6, ``tests/unit/algorithms/test_loss_parity.py``)."""
+        data.set("advantage", standardized(data.get("advantage")))
         return data
 
     # ------------------------------------------------------------ the loss

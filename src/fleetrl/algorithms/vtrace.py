@@ -20,7 +20,9 @@ random interaction), not of the action in the batch, so its importance
 weights are not pi(a|x) / mu(a|x) and are not 1 on-policy. The V-trace
 recursion itself is torchrl's (:func:`torchrl.objectives.value.functional.
 vtrace_advantage_estimate`); what is ours is the log-probability of the taken
-action and the values it is given.
+action and the values it is given (``tests/unit/algorithms/test_loss_parity.py``
+compares the targets with torchrl's ``VTrace`` given an actor whose "sample" is the
+batch's action).
 
 The targets also store the critic's values of the batch (``state_value``), as
 GAE does for PPO: a clipped value loss (``appo.clip_value``) keeps the new
