@@ -8,9 +8,13 @@ At every build:
 - ``reference/api.md`` lists every name in ``fleetrl.__all__`` for mkdocstrings;
 - in the benchmark pages, each ``<!-- results: NAME -->`` line becomes the tables of
   ``benchmarks/results/NAME.json`` with the machine it ran on, and each
-  ``<!-- plots: PREFIX -->`` line the PNGs ``benchmarks/results/PREFIX*.png``.
+  ``<!-- plots: PREFIX -->`` line the PNGs ``benchmarks/results/PREFIX*.png`` as figures;
+  what the page holds under the marker, down to ``<!-- /results -->`` (the same figures,
+  committed for a code host: ``python docs/reference_pages.py pages``), is replaced.
 
-A result file that is missing, or a page marker that names none, fails the build.
+A result file that is missing, or a page marker that names none, fails the build, and so
+does a page that still shows a Sphinx role (``:class:`...```) where a docstring's role
+was not rewritten into a link (``sphinx_roles.py``, a griffe extension in mkdocs.yml).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "docs"))
 
 import reference_pages  # noqa: E402  (docs/reference_pages.py, beside this file)
+import sphinx_roles  # noqa: E402
 
 
 def on_files(files: Files, config) -> Files:
@@ -42,3 +47,13 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return reference_pages.fill_markers(markdown, page.file.src_uri)
     except reference_pages.MarkerError as err:
         raise PluginError(str(err)) from err
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    left = sphinx_roles.ROLE_IN_HTML.findall(html)
+    if left:
+        raise PluginError(
+            f"{page.file.src_uri} shows {len(left)} Sphinx role(s) as text ({left[0]!r}...): "
+            "docs/sphinx_roles.py did not rewrite them"
+        )
+    return html

@@ -7,12 +7,15 @@ built with: the config reference a test checks is the one the site shows.
 from __future__ import annotations
 
 import argparse
+import html
 import json
-import statistics
+import posixpath
 import re
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 RESULTS = ROOT / "benchmarks" / "results"
 
 #: the keys of a result file's machine record (benchmarks/common.py's MACHINE_KEYS)
@@ -20,6 +23,8 @@ MACHINE_KEYS = ("cpu_model", "cores", "python", "torch", "torchrl", "ray")
 
 RESULTS_MARK = re.compile(r"^<!--\s*results:\s*(?P<name>[\w-]+)\s*-->\s*$", re.M)
 PLOTS_MARK = re.compile(r"^<!--\s*plots:\s*(?P<prefix>[\w.-]+)\s*-->\s*$", re.M)
+#: the end of the figures committed under a marker
+END_MARK = re.compile(r"^<!--\s*/(?P<kind>results|plots)\s*-->\s*$", re.M)
 
 # the groups of the Python API page: every name of fleetrl.__all__ is in exactly one
 API_GROUPS = {
@@ -104,17 +109,68 @@ def cli_page() -> str:
     for name, sub in commands.items():
         out += [f"## fleetrl {name}", "", sub.description or "", ""]
         out += ["```text", sub.format_usage().strip(), "```", ""]
-        out += ["| argument | default | meaning |", "|---|---|---|"]
-        for action in sub._actions:  # argparse has no public list of a parser's arguments
-            if isinstance(action, argparse._HelpAction):
-                continue
-            names = ", ".join(action.option_strings) or action.metavar or action.dest
-            if action.option_strings and action.metavar:
-                names += f" {action.metavar}"
-            default = "" if action.default in (None, argparse.SUPPRESS) else f"`{action.default}`"
-            out.append(f"| `{names}` | {default} | {_cell(action.help or '')} |")
-        out.append("")
+        out += [*arguments_table(sub), ""]
     return "\n".join(out)
+
+
+#: a "(default: X)" or "(default X)" clause of a help line: X is the default it names
+HELP_DEFAULT = re.compile(r"\s*\(default:?\s+(?P<value>[^()]*(?:\([^()]*\)[^()]*)*)\)")
+
+
+def arguments_table(parser: argparse.ArgumentParser) -> list[str]:
+    """A parser's arguments as a Markdown table: each as its usage line writes it, its
+    default and its help line.
+
+    An argument whose help is ``argparse.SUPPRESS`` or whose dest starts with ``_`` is
+    internal and left out. A help line's ``(default: ...)`` clause, which says the
+    default a command computes where argparse's is ``None``, moves to the default
+    column; an argument with no default shows ``-``, a flag ``off``.
+    """
+    formatter = parser._get_formatter()  # argparse has no public API for any of this
+    rows = ["| argument | default | meaning |", "|---|---|---|"]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or is_internal(action):
+            continue
+        meaning = formatter._expand_help(action) if action.help else ""
+        clause = HELP_DEFAULT.search(meaning)
+        if clause:
+            meaning = meaning[: clause.start()] + meaning[clause.end() :]
+        default = _default_cell(action, clause["value"] if clause else None)
+        name = _cell(_invocation(formatter, action))
+        rows.append(f"| `{name}` | {default} | {_text(meaning)} |")
+    return rows
+
+
+def is_internal(action: argparse.Action) -> bool:
+    """An argument the reference leaves out: hidden from ``--help``, or named ``_...``."""
+    return action.help == argparse.SUPPRESS or action.dest.startswith("_")
+
+
+def _invocation(formatter: argparse.HelpFormatter, action: argparse.Action) -> str:
+    """The argument as the usage line writes it: ``--seed SEED``, ``[config]``, ``...``."""
+    if not action.option_strings:
+        return formatter._format_args(action, action.dest)
+    names = ", ".join(action.option_strings)
+    if action.nargs == 0:
+        return names
+    return f"{names} {formatter._format_args(action, action.dest.upper())}"
+
+
+def _default_cell(action: argparse.Action, from_help: str | None) -> str:
+    if from_help:
+        return _text(from_help)
+    if isinstance(action, argparse._StoreTrueAction):
+        return "off"
+    if isinstance(action, argparse._StoreFalseAction):
+        return "on"
+    if action.required and action.nargs not in ("?", "*", argparse.REMAINDER):
+        return "required"  # argparse also marks `nargs="*"` positionals required
+    value = action.default
+    if value is None or value is argparse.SUPPRESS or value == "":
+        return "-"
+    if isinstance(value, (list, tuple, dict, set)) and not value:
+        return "-"
+    return f"`{_cell(value)}`"
 
 
 # --- the config keys --------------------------------------------------------------------
@@ -149,8 +205,8 @@ def config_page() -> str:
             out += ["", f"## {title} {{#{anchor}}}", ""]
             out += ["| key | type | default | allowed | description |", "|---|---|---|---|---|"]
         out.append(
-            f'| <span id="{key_anchor(k.key)}"></span>`{k.key}` | {_cell(k.type)} '
-            f"| `{_cell(k.default)}` | {_cell(k.allowed)} | {_cell(k.doc)} |"
+            f'| <span id="{key_anchor(k.key)}"></span>`{k.key}` | {_text(k.type)} '
+            f"| `{_cell(k.default)}` | {_text(k.allowed)} | {_text(k.doc)} |"
         )
     return "\n".join(out) + "\n"
 
@@ -193,9 +249,59 @@ def api_page() -> str:
 
 
 def fill_markers(markdown: str, page: str) -> str:
-    """Replace the results and plots markers of a page with what the result files hold."""
-    markdown = RESULTS_MARK.sub(lambda m: results_markdown(m["name"], page), markdown)
-    return PLOTS_MARK.sub(lambda m: plots_markdown(m["prefix"], page), markdown)
+    """Replace the results and plots markers of a page, with the tables committed under
+    each, by what the result files hold: the page as the site shows it."""
+    return _fill(markdown, page, site=True)
+
+
+def committed_markers(markdown: str, page: str) -> str:
+    """The page as committed: under each marker, down to its end marker
+    (``<!-- /results -->``, ``<!-- /plots -->``), what the result files hold, so that the
+    page shows its figures where the Markdown is read as it is (a code host). ``page`` is
+    its path under docs/. Written by ``python docs/reference_pages.py pages``; a unit test
+    holds the pages to it."""
+    return _fill(markdown, page, site=False)
+
+
+def benchmark_pages() -> list[str]:
+    """The docs pages that hold a results or plots marker, by their path under docs/."""
+    return [
+        p.relative_to(DOCS).as_posix()
+        for p in sorted(DOCS.rglob("*.md"))
+        if RESULTS_MARK.search(text := p.read_text()) or PLOTS_MARK.search(text)
+    ]
+
+
+def _fill(markdown: str, page: str, *, site: bool) -> str:
+    # the site copies the plots to benchmarks/img/ (hooks.py); a page of the repository
+    # finds them in benchmarks/results/ (a bare page name is a benchmark page's)
+    here = posixpath.dirname(page) or "benchmarks"
+    images = posixpath.relpath("benchmarks/img" if site else "../benchmarks/results", here)
+    lines, out, i = markdown.split("\n"), [], 0
+    while i < len(lines):
+        mark = RESULTS_MARK.match(lines[i]) or PLOTS_MARK.match(lines[i])
+        if not mark:
+            out.append(lines[i])
+            i += 1
+            continue
+        if "name" in mark.groupdict():
+            kind, body = "results", results_markdown(mark["name"])
+        else:
+            kind, body = "plots", plots_markdown(mark["prefix"], base=images)
+        end = _region_end(lines, i, kind)
+        out += [body] if site else [lines[i], "", body, "", f"<!-- /{kind} -->"]
+        i = (end if end is not None else i) + 1
+    return "\n".join(out)
+
+
+def _region_end(lines: list[str], start: int, kind: str) -> int | None:
+    """The line of the end marker of the region a marker opens, or None (a bare marker)."""
+    for j in range(start + 1, len(lines)):
+        if END_MARK.match(lines[j]):
+            return j if END_MARK.match(lines[j])["kind"] == kind else None
+        if RESULTS_MARK.match(lines[j]) or PLOTS_MARK.match(lines[j]):
+            return None
+    return None
 
 
 def result_files() -> list[Path]:
@@ -243,7 +349,9 @@ def results_markdown(name: str, page: str = "") -> str:
         ratios = data.get("ratios")
         if isinstance(ratios, dict) and all(isinstance(v, (int, float)) for v in ratios.values()):
             rows = [[k, f"{v:.2f}x"] for k, v in ratios.items()]
-            body.append(_table({"title": None, "header": ["ratio", "value"], "rows": rows}))
+            # a script that printed its ratios (sweep_best) has them in its tables already
+            if rows and not any(t["rows"] == rows for t in data["tables"]):
+                body.append(_table({"title": None, "header": ["ratio", "value"], "rows": rows}))
     elif name.startswith("learner_throughput"):
         body = [_learner_table(data)]
     elif name == "mujoco_learning":
@@ -260,15 +368,76 @@ def results_markdown(name: str, page: str = "") -> str:
     )
 
 
-def plots_markdown(prefix: str, page: str = "") -> str:
+def plots_markdown(prefix: str, page: str = "", *, base: str = "img") -> str:
+    """Each PNG ``benchmarks/results/PREFIX*.png`` as a figure with its caption, and its
+    alt text said in words (PLOT_TEXT); ``base`` is the folder the page finds them in."""
     pngs = sorted(RESULTS.glob(f"{prefix}*.png"))
     if not pngs:
         raise MarkerError(f"no benchmarks/results/{prefix}*.png (named by a plots marker)")
-    return "\n\n".join(f"![{p.stem}](img/{p.name})" for p in pngs)
+    describe = PLOT_TEXT.get(prefix)
+    if describe is None:
+        raise MarkerError(
+            f"the plots of {prefix} have no alt text and caption: add {prefix!r} to "
+            "PLOT_TEXT in docs/reference_pages.py"
+        )
+    figures = []
+    for png in pngs:
+        alt, caption = describe(png)
+        # blank lines: the image is Markdown both for md_in_html and for a code host
+        figures.append(
+            f'<figure markdown="span">\n\n![{_alt(alt)}]({base}/{png.name})\n\n'
+            f"<figcaption>{html.escape(caption)}</figcaption>\n</figure>"
+        )
+    return "\n\n".join(figures)
+
+
+def _alt(text: str) -> str:
+    return text.replace("[", "(").replace("]", ")").replace("\n", " ")
+
+
+def _mujoco_learning_plot(png: Path) -> tuple[str, str]:
+    """mujoco_learning_ALGO_ENV.png: the learning curves of one algorithm on one env, from
+    the runs of ``mujoco_learning.json`` (keyed "WHO ALGO ENV")."""
+    runs = load_result("mujoco_learning")["results"]
+    key = next((k for k, r in runs.items() if Path(r.get("png") or "").name == png.name), None)
+    if key is None:
+        raise MarkerError(f"benchmarks/results/mujoco_learning.json names no run of {png.name}")
+    algo, env = key.split()[1:]
+    names = {"fleetrl": "fleetrl", "rllib": "RLlib"}
+    who = [names.get(k.split()[0], k.split()[0]) for k in runs if k.split()[1:] == [algo, env]]
+    caption = f"{algo.upper()} on {env}"
+    alt = (
+        f"Learning curves of {caption}: the mean training return of the last 20 episodes "
+        f"against env steps, {' and '.join(who)}, with the target score "
+        f"{runs[key]['target']:,.0f} as a dashed line"
+    )
+    return alt, caption
+
+
+#: the alt text and caption of each plot, by its results prefix: a plot is said in words
+PLOT_TEXT = {"mujoco_learning": _mujoco_learning_plot}
 
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+CODE_SPAN = re.compile(r"(`+).+?\1")
+
+
+def _text(text: str) -> str:
+    """Plain text (a help or doc line) for a table cell: outside its code spans, ``<``
+    and ``>`` are shown, not read as HTML tags, and ``_`` never starts emphasis
+    (``runs/<algo>_<env>_<time>``)."""
+    out, end = [], 0
+    for span in CODE_SPAN.finditer(text):
+        out += [_escape(text[end : span.start()]), span.group()]
+        end = span.end()
+    return _cell("".join([*out, _escape(text[end:])]))
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("_", "\\_")
 
 
 def _table(t: dict) -> str:
@@ -525,3 +694,9 @@ if __name__ == "__main__":
 
     if sys.argv[1:] == ["headline"]:  # the README's table, from the committed results
         print(headline_table())
+    elif sys.argv[1:] == ["pages"]:  # the figures committed in the benchmark pages
+        for page in benchmark_pages():
+            path = DOCS / page
+            path.write_text(committed_markers(path.read_text(), page))
+    else:
+        sys.exit("usage: python docs/reference_pages.py headline|pages")

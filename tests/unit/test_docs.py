@@ -7,6 +7,7 @@ run in ``tests/e2e/test_docs_examples.py`` and the README's in
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -99,6 +100,63 @@ def test_the_cli_reference_shows_every_command_and_argument():
                 assert f"`{option}" in page, f"fleetrl {name} {option} is not in the reference"
 
 
+def _argument_rows(page: str, command: str) -> dict[str, tuple[str, str]]:
+    """The rows of ``fleetrl COMMAND``'s argument table: argument -> (default, meaning)."""
+    section = page.split(f"## fleetrl {command}\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| (.*?) \| (.*) \|$", section, re.M)
+    return {name: (default, meaning) for name, default, meaning in rows}
+
+
+def test_the_cli_reference_says_each_default_as_the_help_does():
+    page = reference_pages.cli_page()
+    assert "| `` |" not in page and "| `[]` |" not in page
+    ev = _argument_rows(page, "eval")
+    assert ev["--episodes EPISODES"] == (
+        "20; with --video 1",
+        "episodes, episode i seeded seed + i",
+    )
+    assert ev["--actions {auto,sample,deterministic}"][0] == "the run's trainer.eval\\_actions"
+    assert ev["--seed SEED"][0] == "`12345`"
+    assert ev["target"][0] == "required"
+    report = _argument_rows(page, "report")
+    assert report["--plot OUT.png"] == ("RUN\\_DIR/time.png", "where to write the plot")
+    assert report["--no-plot"][0] == "off"
+    train = _argument_rows(page, "train")
+    assert train["--run-dir RUN_DIR"][0] == "runs/&lt;algo&gt;\\_&lt;env&gt;\\_&lt;time&gt;"
+    assert train["[config]"][0] == train["[overrides ...]"][0] == "-"
+    assert _argument_rows(page, "tune")["--search KEY=DIST"][0] == "-"
+    # the script's arguments are the usage line's "...", not argparse's dest "rest"
+    assert list(_argument_rows(page, "bench")) == ["NAME", "..."]
+
+
+def test_the_arguments_table_hides_internal_arguments_and_says_every_default():
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("target", help="what")
+    parser.add_argument("extra", nargs="?", help="more")
+    parser.add_argument("--n", type=int, default=None, help="count (default: 5), each once")
+    parser.add_argument("--out", metavar="OUT.png", default="", help="where (default: a/b.png)")
+    parser.add_argument("--k", type=int, default=3, help="k of %(prog)s, default %(default)s")
+    parser.add_argument("--tag", action="append", default=[], help="a tag")
+    parser.add_argument("--mode", choices=["a", "b"], help="a or b")
+    parser.add_argument("--fast", action="store_true", help="go fast")
+    parser.add_argument("--hidden", help=argparse.SUPPRESS)
+    parser.add_argument("--debug", dest="_debug", action="store_true", help="internal")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="passed on")
+    assert reference_pages.arguments_table(parser) == [
+        "| argument | default | meaning |",
+        "|---|---|---|",
+        "| `target` | required | what |",
+        "| `[extra]` | - | more |",
+        "| `--n N` | 5 | count, each once |",
+        "| `--out OUT.png` | a/b.png | where |",
+        "| `--k K` | `3` | k of x, default 3 |",
+        "| `--tag TAG` | - | a tag |",
+        "| `--mode {a,b}` | - | a or b |",
+        "| `--fast` | off | go fast |",
+        "| `...` | - | passed on |",
+    ]
+
+
 def test_the_api_reference_covers_fleetrl_all():
     import fleetrl
 
@@ -170,6 +228,60 @@ def test_the_readme_headline_ratios_are_the_committed_results():
     )
 
 
+@pytest.mark.parametrize("path", reference_pages.result_files(), ids=lambda p: p.stem)
+def test_no_result_shows_a_table_twice(path):
+    shown = reference_pages.results_markdown(path.stem)
+    tables = [b for b in shown.split("\n\n") if b.startswith("|")]
+    assert len(tables) == len(set(tables)), f"{path.name}: a table is shown twice"
+
+
+def test_the_sweep_page_shows_its_ratios_once():
+    shown = reference_pages.results_markdown("sweep_best")
+    assert shown.count("| best / the sweep's base, median wall | 0.95x |") == 1
+
+
+def test_plots_are_figures_with_their_alt_text_in_words():
+    import markdown
+
+    shown = reference_pages.plots_markdown("mujoco_learning")
+    rendered = markdown.markdown(shown, extensions=["md_in_html"])
+    images = re.findall(r'<img alt="([^"]*)" src="img/([^"]+)" />', rendered)
+    assert [png for _, png in images] == [
+        "mujoco_learning_ppo_HalfCheetah-v5.png",
+        "mujoco_learning_ppo_Hopper-v5.png",
+        "mujoco_learning_sac_HalfCheetah-v5.png",
+    ]
+    assert images[0][0] == (
+        "Learning curves of PPO on HalfCheetah-v5: the mean training return of the last 20 "
+        "episodes against env steps, fleetrl and RLlib, with the target score 1,442 as a "
+        "dashed line"
+    )
+    # each a block of its own, captioned, not an image inside a paragraph
+    assert rendered.count("<figure>") == 3 and "<p><img" not in rendered
+    assert "<figcaption>SAC on HalfCheetah-v5</figcaption>" in rendered
+
+
+def test_plots_without_a_description_fail():
+    with pytest.raises(reference_pages.MarkerError, match="add 'mujoco' to PLOT_TEXT"):
+        reference_pages.plots_markdown("mujoco")
+
+
+@pytest.mark.parametrize("page", reference_pages.benchmark_pages())
+def test_each_page_holds_its_current_results_under_its_markers(page):
+    # the figures are committed under each marker, so that a code host shows them too;
+    # the site is built from the result files, whatever the page holds
+    text = (DOCS / page).read_text()
+    opened = reference_pages.RESULTS_MARK.findall(text) + reference_pages.PLOTS_MARK.findall(text)
+    assert len(reference_pages.END_MARK.findall(text)) == len(opened), (
+        f"docs/{page}: a marker without its end marker (<!-- /results -->)"
+    )
+    assert text == reference_pages.committed_markers(text, page), (
+        f"docs/{page} differs from benchmarks/results: run `python docs/reference_pages.py pages`"
+    )
+    for image in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert (DOCS / page).parent.joinpath(image).resolve().is_file(), image
+
+
 def test_a_marker_naming_no_result_fails():
     with pytest.raises(reference_pages.MarkerError, match=r"no_such_bench\.json does not exist"):
         reference_pages.fill_markers("<!-- results: no_such_bench -->\n", "x.md")
@@ -227,3 +339,40 @@ def test_every_tune_command_in_the_docs_loads(where, args, monkeypatch):
     parsed.overrides = [*parsed.overrides, *extra]
     config = sweep_config(parsed)  # raises ConfigError naming the key
     assert config.tune.search and config.tune.samples >= 1
+
+
+# --- the install page and the site's files ----------------------------------------------------
+
+
+def test_the_install_page_lists_every_extra():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    install = (DOCS / "getting-started" / "install.md").read_text()
+    listed = re.findall(r"^\| `([\w-]+)` \|", install, re.M)
+    assert sorted(listed) == sorted(extras), "the extras table of install.md and pyproject.toml"
+    # and the extras `make venv` installs, as the page says
+    said = re.search(r"with its extras \(([^)]*)\)", install.replace("\n", " "))[1]
+    assert sorted(re.findall(r"`([\w-]+)`", said)) == sorted(extras)
+
+
+def test_the_site_copies_no_python_file():
+    import pathspec
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    spec = pathspec.GitIgnoreSpec.from_lines(config["exclude_docs"].splitlines())
+    for path in DOCS.rglob("*.py"):
+        uri = path.relative_to(DOCS).as_posix()
+        assert spec.match_file(uri), f"mkdocs.yml's exclude_docs lets docs/{uri} into the site"
+
+
+def test_the_readme_links_to_files_of_the_repository():
+    # a code host shows the README as it is: a link to a page the build generates is broken
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if "://" not in link and not link.startswith("mailto:")]
+    assert local
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
