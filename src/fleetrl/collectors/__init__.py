@@ -15,6 +15,7 @@ _EXPORTS = {
     "Collector": "fleetrl.collectors.front",
     "DataCollectorBase": "fleetrl.collectors.base",
     "EpisodeStats": "fleetrl.collectors.base",
+    "InferenceOptions": "fleetrl.collectors.inference.options",
     "RayCollector": "fleetrl.collectors.ray",
     "RemoteReplayBuffer": "fleetrl.collectors.replay",
     "SyncDataCollector": "fleetrl.collectors.sync",
@@ -27,6 +28,7 @@ __all__ = [
     "Collector",
     "DataCollectorBase",
     "EpisodeStats",
+    "InferenceOptions",
     "RayCollector",
     "RemoteReplayBuffer",
     "SyncDataCollector",
@@ -39,6 +41,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:
     from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats, frames_in
     from fleetrl.collectors.front import Collector
+    from fleetrl.collectors.inference.options import InferenceOptions
     from fleetrl.collectors.ray import RayCollector
     from fleetrl.collectors.replay import RemoteReplayBuffer
     from fleetrl.collectors.sync import SyncDataCollector

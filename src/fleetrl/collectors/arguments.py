@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from fleetrl.collectors.inference.checks import WEIGHTS_TARGET_MSG
 from fleetrl.errors import Problems
 
 __all__ = [
@@ -150,12 +151,14 @@ def check_weight_update(
     version: Any = None,
     current_version: int = 0,
     name: str = "RayCollector",
+    served: bool = False,
 ) -> Any:
     """Check ``update_policy_weights_``'s arguments (torchrl's names, and ``version`` against
     the newest published ``current_version``); return the one weights source.
 
     ``worker_range``: the worker ids ``worker_ids`` may name (a RayCollector's
-    ``range(num_collectors)``; a SyncDataCollector's own ``[worker_id]``).
+    ``range(num_collectors)``; a SyncDataCollector's own ``[worker_id]``). ``served``: the
+    weights go to inference servers, which serve every worker (no ``worker_ids``).
     """
     p = Problems()
     given = [v for v in (policy_or_weights, weights, policy) if v is not None]
@@ -173,6 +176,7 @@ def check_weight_update(
             else str(list(worker_range))
         )
         p.check(ok, "worker_ids", worker_ids, WORKER_IDS_MSG.format(ids=shown))
+        p.check(not served, "worker_ids", worker_ids, WEIGHTS_TARGET_MSG)
     if version is not None:
         ok = (
             isinstance(version, int)

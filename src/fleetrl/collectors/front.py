@@ -66,16 +66,6 @@ BACKEND_ALTERNATIVES = {
     ),
 }
 BACKENDS = ("direct", "ray", "inprocess")
-#: RayCollector's central-inference arguments (:mod:`fleetrl.collectors.inference`)
-SERVER_ARGUMENTS = (
-    "inference",
-    "num_inference_servers",
-    "inference_device",
-    "inference_max_batch",
-    "inference_max_wait_ms",
-    "inference_remote_config",
-    "inference_transport",
-)
 DIRECT_SERVER_MSG = (
     "is central inference's, which serves remote collectors: use backend='ray' (or "
     "'inprocess'); backend='direct' runs its policy in this process"
@@ -145,9 +135,12 @@ def Collector(
     elif duplicates:
         p.add("backend_options", options, f"repeats arguments given directly: {duplicates}")
     if chosen == "direct":
-        if kwargs.get("inference") == "local":  # the direct collector's only mode
+        # RayCollector's central-inference arguments (fleetrl.collectors.inference)
+        from fleetrl.collectors.inference.options import INFERENCE_ARGUMENTS
+
+        if _local(kwargs.get("inference")):  # the direct collector's only mode
             kwargs.pop("inference")
-        for key in sorted(set(SERVER_ARGUMENTS) & set(kwargs)):
+        for key in sorted(set(INFERENCE_ARGUMENTS) & set(kwargs)):
             p.add(key, kwargs[key], DIRECT_SERVER_MSG)
         if num_collectors not in (None, 1):
             p.add("num_collectors", num_collectors, "backend='direct' runs one collector")
@@ -174,6 +167,15 @@ def Collector(
         **kwargs,
         **options,
     )
+
+
+def _local(inference: Any) -> bool:
+    """``inference="local"``, or the default ``InferenceOptions`` (local inference)."""
+    from fleetrl.collectors.inference.options import InferenceOptions
+
+    if isinstance(inference, InferenceOptions):
+        return inference == InferenceOptions()
+    return isinstance(inference, str) and inference == "local"
 
 
 def _as_list(create_env_fn: Any) -> list[Any] | None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised
-from fleetrl.collectors.inference import InferenceServers
+from fleetrl.collectors.inference.servers import InferenceServers
 from fleetrl.collectors.overlap import available_cores, worker_overlap
 from fleetrl.collectors.ray_checks import check_env_counts, takes_env_list, worker_failure
 from fleetrl.collectors.weights import WeightStore
@@ -367,6 +367,15 @@ class WorkerPool:
             except WorkerDied as err:
                 raise WorkerError(slot.worker_id, err.cause) from None
         return answers
+
+    def drain(self, timeout: float | None) -> tuple[int, int]:
+        """Wait up to ``timeout`` seconds for every task in flight to end (their results stay
+        to be got); returns how many did not, and how many there were."""
+        pending = self.pending
+        if not pending:
+            return 0, 0
+        done = self.wait(pending, num_returns=len(pending), timeout=timeout)
+        return len(pending) - len(done), len(pending)
 
     def in_flight(self, slot: CollectorSlot) -> int:
         """Tasks issued to ``slot``'s worker and not yet returned."""

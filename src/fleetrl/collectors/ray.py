@@ -1,113 +1,64 @@
 """RayCollector: remote collector actors on Ray behind one iterable of TensorDict batches.
 
-Two modes, chosen with ``sync``:
+The guide is ``docs/guides/ray-collector.md``; the parts, each with its rules:
 
-- ``sync=True``: each round, every worker collects its share of
-  ``frames_per_batch`` (``frames_per_batch / num_collectors`` frames each); the
-  batches are stacked along a leading collector dim, ``[num_collectors,
-  *env_batch, time]``. A ``("collector", "mask")`` marks the steps collected:
-  shares can end unequal when stragglers are preempted (``fraction_workers``,
-  ``fraction_samples``), and padded steps are False. Frames are counted from
-  the mask, i.e. from what was delivered.
-- ``sync=False``: first ready, first served. Each task is one worker's batch of
-  ``frames_per_batch`` frames.
-
-Frame accounting is exact: a task is issued only for frames the budget still
-holds, the last task asks for exactly the remainder, and a task lost with its
-worker is issued again. So the iterator yields exactly ``ceil(total_frames /
-frames_per_batch)`` batches (sync mode with preemption: rounds go on until the
-frames delivered reach ``total_frames``, so there can be more), and every frame
-delivered is counted once.
-
-Pipelining (``prefetch``): with ``prefetch=1`` (the default) a worker starts
-its next batch as soon as it has handed one over, while the learner works on
-it. Policy lag here is how far the newest published version is ahead of the
-version a batch was collected with when the batch is served (versions are
-publishes, or the learner's optimizer steps when it passes ``version=``; the
-lag a learner logs is measured at learning time, see
-:mod:`fleetrl.learners.versions`). In sync mode, with one publish per batch, a
-batch is at most ``prefetch`` publishes behind (``prefetch=0``: strictly
-on-policy), however slow a worker is: a round waits for all. In async mode
-every worker always has ``max(1, prefetch)`` tasks in flight and batches are
-served first ready, so the lag grows with the number of workers and tasks in
-flight, even when they are equally fast, and is unbounded with a slow worker,
-even with ``prefetch=0``. ``max_served_lag=k``
-enforces a bound in both modes: a batch more than k versions behind is not served;
-it is counted in ``stats()["stale_batches"]``/``["stale_frames"]`` and its
-task is issued again with the current weights, so frames stay exact (the
-discarded frames are collected again, never counted). With k below
-``prefetch`` most prefetched batches are discarded: choose ``k >= prefetch``.
-
-Replay buffer (``replay_buffer=``, decoupled off-policy collection as in
-Ape-X): each worker extends a replay buffer actor
-(:mod:`fleetrl.collectors.replay`) with its batch's transitions itself, and
-the iterator (and :meth:`RayCollector.poll`) yields one progress record per
-task instead of the batch: frames written, the buffer's write count, worker
-id, policy version and the episodes that ended. Frames stay exact: the
-records' ``frames`` sum to ``total_frames``, and so do the buffer's writes.
-First-ready only (``sync=False``).
-
-Weights: see :meth:`RayCollector.update_policy_weights_`. torchrl 0.14's newer
-arguments have torchrl's meaning (:mod:`fleetrl.collectors.arguments`).
-
-Backends (``backend=``): the workers are Ray actors (``"ray"``, the default),
-or objects in this process that run one task at a time (``"inprocess"``, for
-debugging and fast tests of the accounting; :mod:`fleetrl.backends`). Every
-rule above and below holds on both.
-
-Fault tolerance: a worker whose actor dies (killed, crashed, node lost) is
-replaced by a new actor with the same worker id; it receives the current
-weights with its first task and the tasks lost with the old actor are issued
-to it again. A replacement that dies too (e.g. while building its envs) is
-replaced again after a doubling wait, up to ``max_restart_attempts`` in a row
-(default 3; :class:`~fleetrl.workers.WorkerGroup`); then
-:class:`~fleetrl.errors.WorkerLostError` (a ``WorkerError``) names the worker,
-the attempts and the last cause. The lost tasks stay on the books meanwhile:
-``frames``, ``remaining_frames`` and ``stats()["pending"]`` stay exact, and a
-caller that catches the error and iterates again starts a new series of
-attempts and still gets exactly ``total_frames``. An exception raised inside a
-worker (e.g. by the env) is not a death: a ``ConfigError``, ``EnvError`` or
-``PolicyError`` is raised again as itself, naming the collector, cause first
-and the remote traceback after; anything else surfaces as
-:class:`~fleetrl.errors.WorkerError` with the worker id and the remote
-traceback (:func:`~fleetrl.collectors.ray_checks.worker_failure`).
+- ``sync=True``: each round, every worker collects its share of ``frames_per_batch``,
+  stacked along a leading collector dim ``[num_collectors, *env_batch, time]`` with a
+  ``("collector", "mask")`` of the steps collected; stragglers can be preempted
+  (``fraction_workers``, ``fraction_samples``): :mod:`fleetrl.collectors.rounds`.
+  ``sync=False``: first ready, first served, a worker's batch of ``frames_per_batch``
+  frames a task: :mod:`fleetrl.collectors.first_ready`.
+- Frames are exact: a task is issued only for frames the budget still holds, the last
+  one for exactly the remainder, and one lost with its worker is issued again, so every
+  frame delivered is counted once (sync mode with preemption counts what the mask marks).
+- Pipelining: ``prefetch`` tasks per worker run ahead of the consumer. The policy lag of
+  a served batch (the newest published version minus the batch's: publishes, or the
+  learner's optimizer steps, :mod:`fleetrl.learners.versions`) is at most ``prefetch``
+  in sync mode with one publish per batch, and unbounded first ready with a slow worker;
+  ``max_served_lag=k`` bounds it in both (a staler batch is counted, not served, and
+  collected again: :mod:`fleetrl.collectors.served`).
+- ``replay_buffer=`` (first ready): the workers extend a replay buffer actor themselves
+  and the iterator yields a progress record per task: :mod:`fleetrl.collectors.replay`.
+- ``inference="server"``: the policy runs on inference servers, which get the weights:
+  :mod:`fleetrl.collectors.inference`.
+- Arguments are checked and the envs probed before anything starts:
+  :mod:`fleetrl.collectors.ray_plan`; torchrl 0.14's newer arguments have torchrl's
+  meaning: :mod:`fleetrl.collectors.arguments`.
+- ``backend=``: Ray actors (``"ray"``) or objects in this process, one task at a time
+  (``"inprocess"``: debugging, fast tests): :mod:`fleetrl.backends`. Every rule holds on
+  both.
+- A dead worker is replaced, with its worker id, the current weights and its lost tasks,
+  up to ``max_restart_attempts`` times in a row: :mod:`fleetrl.collectors.pool`. An
+  exception raised in a worker is raised again (a ``ConfigError``, ``EnvError`` or
+  ``PolicyError`` as itself, anything else as a ``WorkerError``), naming the collector,
+  with the remote traceback: :func:`~fleetrl.collectors.ray_checks.worker_failure`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.backends import BACKENDS, Backend, make_backend
-from fleetrl.collectors.arguments import check_feature_arguments
+from fleetrl.backends import Backend
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
-from fleetrl.collectors.inference import (
-    WEIGHTS_TARGET_MSG,
-    InferenceServers,
-    check_inference,
-    check_server_resources,
-    latency_summary,
-    probe_batched,
-    server_options,
-)
-from fleetrl.collectors.pool import CollectorSlot, Task, WorkerPool
+from fleetrl.collectors.first_ready import FirstReady
+from fleetrl.collectors.inference.checks import check_server_resources
+from fleetrl.collectors.inference.options import InferenceOptions
+from fleetrl.collectors.inference.servers import InferenceServers
+from fleetrl.collectors.pool import CollectorSlot, WorkerPool
 from fleetrl.collectors.ray_checks import (
-    all_problems,
     check_added_collectors,
-    check_arguments,
-    check_bounds,
     check_resources,
     check_weight_update,
     probe_envs,
     put_policy,
 )
-from fleetrl.collectors.replay import buffer_actor, check_replay_buffer, progress_record
+from fleetrl.collectors.ray_plan import RayPlan, plan_collection
 from fleetrl.collectors.rounds import SyncRounds
 from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.sync import SyncDataCollector
@@ -115,10 +66,9 @@ from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
-from fleetrl.errors import ConfigError, FleetError, Problem, Problems
+from fleetrl.errors import ConfigError, FleetError, Problem
 from fleetrl.policies import as_weights, policy_weights
 from fleetrl.runtime import ray_running, start_ray
-from fleetrl.wire import unpack_batch
 from fleetrl.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 
 __all__ = [
@@ -190,23 +140,17 @@ class RayCollector(DataCollectorBase):
             collecting past each yielded batch.
         max_weight_update_interval: a worker checks for newer weights at least
             every this many tasks (-1: only the push with each task).
-        prefetch: tasks each worker may run ahead of the consumer (default 1).
-            Sync mode: the policy lag is at most ``prefetch`` with one publish
-            per batch (0: strictly on-policy). Async mode: no bound (see the
-            module docstring); use ``max_served_lag``.
+        prefetch: tasks each worker may run ahead of the consumer (default 1); the
+            policy lag this allows: see the module docstring and ``max_served_lag``.
         fraction_samples: sync mode; a preempted straggler stops once it holds
             at least this fraction of its share.
         fraction_workers: sync mode; once this fraction of the collectors have
             finished a round, the others are preempted.
-        compress: ``None``, ``"lz4"`` or ``"zstd"``: lossless compression of
-            batches sent by workers; bytes saved are in :meth:`stats`. Either
-            way, batches of fleetrl's collector cross Ray in the compact
-            layout of :mod:`fleetrl.wire` (each observation once)
-            and arrive in the full one.
-        max_served_lag: ``None`` (no bound) or k >= 0: a batch collected with
-            weights more than k versions older than the newest published is
-            not served; its frames are collected again with the current
-            weights (counted in ``stats()["stale_batches"]``).
+        compress: ``None``, ``"lz4"`` or ``"zstd"``: lossless compression of batches sent
+            by workers (bytes saved: :meth:`stats`), over :mod:`fleetrl.wire`'s compact layout.
+        max_served_lag: ``None`` (no bound) or k >= 0: a batch more than k versions
+            behind the newest published is not served but collected again
+            (``stats()["stale_batches"]``).
         max_restart_attempts: replacements of a dead worker tried in a row
             (with a doubling wait between them) before :class:`WorkerLostError`.
         num_threads: torch threads in each worker process (default 1: workers
@@ -224,36 +168,21 @@ class RayCollector(DataCollectorBase):
             act on each worker.
         trajs_per_batch: batches of this many whole trajectories, assembled in
             this process from every worker's batches (``postproc`` runs first).
-        replay_buffer: a :class:`~fleetrl.collectors.replay.RemoteReplayBuffer`
-            (or a replay buffer actor's handle) that the workers extend with
-            their batches' valid transitions; the iterator then yields progress
-            records (see the module docstring). Needs ``sync=False`` and no
-            ``trajs_per_batch``, ``split_trajs``, ``postproc`` or
-            ``max_served_lag``. The buffer is the caller's: shutdown leaves it.
-        inference: ``"local"`` (default: each worker runs its copy of the policy) or
-            ``"server"``: central batched inference (:mod:`fleetrl.collectors.inference`):
-            inference servers run the policy on batched requests from the workers, which
-            only step envs (double-buffered); weights go to the servers only, and every
-            step is tagged with the version its server answered with.
-        num_inference_servers: servers with ``inference="server"`` (default 1, at most
-            ``num_collectors``); worker i uses server ``i % num_inference_servers``.
-        inference_device: where the servers run the policy (None: the CPU; ``"cuda"``
-            needs a GPU in the Ray cluster, shared by the servers).
-        inference_max_batch: observations per server batch at most (None: no bound).
-        inference_max_wait_ms: how long a server waits for a batch to fill once its first
-            request is in (default 0: requests that came while the policy ran form the
-            next batch).
-        inference_remote_config: Ray actor options of each server (default
-            ``{"num_cpus": 1}``, plus an equal share of one GPU on CUDA); checked with the
-            collectors' against the cluster before any actor starts.
-        inference_transport: how workers reach their server: ``"auto"`` (default): shared
-            memory where both run on one node (:mod:`fleetrl.collectors.shm`; tens of
-            microseconds a request against about a millisecond), Ray calls across nodes;
-            ``"ray"``: Ray calls only.
-        backend: where the workers run: ``"ray"`` (Ray actors, the default) or
-            ``"inprocess"`` (objects in this process, one task at a time: for
-            debugging and tests; see :mod:`fleetrl.backends`), or a
-            :class:`~fleetrl.backends.Backend`.
+        replay_buffer: a :class:`~fleetrl.collectors.replay.RemoteReplayBuffer` (or a replay
+            buffer actor's handle) the workers extend with their batches' transitions; the
+            iterator then yields progress records. Needs ``sync=False`` and no
+            ``trajs_per_batch``, ``split_trajs``, ``postproc`` or ``max_served_lag``. The
+            buffer is the caller's: shutdown leaves it.
+        inference: ``"local"`` (default: each worker runs its copy of the policy),
+            ``"server"`` (inference servers run it on batched requests from the workers,
+            which only step envs: :mod:`fleetrl.collectors.inference`), or an
+            :class:`~fleetrl.collectors.inference.InferenceOptions` holding every option.
+        num_inference_servers: with ``inference_device``, ``inference_max_batch``,
+            ``inference_max_wait_ms``, ``inference_remote_config`` and ``inference_transport``:
+            :class:`~fleetrl.collectors.inference.InferenceOptions`' fields as keywords.
+        backend: where the workers run: ``"ray"`` (Ray actors, the default),
+            ``"inprocess"`` (objects in this process, one task at a time: debugging and
+            tests) or a :class:`~fleetrl.backends.Backend` (:mod:`fleetrl.backends`).
 
     Examples:
         >>> collector = RayCollector("CartPole-v1", None, frames_per_batch=400,
@@ -304,7 +233,7 @@ class RayCollector(DataCollectorBase):
         set_truncated: bool = False,
         replay_buffer: Any = None,
         backend: str | Backend = "ray",
-        inference: str = "local",
+        inference: str | InferenceOptions = "local",
         num_inference_servers: int = 1,
         inference_device: Any = None,
         inference_max_batch: int | None = None,
@@ -313,205 +242,106 @@ class RayCollector(DataCollectorBase):
         inference_transport: str = "auto",
     ):
         super().__init__()
+        given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.state = CollectorState.CLOSED  # READY once every actor is up
         self._started_ray = False
         self._weights: WeightStore | None = None
         self._pool: WorkerPool | None = None  # the actors, once Ray is up
         self._rounds: SyncRounds | None = None  # sync mode's rounds in flight
+        self._first_ready: FirstReady | None = None  # first-ready mode's tasks in flight
         self._servers: InferenceServers | None = None  # inference="server"'s servers
-        p = Problems()
-        if not isinstance(backend, Backend) and backend not in BACKENDS:
-            p.add("backend", backend, f"must be one of {list(BACKENDS)} or a fleetrl Backend")
-        check_bounds(p, max_served_lag, max_restart_attempts)
-        check_replay_buffer(
-            p,
-            replay_buffer,
-            sync=sync,
-            trajs_per_batch=trajs_per_batch,
-            split_trajs=split_trajs,
-            postproc=postproc,
-            max_served_lag=max_served_lag,
-            backend=backend,
-        )
-        #: the buffer the workers extend (their tasks then yield progress records), or None
-        self.replay_buffer = replay_buffer
-        features = {
-            "policy_factory": policy_factory,
-            "compile_policy": compile_policy,
-            "cudagraph_policy": cudagraph_policy,
-            "set_truncated": set_truncated,
-        }
-        check_feature_arguments(
-            p,
-            policy=policy,
-            trajs_per_batch=trajs_per_batch,
-            split_trajs=split_trajs,
-            policy_devices=policy_device if policy_device is not None else device,
-            **features,
-        )
-        env_list = create_env_fn if isinstance(create_env_fn, list) else [create_env_fn]
-        check_inference(
-            p,
-            inference=inference,
-            num_inference_servers=num_inference_servers,
-            inference_device=inference_device,
-            max_batch=inference_max_batch,
-            max_wait_ms=inference_max_wait_ms,
-            num_collectors=num_collectors if num_collectors is not None else len(env_list),
-            policy=policy,
-            policy_factory=policy_factory,
-            collector_class=collector_class,
-            native=isinstance(collector_class, type)
-            and issubclass(collector_class, SyncDataCollector),
-            devices={"device": device, "policy_device": policy_device},
-            compile_policy=compile_policy,
-            cudagraph_policy=cudagraph_policy,
-            max_weight_update_interval=max_weight_update_interval,
-            remote_config=inference_remote_config,
-            transport=inference_transport,
-        )
-        #: ``"local"`` or ``"server"`` (central inference)
-        self.inference = inference
-        args = all_problems(
-            p,
-            check_arguments,
-            create_env_fn=create_env_fn,
-            policy=policy,
-            frames_per_batch=frames_per_batch,
-            total_frames=total_frames,
-            collector_class=collector_class,
-            collector_kwargs=collector_kwargs,
-            num_workers_per_collector=num_workers_per_collector,
-            sync=sync,
-            remote_configs=remote_configs,
-            num_collectors=num_collectors,
-            max_weight_update_interval=max_weight_update_interval,
-            prefetch=prefetch,
-            fraction_samples=fraction_samples,
-            fraction_workers=fraction_workers,
-            compress=compress,
-            init_random_frames=init_random_frames,
-            exploration_type=exploration_type,
-            postproc=postproc,
-            max_frames_per_traj=max_frames_per_traj,
-            devices={
-                "device": device,
-                "storing_device": storing_device,
-                "env_device": env_device,
-                "policy_device": policy_device,
-            },
-        )
-        self.policy = args.policy
-        self.native = args.native
-        env_fns, kwargs_list, remotes = args.env_fns, args.kwargs_list, args.remotes
-        devices, exploration = args.devices, args.exploration_type
-        #: where the workers run (:mod:`fleetrl.backends`)
-        self.backend = make_backend(backend)
-        # what a worker would refuse in its envs, or could not be sent it: refused here
-        probe_envs(env_fns, kwargs_list, build=self.native)
-        if inference == "server":  # a policy a server cannot feed batches: refused here
-            probe_batched(
-                self.policy,
-                env_fns[0],
-                kwargs_list[0].get("num_envs", num_workers_per_collector),
-                kwargs_list[0].get("create_env_kwargs"),
-                args.exploration_type,
-            )
-
-        self.frames_per_batch = frames_per_batch
-        self.total_frames = total_frames
-        self.sync = sync
-        self.collector_class = collector_class
-        self.num_workers_per_collector = num_workers_per_collector
-        self.update_after_each_batch = update_after_each_batch
-        self.max_weight_update_interval = max_weight_update_interval
-        self.prefetch = prefetch
-        self.max_served_lag = max_served_lag
-        self.max_restart_attempts = max_restart_attempts
-        self.num_threads = num_threads
-        self.fraction_samples = float(fraction_samples)
-        self.fraction_workers = float(fraction_workers)
-        self.compress = compress
-        self.split_trajs = split_trajs
-        self.postproc = postproc
-        self.init_random_frames = args.init_random_frames
-        common = {
-            "max_frames_per_traj": max_frames_per_traj,
-            "reset_at_each_iter": reset_at_each_iter,
-            "exploration_type": exploration,
-        }
-        # torchrl 0.14's arguments reach the workers only when set (any collector class takes them)
-        common.update({k: v for k, v in features.items() if v is not None and v is not False})
-        self.trajs_per_batch = trajs_per_batch
-        self._trajs = (
-            None
-            if trajs_per_batch is None
-            else TrajectoryBatcher(trajs_per_batch, drop_partial=reset_at_each_iter)
-        )
-        self._yielded = False
-        self._paused = False  # pause(): no task is issued, iterating is refused
-        self._served = ServedStats(max_served_lag, compress)
-        served = inference == "server"
+        # every argument checked, every problem said at once, the envs (and for servers the
+        # policy) probed: before anything starts (fleetrl.collectors.ray_plan)
+        plan = plan_collection(**given)
+        self._keep(plan)
         try:
-            if self.backend.name == "ray":
-                self._started_ray = start_ray(ray_init_config)
-                check_resources(remotes)
-                if served:
-                    check_server_resources(
-                        inference_device,
-                        num_inference_servers,
-                        server_options(
-                            inference_device, num_inference_servers, inference_remote_config
-                        ),
-                        remotes,
-                    )
-            self._weights = WeightStore(self.backend, with_board=max_weight_update_interval > 0)
+            self._start_backend(plan)
+            self._weights = WeightStore(
+                self.backend, with_board=self.max_weight_update_interval > 0
+            )
             policy_ref = put_policy(self.backend, self.policy)
-            if served:
-                self._servers = InferenceServers(
-                    self.backend,
-                    policy_ref,
-                    count=num_inference_servers,
-                    device=inference_device,
-                    max_batch=inference_max_batch,
-                    max_wait_ms=float(inference_max_wait_ms),
-                    exploration_type=exploration,
-                    num_threads=num_threads,
-                    clients=-(-len(env_fns) // num_inference_servers),
-                    remote_config=inference_remote_config,
-                    transport=inference_transport,
+            if plan.inference.served:
+                self._servers = InferenceServers.start(
+                    self.backend, policy_ref, plan.inference, **plan.server_arguments()
                 )
-            self._pool = WorkerPool(
-                self.backend,
-                self._weights,
-                policy_ref,
-                collector_class=collector_class,
-                native=self.native,
-                num_workers_per_collector=num_workers_per_collector,
-                sync=sync,
-                frames_per_batch=frames_per_batch,
-                total_frames=total_frames,
-                compress=compress,
-                max_weight_update_interval=max_weight_update_interval,
-                num_threads=num_threads,
-                init_random_frames=self.init_random_frames,
-                devices=devices,
-                common=common,
-                max_restart_attempts=max_restart_attempts,
-                replay_buffer=None if replay_buffer is None else buffer_actor(replay_buffer),
-                servers=self._servers,
-            )
-            self._rounds = SyncRounds(
-                self._pool,
-                self._served,
-                fraction_workers=self.fraction_workers,
-                fraction_samples=self.fraction_samples,
-            )
-            self._pool.add_slots(env_fns, kwargs_list, remotes, first_index=0)
+            self._start_pool(plan, policy_ref)
         except BaseException:
             self._shutdown()  # release what started; the collector never becomes READY
             raise
         self.state = CollectorState.READY
+
+    def _keep(self, plan: RayPlan) -> None:
+        """The checked arguments, kept as attributes (torchrl's collector has most of them)."""
+        g = plan.given
+        #: the buffer the workers extend (their tasks then yield progress records), or None
+        self.replay_buffer = g["replay_buffer"]
+        #: ``"local"`` or ``"server"`` (central inference: :attr:`inference_options`)
+        self.inference = plan.inference.mode.value
+        #: central inference's options (:class:`~fleetrl.collectors.inference.InferenceOptions`)
+        self.inference_options = plan.inference
+        self.policy = plan.args.policy
+        self.native = plan.args.native
+        #: where the workers run (:mod:`fleetrl.backends`)
+        self.backend = plan.backend
+        self.frames_per_batch = g["frames_per_batch"]
+        self.total_frames = g["total_frames"]
+        self.sync = g["sync"]
+        self.collector_class = g["collector_class"]
+        self.num_workers_per_collector = g["num_workers_per_collector"]
+        self.update_after_each_batch = g["update_after_each_batch"]
+        self.max_weight_update_interval = g["max_weight_update_interval"]
+        self.prefetch = g["prefetch"]
+        self.max_served_lag = g["max_served_lag"]
+        self.max_restart_attempts = g["max_restart_attempts"]
+        self.num_threads = g["num_threads"]
+        self.fraction_samples = float(g["fraction_samples"])
+        self.fraction_workers = float(g["fraction_workers"])
+        self.compress = g["compress"]
+        self.split_trajs = g["split_trajs"]
+        self.postproc = g["postproc"]
+        self.init_random_frames = plan.args.init_random_frames
+        self.trajs_per_batch = g["trajs_per_batch"]
+        self._trajs = (
+            None
+            if self.trajs_per_batch is None
+            else TrajectoryBatcher(self.trajs_per_batch, drop_partial=g["reset_at_each_iter"])
+        )
+        self._yielded = False
+        self._paused = False  # pause(): no task is issued, iterating is refused
+        self._served = ServedStats(self.max_served_lag, self.compress)
+
+    def _start_backend(self, plan: RayPlan) -> None:
+        """On Ray: Ray up (started or attached to), and the actors' requests checked against
+        the cluster before any starts."""
+        if self.backend.name != "ray":
+            return
+        self._started_ray = start_ray(plan.given["ray_init_config"])
+        check_resources(plan.args.remotes)
+        if plan.inference.served:
+            check_server_resources(plan.inference, plan.args.remotes)
+
+    def _start_pool(self, plan: RayPlan, policy_ref: Any) -> None:
+        """The workers, one per collector, and the rounds (sync) or tasks (first ready) that
+        they collect."""
+        pool = WorkerPool(
+            self.backend, self._weights, policy_ref, servers=self._servers, **plan.pool_arguments()
+        )
+        self._pool = pool
+        budget = {
+            "frames_per_batch": self.frames_per_batch,
+            "budget": self._budget,
+            "random_next": self._random_next,
+        }
+        self._rounds = SyncRounds(
+            pool,
+            self._served,
+            fraction_workers=self.fraction_workers,
+            fraction_samples=self.fraction_samples,
+            **budget,
+        )
+        self._first_ready = FirstReady(pool, self._served, self._weights, **budget)
+        args = plan.args
+        pool.add_slots(args.env_fns, args.kwargs_list, args.remotes, first_index=0)
 
     # ----------------------------------------------------------- budget
     @property
@@ -527,16 +357,10 @@ class RayCollector(DataCollectorBase):
         return self._frames + self._pool.issued < self.init_random_frames
 
     def _receive(self, result: TaskResult, worker: int) -> TensorDictBase:
+        """A first-ready task's batch (or progress record), counted."""
+        self._frames += result.frames
         self._pool.slots[worker].frames += result.frames
-        start = time.perf_counter()
-        if result.progress is not None:  # the worker wrote the batch into the replay buffer
-            batch = progress_record(result, worker)
-        else:
-            batch = unpack_batch(result.batch)  # one copy per leaf, into fresh writable memory
-        result.times.unpack_s = time.perf_counter() - start
-        self._served.account(result, self._weights.version, worker)
-        self._served.add_batch(result.times)
-        return batch
+        return self._served.receive(result, worker, self._weights.version)
 
     # ------------------------------------------------------------ iteration
     def _next_batch(self) -> TensorDictBase | None:
@@ -568,36 +392,15 @@ class RayCollector(DataCollectorBase):
             batch = self.postproc(batch)
         return batch
 
-    def _top_up_async(self, limit: int) -> None:
-        pool = self._pool
-        for slot in pool.slots:
-            while pool.in_flight(slot) < limit:
-                budget = self._budget()
-                if budget is not None and budget <= 0:
-                    return
-                frames = (
-                    self.frames_per_batch if budget is None else min(self.frames_per_batch, budget)
-                )
-                pool.submit(Task(slot.worker_id, frames, self._random_next()))
-                pool.issued += frames
-
     def _next_async(self) -> TensorDictBase | None:
-        pool = self._pool
-        self._top_up_async(max(1, self.prefetch))
-        while pool.pending:
-            [pending] = pool.wait(pool.pending, num_returns=1)
-            result = pool.get(pending)
-            if result is None:  # its worker died: replaced, the task issued again
-                continue
-            if self._served.stale(result, pending.task, self._weights.version):
-                pool.reissue_stale(pending)
-                continue
-            batch = self._receive(result, pending.task.worker)
-            self._frames += result.frames
-            if self.prefetch:
-                self._top_up_async(self.prefetch)
-            return batch
-        return None
+        self._first_ready.top_up(max(1, self.prefetch))
+        done = self._first_ready.next()
+        if done is None:
+            return None
+        batch = self._receive(*done)
+        if self.prefetch:
+            self._first_ready.top_up(self.prefetch)
+        return batch
 
     def poll(self, timeout: float | None = 0.0, *, issue: bool = True) -> list[TensorDictBase]:
         """The batches (progress records, with a replay buffer) of every task done now.
@@ -617,51 +420,23 @@ class RayCollector(DataCollectorBase):
         self._check_open()
         if self.sync or self._trajs is not None:
             raise ConfigError([POLL_MSG.format(sync=self.sync, trajs=self.trajs_per_batch)])
-        pool = self._pool
-        pool.revive_dead()
+        self._pool.revive_dead()
         if issue:
-            self._top_up_async(max(1, self.prefetch))
-        pendings = pool.pending
-        if not pendings:
-            return []
-        ready = pool.wait(pendings, num_returns=1, timeout=timeout)
-        if ready:  # and every other task that is done by now
-            ready = pool.wait(pendings, num_returns=len(pendings), timeout=0)
-        served = []
-        for pending, ref in [(p, p.ref) for p in ready]:
-            if pending.ref is not ref:  # issued again meanwhile (its worker died): not done
-                continue
-            result = pool.get(pending)
-            if result is None:  # its worker died: replaced, its tasks issued again
-                continue
-            if self._served.stale(result, pending.task, self._weights.version):
-                pool.reissue_stale(pending)
-                continue
-            batch = self._receive(result, pending.task.worker)
-            self._frames += result.frames
-            served.append(self._served_batch(batch))
+            self._first_ready.top_up(max(1, self.prefetch))
+        done = self._first_ready.done(timeout)
+        served = [self._served_batch(self._receive(result, worker)) for result, worker in done]
         if issue:
-            self._top_up_async(max(1, self.prefetch))
+            self._first_ready.top_up(max(1, self.prefetch))
         return served
 
-    def _start_round(self) -> bool:
-        budget = self._budget()
-        frames = self.frames_per_batch if budget is None else min(self.frames_per_batch, budget)
-        if frames <= 0:
-            return False
-        self._rounds.start(frames, self._random_next())
-        return True
-
     def _next_sync(self) -> TensorDictBase | None:
-        while len(self._rounds) < max(1, self.prefetch) and self._start_round():
-            pass
+        self._rounds.top_up(max(1, self.prefetch))
         if not len(self._rounds):
             return None
         batch, frames = self._rounds.serve()
         self._frames += frames
         if self.prefetch:
-            while len(self._rounds) < self.prefetch and self._start_round():
-                pass
+            self._rounds.top_up(self.prefetch)
         return batch
 
     # ------------------------------------------------------------ public API
@@ -730,10 +505,9 @@ class RayCollector(DataCollectorBase):
             worker_range=range(len(self._slots)),
             version=version,
             current_version=self.policy_version,
+            served=self._servers is not None,
         )
         ids = [worker_ids] if isinstance(worker_ids, int) else worker_ids
-        if self._servers is not None and ids is not None:
-            raise ConfigError([Problem("worker_ids", worker_ids, WEIGHTS_TARGET_MSG)])
         if value is None:
             source = policy_weights(self.policy)
             source = None if source is None else source.detach().cpu()
@@ -799,7 +573,7 @@ class RayCollector(DataCollectorBase):
             remote_configs=remote_configs,
         )
         if create_env_fn is not None:  # a new env: refused here, as at the start
-            probe_envs(env_fns, kwargs_list, build=self.native, shipped=self.backend.name == "ray")
+            probe_envs(env_fns, kwargs_list, build=self.native)
         slots = self._pool.add_slots(env_fns, kwargs_list, remotes, first_index=len(self._slots))
         return [s.worker_id for s in slots]
 
@@ -819,15 +593,9 @@ class RayCollector(DataCollectorBase):
                 collector is then not paused).
         """
         self._check_open()
-        pending = self._pool.pending
-        if pending:
-            done = self._pool.wait(pending, num_returns=len(pending), timeout=timeout)
-            if len(done) < len(pending):
-                raise TimeoutError(
-                    PAUSE_TIMEOUT_MSG.format(
-                        left=len(pending) - len(done), count=len(pending), timeout=timeout
-                    )
-                )
+        left, count = self._pool.drain(timeout)
+        if left:
+            raise TimeoutError(PAUSE_TIMEOUT_MSG.format(left=left, count=count, timeout=timeout))
         self._paused = True
         try:
             yield
@@ -861,17 +629,12 @@ class RayCollector(DataCollectorBase):
         each part of ``time_per_worker``. Everything is the driver's own books: no worker is
         asked, so ``timeout`` (torchrl's bound on asking them) is accepted and never waited.
 
-        ``policy_lag`` holds running aggregates over served batches (``last``, ``mean``,
-        ``max``, ``count``) and the ``bound`` (``max_served_lag``); ``stale_batches`` /
-        ``stale_frames`` count batches discarded for breaking it; ``pending`` counts tasks
-        issued and not yet returned (those lost with a dead worker included) and the frames
-        issued and not yet served. ``wire`` counts every batch served: its bytes in the full
-        layout, the bytes that crossed Ray (compact and/or compressed, see
-        :mod:`fleetrl.wire`) and how many batches came compact. ``time_per_worker`` holds,
-        per worker id, the seconds of each part of its served tasks since the start
-        (``env_s``, ``policy_s``, ``pack_s``, ``weights_s``, ``transfer_s``, ``unpack_s``:
-        :mod:`fleetrl.collectors.timing`), its tasks' ``collect_s``, the ``frames`` and
-        ``batches`` (tasks) they held, and ``per_batch``, each part's seconds per task.
+        The keys besides torchrl's are :meth:`ServedStats.report
+        <fleetrl.collectors.served.ServedStats.report>`'s: ``policy_lag`` (and its
+        ``bound``), ``stale_batches``, ``stale_frames``, ``pending``, ``wire``,
+        ``compression``, ``time_per_worker`` (per worker id, the seconds of each part of its
+        served tasks: :mod:`fleetrl.collectors.timing`), and with central inference
+        ``inference`` (:meth:`inference_stats`).
 
         Examples:
             >>> collector.stats()["time_per_worker"][0]  # doctest: +SKIP
@@ -885,21 +648,11 @@ class RayCollector(DataCollectorBase):
         out = {
             **super().stats(),
             **self._served.report(self._frames, self.policy_version, self._pool),
-            # torchrl's keys: the workers, those alive as far as the driver knows (a death is
-            # seen when a task fails), and the frames they collected
-            "workers": len(slots),
-            "workers_alive": sum(s.actor is not None for s in slots),
-            "worker_frames": sum(s.frames for s in slots),
         }
         if self._servers is not None:
             out["inference"] = self.inference_stats(timeout)
         if workers != "aggregate":  # torchrl's per-worker view: "worker_<id>/<metric>"
-            for slot in slots:
-                prefix = f"worker_{slot.worker_id}/"
-                out[prefix + "frames"] = slot.frames
-                out[prefix + "restarts"] = slot.restarts
-                parts = out["time_per_worker"].get(slot.worker_id, {})
-                out.update({prefix + k: v for k, v in parts.items() if k != "per_batch"})
+            out.update(self._served.per_worker(slots, out["time_per_worker"]))
         return out
 
     def inference_stats(self, timeout: float | None = 10.0) -> dict[str, Any]:
@@ -911,17 +664,7 @@ class RayCollector(DataCollectorBase):
         the answer). Empty with ``inference="local"``."""
         if self._servers is None:
             return {}
-        servers = self._servers.stats(timeout)
-        total = {
-            k: sum(s.get(k, 0) for s in servers) for k in ("requests", "batches", "observations")
-        }
-        return {
-            "mode": self.inference,
-            "servers": servers,
-            **total,
-            "mean_batch": total["observations"] / total["batches"] if total["batches"] else 0.0,
-            "latency": latency_summary(self._served.latencies),
-        }
+        return {"mode": self.inference, **self._servers.report(self._served.latencies, timeout)}
 
     def server_handles(self) -> list[Any]:
         """The backend's handles of the inference servers (empty with ``inference="local"``),

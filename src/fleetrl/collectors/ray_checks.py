@@ -22,6 +22,7 @@ from fleetrl.batch_sizes import batch_size_problems
 from fleetrl.collectors.arguments import check_weight_update
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.overlap import check_overlap_kwargs
+from fleetrl.collectors.rules import MAX_RESTART_ATTEMPTS, MAX_SERVED_LAG, Audience
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
 from fleetrl.runtime import resource_shortfalls, resource_waits
@@ -87,8 +88,8 @@ POLICY_PICKLE_MSG = (
     "policy_factory=<a callable returning the policy> instead of policy=, so that each worker "
     "builds its own"
 )
-MAX_SERVED_LAG_ALLOWED = "must be None (no bound) or an int >= 0 (versions)"
-MAX_RESTART_ATTEMPTS_ALLOWED = "must be an int >= 0 (0: a worker's death ends the run)"
+MAX_SERVED_LAG_ALLOWED = MAX_SERVED_LAG.says(Audience.ARGUMENTS)
+MAX_RESTART_ATTEMPTS_ALLOWED = MAX_RESTART_ATTEMPTS.says(Audience.ARGUMENTS)
 
 
 def default_remote_config() -> dict[str, Any]:
@@ -538,20 +539,8 @@ def all_problems(p: Problems, check: Any, **arguments: Any) -> Any:
 
 
 def check_bounds(p: Problems, max_served_lag: Any, max_restart_attempts: Any) -> None:
-    """Check the policy-lag bound and the restart attempts (before any actor starts)."""
-
-    def whole(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-    p.check(
-        max_served_lag is None or whole(max_served_lag),
-        "max_served_lag",
-        max_served_lag,
-        MAX_SERVED_LAG_ALLOWED,
-    )
-    p.check(
-        whole(max_restart_attempts),
-        "max_restart_attempts",
-        max_restart_attempts,
-        MAX_RESTART_ATTEMPTS_ALLOWED,
-    )
+    """Check the policy-lag bound and the restart attempts (before any actor starts): the
+    rules a config's ``collector.max_served_lag`` and ``collector.max_restart_attempts`` obey
+    (:mod:`fleetrl.collectors.rules`), said in the constructor's words."""
+    MAX_SERVED_LAG.check(p, max_served_lag, Audience.ARGUMENTS)
+    MAX_RESTART_ATTEMPTS.check(p, max_restart_attempts, Audience.ARGUMENTS)

@@ -45,7 +45,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from fleetrl.collectors.inference import ServerClient
+from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.keys import (

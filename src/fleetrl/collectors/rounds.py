@@ -17,6 +17,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -59,6 +60,9 @@ class SyncRounds:
             round, the others are preempted (1.0: never).
         fraction_samples: a preempted straggler stops once it holds at least
             this fraction of its share.
+        frames_per_batch: frames a round collects (the last one: what the budget holds).
+        budget: the frames the budget still holds, not yet issued (None: endless).
+        random_next: whether the next round acts at random (``init_random_frames``).
     """
 
     def __init__(
@@ -68,8 +72,14 @@ class SyncRounds:
         *,
         fraction_workers: float,
         fraction_samples: float,
+        frames_per_batch: int,
+        budget: Callable[[], int | None],
+        random_next: Callable[[], bool],
     ):
         self._pool = pool
+        self.frames_per_batch = frames_per_batch
+        self._budget = budget
+        self._random_next = random_next
         self._served = served
         self.fraction_workers = fraction_workers
         self.fraction_samples = fraction_samples
@@ -83,6 +93,15 @@ class SyncRounds:
     @property
     def _preempt(self) -> bool:
         return self.fraction_workers < 1.0 or self.fraction_samples < 1.0
+
+    def top_up(self, limit: int) -> None:
+        """Start rounds until ``limit`` are in flight or the budget is spent."""
+        while len(self._rounds) < limit:
+            budget = self._budget()
+            frames = self.frames_per_batch if budget is None else min(self.frames_per_batch, budget)
+            if frames <= 0:
+                return
+            self.start(frames, self._random_next())
 
     def start(self, frames: int, random: bool) -> None:
         """Start a round of ``frames`` frames (random actions when ``random``)."""

@@ -11,11 +11,16 @@ batch since the learner last took them.
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any
 
-from fleetrl.collectors.pool import Task, WorkerPool
+from tensordict import TensorDictBase
+
+from fleetrl.collectors.pool import CollectorSlot, Task, WorkerPool
+from fleetrl.collectors.replay import progress_record
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.worker import TaskResult
+from fleetrl.wire import unpack_batch
 
 __all__ = ["ServedStats"]
 
@@ -68,6 +73,19 @@ class ServedStats:
         self.counts["stale_frames"] += result.frames
         return True
 
+    def receive(self, result: TaskResult, worker: int, version: int) -> TensorDictBase:
+        """A first-ready task's batch (with a replay buffer: its progress record), unpacked
+        and counted (:meth:`account`, :meth:`add_batch`)."""
+        start = time.perf_counter()
+        if result.progress is not None:  # the worker wrote the batch into the replay buffer
+            batch = progress_record(result, worker)
+        else:
+            batch = unpack_batch(result.batch)  # one copy per leaf, into fresh writable memory
+        result.times.unpack_s = time.perf_counter() - start
+        self.account(result, version, worker)
+        self.add_batch(result.times)
+        return batch
+
     def account(self, result: TaskResult, version: int, worker: int | None = None) -> None:
         """Count a served task's result: policy lag against ``version``, bytes, preemption,
         time; with ``worker``, its parts in that worker's times."""
@@ -118,9 +136,28 @@ class ServedStats:
         return out
 
     def report(self, frames: int, version: int, pool: WorkerPool) -> dict[str, Any]:
-        """What :meth:`RayCollector.stats() <fleetrl.collectors.RayCollector.stats>` returns."""
+        """What :meth:`RayCollector.stats() <fleetrl.collectors.RayCollector.stats>` returns
+        besides torchrl's keys.
+
+        ``policy_lag`` holds running aggregates over served batches (``last``, ``mean``,
+        ``max``, ``count``) and the ``bound`` (``max_served_lag``); ``stale_batches`` /
+        ``stale_frames`` count batches discarded for breaking it; ``pending`` counts tasks
+        issued and not yet returned (those lost with a dead worker included) and the frames
+        issued and not yet served. ``wire`` counts every batch served: its bytes in the full
+        layout, the bytes that crossed Ray (compact and/or compressed, see
+        :mod:`fleetrl.wire`) and how many batches came compact. ``time_per_worker`` holds,
+        per worker id, the seconds of each part of its served tasks since the start
+        (``env_s``, ``policy_s``, ``pack_s``, ``weights_s``, ``transfer_s``, ``unpack_s``:
+        :mod:`fleetrl.collectors.timing`), its tasks' ``collect_s``, the ``frames`` and
+        ``batches`` (tasks) they held, and ``per_batch``, each part's seconds per task.
+        """
         slots = pool.slots
         return {
+            # torchrl's keys: the workers, those alive as far as the driver knows (a death is
+            # seen when a task fails), and the frames they collected
+            "workers": len(slots),
+            "workers_alive": sum(s.actor is not None for s in slots),
+            "worker_frames": sum(s.frames for s in slots),
             "frames": frames,
             "batches": self.counts["batches"],
             "policy_version": version,
@@ -137,6 +174,19 @@ class ServedStats:
             "wire": self.wire(),
             "time_per_worker": self.time_per_worker([s.worker_id for s in slots]),
         }
+
+    @staticmethod
+    def per_worker(slots: list[CollectorSlot], times: dict[int, Any]) -> dict[str, Any]:
+        """torchrl's per-worker view: ``worker_<id>/frames``, ``.../restarts`` and each part
+        of its ``times`` (:meth:`time_per_worker`)."""
+        out: dict[str, Any] = {}
+        for slot in slots:
+            prefix = f"worker_{slot.worker_id}/"
+            out[prefix + "frames"] = slot.frames
+            out[prefix + "restarts"] = slot.restarts
+            parts = times.get(slot.worker_id, {})
+            out.update({prefix + k: v for k, v in parts.items() if k != "per_batch"})
+        return out
 
     def policy_lag(self) -> dict[str, Any]:
         """``last``, ``mean``, ``max``, ``count`` of the lag of served batches, and the ``bound``."""

@@ -48,16 +48,13 @@ from fleetrl.collectors.base import (
     check_common_arguments,
 )
 from fleetrl.collectors.episodes import EpisodeBook
-from fleetrl.collectors.inference import (
-    PER_ENV_MSG,
-    SERVER_WEIGHTS_MSG,
-    ServerClient,
-    check_served,
-)
+from fleetrl.collectors.inference.checks import PER_ENV_MSG, SERVER_WEIGHTS_MSG, check_served
+from fleetrl.collectors.inference.client import ServerClient
+from fleetrl.collectors.inference.options import TRANSPORT
 from fleetrl.collectors.overlap import HalvedEnv, Overlap, SplitEnv, as_overlap, overlap_spec
 from fleetrl.collectors.plan import accelerate, initial_states, place_policy, plan_policy
 from fleetrl.collectors.rollout import StepInput, alloc_batch, rollout
-from fleetrl.collectors.shm import TRANSPORTS
+from fleetrl.collectors.rules import Audience
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs.base import BatchedEnv
@@ -225,8 +222,7 @@ class SyncDataCollector(DataCollectorBase):
             policy_devices=self.policy_device,
         )
         split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
-        if inference_transport not in TRANSPORTS:
-            p.add("inference_transport", inference_transport, f"must be one of {list(TRANSPORTS)}")
+        TRANSPORT.check(p, inference_transport, Audience.ARGUMENTS)
         if inference_server is not None:
             check_served(
                 p, policy, policy_factory, self.policy_device, compile_policy, cudagraph_policy

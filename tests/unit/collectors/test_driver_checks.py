@@ -92,3 +92,17 @@ def test_a_built_env_that_cannot_be_sent_is_refused_with_the_factory_fix(backend
     assert "cannot be sent to the collector workers: it does not pickle (TypeError: " in msg
     assert "pass a factory that builds it where it runs instead" in msg
     assert info.value.worker_id == 0
+
+
+def test_an_added_collectors_env_is_probed_as_at_the_start():
+    with RayCollector(
+        lambda: CountingEnv(5),
+        constant_policy(0),
+        frames_per_batch=20,
+        total_frames=40,
+        backend="inprocess",
+    ) as c:
+        with pytest.raises(EnvError, match="observation space Dict"):
+            c.add_collectors(1, create_env_fn=DictObsEnv)
+        assert c.add_collectors(1, create_env_fn=lambda: CountingEnv(5)) == [1]
+        assert sum(b.numel() for b in c) == 40
