@@ -1,0 +1,271 @@
+"""The GPU program: ``benchmarks/gpu_prepare.sh`` here, ``benchmarks/gpu_program.sh`` there.
+
+- both scripts parse;
+- the prepare step, offline, on small stand-in wheels: the pins are this venv's, Ray's wheel
+  is slimmed (its jar gone from the archive and from RECORD, the rest byte for byte), one
+  call carries everything where the tree and the wheels fit 64 MiB, two where they do not
+  (Ray split, its parts joining back to the same bytes), a plan even two cannot carry is
+  refused with its sizes, and a missing wheel is named;
+- the program on the CPU (``GPU_PROGRAM_DRY=1``): its setup, tests and learner parts here in
+  seconds, each result file and status where the summary says; every part, Ray's included,
+  in the e2e variant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = ROOT / "benchmarks" / "gpu_program.sh"
+PREPARE = ROOT / "benchmarks" / "gpu_prepare.sh"
+#: what the device machine lacks, and the program's call carries
+CARRIED = [
+    "ray",
+    "jsonschema",
+    "jsonschema-specifications",
+    "referencing",
+    "rpds-py",
+    "tensordict",
+    "orjson",
+    "importlib_metadata",
+    "pyvers",
+    "torchrl",
+    "hoptorch",
+    "gymnasium",
+    "farama-notifications",
+    "ale-py",
+    "lz4",
+    "zstandard",
+]
+STANDINS = {  # each wheel's file name, at version 1.0
+    "ray": "ray-1.0-cp312-cp312-manylinux2014_x86_64.whl",
+    **{n: f"{n.replace('-', '_').lower()}-1.0-py3-none-any.whl" for n in CARRIED[1:]},
+}
+RAY = STANDINS["ray"]
+JAR = os.urandom(300_000)  # incompressible: the sizes below are the bytes written
+KEPT = os.urandom(200_000)
+TREE = 10_000
+FIRST_COMMAND = (
+    "mkdir -p /tmp/fleetrl-whl && cp .whl/first/* /tmp/fleetrl-whl/ && ls -l /tmp/fleetrl-whl"
+)
+PROGRAM_COMMAND = "bash benchmarks/gpu_program.sh"
+RAY_KEPT = [
+    "ray/__init__.py",
+    "ray/_raylet.so",
+    "ray/dashboard/client/build/static/js/main.js",
+    "ray-1.0.dist-info/RECORD",
+]
+
+
+def make_ray(path: Path) -> None:
+    """A stand-in for Ray's wheel: a module, the jar, RLlib, a source map, and RECORD."""
+    entries = {
+        "ray/__init__.py": b"version = '1.0'\n",
+        "ray/_raylet.so": KEPT,
+        "ray/jars/ray_dist.jar": JAR,
+        "ray/rllib/__init__.py": b"",
+        "ray/dashboard/client/build/static/js/main.js": b"js",
+        "ray/dashboard/client/build/static/js/main.js.map": b"map",
+    }
+    record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in entries.items())
+    entries["ray-1.0.dist-info/RECORD"] = (record + "ray-1.0.dist-info/RECORD,,\n").encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+
+
+@pytest.fixture
+def whl(tmp_path: Path) -> Path:
+    """A .whl folder whose cache holds every carried wheel, at version 1.0."""
+    cache = tmp_path / ".whl" / "cache"
+    cache.mkdir(parents=True)
+    for name, file in STANDINS.items():
+        if name != "ray":
+            (cache / file).write_bytes(b"w" * 100)
+    make_ray(cache / RAY)
+    return tmp_path / ".whl"
+
+
+def prepare(whl: Path, *args: str, limit: int = 64 * 2**20) -> subprocess.CompletedProcess:
+    pins = [f"--pin={name}==1.0" for name in CARRIED]
+    cmd = ["bash", str(PREPARE), "--offline", f"--whl={whl}", f"--limit={limit}"]
+    cmd += [f"--tree-bytes={TREE}", "--margin=0", *pins, *args]
+    env = {**os.environ, "GPU_PREPARE_PYTHON": sys.executable}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+
+def calls(whl: Path) -> list[dict]:
+    return json.loads((whl / "plan.json").read_text())["calls"]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_both_scripts_parse():
+    for script in (PROGRAM, PREPARE):
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
+
+
+def test_the_pins_are_this_venvs_versions_of_what_the_device_lacks():
+    env = {**os.environ, "GPU_PREPARE_PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(PREPARE), "--list"], capture_output=True, text=True, env=env, check=True
+    )
+    expected = [f"{n}=={importlib.metadata.version(n)}" for n in CARRIED]
+    assert done.stdout.split() == expected
+
+
+def test_one_call_carries_everything_where_it_fits(whl):
+    done = prepare(whl)
+    assert done.returncode == 0, done.stderr
+    run = whl / "run"
+    wheels = sorted(p.name for p in run.glob("*.whl"))
+    assert wheels == sorted(STANDINS.values())
+    plan = json.loads((whl / "plan.json").read_text())
+    assert plan["pins"] == {n: "1.0" for n in CARRIED} and plan["ray_slimmed"] is True
+    [call] = plan["calls"]
+    assert (call["command"], call["carry"], call["timeout_s"]) == (
+        PROGRAM_COMMAND,
+        [".whl/run"],
+        600,
+    )
+    assert call["files"] == sorted([*wheels, "SHA256SUMS", "SOURCE"])
+    assert call["carried_bytes"] == TREE + sum(p.stat().st_size for p in run.iterdir())
+    assert f"carries {call['carried_bytes']:,} bytes" in done.stdout
+    slim = (run / RAY).read_bytes()
+    assert (run / "SHA256SUMS").read_text() == f"{sha256(slim)}  {RAY}\n"
+    assert not (whl / "first").exists()
+    # Ray slimmed: the jar, RLlib and the source map gone, from RECORD too; the rest as it was
+    with zipfile.ZipFile(run / RAY) as z:
+        assert z.namelist() == RAY_KEPT
+        assert z.read("ray/_raylet.so") == KEPT
+        record = z.read("ray-1.0.dist-info/RECORD").decode().splitlines()
+    assert [line.split(",")[0] for line in record] == RAY_KEPT
+    assert "slimmed ray-1.0-cp312-cp312-manylinux2014_x86_64.whl: 3 entries" in done.stdout
+
+
+def test_ray_is_split_over_two_calls_where_one_cannot_carry_it(whl):
+    assert prepare(whl).returncode == 0  # one call: the sizes of what travels
+    run = whl / "run"
+    slim = (run / RAY).read_bytes()
+    others = sum(p.stat().st_size for p in run.iterdir() if p.name != RAY)
+    usable = TREE + others + len(slim) // 2 + 4096  # half of Ray beside the tree, plus sums
+    done = prepare(whl, limit=usable)
+    assert done.returncode == 0, done.stderr
+    assert [(c["command"], c["carry"]) for c in calls(whl)] == [
+        (FIRST_COMMAND, [".whl/first"]),
+        (PROGRAM_COMMAND, [".whl/run"]),
+    ]
+    assert "make call 2 at once after call 1" in done.stdout
+    first, rest = (whl / "first" / f"{RAY}.part-00").read_bytes(), (run / f"{RAY}.part-01")
+    assert len(first) == usable - TREE
+    assert first + rest.read_bytes() == slim  # joined there to the bytes prepared here
+    assert not (run / RAY).exists()
+    sums = (run / "SHA256SUMS").read_text().splitlines()
+    assert sums == [
+        f"{sha256(slim)}  {RAY}",
+        f"{sha256(first)}  {RAY}.part-00",
+        f"{sha256(rest.read_bytes())}  {RAY}.part-01",
+    ]
+    assert all(c["carried_bytes"] <= usable for c in calls(whl))
+
+
+def test_a_plan_that_two_calls_cannot_carry_is_refused_with_its_sizes(whl):
+    done = prepare(whl, limit=TREE // 2)
+    assert done.returncode == 1
+    assert "call 1 would carry" in done.stderr
+    assert "the tree alone is 10,000 bytes" in done.stderr
+
+
+def test_a_wheel_missing_offline_is_named(whl):
+    (whl / "cache" / STANDINS["tensordict"]).unlink()
+    done = prepare(whl)
+    assert done.returncode == 1
+    assert "no wheel of tensordict==1.0 in" in done.stderr
+    assert "run without --offline to download it" in done.stderr
+
+
+def run_program(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "out"
+    environ = {
+        **os.environ,
+        "GPU_PROGRAM_DRY": "1",
+        "GPU_PYTHON": sys.executable,
+        "OUT": str(out),
+        "GPU_SCRATCH": str(tmp_path / "scratch"),
+        **env,
+    }
+    done = subprocess.run(
+        ["bash", str(PROGRAM)], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=900
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    return done, summary
+
+
+CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is the CPU path")
+
+
+@CPU_ONLY
+def test_the_program_runs_its_setup_tests_and_learner_parts_on_the_cpu(tmp_path):
+    results = ROOT / "benchmarks" / "results"
+    before = sorted(results.iterdir())
+    done, summary = run_program(tmp_path, GPU_PARTS="tests learner")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert summary["dry"] is True
+    parts = {p["name"]: p for p in summary["parts"]}
+    assert list(parts) == ["setup", "tests", "learner"]
+    assert {p["status"] for p in parts.values()} == {"ok"}
+    assert summary["machine"]["imports"] == "ok"
+    assert summary["machine"]["cuda_available"] is False
+    tests = parts["tests"]["detail"]  # the CUDA tests, skipped here ("needs CUDA")
+    assert tests["tests"] == tests["skipped"] >= 3 and tests["failures"] == tests["errors"] == 0
+    assert "tests/integration/test_cuda.py" in parts["tests"]["command"]
+    assert set(parts["learner"]["detail"]["appo_cartpole"]) == {"fleetrl eager", "plain eager"}
+    assert summary["files"] == [
+        "extras.tgz",
+        "learner_throughput.json",
+        "program.log",
+        "summary.json",
+    ]
+    runs = json.loads((tmp_path / "out" / "learner_throughput.json").read_text())["runs"]
+    assert list(runs) == ["learner"]
+    assert runs["learner"]["device"] == "cpu" and list(runs["learner"]["cases"]) == [
+        "appo_cartpole"
+    ]
+    assert "== learner: ok" in (tmp_path / "out" / "program.log").read_text()
+    assert sorted(results.iterdir()) == before  # the benchmarks ran on copies
+
+
+@CPU_ONLY
+@pytest.mark.e2e
+def test_the_program_runs_every_part_on_the_cpu(tmp_path):
+    done, summary = run_program(tmp_path, GPU_INFERENCE_S="240")
+    assert done.returncode == 0, done.stdout[-3000:]
+    parts = {p["name"]: p for p in summary["parts"]}
+    assert list(parts) == ["setup", "tests", "learner", "inference_w1", "appo"]
+    assert {p["status"] for p in parts.values()} == {"ok"}
+    rows = parts["inference_w1"]["detail"]
+    assert {"raw", "local", "server-cpu", "server-cpu (ray calls)"} <= set(rows)
+    appo = parts["appo"]["detail"]
+    assert appo["rows"] >= 1 and int(appo["train/frames"]) == 64 * appo["rows"]
+    assert parts["appo"]["exit"] == 124  # stopped at its budget, by SIGINT, cleanly
+    assert summary["files"] == [
+        "appo_learning_curve.png",
+        "appo_metrics.csv",
+        "extras.tgz",
+        "inference_scaling.json",
+        "learner_throughput.json",
+        "program.log",
+        "summary.json",
+    ]
