@@ -75,8 +75,9 @@ from fleetrl.metrics import read_metrics
 from fleetrl.report import wall_seconds
 from fleetrl.runtime import start_ray
 from fleetrl.setup.load import config_from_dict
-from fleetrl.setup.parse import config_to_dict, deep_copy, read_yaml_mapping
+from fleetrl.setup.parse import config_to_dict, deep_copy, parse_config, read_yaml_mapping
 from fleetrl.setup.search import Dimension, Distribution, parse_dimension
+from fleetrl.setup.verify.checked import check_config
 
 __all__ = [
     "EMPTY_SEARCH_MSG",
@@ -451,16 +452,18 @@ def trial_config(base: dict[str, Any], params: dict[str, Any], run_dir: Path) ->
             node = node.setdefault(part, {})
         node[name] = value
     data.setdefault("logging", {}).update(run_dir=str(run_dir), progress_bar=False)
-    config = config_from_dict(data)
-    if tune_section.get("scheduler") == TuneScheduler.PBT.value:
+    config, problems = parse_config(data)
+    per_iteration = config.collector.frames_per_batch * config.scheme.num_grad_workers
+    # set before the config is verified (a batch size of 0 is the verification's to refuse)
+    if tune_section.get("scheduler") == TuneScheduler.PBT.value and per_iteration > 0:
         interval = _perturbation_frames(
             tune_section.get("perturbation_frames"), config.trainer.total_frames
         )
-        per_iteration = config.collector.frames_per_batch * config.scheme.num_grad_workers
         every = max(1, interval // per_iteration)
         if not config.trainer.checkpoint_every or config.trainer.checkpoint_every > every:
             config.trainer.checkpoint_every = every
-    return config
+    # verified once, as set: the trial's Trainer takes it without checking it again
+    return check_config(config, problems).config
 
 
 class _Reporter:

@@ -54,7 +54,7 @@ from fleetrl.runtime import RayStart, ray_running
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.parse import config_to_dict, read_yaml_mapping
 from fleetrl.setup.resume import check_budget, check_resume_overrides
-from fleetrl.setup.verify import check, resource_problems
+from fleetrl.setup.verify import CheckedConfig, checked_config, resource_problems
 from fleetrl.tracking import RunEnd, Trackers
 
 __all__ = ["Trainer"]
@@ -73,7 +73,9 @@ class Trainer:
     """Trains ``config.algorithm`` on ``config.env`` with remote collectors.
 
     Args:
-        config: a validated :class:`~fleetrl.config.Config`.
+        config: a :class:`~fleetrl.config.Config` (one :func:`~fleetrl.setup.load_config`
+            checked is not checked again, unless a key changed since), or a
+            :class:`~fleetrl.setup.verify.CheckedConfig`.
         actor: an optional custom policy module (e.g. a recurrent policy) instead of the
             default network.
         critic: an optional custom value module instead of the default network.
@@ -102,7 +104,7 @@ class Trainer:
 
     def __init__(
         self,
-        config: Config,
+        config: Config | CheckedConfig,
         *,
         actor: Any = None,
         critic: Any = None,
@@ -114,12 +116,16 @@ class Trainer:
         #: seconds from the start of construction to the first batch's arrival, set by train()
         #: (gradient workers: to the end of their mean collection time in the first iteration)
         self.startup_s: float | None = None
-        self.config = config
-        self.run_dir = Path(run_dir or config.logging.run_dir or default_run_dir(config))
-        # everything that can refuse the run is checked before the run directory is made (a
-        # Config built in code was never checked); the env is described once, here
+        # everything that can refuse the run is checked before the run directory is made: a
+        # config load_config (or a resume) checked is taken as checked; one built in code, or
+        # changed since, is checked here. The env is resolved and described once, there.
+        checked = checked_config(config)
+        self.config = config = checked.config
+        #: the run's env section resolved (:class:`~fleetrl.envs.engine.ResolvedEnv`)
+        self.resolved_env = checked.env
         #: the env's spaces and engine (:class:`~fleetrl.envs.EnvSpec`), read once for the run
-        self.env_spec = check(config)
+        self.env_spec = checked.spec
+        self.run_dir = Path(run_dir or config.logging.run_dir or default_run_dir(config))
         modules = {k: v for k, v in (("actor", actor), ("critic", critic)) if v is not None}
         modules.update(extra_modules or {})
         self.modules = modules

@@ -442,9 +442,9 @@ def test_a_replay_buffer_bigger_than_the_machine_is_refused_before_the_run(
     """torchrl allocates the whole storage at the first write: a buffer that cannot fit would
     fail deep inside torch after the actors started (dqn_atari.yaml's 1M on 8 GB)."""
     from fakes import PIXEL_ENV_ID
-    from fleetrl.setup import verify
+    from fleetrl.setup.verify import env as env_checks  # the replay buffer is the env's check
 
-    monkeypatch.setattr(verify, "physical_memory", lambda: 8_000_000_000)
+    monkeypatch.setattr(env_checks, "physical_memory", lambda: 8_000_000_000)
     overrides = [*LOCAL, f"env.id={PIXEL_ENV_ID}", f"scheme.num_grad_workers={workers}"]
     with pytest.raises(ConfigError) as info:
         check(

@@ -38,6 +38,7 @@ from fleetrl.config import AtariConfig, EnvEngine
 from fleetrl.envs.base import ENGINE_MSG, BatchedEnv
 from fleetrl.envs.cpp import EnvPoolEnv, NextStepEnv
 from fleetrl.envs.gymnasium import GymVectorEnv
+from fleetrl.envs.registry import EnvKind, lookup_id, register_ale
 from fleetrl.errors import ConfigError, EnvError
 from fleetrl.keys import NestedKey
 
@@ -96,29 +97,15 @@ ATARI_KWARGS_MSG = (
     "and AtariConfig fields {fields}"
 )
 
-#: gymnasium ids of ALE games are served by this entry point
-_ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
-
-
-def _register_ale() -> None:
-    """gymnasium 1.x registers ALE ids only once ale_py is imported (and registered)."""
-    try:
-        import ale_py
-    except ImportError:
-        return
-    if "ALE/Pong-v5" not in gym.registry:
-        gym.register_envs(ale_py)
-
 
 def is_atari_id(env_id: str) -> bool:
-    """Whether ``env_id`` is a registered ALE game (ALE/Pong-v5, PongNoFrameskip-v4, ...)."""
-    if env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("-v5"):
-        _register_ale()
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error:
-        return False
-    return spec.entry_point == _ALE_ENTRY_POINT
+    """Whether ``env_id`` is a registered ALE game (ALE/Pong-v5, PongNoFrameskip-v4, ...):
+    :func:`~fleetrl.envs.registry.lookup_id`, which registers ale-py's ids first.
+
+    For code that holds a bare id; a config's env section is resolved once
+    (:func:`fleetrl.envs.engine.resolve_env`) and its kind read from there.
+    """
+    return lookup_id(env_id)[0] is EnvKind.ATARI
 
 
 @dataclass
@@ -151,18 +138,28 @@ class AtariEnv:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        if not is_atari_id(self.env_id):  # also registers the ALE ids in this process
+        atari = is_atari_id(self.env_id)
+        if not atari:
             problems.append(NOT_ALE_ID_MSG.format(value=self.env_id))
-        check_atari_engine(self.env_id, self.engine, self.atari, "", problems)
+        check_atari_engine(self.env_id, self.engine, self.atari, "", problems, is_atari=atari)
         if problems:
             raise ConfigError(problems)
         self.engine = EnvEngine(self.engine)
         self.atari = dataclasses.replace(self.atari)  # never share the caller's section
 
+    @classmethod
+    def checked(cls, env_id: str, engine: EnvEngine, atari: AtariConfig) -> AtariEnv:
+        """The spec of an env section whose id and engine were checked already
+        (:func:`fleetrl.envs.engine.resolve_env`): built without checking them again."""
+        spec = cls.__new__(cls)
+        spec.env_id, spec.engine, spec.num_threads = env_id, EnvEngine(engine), 0
+        spec.atari = dataclasses.replace(atari)  # never share the caller's section
+        return spec
+
     def make(self, num_envs: int, *, seed_offset: int = 0) -> BatchedEnv:
         """Build ``num_envs`` envs in this engine (C++ engines: env i seeded as env
         ``seed_offset + i`` of a larger batch)."""
-        _register_ale()  # an unpickled spec (a Ray worker) skipped __post_init__
+        register_ale()  # an unpickled spec (a Ray worker) skipped __post_init__
         if self.engine == EnvEngine.GYMNASIUM:
             return GymVectorEnv(_gym_vector(self.env_id, self.atari, num_envs))
         if self.engine == EnvEngine.ALE_VECTOR:
@@ -182,10 +179,17 @@ class AtariEnv:
 
 
 def check_atari_engine(
-    env_id: str, engine: Any, atari: AtariConfig, prefix: str, problems: list[str]
+    env_id: str,
+    engine: Any,
+    atari: AtariConfig,
+    prefix: str,
+    problems: list[str],
+    *,
+    is_atari: bool | None = None,
 ) -> None:
     """Append every problem of stepping the ALE id ``env_id`` in ``engine`` with ``atari``
-    (``prefix``: ``"env."`` to name config keys, ``""`` for AtariEnv's arguments)."""
+    (``prefix``: ``"env."`` to name config keys, ``""`` for AtariEnv's arguments;
+    ``is_atari``: whether ``env_id`` is an ALE game, where the caller looked it up)."""
 
     def check(ok: bool, key: str, allowed: str) -> None:
         if not ok:
@@ -217,7 +221,7 @@ def check_atari_engine(
     if engine == EnvEngine.GYMNASIUM:
         return
     id_key = "env.id" if prefix else "env_id"  # the config key, or AtariEnv's argument
-    if not is_atari_id(env_id):
+    if not (is_atari_id(env_id) if is_atari is None else is_atari):
         msg = NOT_ENVPOOL_ID_MSG if prefix and engine == EnvEngine.ENVPOOL else NOT_ATARI_MSG
         problems.append(
             msg.format(prefix=prefix, engine=engine.value, id_key=id_key, env_id=env_id)

@@ -1,48 +1,126 @@
-"""The engine a config's env runs in: every problem of ``env.engine`` and ``env.atari``, at once.
+"""A config's env, resolved once: what kind of env it is, what builds it, and its engine's problems.
+
+:func:`resolve_env` turns an ``env`` section into a :class:`ResolvedEnv`: the
+kind of env its id names (:class:`~fleetrl.envs.registry.EnvKind`: an ALE game,
+a MuJoCo env, another gymnasium id), whether anything is registered under the
+id, what the collectors build for it (:attr:`ResolvedEnv.create_env_fn`) and
+every problem of stepping it in ``env.engine`` with ``env.atari``, in config
+keys. A run resolves its env once, when its config is verified
+(:func:`fleetrl.setup.verify.check`), and passes the result down: the checks,
+:func:`fleetrl.setup.verify.describe` and :func:`fleetrl.envs.create_env_fn`
+read it.
 
 ``env.engine`` (an :class:`~fleetrl.config.EnvEngine`) names what steps the
 envs: ``gymnasium`` for any env; ``ale_vector`` and ``envpool`` for Atari games
 (:mod:`fleetrl.envs.atari`); ``envpool`` for gymnasium's MuJoCo ids too
-(:mod:`fleetrl.envs.mujoco`). :func:`engine_problems` says what a config asks
-that the engine cannot do, in config keys.
+(:mod:`fleetrl.envs.mujoco`). :func:`env_kind` says the kind of anything
+:func:`~fleetrl.envs.make_env` takes.
 
 Examples:
     >>> from fleetrl.config import EnvConfig
+    >>> env = resolve_env(EnvConfig(id="CartPole-v1"))
+    >>> env.kind, env.registered, env.create_env_fn, env.problems
+    (<EnvKind.GYMNASIUM: 'gymnasium'>, True, 'CartPole-v1', ())
+    >>> resolve_env(EnvConfig(id="ALE/Pong-v5", engine="envpool")).create_env_fn.engine
+    <EnvEngine.ENVPOOL: 'envpool'>
     >>> engine_problems(EnvConfig(id="CartPole-v1", engine="envpool"))  # doctest: +ELLIPSIS
     ["env.engine='envpool' is invalid with env.id='CartPole-v1': the envpool engine steps ..."]
 """
 
 from __future__ import annotations
 
-from fleetrl.config import EnvConfig
-from fleetrl.envs.atari import check_atari_engine, is_atari_id
-from fleetrl.envs.mujoco import check_mujoco_engine, is_mujoco_id
+import copy
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["engine_problems"]
+import gymnasium as gym
+
+from fleetrl.config import EnvConfig, EnvEngine
+from fleetrl.envs.atari import AtariEnv, check_atari_engine
+from fleetrl.envs.cpp import is_envpool
+from fleetrl.envs.mujoco import MujocoEnv, check_mujoco_engine
+from fleetrl.envs.registry import EnvKind, lookup_id
+from fleetrl.envs.torchrl_env import is_torchrl_env
+from fleetrl.errors import ConfigError
+
+__all__ = ["EnvKind", "ResolvedEnv", "engine_problems", "env_kind", "resolve_env"]
+
+
+@dataclass(frozen=True)
+class ResolvedEnv:
+    """An ``env`` section, resolved (:func:`resolve_env`): computed once per run, passed down.
+
+    Its problems are those of the engine; an id nothing is registered under has none
+    (which engines could step it is not known, and the unknown id is the problem to name:
+    :func:`fleetrl.setup.verify.describe` names it, with the closest ids).
+    """
+
+    #: the section it was resolved from
+    env: EnvConfig
+    #: what kind of env ``env.id`` names
+    kind: EnvKind
+    #: whether gymnasium has an env under ``env.id`` (ALE ids: once ale-py registered them)
+    registered: bool
+    #: every problem of stepping it in ``env.engine`` with ``env.atari``, in config keys
+    problems: tuple[str, ...]
+    #: what the collectors build (:func:`fleetrl.envs.make_env`): an AtariEnv, a MujocoEnv
+    #: (the envpool engine) or the id; None where the engine has problems
+    built_by: Any
+
+    @property
+    def create_env_fn(self) -> Any:
+        """What the collectors build; ConfigError naming the engine's problems, if any."""
+        if self.problems:
+            raise ConfigError(list(self.problems))
+        return self.built_by
+
+    @property
+    def key(self) -> str:
+        """Equal for sections that build the same env (an env section's other keys, such as
+        ``env.num_envs``, do not change what one env is)."""
+        return repr(self.built_by) if not self.problems else repr(self.env)
+
+
+def resolve_env(env: EnvConfig) -> ResolvedEnv:
+    """The :class:`ResolvedEnv` of a config's ``env`` section: one registry look-up
+    (:func:`~fleetrl.envs.registry.lookup_id`, which registers ale-py's ids first), the
+    engine's checks, and what builds it."""
+    kind, registered = lookup_id(env.id)
+    problems: list[str] = []
+    if registered and kind is EnvKind.MUJOCO:  # envpool steps MuJoCo ids too
+        check_mujoco_engine(env.id, env.engine, "env.", problems)
+    elif registered:
+        atari = kind is EnvKind.ATARI
+        check_atari_engine(env.id, env.engine, env.atari, "env.", problems, is_atari=atari)
+    built_by: Any = env.id  # another id stays an id: make_env builds it with gymnasium
+    if problems:
+        built_by = None
+    elif kind is EnvKind.ATARI:
+        built_by = AtariEnv.checked(env.id, env.engine, env.atari)
+    elif kind is EnvKind.MUJOCO and env.engine != EnvEngine.GYMNASIUM:
+        built_by = MujocoEnv(env.id, env.engine, env.max_episode_steps)
+    # a copy: the section a caller changes later is not the one resolved
+    return ResolvedEnv(copy.deepcopy(env), kind, registered, tuple(problems), built_by)
 
 
 def engine_problems(env: EnvConfig) -> list[str]:
-    """Every problem of stepping ``env.id`` in ``env.engine`` with ``env.atari``.
-
-    An id no env is registered under has none here: which engines can step it is not known,
-    and the unknown id is the problem to name (:func:`fleetrl.setup.verify.describe` names
-    it, with the closest ids), not an engine that would not help.
-    """
-    problems: list[str] = []
-    if not is_atari_id(env.id) and not _registered(env.id):
-        return problems
-    if not is_atari_id(env.id) and is_mujoco_id(env.id):  # envpool steps MuJoCo ids too
-        check_mujoco_engine(env.id, env.engine, "env.", problems)
-    else:
-        check_atari_engine(env.id, env.engine, env.atari, "env.", problems)
-    return problems
+    """Every problem of stepping ``env.id`` in ``env.engine`` with ``env.atari``
+    (:attr:`ResolvedEnv.problems` of :func:`resolve_env`)."""
+    return list(resolve_env(env).problems)
 
 
-def _registered(env_id: str) -> bool:
-    import gymnasium as gym
-
-    try:
-        gym.spec(env_id)
-    except gym.error.Error:
-        return False
-    return True
+def env_kind(create_env_fn: Any) -> EnvKind | None:
+    """The kind of anything :func:`~fleetrl.envs.make_env` takes: an id (one registry
+    look-up), an AtariEnv or MujocoEnv, an env built already, a torchrl env, a factory
+    (None: none of these)."""
+    if isinstance(create_env_fn, str):
+        return lookup_id(create_env_fn)[0]
+    if isinstance(create_env_fn, AtariEnv):
+        return EnvKind.ATARI
+    if isinstance(create_env_fn, MujocoEnv):
+        return EnvKind.MUJOCO
+    if is_envpool(create_env_fn) or isinstance(create_env_fn, (gym.Env, gym.vector.VectorEnv)):
+        return EnvKind.BUILT
+    if is_torchrl_env(create_env_fn):
+        return EnvKind.TORCHRL
+    return EnvKind.CALLABLE if callable(create_env_fn) else None

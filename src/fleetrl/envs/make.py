@@ -19,12 +19,14 @@ import gymnasium as gym
 import torch
 from gymnasium.vector import AutoresetMode
 
-from fleetrl.config import EnvConfig, EnvEngine
-from fleetrl.envs.atari import AtariEnv, is_atari_id
+from fleetrl.config import EnvConfig
+from fleetrl.envs.atari import AtariEnv
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.cpp import BuiltEnvPool, is_envpool
+from fleetrl.envs.engine import ResolvedEnv, resolve_env
 from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
-from fleetrl.envs.mujoco import MujocoEnv, is_mujoco_id
+from fleetrl.envs.mujoco import MujocoEnv
+from fleetrl.envs.registry import EnvKind, lookup_id
 from fleetrl.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from fleetrl.errors import EnvError
 
@@ -74,9 +76,10 @@ def make_env(
         >>> env.close()
     """
     kwargs = dict(create_env_kwargs or {})
-    if isinstance(create_env_fn, str) and is_atari_id(create_env_fn):
+    kind = lookup_id(create_env_fn)[0] if isinstance(create_env_fn, str) else None
+    if kind is EnvKind.ATARI:
         create_env_fn = AtariEnv.from_kwargs(create_env_fn, kwargs)
-    elif isinstance(create_env_fn, str) and "engine" in kwargs and is_mujoco_id(create_env_fn):
+    elif kind is EnvKind.MUJOCO and "engine" in kwargs:
         create_env_fn = MujocoEnv.from_kwargs(create_env_fn, kwargs)
     if isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
         return create_env_fn.make(num_envs or 1)
@@ -161,12 +164,13 @@ def _serial_copies(first: Any, factory: Callable[..., Any], n: int, kwargs: dict
     return SerialEnv(n, fns)
 
 
-def create_env_fn(env: EnvConfig) -> Any:
+def create_env_fn(env: EnvConfig | ResolvedEnv) -> Any:
     """What the collectors build for a config's ``env`` section: an ALE id becomes an
     :class:`~fleetrl.envs.AtariEnv` with ``env.engine`` and ``env.atari``; a MuJoCo id in the
-    envpool engine a :class:`~fleetrl.envs.MujocoEnv`; other ids stay ids."""
-    if is_atari_id(env.id):
-        return AtariEnv(env.id, env.engine, env.atari)
-    if env.engine != EnvEngine.GYMNASIUM and is_mujoco_id(env.id):
-        return MujocoEnv(env.id, env.engine, env.max_episode_steps)
-    return env.id
+    envpool engine a :class:`~fleetrl.envs.MujocoEnv`; other ids stay ids.
+
+    Give the run's :class:`~fleetrl.envs.engine.ResolvedEnv` where there is one (a section
+    is resolved here otherwise); a section whose engine cannot step it raises ConfigError.
+    """
+    resolved = env if isinstance(env, ResolvedEnv) else resolve_env(env)
+    return resolved.create_env_fn

@@ -17,7 +17,8 @@ from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
 from fleetrl.normalization import ObservationNormalizer, RewardScaler, find_normalizers
-from fleetrl.setup.verify import describe
+from fleetrl.setup.verify.checked import resolved_env, verified
+from fleetrl.setup.verify.env import describe
 
 __all__ = ["make_algorithm", "make_collector", "normalized_networks", "spec_of"]
 
@@ -36,8 +37,8 @@ def make_algorithm(
     With a ``seed``, torch is seeded first, so default networks initialise alike
     wherever they are built (the trainer, every gradient worker); without one
     (a checkpoint's weights are loaded next), torch's random state is left alone.
-    ``env_spec``: the run's (:func:`fleetrl.setup.verify.describe`, which builds the env
-    once per process when it is not given).
+    ``env_spec``: the run's (without it: the config's verification's, else
+    :func:`fleetrl.setup.verify.describe`, which builds the env once per process).
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -52,7 +53,11 @@ def make_algorithm(
 
 
 def spec_of(config: Config) -> EnvSpec:
-    """The env's spec (built once per process and env section); ConfigError where it cannot be."""
+    """The env's spec: its verification's (:func:`~fleetrl.setup.verify.verified`), else
+    built once per process and env; ConfigError where it cannot be."""
+    checked = verified(config)
+    if checked is not None:
+        return checked.spec
     spec, problems = describe(config)
     if problems:
         raise ConfigError(problems)
@@ -121,13 +126,14 @@ def make_collector(
     first ready: ``collector.sync`` is not used).
     """
     c, e = config.collector, config.env
+    env = create_env_fn(resolved_env(config))  # the run's resolution, where it verified here
     # env.normalize_reward: the collectors track each env's discounted return (fleetrl.normalization)
     return_discount = config.algo.gamma if e.normalize_reward else None
     if c.num_collectors == 0:
         from fleetrl.collectors import SyncDataCollector
 
         collector = SyncDataCollector(
-            create_env_fn(e),
+            env,
             policy,
             frames_per_batch=c.frames_per_batch,
             total_frames=total_frames,
@@ -141,7 +147,7 @@ def make_collector(
         from fleetrl.collectors import RayCollector
 
         collector = RayCollector(
-            create_env_fn(e),
+            env,
             policy,
             frames_per_batch=c.frames_per_batch,
             total_frames=total_frames,

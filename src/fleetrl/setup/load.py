@@ -1,6 +1,10 @@
-"""Load a config: parse it (:mod:`fleetrl.setup.parse`), then verify it as a whole
-(:func:`fleetrl.setup.verify.check`); one :class:`~fleetrl.errors.ConfigError` lists
+"""Load a config: parse it (:mod:`fleetrl.setup.parse`), then verify it as a whole, once
+(:func:`fleetrl.setup.verify.check_config`); one :class:`~fleetrl.errors.ConfigError` lists
 every problem, the parsing ones first.
+
+The config returned carries its verification (its resolved env and spec,
+:func:`fleetrl.setup.verify.verified`): a :class:`~fleetrl.trainer.Trainer` given it
+does not check it again, unless a key changed since.
 
 Examples:
     >>> cfg = load_config("configs/ppo_cartpole.yaml", ["ppo.lr=3e-4", "env.num_envs=4"])
@@ -19,21 +23,20 @@ from typing import Any
 
 from fleetrl.config import Config
 from fleetrl.setup.parse import parse_config, read_yaml_mapping
-from fleetrl.setup.verify import check
+from fleetrl.setup.verify.checked import check_config
 
 __all__ = ["config_from_dict", "load_config"]
 
 
 def config_from_dict(data: dict[str, Any] | None, overrides: list[str] | None = None) -> Config:
-    """Build and verify a Config; raises one ConfigError listing every problem.
+    """Build and verify a Config, once; raises one ConfigError listing every problem.
 
-    Besides types and ranges, the env is checked (:func:`fleetrl.setup.verify.check`):
+    Besides types and ranges, the env is checked (:func:`fleetrl.setup.verify.check_config`):
     ``env.id`` must be an env the configured engine can make, and its spaces must suit
     the algorithm.
     """
     config, problems = parse_config(data, overrides)
-    check(config, problems=problems)
-    return config
+    return check_config(config, problems).config
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:

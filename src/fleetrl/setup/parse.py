@@ -54,6 +54,8 @@ __all__ = [
     "parse_override",
     "read_yaml_mapping",
     "to_plain",
+    "with_algorithm_section",
+    "with_value",
     "yaml_problem",
 ]
 
@@ -140,13 +142,16 @@ def fill_dataclass(
     prefix: str,
     problems: list[Problem],
     hidden: tuple[str, ...] = (),
+    *,
+    base: Any = None,
 ) -> Any:
     """An instance of ``cls`` from a mapping: each value checked against its field's type hint
     (an Enum's value becomes its member); every problem is appended to ``problems`` (an
-    unknown key with the closest known one), and a field with a bad value keeps its default."""
+    unknown key with the closest known one), and a field with a bad value keeps its default
+    (``base``'s value where given: the mapping then changes a copy of ``base``)."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.name not in hidden]
-    obj = cls()
+    obj = cls() if base is None else dataclasses.replace(base)
     for key, value in data.items():
         path = f"{prefix}{key}"
         if key not in names and path in RENAMED:
@@ -164,7 +169,8 @@ def fill_dataclass(
                     Problem(path, value, f"must be a mapping of {hint.__name__} fields")
                 )
                 continue
-            setattr(obj, key, fill_dataclass(hint, value, f"{path}.", problems))
+            inner = None if base is None else getattr(base, key)
+            setattr(obj, key, fill_dataclass(hint, value, f"{path}.", problems, base=inner))
             continue
         enum_cls = enum_of(hint)
         if enum_cls is not None:  # the YAML/CLI edge: a value becomes its Enum member
@@ -333,6 +339,39 @@ def _fill_config(data: dict[str, Any], problems: list[Problem]) -> Config:
     else:
         cfg.algo = fill_dataclass(cls.config_class, section, f"{algorithm}.", problems)
     return cfg
+
+
+def with_value(config: Config, key: str, value: Any) -> tuple[Config, list[Problem]]:
+    """A copy of ``config`` with the dotted ``key`` set to ``value`` as :func:`parse_config`
+    sets an override (typed against the field, an Enum's value as its member), and the
+    problems of doing so; ``config`` and the sections off the key's path are not copied
+    (nor changed)."""
+    *sections, name = key.split(".")
+    problems: list[Problem] = []
+    data: dict[str, Any] = {name: value}
+    for part in reversed(sections[1:]):
+        data = {part: data}
+    head = sections[0] if sections else None
+    if head == config.algorithm and config.algo is not None:
+        algo = fill_dataclass(type(config.algo), data, f"{head}.", problems, base=config.algo)
+        return dataclasses.replace(config, algo=algo), problems
+    if head is not None and head in ALGORITHMS:  # another algorithm's section
+        said = OTHER_SECTION_MSG.format(
+            key=key, section=head, algorithm=config.algorithm, rest=".".join(key.split(".")[1:])
+        )
+        return config, [Problem(key, text=said)]
+    if head is not None:
+        data = {head: data}
+    return fill_dataclass(Config, data, "", problems, hidden=("algo",), base=config), problems
+
+
+def with_algorithm_section(config: Config) -> Config:
+    """``config`` with its algorithm's section: a config built in code without one
+    (``algo=None``) gets the section's defaults, in a copy (``config`` is left as it is)."""
+    cls = ALGORITHMS.get(config.algorithm)
+    if config.algo is not None or cls is None:
+        return config
+    return dataclasses.replace(config, algo=cls.config_class())
 
 
 def _drop_other_sections(data: dict[str, Any], algorithm: Any) -> None:

@@ -19,8 +19,8 @@ from typing import Any
 
 from fleetrl.config import FROZEN_ON_RESUME, Config
 from fleetrl.errors import ConfigError
-from fleetrl.setup.load import config_from_dict
-from fleetrl.setup.parse import config_to_dict
+from fleetrl.setup.parse import config_to_dict, parse_config
+from fleetrl.setup.verify.checked import check_config
 
 __all__ = [
     "COMPLETE_MSG",
@@ -57,13 +57,18 @@ FROZEN_MSG = (
 def check_resume_overrides(
     saved: dict[str, Any], overrides: list[str] | None, run_dir: str | Path
 ) -> Config:
-    """The resumed run's config: ``saved`` (its config.yaml) with ``overrides`` applied.
+    """The resumed run's config: ``saved`` (its config.yaml) with ``overrides`` applied,
+    verified once (the config returned carries its verification, as
+    :func:`~fleetrl.setup.load.config_from_dict`'s does).
 
     Raises one ConfigError naming every override that changes a key of
-    :data:`FROZEN_ON_RESUME`, with the value the run was started with.
+    :data:`FROZEN_ON_RESUME`, with the value the run was started with. The keys are
+    compared on the plain mappings (``saved`` and the overrides parsed, with the defaults
+    of keys an older config.yaml lacks): ``saved`` itself is not verified.
     """
-    before = config_from_dict(saved)
-    after = config_from_dict(saved, overrides)
+    after, parse_problems = parse_config(saved, overrides)
+    checked = check_config(after, parse_problems)  # the one verification (or ConfigError)
+    before, _ = parse_config(saved)
     old, new = config_to_dict(before), config_to_dict(after)
     problems = []
     for pattern, what in FROZEN_ON_RESUME.items():
@@ -77,7 +82,7 @@ def check_resume_overrides(
             )
     if problems:
         raise ConfigError(problems)
-    return after
+    return checked.config
 
 
 def _get(data: dict[str, Any], key: str) -> Any:
