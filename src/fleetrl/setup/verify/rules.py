@@ -30,7 +30,8 @@ from typing import Any
 from fleetrl.algorithms import ALGORITHMS
 from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
-from fleetrl.config import CollectorConfig, Config, LearnerMode, enum_of, enum_value
+from fleetrl.collectors.inference import config_problems
+from fleetrl.config import Config, LearnerMode, enum_of, enum_value
 from fleetrl.errors import Problems
 from fleetrl.setup.parse import allowed_values
 
@@ -40,7 +41,6 @@ __all__ = [
     "DEVICE_PROBLEM",
     "NORMALIZING_ALGORITHMS",
     "RANGES",
-    "SERVER_ONLY",
     "TRACKERS",
     "TRACKER_EXTRA_MSG",
     "WANDB_PROJECT_FORBIDS",
@@ -121,12 +121,6 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "collector.fraction_samples": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "collector.fraction_workers": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
-    "collector.inference": (lambda v: v in ("local", "server"), "must be 'local' or 'server'"),
-    "collector.num_inference_servers": (_at_least(1), "must be >= 1"),
-    "collector.inference_transport": (lambda v: v in ("auto", "ray"), "must be 'auto' or 'ray'"),
-    "collector.inference_max_batch": (_above(0, null=True), "must be > 0, or null: no bound"),
-    "collector.inference_max_wait_ms": (_at_least(0), "must be >= 0 (milliseconds)"),
-    "collector.num_cpus_per_inference_server": (_at_least(0), "must be >= 0"),
     "collector.overlap": (
         lambda v: v in (None, True, False, "auto", "on", "off"),
         "must be auto (or null), on (or true) or off (or false)",
@@ -216,67 +210,10 @@ def collector_rules(config: Config, check: Problems) -> None:
             )
 
 
-#: collector keys that only central inference reads (their defaults: CollectorConfig's)
-SERVER_ONLY = (
-    "num_inference_servers",
-    "inference_device",
-    "inference_max_batch",
-    "inference_max_wait_ms",
-    "num_cpus_per_inference_server",
-    "inference_transport",
-)
-
-
 def inference_rules(config: Config, check: Problems) -> None:
-    """``collector.inference: server``: remote collectors, at least one per server, and a GPU
-    where ``inference_device`` is CUDA; the server keys are refused with ``local``."""
-    c = config.collector
-    if c.inference != "server":
-        if c.inference == "local":
-            defaults = CollectorConfig()
-            for key in SERVER_ONLY:
-                value = getattr(c, key)
-                check(
-                    value == getattr(defaults, key),
-                    f"collector.{key}",
-                    value,
-                    "only takes effect with collector.inference=server",
-                )
-        return
-    check(
-        c.num_collectors >= 1,
-        "collector.inference",
-        c.inference,
-        "serves remote collectors: needs collector.num_collectors >= 1 (0 collects in this "
-        "process, with the learner's own policy)",
-    )
-    if isinstance(c.num_inference_servers, int) and c.num_collectors >= 1:
-        check(
-            c.num_inference_servers <= c.num_collectors,
-            "collector.num_inference_servers",
-            c.num_inference_servers,
-            f"must be <= collector.num_collectors={c.num_collectors}: each server serves at "
-            "least one collector",
-        )
-    device = c.inference_device
-    if device is not None:
-        import torch
-
-        try:
-            parsed = torch.device(device)
-        except (RuntimeError, TypeError):
-            check.add(
-                "collector.inference_device", device, "must be null (the CPU), 'cpu' or 'cuda'"
-            )
-            return
-        if parsed.type == "cuda" and c.address is None:
-            check(
-                torch.cuda.is_available(),
-                "collector.inference_device",
-                device,
-                "needs a GPU, and CUDA is not available here; use null (the CPU), or "
-                "collector.address of a Ray cluster with a GPU",
-            )
+    """Central inference's keys: the rules ``RayCollector`` applies to its arguments, written
+    once (:mod:`fleetrl.collectors.inference.options`) and said here in config keys."""
+    config_problems(config.collector, check)
 
 
 def overlap_rules(config: Config, check: Problems) -> None:
