@@ -66,7 +66,7 @@ else
     DEVICE=cuda
     PARTS=${GPU_PARTS-tests learner learner_compiled inference appo}
     TOTAL=${GPU_PROGRAM_BUDGET_S:-540}
-    TESTS_S=${GPU_TESTS_S:-80} LEARNER_S=${GPU_LEARNER_S:-60} COMPILED_S=${GPU_COMPILED_S:-80}
+    TESTS_S=${GPU_TESTS_S:-110} LEARNER_S=${GPU_LEARNER_S:-60} COMPILED_S=${GPU_COMPILED_S:-80}
     INFERENCE_S=${GPU_INFERENCE_S:-140} APPO_MAX_S=${GPU_APPO_S:-600}
     LEARNER_ARGS=${GPU_LEARNER_ARGS:---cudagraphs --rounds 5 --cases ppo_atari appo_cartpole dqn_cartpole ppo_cartpole impala_cartpole a2c_cartpole}
     COMPILED_ARGS=${GPU_COMPILED_ARGS:---compile --rounds 5 --cases ppo_atari appo_cartpole}
@@ -76,6 +76,9 @@ else
     COLLECTORS=${GPU_APPO_COLLECTORS:-14}  # 16 cores: 14 collectors, the learner, the rest
     APPO_ARGS=${GPU_APPO_ARGS:-}
 fi
+# one test's limit (pytest-timeout, which prints where it hung): under the part's budget,
+# so that a hanging test costs only itself and the others still report
+TEST_TIMEOUT_S=${GPU_TEST_TIMEOUT_S:-45}
 # the test files that carry the cuda marker: collecting all of tests/ would only add the
 # collection errors of modules whose packages (envpool, MuJoCo, Optuna...) are not there
 TEST_PATHS=${GPU_TEST_PATHS:-$(grep -rlE 'mark\.cuda\b' tests --include='test_*.py' | sort)}
@@ -301,7 +304,7 @@ PYEOF
 tests() {
     # shellcheck disable=SC2086  # TEST_PATHS: paths, split on purpose
     part tests "$TESTS_S" 15 TERM "$PY" -m pytest -m cuda $TEST_PATHS -p no:cacheprovider -q \
-        -rA --continue-on-collection-errors --timeout=120 -o addopts="" \
+        -v -rA --continue-on-collection-errors --timeout="$TEST_TIMEOUT_S" -o addopts="" \
         --junitxml="$SCRATCH/pytest_cuda.xml"
 }
 
@@ -329,12 +332,6 @@ learner_compiled() { learner_run learner_compiled "$COMPILED_S" "$COMPILED_ARGS"
 # ---------------------------------------------------------------- 3. inference
 inference() {
     local bench=$SCRATCH/tree/benchmarks until=$((SECONDS + INFERENCE_S)) n
-    if [[ $DEVICE == cuda ]]; then
-        # The benchmark keeps every contestant up at once, and both CUDA servers ask Ray for
-        # num_gpus=1: on one GPU the second would wait forever. Two logical GPUs, and Ray
-        # leaving CUDA_VISIBLE_DEVICES alone, put both on the one card.
-        export RAY_OVERRIDE_RESOURCES='{"GPU": 2}' RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1
-    fi
     for n in $WORKERS; do  # a run per worker count, most first: a timeout loses the fewest
         # shellcheck disable=SC2086
         part "inference_w$n" $((until - SECONDS)) 15 TERM "$PY" "$bench/inference_server.py" \
@@ -349,7 +346,6 @@ Path(os.environ["OUT"], "inference_scaling.json").write_text(json.dumps({"runs":
 PYEOF
         summary
     done
-    unset RAY_OVERRIDE_RESOURCES RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES
 }
 
 # ---------------------------------------------------------------- 4. appo

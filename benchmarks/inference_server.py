@@ -142,7 +142,12 @@ def fleet(name: str, mode: str, workers: int, envs: int, steps: int, batches: in
         kwargs = dict(
             inference="server",
             inference_device="cuda" if mode == "server-cuda" else None,
-            inference_remote_config={"num_cpus": 0, **({"num_gpus": 1} if "cuda" in mode else {})},
+            # a share of the GPU: the CUDA contestants are all up at once (paired rounds),
+            # and a whole GPU each would leave the second waiting on a one-GPU machine
+            inference_remote_config={
+                "num_cpus": 0,
+                **({"num_gpus": 0.25} if "cuda" in mode else {}),
+            },
             inference_transport="ray" if mode.endswith("(ray calls)") else "auto",
         )
     collector = RayCollector(
@@ -259,6 +264,14 @@ def transport_probe(payload_bytes: int, trips: int) -> dict:
 
 
 # ------------------------------------------------------------------ one setting
+def fleet_modes() -> list[str]:
+    """fleetrl's contestants: local inference, then the servers (CUDA ones where a GPU is)."""
+    modes = ["local", "server-cpu", "server-cpu (ray calls)"]
+    if torch.cuda.is_available():
+        modes += ["server-cuda", "server-cuda (ray calls)"]
+    return modes
+
+
 def measure(args, name: str, workers: int, errors: dict) -> dict:
     steps = args.steps
     made: dict[str, object] = {}
@@ -268,10 +281,7 @@ def measure(args, name: str, workers: int, errors: dict) -> dict:
     )
     if made["raw"] is not None:
         made["raw"].run()  # warm-up round
-    modes = ["local", "server-cpu", "server-cpu (ray calls)"]
-    if torch.cuda.is_available():
-        modes += ["server-cuda", "server-cuda (ray calls)"]
-    for mode in modes:
+    for mode in fleet_modes():
         made[mode] = guarded(
             f"{name}/{mode}",
             lambda mode=mode: fleet(name, mode, workers, args.envs, steps, args.batches),
@@ -328,9 +338,9 @@ def main() -> None:
 
     ray.init(
         address="local",
-        # logical CPUs: every contestant's workers stay up at once (paired rounds), while
-        # only one contestant collects at a time
-        num_cpus=max(os.cpu_count() or 1, 4 * max(args.workers) + 2),
+        # logical CPUs: every contestant's workers stay up at once (paired rounds), a CPU
+        # each, while only one contestant collects at a time
+        num_cpus=max(os.cpu_count() or 1, len(fleet_modes()) * max(args.workers) + 2),
         include_dashboard=False,
         logging_level="ERROR",
         log_to_driver=False,

@@ -156,13 +156,16 @@ def test_the_learner_moves_a_batch_to_cuda_once_pinned_and_trains_on_cuda(monkey
     finally:
         collection.shutdown()
     assert all(t.device.type == "cpu" for t in batch.values(True, True))
-    moves: list[TensorDictBase] = []  # what to_learner_device moved (not given back as it was)
+    # what to_learner_device moved (not given back as it was), with its leaves counted at
+    # the move: the learner writes more into it afterwards (advantages, value targets), on
+    # the GPU, and those were never copied
+    moves: list[tuple[TensorDictBase, int]] = []
     to_device = algorithm_base.to_learner_device
 
     def recorded(data: TensorDictBase, device: torch.device) -> TensorDictBase:
         out = to_device(data, device)
         if out is not data:
-            moves.append(out)
+            moves.append((out, len(list(out.keys(True, True)))))
         return out
 
     monkeypatch.setattr(algorithm_base, "to_learner_device", recorded)
@@ -178,10 +181,10 @@ def test_the_learner_moves_a_batch_to_cuda_once_pinned_and_trains_on_cuda(monkey
         algorithm.learn(batch)
         torch.cuda.synchronize()
     assert trained_on == [True] * (EPOCHS * MINIBATCHES)  # every optimizer step, on CUDA
-    assert len(moves) == 1 and on_cuda(moves[0])  # one move per batch, not per epoch or step
+    assert len(moves) == 1 and on_cuda(moves[0][0])  # one move per batch, not per epoch or step
     # the batch's data reached the GPU leaf by leaf, once, from pinned memory (small copies:
     # scalars a step may build on the host, not the batch)
-    leaves = len(list(moves[0].keys(True, True)))
+    leaves = moves[0][1]
     batch_copies = [c for c in copies.between("cpu", "cuda") if c[2] >= FPB]
     assert len(batch_copies) == leaves
     assert all(pinned for *_, pinned in batch_copies)
