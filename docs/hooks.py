@@ -5,7 +5,8 @@ At every build:
 - ``reference/cli.md`` is written from ``fleetrl.cli.build_parser()``;
 - ``reference/config.md`` from ``fleetrl.setup.reference.config_keys()`` (every key, its
   type, default, allowed values and doc line);
-- ``reference/api.md`` lists every name in ``fleetrl.__all__`` for mkdocstrings;
+- ``reference/api.md`` indexes every name in ``fleetrl.__all__``, and
+  ``reference/api/<group>.md`` renders each group's names with mkdocstrings;
 - in the benchmark pages, each ``<!-- results: NAME -->`` line becomes the tables of
   ``benchmarks/results/NAME.json`` with the machine it ran on, and each
   ``<!-- plots: PREFIX -->`` line the PNGs ``benchmarks/results/PREFIX*.png`` as figures;

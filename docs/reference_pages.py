@@ -78,7 +78,7 @@ def generated_pages() -> dict[str, str]:
     return {
         "reference/cli.md": cli_page(),
         "reference/config.md": config_page(),
-        "reference/api.md": api_page(),
+        **api_pages(),
     }
 
 
@@ -219,7 +219,12 @@ def documented_keys(markdown: str) -> list[str]:
 # --- the Python API ---------------------------------------------------------------------
 
 
-def api_page() -> str:
+def api_slug(group: str) -> str:
+    """The file name of a group's API page (``Collectors`` -> ``collectors``)."""
+    return re.sub(r"[^a-z0-9]+", "-", group.lower()).strip("-")
+
+
+def _check_api_groups() -> None:
     import fleetrl
 
     grouped = [name for names in API_GROUPS.values() for name in names]
@@ -230,19 +235,52 @@ def api_page() -> str:
             f"docs/reference_pages.py API_GROUPS is out of date: not grouped {missing}, "
             f"not exported {extra}"
         )
-    out = [
+
+
+def _summary(obj: object) -> str:
+    """The first sentence of ``obj``'s docstring, on one line, roles shown as code."""
+    import inspect
+
+    doc = (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ")
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", doc).replace("``", "`")
+    return doc.split(". ")[0].rstrip(".")
+
+
+def api_pages() -> dict[str, str]:
+    """The Python API: an index (``reference/api.md``: each group and each name with its
+    first sentence) and one page per group (``reference/api/<group>.md``), each name
+    rendered from its docstring by mkdocstrings, with its example."""
+    import fleetrl
+
+    _check_api_groups()
+    index = [
         "# Python API",
         "",
-        "Everything `fleetrl` exports (`fleetrl.__all__`), from the docstrings. Import "
-        "each name from `fleetrl` itself (`from fleetrl import RayCollector`).",
+        "Everything `fleetrl` exports (`fleetrl.__all__`), from the docstrings, one page "
+        "per group. Import each name from `fleetrl` itself "
+        "(`from fleetrl import RayCollector`). Every example on these pages runs in the "
+        "tests (`make test` runs the docstrings' examples).",
         "",
     ]
+    pages: dict[str, str] = {}
     for group, names in API_GROUPS.items():
-        out += [f"## {group}", ""]
+        slug = api_slug(group)
+        index += [f"## [{group}](api/{slug}.md)", "", "| name | what it is |", "|---|---|"]
+        page = [f"# {group}", "", "Part of the [Python API](../api.md).", ""]
         for name in names:
             module = fleetrl._EXPORTS[name]
-            out += [f"::: {module}.{name}", "    options:", "      heading_level: 3", ""]
-    return "\n".join(out)
+            anchor = f"{module}.{name}"
+            summary = _summary(getattr(fleetrl, name)).replace("|", "\\|")
+            index.append(f"| [`{name}`](api/{slug}.md#{anchor}) | {summary} |")
+            page += [f"::: {module}.{name}", "    options:", "      heading_level: 2", ""]
+        index.append("")
+        pages[f"reference/api/{slug}.md"] = "\n".join(page)
+    return {"reference/api.md": "\n".join(index), **pages}
+
+
+def api_page() -> str:
+    """Every API page, one after the other (what the tests search for a name)."""
+    return "\n".join(api_pages().values())
 
 
 # --- the benchmark pages ----------------------------------------------------------------

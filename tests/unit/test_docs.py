@@ -165,6 +165,22 @@ def test_the_api_reference_covers_fleetrl_all():
         assert f"::: {fleetrl._EXPORTS[name]}.{name}\n" in page
 
 
+def test_the_api_reference_has_a_page_per_group_in_the_nav_and_an_index_linking_each_name():
+    import fleetrl
+
+    pages = reference_pages.api_pages()
+    nav = (ROOT / "mkdocs.yml").read_text()
+    index = pages["reference/api.md"]
+    for group, names in reference_pages.API_GROUPS.items():
+        uri = f"reference/api/{reference_pages.api_slug(group)}.md"
+        assert f"{group}: {uri}" in nav
+        for name in names:
+            where = f"{fleetrl._EXPORTS[name]}.{name}"
+            assert f"::: {where}\n" in pages[uri]  # rendered on its group's page
+            assert f"[`{name}`](api/{reference_pages.api_slug(group)}.md#{where})" in index
+    assert index.startswith("# Python API\n")
+
+
 # --- fleetrl bench --------------------------------------------------------------------------
 
 
