@@ -39,7 +39,16 @@ __all__ = [
 
 
 class FleetError(Exception):
-    """Root of every error raised by fleetrl."""
+    """Root of every error raised by fleetrl.
+
+    Example:
+        >>> from fleetrl import FleetError, load_config
+        >>> try:
+        ...     load_config("configs/ppo_cartpole.yaml", ["env.num_envs=0"])
+        ... except FleetError as err:  # catches every error of fleetrl's own
+        ...     print(type(err).__name__, err)
+        ConfigError env.num_envs=0 is invalid: must be > 0
+    """
 
 
 class ConfigError(FleetError, ValueError):
@@ -47,6 +56,14 @@ class ConfigError(FleetError, ValueError):
 
     ``details`` holds each :class:`Problem` (key, value, what is allowed);
     ``problems`` their messages.
+
+    Example:
+        >>> from fleetrl import ConfigError, load_config
+        >>> try:
+        ...     load_config("configs/ppo_cartpole.yaml", ["ppo.lr=-1", "env.num_envs=0"])
+        ... except ConfigError as err:
+        ...     [(p.key, p.value) for p in err.details], err.problems[1]
+        ([('env.num_envs', 0), ('ppo.lr', -1.0)], 'ppo.lr=-1.0 is invalid: must be > 0')
     """
 
     def __init__(self, problems: Iterable[Problem | str] | str):
@@ -66,6 +83,14 @@ class CheckpointError(ConfigError):
 
     A ConfigError because the file is an input to ``--resume`` or ``fleetrl eval``;
     its message is one line naming the file or folder.
+
+    Example:
+        >>> from fleetrl.checkpoint import load_checkpoint
+        >>> try:
+        ...     load_checkpoint("no/such/checkpoint.pt")
+        ... except CheckpointError as err:
+        ...     "no/such/checkpoint.pt" in str(err), isinstance(err, ConfigError)
+        (True, True)
     """
 
     def __init__(self, message: str):
@@ -73,19 +98,59 @@ class CheckpointError(ConfigError):
 
 
 class EnvError(FleetError, ValueError):
-    """An environment cannot be built or does not fit the collector."""
+    """An environment cannot be built or does not fit the collector.
+
+    Example:
+        >>> from fleetrl import EnvError, make_env
+        >>> try:
+        ...     make_env("NoSuchEnv-v0")
+        ... except EnvError as err:
+        ...     print(err)  # doctest: +ELLIPSIS
+        create_env_fn='NoSuchEnv-v0' is not a registered gymnasium id (...); check the spelling or import the package that registers it
+    """
 
 
 class PolicyError(FleetError, ValueError):
-    """A policy does not produce what the environment needs."""
+    """A policy does not produce what the environment needs.
+
+    Raised by the collectors' constructors, which run the policy once on the env's first
+    observation, before any worker starts.
+
+    Example:
+        >>> from torch import nn
+        >>> from fleetrl import SyncDataCollector
+        >>> try:  # CartPole has 2 discrete actions; this policy writes 3 floats
+        ...     SyncDataCollector("CartPole-v1", nn.Linear(4, 3), frames_per_batch=8)
+        ... except PolicyError as err:
+        ...     print(str(err).split("; ")[1])
+        the env needs integer actions of shape (1,) or one-hot actions of shape (1, 2)
+    """
 
 
 class CollectorClosedError(FleetError, RuntimeError):
-    """The collector was used after ``shutdown()``."""
+    """The collector was used after ``shutdown()``.
+
+    Example:
+        >>> from fleetrl import CollectorClosedError, SyncDataCollector
+        >>> collector = SyncDataCollector("CartPole-v1", None, frames_per_batch=8, total_frames=8)
+        >>> collector.shutdown()
+        >>> try:
+        ...     next(iter(collector))
+        ... except CollectorClosedError as err:
+        ...     print(type(err).__name__)
+        CollectorClosedError
+    """
 
 
 class WorkerError(FleetError, RuntimeError):
-    """A remote worker raised. Carries the worker id and the remote traceback."""
+    """A remote worker raised. Carries the worker id and the remote traceback.
+
+    Example:
+        >>> err = WorkerError(3, "ZeroDivisionError: division by zero")
+        >>> print(err)
+        collector worker 3 raised:
+        ZeroDivisionError: division by zero
+    """
 
     def __init__(self, worker_id: int, cause: str, role: str = "collector worker"):
         self.worker_id = worker_id
@@ -99,6 +164,11 @@ class WorkerLostError(WorkerError):
 
     ``attempts`` is how many replacements were tried in a row; ``cause`` ends
     with the last death's cause.
+
+    Example:
+        >>> err = WorkerLostError(1, "killed by the OOM killer", attempts=3)
+        >>> isinstance(err, WorkerError), err.worker_id, err.attempts
+        (True, 1, 3)
     """
 
     def __init__(

@@ -77,6 +77,14 @@ class RandomPolicy(TensorDictModuleBase):
     Args:
         sample: a callable returning a batch of random actions (the env's
             ``random_action``); sampling happens on the CPU.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from fleetrl import RandomPolicy
+        >>> policy = RandomPolicy(lambda: torch.randint(0, 2, (3,)))  # 3 envs, 2 actions
+        >>> policy(TensorDict({}, [3]))["action"].shape
+        torch.Size([3])
     """
 
     in_keys: list = []

@@ -100,6 +100,13 @@ def Collector(
         sync: a remote backend's mode: stacked rounds (True) or first ready (False, the
             default).
         **kwargs: the collector's arguments (``frames_per_batch``, ``total_frames``, ...).
+
+    Example:
+        >>> from fleetrl import Collector
+        >>> collector = Collector("CartPole-v1", None, frames_per_batch=8, total_frames=16)
+        >>> type(collector).__name__, [batch.numel() for batch in collector]
+        ('SyncDataCollector', [8, 8])
+        >>> collector.shutdown()
     """
     p = Problems()
     if (

@@ -40,5 +40,22 @@ def config_from_dict(data: dict[str, Any] | None, overrides: list[str] | None = 
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config file, apply ``key=value`` overrides, verify everything."""
+    """Load a YAML config file, apply ``key=value`` overrides, verify everything.
+
+    Every problem is reported at once, each naming its key, the value and what is allowed
+    (one :class:`~fleetrl.errors.ConfigError`), before anything starts.
+
+    Example:
+        >>> from fleetrl import ConfigError, load_config
+        >>> config = load_config("configs/ppo_cartpole.yaml", ["ppo.lr=3e-4", "env.num_envs=4"])
+        >>> config.algorithm, config.env.id, config.env.num_envs, config.algo.lr
+        ('ppo', 'CartPole-v1', 4, 0.0003)
+        >>> try:
+        ...     load_config("configs/ppo_cartpole.yaml", ["ppo.lr=-1", "env.num_envs=0"])
+        ... except ConfigError as err:
+        ...     print(err)
+        2 problems:
+          - env.num_envs=0 is invalid: must be > 0
+          - ppo.lr=-1.0 is invalid: must be > 0
+    """
     return config_from_dict(read_yaml_mapping(path, "config"), overrides)
