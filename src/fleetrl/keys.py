@@ -22,8 +22,11 @@ __all__ = [
     "ACTION_LOG_PROB_KEY",
     "DISCOUNTED_RETURN_KEY",
     "DONE_KEY",
+    "EPISODE_END_KEY",
     "EPISODE_LENGTH_KEY",
     "EPISODE_RETURN_KEY",
+    "GROUP_END_KEY",
+    "GROUP_RETURN_KEY",
     "MASK_KEY",
     "NEXT_OBSERVATION_KEY",
     "OBSERVATION_KEY",
@@ -50,6 +53,14 @@ TRUNCATED_KEY = ("next", "truncated")
 #: the running return and length of the episode, its totals at the step that ends it
 EPISODE_RETURN_KEY = ("next", "episode_return")
 EPISODE_LENGTH_KEY = ("next", "episode_length")
+#: agent groups (a multi-agent env, :mod:`fleetrl.collectors.grouped`): the team's episode
+#: ended at this step (torchrl's trajectory end: any done of the env); ("next", "done") is
+#: the env's own key there, when it has one
+EPISODE_END_KEY = ("next", "episode_end")
+#: agent groups: per group name, the group's running return (its agents' mean reward summed
+#: over the group's episode) and whether the group's episode ended at this step
+GROUP_RETURN_KEY = ("next", "group_return")
+GROUP_END_KEY = ("next", "group_end")
 #: each env's running discounted return (reward scaling's statistic; fleetrl.normalization)
 DISCOUNTED_RETURN_KEY = ("next", "discounted_return")
 #: which steps of a padded batch were collected (a sync round with preemption, whole trajectories)

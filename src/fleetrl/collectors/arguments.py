@@ -16,7 +16,11 @@ from typing import Any
 
 import torch
 
+from fleetrl.batch_sizes import batch_size_problems
 from fleetrl.collectors.inference.checks import WEIGHTS_TARGET_MSG
+from fleetrl.envs.base import BatchedEnv
+from fleetrl.envs.grouped import GroupedEnv
+from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import Problems
 
 __all__ = [
@@ -31,11 +35,13 @@ __all__ = [
     "VERSION_MSG",
     "WEIGHTS_TWICE_MSG",
     "WORKER_IDS_MSG",
+    "check_env",
     "check_feature_arguments",
     "check_weight_update",
     "compile_options",
 ]
 
+GYM_DEVICE_MSG = "gymnasium envs run on the CPU; leave env_device=None or 'cpu'"
 POLICY_FACTORY_MSG = (
     "must be None or a callable taking no argument that returns the policy (it is called "
     "where the collector runs, e.g. functools.partial(make_policy, device='cuda:0'))"
@@ -186,3 +192,24 @@ def check_weight_update(
         p.check(ok, "version", version, VERSION_MSG.format(current=current_version))
     p.raise_if_any()
     return given[0] if given else None
+
+
+def check_env(
+    env: BatchedEnv | GroupedEnv,
+    *,
+    frames_per_batch: int,
+    total_frames: int,
+    env_device: torch.device | None,
+) -> None:
+    """Refuse batch sizes the built envs cannot split into, and an ``env_device`` other than
+    the CPU for envs that run on the CPU; a torchrl env is moved to ``env_device``."""
+    p = Problems()
+    p.items += batch_size_problems(
+        frames_per_batch=frames_per_batch, total_frames=total_frames, num_envs=env.num_envs
+    )
+    torchrl = isinstance(env, (TorchRLEnv, GroupedEnv))
+    if not torchrl and env_device not in (None, torch.device("cpu")):
+        p.add("env_device", str(env_device), GYM_DEVICE_MSG)
+    p.raise_if_any()
+    if env_device is not None and isinstance(env, TorchRLEnv):
+        env.env = env.env.to(env_device)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,7 +23,15 @@ from torchrl.envs.utils import ExplorationType
 from fleetrl.batch_sizes import is_unlimited
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.errors import CollectorClosedError, Problems
-from fleetrl.keys import DONE_KEY, EPISODE_LENGTH_KEY, EPISODE_RETURN_KEY, MASK_KEY
+from fleetrl.keys import (
+    DONE_KEY,
+    EPISODE_END_KEY,
+    EPISODE_LENGTH_KEY,
+    EPISODE_RETURN_KEY,
+    GROUP_END_KEY,
+    GROUP_RETURN_KEY,
+    MASK_KEY,
+)
 
 __all__ = ["CollectorState", "DataCollectorBase", "EpisodeStats", "episode_stats", "frames_in"]
 
@@ -199,10 +207,16 @@ class DataCollectorBase(abc.ABC):
 
 @dataclass
 class EpisodeStats:
-    """Returns and lengths of the episodes that ended in a batch."""
+    """Returns and lengths of the episodes that ended in a batch.
+
+    For a multi-agent env (:mod:`fleetrl.collectors.grouped`), ``returns`` are the
+    team's and ``group_returns`` each agent group's (its agents' mean return).
+    """
 
     returns: torch.Tensor
     lengths: torch.Tensor
+    #: agent groups: per group name, the returns of the group's episodes that ended
+    group_returns: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -218,7 +232,8 @@ def episode_stats(batch: TensorDictBase) -> EpisodeStats:
     The collector writes the running return and length of the current episode
     at every step (``("next", "episode_return")``, ``("next", "episode_length")``);
     at the step that ends an episode these are the episode's totals. Episodes
-    that started in an earlier batch count whole.
+    that started in an earlier batch count whole. A multi-agent batch's episodes
+    end at ``("next", "episode_end")`` (the team's) and ``("next", "group_end", group)``.
 
     Examples:
         >>> from fleetrl import SyncDataCollector
@@ -228,13 +243,23 @@ def episode_stats(batch: TensorDictBase) -> EpisodeStats:
         True
         >>> c.shutdown()
     """
-    done = batch.get(DONE_KEY)
-    mask = done.squeeze(-1) if done.shape[-1:] == (1,) else done
-    if MASK_KEY in batch.keys(include_nested=True):
-        mask = mask & batch.get(MASK_KEY)
+    keys = set(batch.keys(include_nested=True))
+    valid = batch.get(MASK_KEY) if MASK_KEY in keys else None
+
+    def ends(key: Any) -> torch.Tensor:
+        done = batch.get(key)
+        mask = done.squeeze(-1) if done.shape[-1:] == (1,) else done
+        return mask if valid is None else mask & valid
+
+    mask = ends(EPISODE_END_KEY if EPISODE_END_KEY in keys else DONE_KEY)
     returns = batch.get(EPISODE_RETURN_KEY)[mask].reshape(-1)
     lengths = batch.get(EPISODE_LENGTH_KEY)[mask].reshape(-1)
-    return EpisodeStats(returns=returns, lengths=lengths)
+    groups = {}
+    if GROUP_RETURN_KEY in keys:
+        for name in batch.get(GROUP_RETURN_KEY).keys():  # noqa: SIM118 (a TensorDict iterates rows)
+            group_end = ends((*GROUP_END_KEY, name))
+            groups[name] = batch.get((*GROUP_RETURN_KEY, name))[group_end].reshape(-1)
+    return EpisodeStats(returns=returns, lengths=lengths, group_returns=groups)
 
 
 def frames_in(batch: TensorDictBase) -> int:

@@ -19,6 +19,10 @@ estimators run on them unchanged: batch dims ``[*env_batch, time]``,
 ``("collector", "policy_version")``, ``("collector", "worker_id")`` and the
 running ``("next", "episode_return")`` / ``("next", "episode_length")`` that
 :func:`fleetrl.episode_stats` reads.
+
+A torchrl env with agent groups (a multi-agent env) is collected in torchrl's
+grouped layout by :mod:`fleetrl.collectors.grouped` instead, decided once when
+the collector is built.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from torchrl.envs.utils import ExplorationType
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.arguments import (
+    check_env,
     check_feature_arguments,
     check_weight_update,
     compile_options,
@@ -48,6 +53,7 @@ from fleetrl.collectors.base import (
     check_common_arguments,
 )
 from fleetrl.collectors.episodes import EpisodeBook
+from fleetrl.collectors.grouped import GroupedRollout, check_grouped_arguments
 from fleetrl.collectors.inference.checks import PER_ENV_MSG, SERVER_WEIGHTS_MSG, check_served
 from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.inference.options import TRANSPORT
@@ -58,8 +64,8 @@ from fleetrl.collectors.rules import Audience
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs.base import BatchedEnv
+from fleetrl.envs.grouped import GroupedEnv
 from fleetrl.envs.make import make_env
-from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
 from fleetrl.keys import (
     DISCOUNTED_RETURN_KEY,
@@ -77,7 +83,6 @@ logger = logging.getLogger(__name__)
 
 #: collect(frames): the rule of frames_per_batch, for one call
 FRAMES_NAMES = BatchSizeNames(frames_per_batch="frames")
-GYM_DEVICE_MSG = "gymnasium envs run on the CPU; leave env_device=None or 'cpu'"
 
 
 class SyncDataCollector(DataCollectorBase):
@@ -85,10 +90,13 @@ class SyncDataCollector(DataCollectorBase):
 
     Args:
         create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
-            torchrl ``EnvBase``, or a callable returning one of these.
+            torchrl ``EnvBase`` (a multi-agent one with agent groups too: its batches
+            are torchrl's grouped layout, :mod:`fleetrl.collectors.grouped`), or a
+            callable returning one of these.
         policy: a ``TensorDictModule`` (or any TensorDict -> TensorDict callable),
             a plain ``nn.Module`` (wrapped to read ``observation`` and write
-            ``action``), or ``None`` for uniform random actions.
+            ``action``), or ``None`` for uniform random actions (per agent, for a
+            multi-agent env, whose policy writes each group's action key).
 
     Keyword Args:
         frames_per_batch: frames (env steps summed over envs) per batch; a
@@ -272,61 +280,83 @@ class SyncDataCollector(DataCollectorBase):
         self.overlap = isinstance(self.env, SplitEnv)
         #: central inference: the oldest version in the last batch (the lag it is served with)
         self.batch_version = 0
+        #: a multi-agent env's rollout (None: the single-agent loop)
+        self._grouped: GroupedRollout | None = None
         try:
-            self._check_env_sizes()
+            check_env(
+                self.env,
+                frames_per_batch=frames_per_batch,
+                total_frames=total_frames,
+                env_device=self.env_device,
+            )
+            if isinstance(self.env, GroupedEnv):  # what its rollout does not take yet
+                check_grouped_arguments(
+                    overlap=True if as_overlap(overlap, p) is Overlap.ON else None,
+                    inference_server=inference_server,
+                    trajs_per_batch=trajs_per_batch, split_trajs=split_trajs,
+                    max_frames_per_traj=self.max_frames_per_traj, return_discount=return_discount,
+                    set_truncated=set_truncated, compile_policy=compile_policy,
+                    cudagraph_policy=cudagraph_policy, env_device=self.env_device,
+                    policy_device=self.policy_device,
+                )  # fmt: skip
             if policy_factory is not None:  # built here, where it acts (torchrl's meaning)
                 user_policy = as_policy(policy_factory())
             self._user_policy = user_policy
-            self._random_policy = RandomPolicy(self.env.random_action)
-            states: dict[NestedKey, torch.Tensor] = {}
-            if user_policy is None:
-                self.policy: Any = self._random_policy
-            else:
-                self.policy, self.policy_device = place_policy(user_policy, self.policy_device)
-                states = initial_states(self.policy, self.env.num_envs)
-            #: what the policy reads at each step: the observation and the states it carries
-            self._step = StepInput(self.env, states)
-            self._step.set_obs(self.env.reset())
-            plan = plan_policy(
-                self.policy,
-                self.env,
-                self._step.for_policy(self.policy_device),
-                self.exploration_type,
-            )
-            if self.server is not None and isinstance(plan.act, PerEnvPolicy):
-                raise PolicyError(PER_ENV_MSG.format(policy=user_policy))
-            if self.policy is not self._random_policy:
-                plan = accelerate(
-                    plan,
-                    self.policy,
-                    compile_options=compile_options(compile_policy),
-                    cudagraph_options=compile_options(cudagraph_policy),
-                    device=self.policy_device,
+            if isinstance(self.env, GroupedEnv):  # probes the policy, starts the episodes
+                self._grouped = GroupedRollout(
+                    self.env, user_policy, self.exploration_type, traj_id_start
                 )
-            #: how the policy is called and what it writes
-            self._plan = plan
-            #: the episodes in progress and the trajectory ids
-            self._episodes = EpisodeBook(self.env.num_envs, traj_id_start, return_discount)
-            self._start_episodes()
+                self.policy, self._random_policy = self._grouped.policy, self._grouped.random
+                self._episodes = self._grouped.team
+            else:
+                self._build_single(
+                    user_policy, traj_id_start, return_discount, compile_policy, cudagraph_policy
+                )
         except Exception:
             self.env.close()
             raise
 
     # ------------------------------------------------------------------ setup
-    def _check_env_sizes(self) -> None:
-        n = self.env.num_envs
-        p = Problems()
-        p.items += batch_size_problems(
-            frames_per_batch=self.frames_per_batch, total_frames=self.total_frames, num_envs=n
+    def _build_single(
+        self,
+        user_policy: Any,
+        traj_id_start: int,
+        return_discount: float | None,
+        compile_policy: bool | dict[str, Any] | None,
+        cudagraph_policy: bool | dict[str, Any] | None,
+    ) -> None:
+        """The single-agent parts: the policy's plan and step input, the episodes."""
+        self._random_policy = RandomPolicy(self.env.random_action)
+        states: dict[NestedKey, torch.Tensor] = {}
+        if user_policy is None:
+            self.policy: Any = self._random_policy
+        else:
+            self.policy, self.policy_device = place_policy(user_policy, self.policy_device)
+            states = initial_states(self.policy, self.env.num_envs)
+        #: what the policy reads at each step: the observation and the states it carries
+        self._step = StepInput(self.env, states)
+        self._step.set_obs(self.env.reset())
+        plan = plan_policy(
+            self.policy,
+            self.env,
+            self._step.for_policy(self.policy_device),
+            self.exploration_type,
         )
-        if not isinstance(self.env, TorchRLEnv) and self.env_device not in (
-            None,
-            torch.device("cpu"),
-        ):
-            p.add("env_device", str(self.env_device), GYM_DEVICE_MSG)
-        p.raise_if_any()
-        if self.env_device is not None and isinstance(self.env, TorchRLEnv):
-            self.env.env = self.env.env.to(self.env_device)
+        if self.server is not None and isinstance(plan.act, PerEnvPolicy):
+            raise PolicyError(PER_ENV_MSG.format(policy=user_policy))
+        if self.policy is not self._random_policy:
+            plan = accelerate(
+                plan,
+                self.policy,
+                compile_options=compile_options(compile_policy),
+                cudagraph_options=compile_options(cudagraph_policy),
+                device=self.policy_device,
+            )
+        #: how the policy is called and what it writes
+        self._plan = plan
+        #: the episodes in progress and the trajectory ids
+        self._episodes = EpisodeBook(self.env.num_envs, traj_id_start, return_discount)
+        self._start_episodes()
 
     # ----------------------------------------------------------- public API
     @property
@@ -342,10 +372,11 @@ class SyncDataCollector(DataCollectorBase):
         unless ``("next", "done")[..., t]``: every engine's ``StepResult.obs`` is its
         ``next_obs`` where no episode ended. A RayCollector worker sends such keys in
         the compact wire layout (:mod:`fleetrl.wire`). Empty with
-        ``split_trajs`` or a ``postproc``, which may change the batch; a subclass
+        ``split_trajs`` or a ``postproc``, which may change the batch, and for a
+        multi-agent env, whose groups end episodes of their own; a subclass
         that changes batches after the rollout must return an empty list.
         """
-        if self.split_trajs or self.postproc is not None:
+        if self.split_trajs or self.postproc is not None or self._grouped is not None:
             return []
         return list(self.env.observation_spec)
 
@@ -434,7 +465,7 @@ class SyncDataCollector(DataCollectorBase):
             "frames": self._frames,
             "policy_version": self.policy_version,
             **self._episodes.state_dict(),
-            **self._step.state_dict(),
+            **(self._step.state_dict() if self._grouped is None else {}),
             "env": self.env.state_dict(),
         }
         if isinstance(self.policy, nn.Module) and self.policy is not self._random_policy:
@@ -553,9 +584,13 @@ class SyncDataCollector(DataCollectorBase):
         self.env.close()
 
     # ------------------------------------------------------------- rollout
-    def _start_episodes(self, obs: dict[NestedKey, np.ndarray] | None = None) -> None:
+    def _start_episodes(self, obs: Any = None) -> None:
         """Start fresh episodes in every env (after a full reset, whose ``obs`` the policy
-        sees next; None: the current observation)."""
+        sees next; None: the current observation). A multi-agent env's ``obs`` is the
+        TensorDict its reset returned."""
+        if self._grouped is not None:
+            self._grouped.start_episodes(obs)
+            return
         if obs is not None:
             self._step.set_obs(obs)
         self._step.start_episodes()
@@ -573,12 +608,15 @@ class SyncDataCollector(DataCollectorBase):
         """One batch of ``steps`` steps: the envs in one group, or in two halves that step
         while the policy acts on the other (overlap, policy batches only). The loop's
         seconds are added to ``times`` (a reset at each batch counts as env time)."""
-        env, plan = self.env, self._plan
         if self.reset_at_each_iter:
             reset_start = time.perf_counter()
-            self._start_episodes(env.reset())
+            self._start_episodes(self.env.reset())
             if times is not None:
                 times.env_s += time.perf_counter() - reset_start
+        if self._grouped is not None:
+            batch = self._grouped.rollout(steps, random, min_steps, should_stop, times)
+            return self._tag_batch(batch, None)
+        env, plan = self.env, self._plan
         # Everything below is decided once per batch, not per step.
         random = random or self.policy is self._random_policy
         if random:
@@ -626,7 +664,6 @@ class SyncDataCollector(DataCollectorBase):
         versions: np.ndarray | None = None,
     ) -> TensorDictBase:
         """Episode bookkeeping, version and worker tags, names and device of a rollout's batch."""
-        n = self.env.num_envs
         if done_steps < steps:  # preempted: keep the steps collected
             td = td[:, :done_steps]
             views = {k: v[:, :done_steps] for k, v in views.items()}
@@ -638,16 +675,22 @@ class SyncDataCollector(DataCollectorBase):
         if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
             views[TRUNCATED_KEY][:, -1] = True
             views[DONE_KEY][:, -1] = True
+        return self._tag_batch(td, versions)
+
+    def _tag_batch(self, td: TensorDict, versions: np.ndarray | None) -> TensorDictBase:
+        """Version and worker tags, env batch dims, names and device of a batch, given
+        ``[num_envs, steps]`` or already ``[*env_batch, steps]``."""
+        shape, steps = td.batch_size, td.batch_size[-1]
         if versions is None:
-            tags = torch.full((n, steps), self.policy_version, dtype=torch.int64)
+            tags = torch.full(shape, self.policy_version, dtype=torch.int64)
             self.batch_version = self.policy_version
         else:  # central inference: each step as its server answered
             tags = torch.from_numpy(versions[:, :steps])
             self.batch_version = int(tags.min())
             self.policy_version = max(self.policy_version, int(tags.max()))
         td.set(POLICY_VERSION_KEY, tags)
-        td.set(WORKER_ID_KEY, torch.full((n, steps), self.worker_id, dtype=torch.int64))
-        if self.env.batch_shape != torch.Size([n]):
+        td.set(WORKER_ID_KEY, torch.full(shape, self.worker_id, dtype=torch.int64))
+        if td.batch_size[:-1] != self.env.batch_shape:
             td = td.reshape(*self.env.batch_shape, steps)
         td.names = [None] * (td.batch_dims - 1) + ["time"]
         if self.storing_device is not None and self.storing_device.type != "cpu":

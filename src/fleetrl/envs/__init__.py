@@ -5,7 +5,9 @@
   torchrl (:mod:`~fleetrl.envs.torchrl_env`), Atari (:class:`AtariEnv`,
   :mod:`~fleetrl.envs.atari`) and MuJoCo (:class:`MujocoEnv`,
   :mod:`~fleetrl.envs.mujoco`) in the engines of :class:`EnvEngine`; the C++
-  engines' episode boundaries: :mod:`~fleetrl.envs.cpp`.
+  engines' episode boundaries: :mod:`~fleetrl.envs.cpp`; a torchrl env with agent
+  groups becomes a :class:`GroupedEnv` (:mod:`~fleetrl.envs.grouped`), stepped in
+  torchrl's grouped layout.
 - :func:`env_spec` reads an env's spaces once (:class:`EnvSpec`).
 - :mod:`~fleetrl.envs.state` saves and restores gymnasium envs for exact resume.
 
@@ -23,6 +25,7 @@ _EXPORTS = {
     "BatchedEnv": "fleetrl.envs.base",
     "EnvEngine": "fleetrl.config",
     "EnvSpec": "fleetrl.envs.spec",
+    "GroupedEnv": "fleetrl.envs.grouped",
     "MujocoEnv": "fleetrl.envs.mujoco",
     "StepResult": "fleetrl.envs.base",
     "create_env_fn": "fleetrl.envs.make",
@@ -35,6 +38,7 @@ __all__ = [
     "BatchedEnv",
     "EnvEngine",
     "EnvSpec",
+    "GroupedEnv",
     "MujocoEnv",
     "StepResult",
     "create_env_fn",
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from fleetrl.config import EnvEngine
     from fleetrl.envs.atari import AtariEnv
     from fleetrl.envs.base import BatchedEnv, StepResult
+    from fleetrl.envs.grouped import GroupedEnv
     from fleetrl.envs.make import create_env_fn, make_env
     from fleetrl.envs.mujoco import MujocoEnv
     from fleetrl.envs.spec import EnvSpec, env_spec

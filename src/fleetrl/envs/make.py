@@ -24,6 +24,7 @@ from fleetrl.envs.atari import AtariEnv
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.cpp import BuiltEnvPool, is_envpool
 from fleetrl.envs.engine import ResolvedEnv, resolve_env
+from fleetrl.envs.grouped import GroupedEnv, is_grouped
 from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
 from fleetrl.envs.mujoco import MujocoEnv
 from fleetrl.envs.registry import EnvKind, lookup_id
@@ -50,8 +51,9 @@ def make_env(
     create_env_fn: Any,
     num_envs: int | None = None,
     create_env_kwargs: dict[str, Any] | None = None,
-) -> BatchedEnv:
-    """Turn what a user passes as an env into a :class:`BatchedEnv`.
+) -> BatchedEnv | GroupedEnv:
+    """Turn what a user passes as an env into a :class:`BatchedEnv`, or a
+    :class:`~fleetrl.envs.grouped.GroupedEnv` for a torchrl env with agent groups.
 
     Args:
         create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
@@ -101,7 +103,7 @@ def make_env(
         )
     if is_torchrl_env(create_env_fn):
         _check_prebuilt_num_envs(num_envs, max(1, create_env_fn.batch_size.numel()), "torchrl env")
-        return TorchRLEnv(create_env_fn)
+        return GroupedEnv(create_env_fn) if is_grouped(create_env_fn) else TorchRLEnv(create_env_fn)
     if callable(create_env_fn):
         return _make_from_factory(create_env_fn, num_envs, kwargs)
     raise EnvError(ENV_TYPE_MSG.format(value=create_env_fn))
@@ -123,10 +125,13 @@ def _call_factory(factory: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
 def _make_from_factory(
     factory: Callable[..., Any], num_envs: int | None, kwargs: dict[str, Any]
-) -> BatchedEnv:
+) -> BatchedEnv | GroupedEnv:
     first = _call_factory(factory, kwargs)
     if num_envs not in (None, 1) and is_torchrl_env(first) and first.batch_size == torch.Size([]):
-        return TorchRLEnv(_serial_copies(first, factory, num_envs, kwargs), unbatched_copies=True)
+        copies = _serial_copies(first, factory, num_envs, kwargs)
+        if is_grouped(first):  # torchrl's grouped policies take any batch dims
+            return GroupedEnv(copies)
+        return TorchRLEnv(copies, unbatched_copies=True)
     if isinstance(first, gym.Env) and not isinstance(first, gym.vector.VectorEnv):
         n = num_envs or 1
         envs = [first] + [_call_factory(factory, kwargs) for _ in range(n - 1)]
