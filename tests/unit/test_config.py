@@ -172,7 +172,7 @@ ALGORITHM_PROBLEMS = [
         "a2c",
         "CartPole-v1",
         "a2c.model=resnet",
-        "a2c.model='resnet' is invalid: must be one of ['auto', 'mlp', 'cnn', 'impala']",
+        "a2c.model='resnet' is invalid: must be one of ['auto', 'mlp', 'cnn', 'impala', 'lstm', 'gru']",
     ),
     ("dqn", "CartPole-v1", "dqn.buffer_size=0", "dqn.buffer_size=0 is invalid: must be > 0"),
     (

@@ -45,7 +45,9 @@ class A2CConfig(ActorCriticConfig):
     """hidden layers of the actor and critic MLPs."""
     model: ModelKind = ModelKind.AUTO
     """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
+    (Nature CNN), 'impala' (IMPALA ResNet), or 'lstm' / 'gru' (a recurrent core of
+    recurrent_size units on the MLP torso, trained through time on sequences of seq_len
+    steps); modules passed in code win."""
 
 
 class A2C(ActorCritic):

@@ -18,25 +18,40 @@
   every gradient to torchrl's GAE, VTrace and loss modules alone.
 - GAE: advantages and value targets with the current critic, once per
   collected batch (:meth:`ActorCritic.prepare`).
+- Recurrent networks (an ``LSTMModule`` or ``GRUModule`` in the actor or the critic,
+  ``model: lstm``/``gru``): the batch is cut into sequences after GAE, minibatches
+  shuffle sequences, and the loss runs the networks over each sequence in recurrent
+  mode, averaging the same terms over the steps under the loss mask
+  (:mod:`fleetrl.algorithms.sequences`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
+from torchrl.modules import set_recurrent_mode
 from torchrl.objectives.value import GAE
 from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
 from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid, on
 from fleetrl.algorithms.heads import ActorCriticHeads
-from fleetrl.algorithms.models import ActionDistribution, make_actor_critic
+from fleetrl.algorithms.models import ActionDistribution, ModelKind, make_actor_critic
+from fleetrl.algorithms.sequences import (
+    BURN_IN_MSG,
+    LOSS_MASK_KEY,
+    SEQ_LEN_MSG,
+    Sequences,
+    is_recurrent,
+    step_values,
+)
 from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import Problems
+from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import DONE_KEY, MASK_KEY, REWARD_KEY, TERMINATED_KEY
 from fleetrl.policies import to_device
 
@@ -50,6 +65,12 @@ __all__ = [
     "policy_gradient",
 ]
 
+RECURRENT_COMPILE_MSG = (
+    "{algo}.compile={compile!r} is invalid with a recurrent policy or critic: sequence "
+    "minibatches (padding, burn-in) have data-dependent shapes; set {algo}.compile=false "
+    "and {algo}.cudagraphs=false"
+)
+
 #: what GAE reads besides the critic's inputs (and the mask of a padded batch)
 GAE_KEYS = (
     REWARD_KEY,
@@ -61,7 +82,17 @@ GAE_KEYS = (
 
 @dataclass
 class ActorCriticConfig(AlgorithmConfig):
-    """What the actor-critic sections share (checked here: GAE and the loss coefficients)."""
+    """What the actor-critic sections share (checked here: GAE, the loss coefficients, and
+    the sequences a recurrent policy trains on)."""
+
+    recurrent_size: int = 128
+    """units of the recurrent core of model lstm or gru (its hidden state's size)."""
+    seq_len: int = 16
+    """recurrent networks (model lstm or gru, or an LSTMModule / GRUModule passed in code):
+    steps per training sequence, burn_in included; gradients flow through these steps."""
+    burn_in: int = 0
+    """recurrent networks: steps at each sequence's start run without gradient to refresh the
+    stored state, left out of the loss (consecutive sequences overlap by these steps)."""
 
     def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
@@ -69,6 +100,23 @@ class ActorCriticConfig(AlgorithmConfig):
             check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
         for name in ("entropy_coef", "critic_coef"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+        check(self.recurrent_size > 0, "recurrent_size", self.recurrent_size, "must be > 0")
+        check(self.seq_len >= 1, "seq_len", self.seq_len, SEQ_LEN_MSG)
+        check(
+            self.seq_len < 1 or 0 <= self.burn_in < self.seq_len,
+            "burn_in",
+            self.burn_in,
+            BURN_IN_MSG.format(seq_len=self.seq_len),
+        )
+        model = getattr(self, "model", None)
+        if isinstance(model, ModelKind) and model.recurrent:
+            check(
+                not self.compile and not self.cudagraphs,
+                "compile" if self.compile else "cudagraphs",
+                self.compile if self.compile else self.cudagraphs,
+                f"must be false with model={model.value!r}: sequence minibatches (padding, "
+                "burn-in) have data-dependent shapes",
+            )
 
 
 # ------------------------------------------------------------------ the loss terms
@@ -184,6 +232,7 @@ class ActorCritic(Algorithm):
             critic=critic,
             # PPO's section has it; A2C's, IMPALA's and APPO's keep the TanhNormal
             distribution=getattr(config, "distribution", ActionDistribution.TANH_NORMAL),
+            recurrent_size=config.recurrent_size,
         )
         to_device(actor, device)
         critic.to(device)
@@ -197,6 +246,14 @@ class ActorCritic(Algorithm):
             **(loss_kwargs or {}),
         )
         self.critic = critic
+        #: how batches are cut into sequences (None: feed-forward networks, flat minibatches)
+        self.sequences: Sequences | None = None
+        if is_recurrent(actor) or is_recurrent(critic):
+            self.sequences = Sequences(config.seq_len, config.burn_in, algo=self.name)
+            if config.compile or config.cudagraphs:
+                raise ConfigError(
+                    [RECURRENT_COMPILE_MSG.format(algo=self.name, compile=config.compile)]
+                )
         #: the networks on tensors (None: the torchrl loss's own forward, see torchrl_loss)
         self.heads = ActorCriticHeads.of(actor, critic)
         keys = None
@@ -253,9 +310,10 @@ class ActorCritic(Algorithm):
         return self.on_device(batch)
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """GAE advantages and value targets for the whole batch, then its valid frames, flat."""
+        """GAE advantages and value targets for the whole batch, then its valid frames, flat
+        (with recurrent networks: its rows cut into sequences, :meth:`Sequences.split`)."""
         batch = self.scaled_rewards(end_padded_rows(self.to_learner(batch)))
-        if self.heads is None:
+        if self.heads is None and self.sequences is None:
             with torch.no_grad():
                 self.gae(batch)
         else:
@@ -274,12 +332,31 @@ class ActorCritic(Algorithm):
             batch.set(t.advantage, advantage)
             batch.set(t.value_target, value_target)
             batch.set(t.value, value)
+        if self.sequences is not None:
+            return self.on_device(self.sequences.split(batch, self.sequence_keys()))
         return self.on_device(flatten_valid(batch, self.keys))
+
+    def sequence_keys(self) -> list[Any]:
+        """What a sequence minibatch keeps: what the networks and the loss read."""
+        t = self.loss_module.tensor_keys
+        keys = [*self.actor.in_keys, *self.critic.in_keys, t.action, t.sample_log_prob]
+        return [*dict.fromkeys(keys), t.advantage, t.value_target, t.value]
+
+    def minibatches(self, data: TensorDictBase) -> Iterator[TensorDictBase]:
+        """Flat minibatches (:meth:`Algorithm.minibatches`), or with recurrent networks
+        shuffled sequences (:meth:`Sequences.minibatches`)."""
+        if self.sequences is None:
+            yield from super().minibatches(data)
+            return
+        yield from self.sequences.minibatches(data, self.num_mini_batch)
 
     @torch.no_grad()
     def values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic's values of a batch's observations and next observations, in one call
-        (what torchrl's GAE module computes through the TensorDict critic)."""
+        (what torchrl's GAE module computes through the TensorDict critic); a recurrent
+        critic's from the stored states (:func:`step_values`)."""
+        if self.sequences is not None:
+            return step_values(self.critic, batch)
         keys = self.heads.in_keys
         both = [torch.cat([batch.get(k), batch.get(("next", k))]) for k in keys]
         return self.heads.value(*both).chunk(2)
@@ -290,25 +367,49 @@ class ActorCritic(Algorithm):
         :func:`standardized`, as PPO's minibatches are (torchrl's ``GAE(average_gae=True)``
         and ``VTrace(average_adv=True)`` give the same numbers; they floor the std at 1e-4
         and 1e-5 instead of 1e-6, ``tests/unit/algorithms/test_loss_parity.py``)."""
-        data.set("advantage", standardized(data.get("advantage")))
+        advantage = data.get("advantage")
+        if LOSS_MASK_KEY in data.keys(include_nested=True):  # sequences: over real steps only
+            mask = data.get(LOSS_MASK_KEY)
+            advantage = advantage.clone()
+            advantage[mask] = standardized(advantage[mask])
+            data.set("advantage", advantage)
+            return data
+        data.set("advantage", standardized(advantage))
         return data
 
     # ------------------------------------------------------------ the loss
     def forward_heads(
         self, data: TensorDictBase
-    ) -> tuple[torch.distributions.Distribution, torch.Tensor, torch.Tensor]:
-        """The policy's distribution, the log-probability of the batch's actions and the value."""
+    ) -> tuple[TensorDictBase, torch.distributions.Distribution, torch.Tensor, torch.Tensor, Any]:
+        """The data the loss reads, the policy's distribution, the log-probability of the
+        batch's actions, the value, and the mask of the distribution's entries in the loss.
+
+        Flat data: the data itself, and no mask. Sequences: the networks run over each
+        sequence in recurrent mode (gradients through time), after the burn-in
+        (:meth:`Sequences.warm_up`); the data, log-probabilities and values are those of
+        the steps under the loss mask, flat, so each loss term is their mean.
+        """
         t = self.loss_module.tensor_keys
-        dist, value = self.heads(*(data.get(k) for k in self.heads.in_keys))
-        return dist, dist.log_prob(data.get(t.action)), value
+        if self.sequences is None:
+            dist, value = self.heads(*(data.get(k) for k in self.heads.in_keys))
+            return data, dist, dist.log_prob(data.get(t.action)), value, None
+        data = self.sequences.warm_up(data, [self.critic, self.actor])
+        mask = data.get(LOSS_MASK_KEY)
+        with set_recurrent_mode(True):
+            dist = self.actor.get_dist(data.select(*self.actor.in_keys).clone(False))
+            value = self.critic(data.select(*self.critic.in_keys).clone(False)).get(t.value)
+        log_prob = dist.log_prob(data.get(t.action))
+        return data[mask], dist, log_prob[mask], value[mask], mask
 
     def with_entropy(
-        self, loss: torch.Tensor, info: dict[str, torch.Tensor], dist: Any
+        self, loss: torch.Tensor, info: dict[str, torch.Tensor], dist: Any, mask: Any = None
     ) -> torch.Tensor:
-        """``loss`` minus ``entropy_coef`` x the entropy, when the bonus is on."""
+        """``loss`` minus ``entropy_coef`` x the entropy, when the bonus is on (the mean over
+        the entries under ``mask``, when given)."""
         if not self._entropy_on:
             return loss
-        entropy = entropy_of(dist).mean()
+        entropy = entropy_of(dist)
+        entropy = (entropy if mask is None else entropy[mask]).mean()
         info["loss/entropy"] = entropy.detach()
         return loss - self.loss_module.entropy_coeff * entropy
 
@@ -316,10 +417,10 @@ class ActorCritic(Algorithm):
         """PPO's and APPO's loss: the clipped surrogate (advantages standardized per
         minibatch with ``normalize_advantage``) + ``critic_coef`` x the value loss (clipped
         with ``clip_value``) - ``entropy_coef`` x the entropy."""
-        if self.heads is None:
+        if self.heads is None and self.sequences is None:
             return self.torchrl_loss(data)
         t, loss_module = self.loss_module.tensor_keys, self.loss_module
-        dist, log_prob, value = self.forward_heads(data)
+        data, dist, log_prob, value, mask = self.forward_heads(data)
         advantage = data.get(t.advantage)
         if self.config.normalize_advantage:
             advantage = standardized(advantage)
@@ -332,23 +433,23 @@ class ActorCritic(Algorithm):
             value, data.get(t.value_target), old_value, clip_value
         )
         info.update({"loss/objective": objective.detach(), "loss/critic": value_loss.detach()})
-        return self.with_entropy(objective + value_loss, info, dist), info
+        return self.with_entropy(objective + value_loss, info, dist, mask), info
 
     def policy_gradient_loss(
         self, data: TensorDictBase
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """A2C's and IMPALA's loss: the policy gradient + ``critic_coef`` x the value loss
         - ``entropy_coef`` x the entropy."""
-        if self.heads is None:
+        if self.heads is None and self.sequences is None:
             return self.torchrl_loss(data)
         t = self.loss_module.tensor_keys
-        dist, log_prob, value = self.forward_heads(data)
+        data, dist, log_prob, value, mask = self.forward_heads(data)
         objective = policy_gradient(log_prob, data.get(t.advantage))
         value_loss = self.loss_module.critic_coeff * critic_loss(
             value, data.get(t.value_target), None, None
         )
         info = {"loss/objective": objective.detach(), "loss/critic": value_loss.detach()}
-        return self.with_entropy(objective + value_loss, info, dist), info
+        return self.with_entropy(objective + value_loss, info, dist, mask), info
 
     def torchrl_loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The torchrl loss module's own forward, for networks of another structure."""

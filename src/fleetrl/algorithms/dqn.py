@@ -81,6 +81,14 @@ class DQNConfig(ReplayConfig):
             self.eps_end,
             "must satisfy 0 <= eps_end <= eps_init <= 1",
         )
+        check(
+            not (isinstance(self.model, ModelKind) and self.model.recurrent),
+            "model",
+            getattr(self.model, "value", self.model),
+            "must be 'auto', 'mlp', 'cnn' or 'impala': dqn learns from single transitions "
+            "of its replay buffer, not sequences, so it cannot train a recurrent network "
+            "(recurrent policies train with ppo, a2c, impala or appo)",
+        )
 
 
 class DQN(ReplayAlgorithm):

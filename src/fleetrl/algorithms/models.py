@@ -6,7 +6,10 @@ Everything here is a plain torchrl/tensordict module, so a user's own
 Which network: ``<algo>.model`` (:class:`ModelKind`) is ``mlp``, ``cnn`` (the
 Nature DQN convolutional torso), ``impala`` (IMPALA's residual torso) or
 ``auto``: ``cnn`` for a 3-D ``uint8`` observation (stacked frames, channels
-first), ``mlp`` otherwise. Observations stay ``uint8`` in batches and replay
+first), ``mlp`` otherwise. The on-policy algorithms also take ``lstm`` and ``gru``:
+a recurrent core (torchrl's ``LSTMModule`` / ``GRUModule``) on top of the MLP torso,
+shared by the actor and the critic (:func:`make_recurrent_actor_critic`), trained
+through time on sequences (:mod:`fleetrl.algorithms.sequences`). Observations stay ``uint8`` in batches and replay
 buffers (a quarter of float32's bytes); the networks scale them by 1/255
 inside. Initialisation follows CleanRL: orthogonal with gain sqrt(2) and zero
 bias in the torso, 0.01 for the policy head, 1 for the value head.
@@ -33,9 +36,16 @@ import enum
 import math
 
 import torch
-from tensordict.nn import NormalParamExtractor, TensorDictModule
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.modules import (
+    GRUModule,
+    IndependentNormal,
+    LSTMModule,
+    ProbabilisticActor,
+    TanhNormal,
+    ValueOperator,
+)
 
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, EnvError
@@ -52,6 +62,7 @@ __all__ = [
     "make_actor_critic",
     "make_critic",
     "make_qnet",
+    "make_recurrent_actor_critic",
     "make_torso",
     "mlp",
     "resolve_model",
@@ -81,6 +92,13 @@ class ModelKind(str, enum.Enum):
     MLP = "mlp"
     CNN = "cnn"
     IMPALA = "impala"
+    LSTM = "lstm"
+    GRU = "gru"
+
+    @property
+    def recurrent(self) -> bool:
+        """A recurrent core on the torso (trained on sequences: on-policy algorithms only)."""
+        return self in (ModelKind.LSTM, ModelKind.GRU)
 
 
 class ActionDistribution(str, enum.Enum):
@@ -101,7 +119,7 @@ def resolve_model(model: str | ModelKind, info: EnvSpec) -> ModelKind:
 def conv_problems(algo: str, model: str, env_id: str, info: EnvSpec) -> list[str]:
     """Why ``model`` cannot serve this env (empty when it can): for config validation."""
     kind = resolve_model(model, info)
-    if kind in (ModelKind.AUTO, ModelKind.MLP):
+    if kind in (ModelKind.AUTO, ModelKind.MLP) or kind.recurrent:
         return []
     problems = []
     if len(info.obs_shape) != 3:
@@ -382,6 +400,7 @@ def make_actor_critic(
     critic: nn.Module | None = None,
     normalizer: nn.Module | None = None,
     distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
+    recurrent_size: int = 128,
 ) -> tuple[nn.Module, nn.Module]:
     """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
 
@@ -395,6 +414,7 @@ def make_actor_critic(
     (orthogonal init, gain 0.01) and a value head (gain 1); ``hidden`` is
     unused. When the user gives one of the two, the other gets a torso of its
     own. ``mlp``: separate MLPs of ``hidden`` widths (see :class:`ModelKind`).
+    ``lstm``/``gru``: :func:`make_recurrent_actor_critic` with ``recurrent_size`` units.
 
     Examples:
         >>> info = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
@@ -403,6 +423,17 @@ def make_actor_critic(
         ['NatureTorso', 'Linear']
     """
     kind = resolve_model(model, info)
+    if kind.recurrent:
+        return make_recurrent_actor_critic(
+            kind,
+            info,
+            hidden,
+            recurrent_size,
+            actor=actor,
+            critic=critic,
+            normalizer=normalizer,
+            distribution=distribution,
+        )
     if kind is ModelKind.MLP:
         cleanrl = not info.discrete and distribution == ActionDistribution.NORMAL
         if actor is None:
@@ -423,6 +454,86 @@ def make_actor_critic(
         head = layer_init(nn.Linear(torso.out_features, 1), std=1.0)
         critic = ValueOperator(nn.Sequential(torso, head), in_keys=["observation"])
     return actor, critic
+
+
+def make_recurrent_actor_critic(
+    kind: ModelKind,
+    info: EnvSpec,
+    hidden: list[int],
+    recurrent_size: int,
+    *,
+    actor: nn.Module | None = None,
+    critic: nn.Module | None = None,
+    normalizer: nn.Module | None = None,
+    distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
+) -> tuple[nn.Module, nn.Module]:
+    """An actor and a critic that share one MLP torso and one recurrent core.
+
+    The torso (``hidden`` widths, Tanh; ``normalizer`` first) writes ``embed``; the
+    core (torchrl's ``LSTMModule`` for ``lstm``, ``GRUModule`` for ``gru``, of
+    ``recurrent_size`` units) reads it with its state and writes ``memory``; a policy
+    head (Categorical, or TanhNormal within the action bounds) and a value head read
+    ``memory``. Sharing the core means the state the collectors carry for the policy
+    is the critic's state too (CleanRL's ``ppo_atari_lstm.py`` shares it as well).
+    When the user gives one of the two, the other is the feed-forward default
+    (``mlp``): a core of its own would read a state nobody carries.
+
+    Examples:
+        >>> info = EnvSpec(4, 2, 1, None, None, (4,), torch.float32)
+        >>> actor, critic = make_recurrent_actor_critic(ModelKind.LSTM, info, [64], 32)
+        >>> sorted(k for k in actor.in_keys)
+        ['is_init', 'observation', 'recurrent_state_c', 'recurrent_state_h']
+        >>> list(critic.module)[1] is list(actor.module[0].module)[1]
+        True
+    """
+    if actor is not None or critic is not None:
+        return make_actor_critic(
+            ModelKind.MLP,
+            info,
+            hidden,
+            actor=actor,
+            critic=critic,
+            normalizer=normalizer,
+            distribution=distribution,
+        )
+    check_default_actions(info)
+    width = hidden[-1] if hidden else info.obs_dim
+    body = (
+        nn.Sequential(_mlp_for(info, width, hidden[:-1], normalizer=normalizer), nn.Tanh())
+        if hidden
+        else nn.Sequential(
+            *([normalizer] if normalizer is not None else []), _FlatInput(info.obs_shape)
+        )
+    )
+    torso = TensorDictModule(body, in_keys=["observation"], out_keys=["embed"])
+    core_class = LSTMModule if kind is ModelKind.LSTM else GRUModule
+    core = core_class(
+        input_size=width, hidden_size=recurrent_size, in_key="embed", out_key="memory"
+    )
+    if info.discrete:
+        head = layer_init(nn.Linear(recurrent_size, info.num_actions), std=0.01)
+        policy = TensorDictModule(head, in_keys=["memory"], out_keys=["logits"])
+        actor = ProbabilisticActor(
+            TensorDictSequential(torso, core, policy),
+            in_keys=["logits"],
+            distribution_class=torch.distributions.Categorical,
+            return_log_prob=True,
+        )
+    else:
+        head = nn.Sequential(
+            layer_init(nn.Linear(recurrent_size, 2 * info.action_dim), std=0.01),
+            NormalParamExtractor(),
+        )
+        policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
+        actor = ProbabilisticActor(
+            TensorDictSequential(torso, core, policy),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            distribution_kwargs={"low": info.action_low, "high": info.action_high},
+            return_log_prob=True,
+        )
+    value = ValueOperator(layer_init(nn.Linear(recurrent_size, 1), std=1.0), in_keys=["memory"])
+    return actor, TensorDictSequential(torso, core, value)
 
 
 def make_qnet(model: str | ModelKind, info: EnvSpec, hidden: list[int]) -> nn.Module:

@@ -46,6 +46,7 @@ from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
 from fleetrl.algorithms.base import end_padded_rows, flatten_valid
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ModelKind
+from fleetrl.algorithms.sequences import sequence_log_prob, step_values
 from fleetrl.config import Config
 from fleetrl.errors import PolicyError, Problems
 from fleetrl.keys import ACTION_LOG_PROB_KEY, DONE_KEY, REWARD_KEY, TERMINATED_KEY
@@ -89,7 +90,9 @@ class VTraceConfig(ActorCriticConfig):
     """hidden layers of the actor and critic MLPs."""
     model: ModelKind = ModelKind.AUTO
     """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
+    (Nature CNN), 'impala' (IMPALA ResNet), or 'lstm' / 'gru' (a recurrent core of
+    recurrent_size units on the MLP torso, trained through time on sequences of seq_len
+    steps); modules passed in code win."""
 
     @property
     def steps_per_batch(self) -> int:
@@ -130,6 +133,9 @@ class VTraceTargets:
         log_prob_key: where the batch holds the behaviour policy's log-probabilities
             (log mu), as the acting policy wrote them.
         heads: the same actor and critic on tensors (None: called as TensorDict modules).
+        recurrent: the networks hold a recurrent core: the values come from the stored
+            states (:func:`~fleetrl.algorithms.sequences.step_values`), log pi from the
+            actor run over each whole row in recurrent mode.
 
     Writes ``advantage`` (``clip(rho, rho_bar) * (r + gamma * v_{s+1} - V(x_s))``),
     ``value_target`` (``v_s``) and ``state_value`` (``V(x_s)``, the critic's value
@@ -146,8 +152,10 @@ class VTraceTargets:
         c_bar: float,
         log_prob_key: str | tuple[str, ...] = ACTION_LOG_PROB_KEY,
         heads: ActorCriticHeads | None = None,
+        recurrent: bool = False,
     ):
         self.heads = heads
+        self.recurrent = recurrent
         self.actor = actor
         self.critic = critic
         self.gamma = gamma
@@ -162,6 +170,10 @@ class VTraceTargets:
         """V(x_s), V(x_{s+1}) and log pi(a_s|x_s): on tensors through ``heads`` (the values
         of both in one call), else through the TensorDict modules."""
         action = batch.get("action")
+        if self.recurrent:
+            value, next_value = step_values(self.critic, batch)
+            log_pi = sequence_log_prob(self.actor, batch, "action")
+            return value, next_value, log_pi.reshape(value.shape)
         if self.heads is None:
             value = self._value(batch)
             next_value = self._value(batch.get("next"))
@@ -215,6 +227,7 @@ class VTraceActorCritic(ActorCritic):
             c_bar=config.c_bar,
             log_prob_key=self.loss_module.tensor_keys.sample_log_prob,
             heads=self.heads,
+            recurrent=self.sequences is not None,
         )
 
     @property
@@ -224,7 +237,9 @@ class VTraceActorCritic(ActorCritic):
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """V-trace targets for the whole batch with the current actor and critic, then its
-        valid frames, flat."""
+        valid frames, flat (with recurrent networks: its rows cut into sequences)."""
         batch = self.scaled_rewards(end_padded_rows(self.to_learner(batch)))
         self.vtrace(batch)
+        if self.sequences is not None:
+            return self.on_device(self.sequences.split(batch, self.sequence_keys()))
         return self.on_device(flatten_valid(batch, self.keys))

@@ -61,7 +61,8 @@ def test_env_info_reads_shape_and_dtype(pixel_info):
 
 
 def test_config_model_values_are_the_model_kinds():
-    assert tuple(kind.value for kind in ModelKind) == ("auto", "mlp", "cnn", "impala")
+    kinds = ("auto", "mlp", "cnn", "impala", "lstm", "gru")
+    assert tuple(kind.value for kind in ModelKind) == kinds
     for _, cfg in ALGOS.values():
         assert cfg().model == "auto"
 
@@ -222,7 +223,7 @@ def test_unknown_model_is_a_config_error():
     with pytest.raises(ConfigError) as info:
         config_from_dict({"algorithm": "ppo"}, ["ppo.model=resnet"])
     assert info.value.problems == [
-        "ppo.model='resnet' is invalid: must be one of ['auto', 'mlp', 'cnn', 'impala']"
+        "ppo.model='resnet' is invalid: must be one of ['auto', 'mlp', 'cnn', 'impala', 'lstm', 'gru']"
     ]
 
 

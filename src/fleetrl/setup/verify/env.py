@@ -188,7 +188,7 @@ def space_rules(config: Config, spec: EnvSpec, check: Problems) -> None:
             check.say(f"{config.algorithm}.model", text)
         if config.env.normalize_observation:
             kind = resolve_model(model, spec)
-            if kind is not ModelKind.MLP:
+            if kind is not ModelKind.MLP and not kind.recurrent:  # lstm/gru: an MLP torso
                 text = NORMALIZE_CONV_MSG.format(model=kind.value, shape=spec.obs_shape)
                 check.say("env.normalize_observation", text)
     _replay_memory(config, spec, check)

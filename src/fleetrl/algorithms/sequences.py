@@ -1,0 +1,297 @@
+"""Sequence minibatches: how the on-policy learners train recurrent policies through time.
+
+A collected batch is ``[*env_batch, time]``: each env's row holds its steps in order,
+and the recurrent state the policy read at each step (torchrl's ``LSTMModule`` /
+``GRUModule`` keys, recorded by the collectors) with ``is_init`` True at each
+episode's first step. Shuffling single steps (the feed-forward minibatches) runs the
+network one step at a time from the stored state, so no gradient flows through time
+and the network cannot learn what to remember. Here instead:
+
+- :meth:`Sequences.split` cuts each row along time into sequences of ``seq_len``
+  steps (the last one padded), after GAE or V-trace ran on the whole row. Each
+  sequence starts from the state stored at its first step (``is_init`` is set
+  there, and wherever an episode starts inside it, so the module starts from the
+  stored state or from zeros); ``LOSS_MASK_KEY`` says which steps enter the loss.
+- With ``burn_in`` > 0, consecutive sequences overlap: each one's first ``burn_in``
+  steps are the ``burn_in`` steps before its own, and they are only run (without
+  gradient, :meth:`Sequences.warm_up`) to bring the stored state up to date with
+  the current weights (R2D2's burn-in); every step enters the loss exactly once.
+- :meth:`Sequences.minibatches` shuffles sequences, not steps.
+- The loss runs the modules over each whole sequence in torchrl's recurrent mode
+  (``set_recurrent_mode(True)``), so gradients flow through time, and averages
+  over the steps under the loss mask only.
+
+:func:`step_values` gives GAE and V-trace the critic's values from the stored
+states, and :func:`sequence_log_prob` V-trace's log pi over whole rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
+
+from fleetrl.errors import ConfigError, PolicyError
+from fleetrl.keys import DONE_KEY, MASK_KEY
+
+__all__ = [
+    "LOSS_MASK_KEY",
+    "Sequences",
+    "is_recurrent",
+    "recurrent_cores",
+    "sequence_log_prob",
+    "step_values",
+]
+
+#: True at the steps of a sequence that enter the loss (not padding, not burn-in)
+LOSS_MASK_KEY = ("sequence", "loss_mask")
+IS_INIT_KEY = "is_init"
+
+SEQ_LEN_MSG = "must be >= 1 (steps per sequence a recurrent policy is trained on)"
+BURN_IN_MSG = "must be >= 0 and < seq_len ({seq_len}): burn-in steps are part of each sequence"
+TOO_FEW_SEQUENCES_MSG = (
+    "{algo}.num_mini_batch={num_mini_batch} is invalid for this batch: it holds {count} "
+    "sequences of seq_len={seq_len} steps (its rows cut along time), fewer than the "
+    "minibatches; lower num_mini_batch or seq_len, or collect longer rows"
+)
+UNCARRIED_STATE_MSG = (
+    "the critic reads the recurrent state {key!r}, but the batch does not hold {missing!r}: "
+    "a recurrent critic's state must be carried by the collected policy; share the "
+    "recurrent core between the actor and the critic (as model: lstm does), or give "
+    "the critic a state the actor carries"
+)
+
+
+def recurrent_cores(*modules: nn.Module | None) -> list[nn.Module]:
+    """The torchrl ``LSTMModule`` and ``GRUModule`` inside ``modules``, each once."""
+    found: list[nn.Module] = []
+    for module in modules:
+        if module is None:
+            continue
+        for sub in module.modules():
+            if isinstance(sub, (LSTMModule, GRUModule)) and all(sub is not f for f in found):
+                found.append(sub)
+    return found
+
+
+def is_recurrent(module: nn.Module | None) -> bool:
+    """Whether ``module`` holds a torchrl ``LSTMModule`` or ``GRUModule``.
+
+    Example:
+        >>> is_recurrent(LSTMModule(input_size=3, hidden_size=4, in_key="x", out_key="y"))
+        True
+        >>> is_recurrent(nn.Linear(3, 4))
+        False
+    """
+    return bool(recurrent_cores(module))
+
+
+def state_keys(core: nn.Module) -> list[tuple[Any, Any]]:
+    """``(state key, next state key)`` of a core: what it reads at a step, what it writes."""
+    count = 2 if isinstance(core, LSTMModule) else 1
+    return list(zip(core.in_keys[1 : 1 + count], core.out_keys[1 : 1 + count]))
+
+
+class Sequences:
+    """How an on-policy learner cuts batches into sequences (see the module docstring).
+
+    Args:
+        seq_len: steps per sequence, burn-in included (>= 1).
+        burn_in: steps at the start of each sequence run without gradient and left
+            out of the loss (>= 0 and < ``seq_len``).
+        algo: the config section's name, for messages.
+
+    Example:
+        >>> batch = TensorDict({"x": torch.arange(10.0).reshape(2, 5)}, [2, 5])
+        >>> seqs = Sequences(seq_len=2).split(batch)
+        >>> seqs.shape, seqs["x"][:3].tolist()
+        (torch.Size([6, 2]), [[0.0, 1.0], [2.0, 3.0], [4.0, 4.0]])
+        >>> seqs[LOSS_MASK_KEY][:3].tolist()
+        [[True, True], [True, True], [True, False]]
+    """
+
+    def __init__(self, seq_len: int, burn_in: int = 0, *, algo: str = "ppo"):
+        problems = []
+        if seq_len < 1:
+            problems.append(f"{algo}.seq_len={seq_len} is invalid: {SEQ_LEN_MSG}")
+        elif not 0 <= burn_in < seq_len:
+            message = BURN_IN_MSG.format(seq_len=seq_len)
+            problems.append(f"{algo}.burn_in={burn_in} is invalid: {message}")
+        if problems:
+            raise ConfigError(problems)
+        self.seq_len = seq_len
+        self.burn_in = burn_in
+        self.algo = algo
+
+    @property
+    def stride(self) -> int:
+        """Steps between the starts of consecutive sequences: the steps each one trains on."""
+        return self.seq_len - self.burn_in
+
+    def split(self, batch: TensorDictBase, keys: Iterable[Any] | None = None) -> TensorDictBase:
+        """The batch's rows cut into sequences: ``[sequences, seq_len]``.
+
+        ``batch`` is ``[*env_batch, time]`` (GAE already on it); ``keys``: only these are
+        kept. Sequence ``j`` of a row holds the steps ``j * stride - burn_in`` to
+        ``j * stride + stride - 1``; a step before the row's first or after its last
+        (or masked out by ``("collector", "mask")``) is padding. ``is_init`` is True at
+        each sequence's first real step and where an episode starts in it;
+        ``LOSS_MASK_KEY`` is True at the real steps after the burn-in. Sequences with no
+        step in the loss (a padded row's tail) are dropped.
+        """
+        steps = batch.shape[-1]
+        present = set(batch.keys(include_nested=True))
+        valid = batch.get(MASK_KEY) if MASK_KEY in present else None
+        done = batch.get(DONE_KEY)[..., 0] if DONE_KEY in present else None
+        is_init = batch.get(IS_INIT_KEY)[..., 0] if IS_INIT_KEY in present else None
+        if keys is not None:
+            batch = batch.select(*keys, strict=False)
+        rows = batch.reshape(-1, steps)
+        count = rows.shape[0]
+        device = rows.device if rows.device is not None else _first_leaf(rows).device
+        valid = (
+            torch.ones(count, steps, dtype=torch.bool, device=device)
+            if valid is None
+            else valid.reshape(count, steps)
+        )
+        # an episode starts after a done step (and where the collector says so)
+        starts = torch.zeros(count, steps, dtype=torch.bool, device=device)
+        if done is not None:
+            starts[:, 1:] = done.reshape(count, steps)[:, :-1]
+        if is_init is not None:
+            starts |= is_init.reshape(count, steps)
+
+        per_row = math.ceil(steps / self.stride)
+        slot = torch.arange(self.seq_len, device=device)
+        time = torch.arange(per_row, device=device)[:, None] * self.stride - self.burn_in + slot
+        inside = (time >= 0) & (time < steps)  # [per_row, seq_len]
+        index = time.clamp(0, steps - 1)
+        first = time == time.clamp_min(0)[:, :1]  # each sequence's first step in the row
+
+        seqs = rows[:, index.reshape(-1)].reshape(count * per_row, self.seq_len)
+        real = (valid[:, index] & inside).reshape(count * per_row, self.seq_len)
+        loss_mask = real & (slot >= self.burn_in)
+        init = (starts[:, index] & inside | first).reshape(count * per_row, self.seq_len, 1)
+        seqs.set(IS_INIT_KEY, init)
+        seqs.set(LOSS_MASK_KEY, loss_mask)
+        keep = loss_mask.any(-1)
+        return seqs if bool(keep.all()) else seqs[keep]
+
+    def minibatches(self, data: TensorDictBase, num_mini_batch: int) -> Iterator[TensorDictBase]:
+        """A fresh random split of the sequences into ``num_mini_batch`` minibatches.
+
+        Sequences are shuffled whole; minibatch sizes differ by one at most, so no
+        sequence is left out.
+
+        Raises:
+            ConfigError: fewer sequences than minibatches.
+        """
+        count = data.shape[0]
+        if count < num_mini_batch:
+            raise ConfigError(
+                [
+                    TOO_FEW_SEQUENCES_MSG.format(
+                        algo=self.algo,
+                        num_mini_batch=num_mini_batch,
+                        count=count,
+                        seq_len=self.seq_len,
+                    )
+                ]
+            )
+        if num_mini_batch == 1:
+            yield data
+            return
+        device = data.device if data.device is not None else _first_leaf(data).device
+        order = torch.randperm(count, device=device)
+        for part in order.tensor_split(num_mini_batch):
+            yield data[part]
+
+    def warm_up(self, data: TensorDictBase, networks: Sequence[nn.Module]) -> TensorDictBase:
+        """The steps after the burn-in, each sequence's state brought up to date.
+
+        The burn-in steps run through ``networks`` (in recurrent mode, without
+        gradient) from the stored state; the state each recurrent core reaches
+        replaces the stored one at the first step after the burn-in, unless an
+        episode (or the row) starts there. ``data`` is not changed. Without burn-in,
+        ``data`` itself.
+        """
+        if self.burn_in == 0:
+            return data
+        head, train = data[:, : self.burn_in], data[:, self.burn_in :]
+        fresh = train.get(IS_INIT_KEY)[:, 0]  # [batch, 1]
+        cores = recurrent_cores(*networks)
+        warmed = head.clone(False)  # the networks' outputs go here, not into data
+        covered: list[nn.Module] = []
+        with torch.no_grad(), set_recurrent_mode(True):
+            for network in networks:
+                own = recurrent_cores(network)
+                if all(any(c is d for d in covered) for c in own):
+                    continue  # its cores ran already (a core shared by actor and critic)
+                network(warmed)
+                covered += own
+        train = train.clone(False)
+        for core in cores:
+            for key, next_key in state_keys(core):
+                stored = train.get(key)
+                reached = warmed.get(next_key)[:, -1]
+                pick = fresh.reshape(-1, *[1] * (reached.dim() - 1))
+                state = stored.clone()
+                state[:, 0] = torch.where(pick, stored[:, 0], reached)
+                train.set(key, state)
+        is_init = train.get(IS_INIT_KEY).clone()
+        is_init[:, 0] = True
+        train.set(IS_INIT_KEY, is_init)
+        return train
+
+
+def step_values(critic: nn.Module, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+    """A recurrent critic's values of each step and of each next observation, one step each.
+
+    V(x_t) is read from the state stored at step t; V(x_{t+1}) from the next observation
+    and the state the policy wrote after step t (``("next", state)``), which continues
+    the episode even where it ended (a truncated episode's bootstrap). Both in one call,
+    without gradient, outside recurrent mode.
+
+    Raises:
+        PolicyError: the critic reads a state the batch does not carry.
+    """
+    keys = [k for k in critic.in_keys if k != IS_INIT_KEY]
+    present = set(batch.keys(include_nested=True))
+    for key in keys:
+        next_key = ("next", *key) if isinstance(key, tuple) else ("next", key)
+        for needed in (key, next_key):
+            if needed not in present:
+                raise PolicyError(UNCARRIED_STATE_MSG.format(key=key, missing=needed))
+    flat = batch.reshape(-1)
+    now = flat.select(*keys)
+    later = TensorDict({k: flat.get(("next", k)) for k in keys}, now.batch_size)
+    both = torch.cat([now, later])
+    both.set(IS_INIT_KEY, torch.zeros(*both.batch_size, 1, dtype=torch.bool, device=both.device))
+    with torch.no_grad(), set_recurrent_mode(False):
+        value = critic(both).get("state_value")
+    value, next_value = value.chunk(2)
+    shape = (*batch.batch_size, *value.shape[1:])
+    return value.reshape(shape), next_value.reshape(shape)
+
+
+def sequence_log_prob(actor: nn.Module, batch: TensorDictBase, action_key: Any) -> torch.Tensor:
+    """log pi of each action of a ``[*env_batch, time]`` batch, the actor run over each
+    whole row in recurrent mode from the state stored at the row's first step (V-trace's
+    log pi with the current weights). Shaped like the batch."""
+    steps = batch.shape[-1]
+    rows = batch.reshape(-1, steps).select(*actor.in_keys, action_key).clone(False)
+    is_init = rows.get(IS_INIT_KEY).clone()
+    is_init[:, 0] = True
+    rows.set(IS_INIT_KEY, is_init)
+    with set_recurrent_mode(True):
+        dist = actor.get_dist(rows)
+    return dist.log_prob(rows.get(action_key)).reshape(batch.shape)
+
+
+def _first_leaf(data: TensorDictBase) -> torch.Tensor:
+    return next(iter(data.values(include_nested=True, leaves_only=True)))
