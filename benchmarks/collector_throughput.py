@@ -30,6 +30,7 @@ from common import (
     gym_env,
     machine,
     mlp,
+    plot_collector_throughput,
     print_table,
     write_json,
 )
@@ -117,6 +118,8 @@ def main() -> None:
         "collector_throughput", {"machine": machine(), "args": vars(args), "results": results}
     )
     print(f"\nwrote {path}")
+    if (plot := plot_collector_throughput(results)) is not None:
+        print(f"drew {plot}")
 
 
 if __name__ == "__main__":

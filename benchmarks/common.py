@@ -218,3 +218,107 @@ def print_table(header: list[str], rows: list[list[str]], title: str | None = No
     print("-+-".join("-" * w for w in widths))
     for row in rows:
         print(fmt.format(*row))
+
+
+# ------------------------------------------------------------------ plots
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (files only), or None where it is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def plot_collector_throughput(results: list[dict], out: Path = RESULTS_DIR) -> Path | None:
+    """``collector_throughput.png``: frames/s against the number of envs, one line per
+    contestant (the raw loop, fleetrl, fleetrl with a compiled policy, torchrl), from the
+    rows of ``collector_throughput.json``'s ``results``; both axes logarithmic."""
+    plt = _pyplot()
+    if plt is None or not results:
+        return None
+    envs = [r["num_envs"] for r in results]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (
+        ("raw_fps", "raw loop (the limit)"),
+        ("fleetrl_fps", "fleetrl SyncDataCollector"),
+        ("compiled_fps", "fleetrl, compiled policy"),
+        ("torchrl_fps", "torchrl Collector"),
+    ):
+        ys = [r.get(key) for r in results]
+        if all(y is not None for y in ys):
+            ax.plot(envs, ys, marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(envs, [str(n) for n in envs])
+    ax.set_xlabel("envs in the collector (CartPole-v1)")
+    ax.set_ylabel("frames/s (median of paired rounds)")
+    ax.set_title("Collector throughput against envs")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return _save(fig, plt, out / "collector_throughput.png")
+
+
+def plot_learner_ratios(
+    cases: dict[str, dict], name: str = "learner_throughput", out: Path = RESULTS_DIR
+) -> Path | None:
+    """``<name>.png`` (the result file's name): each case's fleetrl optimizer step against the same
+    update written in plain PyTorch (plain ms / fleetrl ms: above 1 is faster than plain),
+    eager and, where measured, compiled, from ``learner_throughput.json``'s ``cases``; the
+    0.9x line is the target."""
+    plt = _pyplot()
+    if plt is None or not cases:
+        return None
+    names = list(cases)
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.5))
+    modes = [m for m in ("eager", "compiled") if any(cases[n].get(f"ratio_{m}") for n in names)]
+    height = 0.8 / max(1, len(modes))
+    for i, mode in enumerate(modes):
+        ratios = [cases[n].get(f"ratio_{mode}") or 0.0 for n in names]
+        ys = [k + (i - (len(modes) - 1) / 2) * height for k in range(len(names))]
+        ax.barh(ys, ratios, height=height, label=f"fleetrl {mode} / plain {mode}")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.axvline(0.9, color="grey", linestyle="--", label="target 0.9x")
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("plain PyTorch ms per step / fleetrl ms per step")
+    ax.set_title("Learner throughput against plain PyTorch")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / len(names)), ncol=3)
+    return _save(fig, plt, out / f"{name}.png")
+
+
+def _save(fig, plt, path: Path) -> Path:
+    path.parent.mkdir(exist_ok=True)
+    fig.tight_layout()
+    # no timestamp in the file: the same results draw the same bytes
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def redraw(out: Path = RESULTS_DIR) -> list[Path]:
+    """Draw every plot again from the committed result files (``python benchmarks/common.py
+    plots``): the same plots each benchmark draws when it writes its results."""
+    drawn = [
+        plot_collector_throughput(
+            json.loads((out / "collector_throughput.json").read_text())["results"], out
+        ),
+        *(
+            plot_learner_ratios(json.loads((out / f"{name}.json").read_text())["cases"], name, out)
+            for name in ("learner_throughput", "learner_throughput_compiled")
+        ),
+    ]
+    return [p for p in drawn if p is not None]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["plots"]:
+        sys.exit("usage: python benchmarks/common.py plots")
+    for drawn_path in redraw():
+        print(f"drew {drawn_path}")

@@ -43,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, print_table, write_json
+from common import machine, plot_learner_ratios, print_table, write_json
 from plain_learners import PlainA2C, PlainDQN, PlainPPO, PlainSAC, PlainVTrace
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -331,6 +331,8 @@ def main() -> None:
         table,
     )
     print(f"\nresults: {path}")
+    if (plot := plot_learner_ratios(results["cases"], args.out)) is not None:
+        print(f"drew {plot}")
 
 
 if __name__ == "__main__":

@@ -452,8 +452,44 @@ def _mujoco_learning_plot(png: Path) -> tuple[str, str]:
     return alt, caption
 
 
+def _collector_throughput_plot(png: Path) -> tuple[str, str]:
+    """collector_throughput.png: frames/s against envs, from ``collector_throughput.json``."""
+    rows = load_result("collector_throughput")["results"]
+    envs = ", ".join(str(r["num_envs"]) for r in rows)
+    first, last = rows[0], rows[-1]
+    alt = (
+        f"Frames per second against the number of envs ({envs}, log scales) for the raw loop, "
+        "fleetrl's SyncDataCollector, fleetrl with a compiled policy and torchrl's Collector: "
+        f"fleetrl goes from {first['fleetrl_vs_raw']:.2f}x the raw loop at {first['num_envs']} "
+        f"env to {last['fleetrl_vs_raw']:.2f}x at {last['num_envs']}, and stays "
+        f"{min(r['fleetrl_vs_torchrl'] for r in rows):.1f}x to "
+        f"{max(r['fleetrl_vs_torchrl'] for r in rows):.1f}x above torchrl"
+    )
+    return alt, "Collector throughput against envs (CartPole-v1)"
+
+
+def _learner_plot(png: Path) -> tuple[str, str]:
+    """learner_throughput*.png: fleetrl's step against plain PyTorch's, per case."""
+    name = png.stem
+    cases = load_result(name)["cases"]
+    mode = "compiled" if name.endswith("compiled") else "eager"
+    ratios = {c: v.get(f"ratio_{mode}") for c, v in cases.items() if v.get(f"ratio_{mode}")}
+    below = [c for c, r in ratios.items() if r < 0.9]
+    alt = (
+        f"Horizontal bars, one per case, of plain PyTorch's milliseconds per {mode} optimizer "
+        f"step divided by fleetrl's, from {min(ratios.values()):.2f}x to "
+        f"{max(ratios.values()):.2f}x, with the 0.9x target as a dashed line"
+        + (f"; below it: {', '.join(below)}" if below else "; every case at or above it")
+    )
+    return alt, f"Learner throughput against plain PyTorch, {mode} ({name}.json)"
+
+
 #: the alt text and caption of each plot, by its results prefix: a plot is said in words
-PLOT_TEXT = {"mujoco_learning": _mujoco_learning_plot}
+PLOT_TEXT = {
+    "mujoco_learning": _mujoco_learning_plot,
+    "collector_throughput": _collector_throughput_plot,
+    "learner_throughput": _learner_plot,
+}
 
 
 def _cell(text: str) -> str:
