@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 RECURRENT_COMPILE_MSG = (
-    "{algo}.compile={compile!r} is invalid with a recurrent policy or critic: sequence "
+    "{algo}.{key}=True is invalid with a recurrent policy or critic: sequence "
     "minibatches (padding, burn-in) have data-dependent shapes; set {algo}.compile=false "
     "and {algo}.cudagraphs=false"
 )
@@ -251,9 +251,8 @@ class ActorCritic(Algorithm):
         if is_recurrent(actor) or is_recurrent(critic):
             self.sequences = Sequences(config.seq_len, config.burn_in, algo=self.name)
             if config.compile or config.cudagraphs:
-                raise ConfigError(
-                    [RECURRENT_COMPILE_MSG.format(algo=self.name, compile=config.compile)]
-                )
+                key = "compile" if config.compile else "cudagraphs"
+                raise ConfigError([RECURRENT_COMPILE_MSG.format(algo=self.name, key=key)])
         #: the networks on tensors (None: the torchrl loss's own forward, see torchrl_loss)
         self.heads = ActorCriticHeads.of(actor, critic)
         keys = None

@@ -29,6 +29,7 @@ from fleetrl.algorithms.base import as_device
 from fleetrl.algorithms.heads import TensorNet
 from fleetrl.algorithms.models import ModelKind, make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
+from fleetrl.algorithms.sequences import refuse_recurrent
 from fleetrl.config import Config, EvalActions
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
@@ -127,6 +128,7 @@ class DQN(ReplayAlgorithm):
         qnet: nn.Module | None = None,
         device: Any = None,
     ):
+        refuse_recurrent("dqn", qnet=qnet)
         if not info.discrete:
             raise ConfigError(
                 [

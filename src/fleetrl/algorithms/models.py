@@ -519,6 +519,17 @@ def make_recurrent_actor_critic(
             distribution_class=torch.distributions.Categorical,
             return_log_prob=True,
         )
+    elif ActionDistribution(distribution) is ActionDistribution.NORMAL:
+        # CleanRL's Normal, as make_actor builds it: a state-independent scale
+        loc = layer_init(nn.Linear(recurrent_size, info.action_dim), std=0.01)
+        head = StateIndependentScale(loc, info.action_dim)
+        policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
+        actor = ProbabilisticActor(
+            TensorDictSequential(torso, core, policy),
+            in_keys=["loc", "scale"],
+            distribution_class=IndependentNormal,  # log-prob summed over the action dims
+            return_log_prob=True,
+        )
     else:
         head = nn.Sequential(
             layer_init(nn.Linear(recurrent_size, 2 * info.action_dim), std=0.01),

@@ -31,6 +31,7 @@ from fleetrl.algorithms.base import as_device
 from fleetrl.algorithms.heads import PolicyHead, StackedMLP, TensorNet
 from fleetrl.algorithms.models import make_actor
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
+from fleetrl.algorithms.sequences import refuse_recurrent
 from fleetrl.config import Config, EvalActions
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
@@ -117,6 +118,7 @@ class SAC(ReplayAlgorithm):
         qvalue: nn.Module | None = None,
         device: Any = None,
     ):
+        refuse_recurrent("sac", actor=actor, qvalue=qvalue)
         if info.discrete:
             raise ConfigError(
                 [

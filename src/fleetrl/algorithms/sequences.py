@@ -44,6 +44,7 @@ __all__ = [
     "Sequences",
     "is_recurrent",
     "recurrent_cores",
+    "refuse_recurrent",
     "sequence_log_prob",
     "step_values",
 ]
@@ -89,6 +90,27 @@ def is_recurrent(module: nn.Module | None) -> bool:
         False
     """
     return bool(recurrent_cores(module))
+
+
+RECURRENT_REPLAY_MSG = (
+    "{name}={module!r} is recurrent (it holds an LSTMModule or GRUModule): {algo} learns from "
+    "single transitions of its replay buffer, not sequences, so it cannot train it through "
+    "time; pass a feed-forward network, or train the recurrent policy with ppo, a2c, impala "
+    "or appo"
+)
+
+
+def refuse_recurrent(algo: str, **modules: nn.Module | None) -> None:
+    """Raise :class:`~fleetrl.errors.PolicyError` where one of ``modules`` (by argument
+    name) is recurrent: an algorithm without sequence minibatches (DQN, SAC) would train it
+    one step at a time from stored states, which is not training a memory.
+
+    Example:
+        >>> refuse_recurrent("sac", actor=nn.Linear(3, 2))  # feed-forward: accepted
+    """
+    for name, module in modules.items():
+        if is_recurrent(module):
+            raise PolicyError(RECURRENT_REPLAY_MSG.format(name=name, module=module, algo=algo))
 
 
 def state_keys(core: nn.Module) -> list[tuple[Any, Any]]:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from tensordict import TensorDict
-from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.modules import LSTMModule, ProbabilisticActor, ValueOperator
 
@@ -258,3 +258,37 @@ def test_too_few_sequences_for_the_minibatches_is_refused():
     data = ppo.prepare(collected(ppo, frames=32, num_envs=2))  # 2 rows of 16 steps
     with pytest.raises(ConfigError, match=r"ppo.num_mini_batch=8 is invalid for this batch: "):
         list(ppo.minibatches(data))
+
+
+def test_a_recurrent_policy_keeps_the_configured_continuous_distribution():
+    from torchrl.modules import IndependentNormal, TanhNormal
+
+    pendulum = env_spec("Pendulum-v1")
+    for distribution, expected in (("normal", IndependentNormal), ("tanh_normal", TanhNormal)):
+        config = PPOConfig(model="lstm", recurrent_size=8, distribution=distribution)
+        ppo = PPO(config, pendulum)
+        assert is_recurrent(ppo.policy)
+        heads = [m for m in ppo.policy.modules() if isinstance(m, ProbabilisticTensorDictModule)]
+        assert [h.distribution_class for h in heads] == [expected]
+
+
+def test_compiling_a_recurrent_network_is_refused_under_the_key_that_asked_for_it():
+    for key in ("compile", "cudagraphs"):
+        with pytest.raises(ConfigError) as info:
+            PPO(
+                PPOConfig(recurrent_size=8, **{key: True}),
+                env_spec("CartPole-v1"),
+                actor=memory_actor(),
+            )
+        assert info.value.problems[0].startswith(f"ppo.{key}=True is invalid with a recurrent ")
+
+
+def test_replay_algorithms_refuse_a_recurrent_network_by_its_argument():
+    from fleetrl import PolicyError
+    from fleetrl.algorithms import DQN, SAC, DQNConfig, SACConfig
+
+    lstm = LSTMModule(input_size=3, hidden_size=4, in_key="observation", out_key="memory")
+    with pytest.raises(PolicyError, match=r"(?s)^actor=.* is recurrent .*: sac learns from single"):
+        SAC(SACConfig(), env_spec("Pendulum-v1"), actor=lstm)
+    with pytest.raises(PolicyError, match=r"(?s)^qnet=.* is recurrent .*: dqn learns from single"):
+        DQN(DQNConfig(), env_spec("CartPole-v1"), qnet=lstm)
