@@ -74,6 +74,7 @@ def enum_value(cls: type[enum.Enum], value: Any) -> enum.Enum | None:
 FROZEN_ON_RESUME = {
     "algorithm": "that algorithm's networks and optimizer",
     "env.id": "networks sized for that env's spaces",
+    "env.observation_indices": "networks sized for that many observation entries",
     "env.atari.frame_stack": "networks sized for that many stacked frames",
     "env.atari.screen_size": "networks sized for that frame size",
     "env.atari.full_action_space": "networks sized for that many actions",
@@ -188,6 +189,10 @@ class EnvConfig:
     HalfCheetah-v5); other envs use 'gymnasium'."""
     atari: AtariConfig = field(default_factory=AtariConfig)
     """Atari preprocessing (applies to ALE ids, e.g. ALE/Pong-v5, in every engine)."""
+    observation_indices: list[int] | None = None
+    """keep only these entries of a flat observation, in this order (null: all of it): a
+    POMDP by name, e.g. [0, 2] is CartPole without its velocities (fleetrl.envs.PartialEnv);
+    training, evaluation and videos all see it; env.engine gymnasium only."""
     normalize_observation: bool = False
     """normalize observations by running mean and variance merged from every collector's
     frames on the learner, published with the weights (fleetrl.normalization; PPO, A2C,

@@ -185,16 +185,21 @@ def video_env(env_id: Any) -> tuple[gym.Env, float]:
     ``env_id``: a gymnasium id, an :class:`fleetrl.envs.AtariEnv` (built in the
     gymnasium engine with its preprocessing, whatever its engine) or a
     :class:`fleetrl.envs.MujocoEnv` (gymnasium's env of its id, with its arguments and
-    step limit, whatever its engine).
+    step limit, whatever its engine) or a :class:`fleetrl.envs.PartialEnv` (the policy
+    sees the kept observation entries; the frames show the whole env).
     """
     from fleetrl.envs.atari import AtariEnv, gym_atari, is_atari_id
     from fleetrl.envs.mujoco import MujocoEnv
+    from fleetrl.envs.partial import PartialEnv
 
     if isinstance(env_id, str) and is_atari_id(env_id):
         env_id = AtariEnv(env_id)
     if isinstance(env_id, AtariEnv):
         env = gym_atari(env_id.env_id, env_id.atari, render_mode="rgb_array")
         return env, ATARI_HZ / env_id.atari.frame_skip
+    if isinstance(env_id, PartialEnv):  # the policy sees the kept entries; the frames, all
+        env, fps = video_env(env_id.env_id)
+        return env_id.wrap(env), fps
     kwargs: dict[str, Any] = {}
     if isinstance(env_id, MujocoEnv):
         kwargs = dict(env_id.env_kwargs)

@@ -70,6 +70,7 @@ ALGO_TINY = {
         ["sac.learning_starts=128", "sac.updates_per_batch=2", "env.num_envs=2"],
     ),
     "ppo_pendulum.yaml": (512, ["ppo.num_mini_batch=4"]),
+    "ppo_lstm_cartpole_novel.yaml": (512, []),  # rows of 128 steps: 32 sequences of 16
 }
 
 
@@ -91,6 +92,18 @@ def algorithm_run(config: str, run: Path, capsys) -> None:
     assert frames_of(run) == [fpb, 2 * fpb, 3 * fpb]
     assert load_checkpoint(latest_checkpoint(run))["frames"] == 3 * fpb
     evaluate(run, capsys, config)
+
+
+def recurrent_run(config: str, run: Path, capsys) -> None:
+    """The POMDP with an LSTM: trained, resumed and evaluated as any algorithm's config
+    (Ray collectors carry the recurrent state), then filmed: the policy sees the kept
+    entries and carries its state from step to step."""
+    algorithm_run(config, run, capsys)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["env"]["observation_indices"], saved["ppo"]["model"]) == ([0, 2], "lstm")
+    video = run.parent / "novel.mp4"
+    assert main(["eval", str(run), "--video", str(video), "--episodes", "1"]) == 0
+    assert re.search(r"video .*: \d+ frames", capsys.readouterr().out)
 
 
 # ------------------------------------------------- gradient workers (scheme)
@@ -372,6 +385,7 @@ def sweep_run(config: str, run: Path, capsys) -> None:
 
 FAMILIES: dict[str, Callable[[str, Path, object], None]] = {
     **dict.fromkeys(ALGO_TINY, algorithm_run),
+    "ppo_lstm_cartpole_novel.yaml": recurrent_run,
     **{f"ppo_cartpole_{m}.yaml": scheme_run for m in ("parallel", "async", "decentralized")},
     "impala_cartpole.yaml": first_ready_run,
     "appo_cartpole.yaml": first_ready_run,
@@ -459,7 +473,7 @@ def test_the_headers_suggest_other_envs_and_engines():
         "sac_mujoco.yaml env.engine=envpool",
         "dqn_atari.yaml dqn.buffer_size=1000000",
     } <= ids
-    assert len(ids) == len(SUGGESTIONS) == 19
+    assert len(ids) == len(SUGGESTIONS) == 22
 
 
 @pytest.mark.parametrize(("config", "overrides"), SUGGESTIONS)

@@ -4,7 +4,9 @@
   (:mod:`fleetrl.envs.make`): gymnasium (:mod:`~fleetrl.envs.gymnasium`),
   torchrl (:mod:`~fleetrl.envs.torchrl_env`), Atari (:class:`AtariEnv`,
   :mod:`~fleetrl.envs.atari`) and MuJoCo (:class:`MujocoEnv`,
-  :mod:`~fleetrl.envs.mujoco`) in the engines of :class:`EnvEngine`; the C++
+  :mod:`~fleetrl.envs.mujoco`) in the engines of :class:`EnvEngine`; a POMDP
+  keeping chosen observation entries (:class:`PartialEnv`,
+  :mod:`~fleetrl.envs.partial`); the C++
   engines' episode boundaries: :mod:`~fleetrl.envs.cpp`; a torchrl env with agent
   groups becomes a :class:`GroupedEnv` (:mod:`~fleetrl.envs.grouped`), stepped in
   torchrl's grouped layout.
@@ -27,6 +29,7 @@ _EXPORTS = {
     "EnvSpec": "fleetrl.envs.spec",
     "GroupedEnv": "fleetrl.envs.grouped",
     "MujocoEnv": "fleetrl.envs.mujoco",
+    "PartialEnv": "fleetrl.envs.partial",
     "StepResult": "fleetrl.envs.base",
     "create_env_fn": "fleetrl.envs.make",
     "env_spec": "fleetrl.envs.spec",
@@ -40,6 +43,7 @@ __all__ = [
     "EnvSpec",
     "GroupedEnv",
     "MujocoEnv",
+    "PartialEnv",
     "StepResult",
     "create_env_fn",
     "env_spec",
@@ -55,4 +59,5 @@ if TYPE_CHECKING:
     from fleetrl.envs.grouped import GroupedEnv
     from fleetrl.envs.make import create_env_fn, make_env
     from fleetrl.envs.mujoco import MujocoEnv
+    from fleetrl.envs.partial import PartialEnv
     from fleetrl.envs.spec import EnvSpec, env_spec

@@ -4,8 +4,9 @@
 kind of env its id names (:class:`~fleetrl.envs.registry.EnvKind`: an ALE game,
 a MuJoCo env, another gymnasium id), whether anything is registered under the
 id, what the collectors build for it (:attr:`ResolvedEnv.create_env_fn`) and
-every problem of stepping it in ``env.engine`` with ``env.atari``, in config
-keys. A run resolves its env once, when its config is verified
+every problem of stepping it in ``env.engine`` with ``env.atari`` (and
+``env.observation_indices``: a :class:`~fleetrl.envs.partial.PartialEnv`), in
+config keys. A run resolves its env once, when its config is verified
 (:func:`fleetrl.setup.verify.check`), and passes the result down: the checks,
 :func:`fleetrl.setup.verify.describe` and :func:`fleetrl.envs.create_env_fn`
 read it.
@@ -39,6 +40,7 @@ from fleetrl.config import EnvConfig, EnvEngine
 from fleetrl.envs.atari import AtariEnv, check_atari_engine
 from fleetrl.envs.cpp import is_envpool
 from fleetrl.envs.mujoco import MujocoEnv, check_mujoco_engine
+from fleetrl.envs.partial import INDICES_ENGINE_MSG, PartialEnv, index_problems
 from fleetrl.envs.registry import EnvKind, lookup_id
 from fleetrl.envs.torchrl_env import is_torchrl_env
 from fleetrl.errors import ConfigError
@@ -92,6 +94,8 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
     elif registered:
         atari = kind is EnvKind.ATARI
         check_atari_engine(env.id, env.engine, env.atari, "env.", problems, is_atari=atari)
+    if env.observation_indices is not None:
+        problems.extend(_indices_problems(env, kind, registered))
     built_by: Any = env.id  # another id stays an id: make_env builds it with gymnasium
     if problems:
         built_by = None
@@ -99,8 +103,29 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
         built_by = AtariEnv.checked(env.id, env.engine, env.atari)
     elif kind is EnvKind.MUJOCO and env.engine != EnvEngine.GYMNASIUM:
         built_by = MujocoEnv(env.id, env.engine, env.max_episode_steps)
+    elif env.observation_indices is not None:
+        built_by = PartialEnv(env.id, tuple(env.observation_indices))
     # a copy: the section a caller changes later is not the one resolved
     return ResolvedEnv(copy.deepcopy(env), kind, registered, tuple(problems), built_by)
+
+
+def _indices_problems(env: EnvConfig, kind: EnvKind, registered: bool) -> list[str]:
+    """``env.observation_indices`` that no engine could apply: not distinct integers >= 0,
+    an ALE game (a frame stack has no entries to name), or a C++ engine. Whether each index
+    is in range is known once an env is built (:func:`fleetrl.setup.verify.describe`)."""
+    key, value = "env.observation_indices", env.observation_indices
+    problems = index_problems(value, key)
+    if not registered:  # the unknown id is the problem to name
+        return problems
+    engine = EnvEngine(env.engine).value
+    if kind is EnvKind.ATARI:
+        fix = "an ALE game's observation is a stack of frames: remove the key (null)"
+    elif engine != EnvEngine.GYMNASIUM.value:
+        fix = "use env.engine='gymnasium', or remove the key (null)"
+    else:
+        return problems
+    text = INDICES_ENGINE_MSG.format(key=key, value=value, env_id=env.id, engine=engine, fix=fix)
+    return [*problems, text]
 
 
 def engine_problems(env: EnvConfig) -> list[str]:

@@ -27,6 +27,7 @@ from fleetrl.envs.engine import ResolvedEnv, resolve_env
 from fleetrl.envs.grouped import GroupedEnv, is_grouped
 from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
 from fleetrl.envs.mujoco import MujocoEnv
+from fleetrl.envs.partial import PartialEnv
 from fleetrl.envs.registry import EnvKind, lookup_id
 from fleetrl.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from fleetrl.errors import EnvError
@@ -58,7 +59,8 @@ def make_env(
     Args:
         create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
             torchrl ``EnvBase``, or a callable returning one of these; or a
-            :class:`fleetrl.envs.AtariEnv` or :class:`fleetrl.envs.MujocoEnv`.
+            :class:`fleetrl.envs.AtariEnv`, :class:`fleetrl.envs.MujocoEnv` or
+            :class:`fleetrl.envs.PartialEnv` (a gymnasium id keeping chosen observation entries).
             An ALE id (``"ALE/Pong-v5"``) is
             built as ``AtariEnv(id)``: the standard Atari preprocessing in the
             gymnasium engine.
@@ -83,7 +85,7 @@ def make_env(
         create_env_fn = AtariEnv.from_kwargs(create_env_fn, kwargs)
     elif kind is EnvKind.MUJOCO and "engine" in kwargs:
         create_env_fn = MujocoEnv.from_kwargs(create_env_fn, kwargs)
-    if isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv)):
         return create_env_fn.make(num_envs or 1)
     if isinstance(create_env_fn, str):
         return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))
@@ -172,7 +174,8 @@ def _serial_copies(first: Any, factory: Callable[..., Any], n: int, kwargs: dict
 def create_env_fn(env: EnvConfig | ResolvedEnv) -> Any:
     """What the collectors build for a config's ``env`` section: an ALE id becomes an
     :class:`~fleetrl.envs.AtariEnv` with ``env.engine`` and ``env.atari``; a MuJoCo id in the
-    envpool engine a :class:`~fleetrl.envs.MujocoEnv`; other ids stay ids.
+    envpool engine a :class:`~fleetrl.envs.MujocoEnv`; an id with ``env.observation_indices``
+    a :class:`~fleetrl.envs.PartialEnv`; other ids stay ids.
 
     Give the run's :class:`~fleetrl.envs.engine.ResolvedEnv` where there is one (a section
     is resolved here otherwise); a section whose engine cannot step it raises ConfigError.

@@ -28,6 +28,7 @@ from fleetrl.config import EnvEngine
 from fleetrl.envs.atari import AtariEnv
 from fleetrl.envs.make import make_env
 from fleetrl.envs.mujoco import MujocoEnv
+from fleetrl.envs.partial import PartialEnv
 from fleetrl.envs.torchrl_env import is_torchrl_env
 
 __all__ = ["EnvSpec", "env_spec"]
@@ -69,10 +70,10 @@ def env_spec(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None = None
     """The :class:`EnvSpec` of what ``create_env_fn`` builds (one env, closed at once).
 
     Takes what :func:`~fleetrl.envs.make_env` takes (a gymnasium id, an
-    :class:`~fleetrl.envs.AtariEnv` or :class:`~fleetrl.envs.MujocoEnv`, a
-    gymnasium or torchrl env or a factory); the observation is what the
-    collectors see (an Atari game's preprocessed frame stack, e.g. uint8
-    ``(4, 84, 84)``; MuJoCo's ``float32``).
+    :class:`~fleetrl.envs.AtariEnv`, :class:`~fleetrl.envs.MujocoEnv` or
+    :class:`~fleetrl.envs.PartialEnv`, a gymnasium or torchrl env or a factory); the
+    observation is what the collectors see (an Atari game's preprocessed frame stack, e.g.
+    uint8 ``(4, 84, 84)``; MuJoCo's ``float32``; a PartialEnv's kept entries).
     """
     env = make_env(create_env_fn, num_envs=None, create_env_kwargs=create_env_kwargs)
     built_here = not isinstance(create_env_fn, (gym.Env, gym.vector.VectorEnv)) and not (
@@ -119,6 +120,6 @@ def _bounds(env: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
 def _name(create_env_fn: Any) -> str:
     if isinstance(create_env_fn, str):
         return create_env_fn
-    if isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv)):
         return create_env_fn.env_id
     return type(create_env_fn).__name__

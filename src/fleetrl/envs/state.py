@@ -10,7 +10,8 @@ pickled objects. That is possible only where we know what the state is:
 - its random generator (``np_random``): the bit generator's state dict;
 - the wrappers ``gymnasium.make`` adds: ``TimeLimit`` (steps in the episode),
   ``OrderEnforcing`` (whether it was reset) and ``PassiveEnvChecker`` (no
-  state that changes what the env does);
+  state that changes what the env does); fleetrl's wrappers that set
+  ``stateless = True`` (``KeepEntries``: ``env.observation_indices``);
 - a ``SyncVectorEnv`` around them: its autoreset flags and its action space's
   random generator (the collector's uniform random actions).
 
@@ -100,8 +101,8 @@ def _wrapper_state(wrapper: gym.Wrapper) -> dict[str, Any]:
         return {"elapsed_steps": wrapper._elapsed_steps}
     if kind is OrderEnforcing:
         return {"has_reset": bool(wrapper._has_reset)}
-    if kind is PassiveEnvChecker:
-        return {}
+    if kind is PassiveEnvChecker or getattr(kind, "stateless", False):
+        return {}  # a wrapper that says it holds no state, e.g. KeepEntries (not imported here)
     raise _Unsaveable(kind.__name__)
 
 

@@ -4,7 +4,8 @@
 (one env built, then closed), from its section resolved once
 (:func:`fleetrl.envs.engine.resolve_env`), or says what keeps it from being
 built: the engine's problems, an unknown id (with the closest ids), an env that
-fails to build. The rules here read the resolved env and the spec: the
+fails to build, observation indices past the observation's last entry
+(``env.observation_indices``). The rules here read the resolved env and the spec: the
 ``env.atari`` keys of an env that is no ALE game, evaluation videos of an env
 that cannot render, and what the env's spaces allow (the algorithm's kind of
 actions, a convolutional network, normalization, a replay buffer that fits in
@@ -31,6 +32,7 @@ import math
 from fleetrl.algorithms.models import NORMALIZE_CONV_MSG, ModelKind, conv_problems, resolve_model
 from fleetrl.config import AtariConfig, Config
 from fleetrl.envs.engine import EnvKind, ResolvedEnv, resolve_env
+from fleetrl.envs.partial import PartialEnv
 from fleetrl.envs.spec import EnvSpec, env_spec
 from fleetrl.errors import Problem, Problems
 from fleetrl.runtime import human_bytes, physical_memory
@@ -87,8 +89,14 @@ def describe(
     """
     env = env if env is not None else resolve_env(config.env)
     if env.problems:  # the engine cannot be built as configured; its problems say why
-        return None, [Problem("env.engine", text=p) for p in env.problems]
+        return None, [Problem(_problem_key(p), text=p) for p in env.problems]
     return describe_env(env)
+
+
+def _problem_key(text: str) -> str:
+    """The key a problem of the resolved env names: env.observation_indices, or the engine."""
+    key = "env.observation_indices"
+    return key if text.startswith(key) else "env.engine"
 
 
 def describe_env(env: ResolvedEnv) -> tuple[EnvSpec | None, list[Problem]]:
@@ -105,6 +113,10 @@ def describe_env(env: ResolvedEnv) -> tuple[EnvSpec | None, list[Problem]]:
         text = UNKNOWN_ENV_MSG.format(env_id=env_id, hint=close_ids(env_id))
         return None, [Problem("env.id", text=text)]
     try:
+        if isinstance(env.built_by, PartialEnv):  # indices past the observation's last entry
+            texts = env.built_by.space_problems("env.observation_indices")
+            if texts:
+                return None, [Problem("env.observation_indices", text=t) for t in texts]
         spec = env_spec(env.create_env_fn)
     # a registered env may fail to build for any reason of its own (a missing
     # dependency, a bad default argument): report it as a config problem
