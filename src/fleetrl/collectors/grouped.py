@@ -61,6 +61,7 @@ from fleetrl.keys import (
 __all__ = [
     "GROUPED_ARGUMENT_MSG",
     "GROUP_ACTION_MSG",
+    "GROUP_PROBE_MSG",
     "ROOT_ACTION_MSG",
     "GroupedRollout",
     "check_grouped_arguments",
@@ -73,6 +74,11 @@ ROOT_ACTION_MSG = (
     "TensorDictModule(net, in_keys=[{obs!r}], out_keys=[{key!r}]) (or a ProbabilisticActor "
     "over torchrl's MultiAgentMLP with out_keys=[{key!r}]), or pass policy=None for random "
     "actions per agent"
+)
+GROUP_PROBE_MSG = (
+    "policy={policy!r} raised {err} on the env's first step: it reads {reads}, and this "
+    "multi-agent env's observations are {obs}; read those and write each group's action "
+    "key, e.g. out_keys=[{key!r}]"
 )
 GROUP_ACTION_MSG = (
     "policy={policy!r} did not write the env's action keys {missing} (it wrote {keys}); a "
@@ -124,19 +130,33 @@ def check_grouped_policy(
         torch.inference_mode(),
         set_exploration_type(exploration_type),
     ):
-        out = policy(td.clone())
+        try:
+            out = policy(td.clone())
+        except Exception as err:  # a policy built for another layout: say what this one has
+            raise PolicyError(
+                GROUP_PROBE_MSG.format(
+                    policy=policy,
+                    err=f"{type(err).__name__}: {err}".splitlines()[0],
+                    reads=getattr(policy, "in_keys", "?"),
+                    obs=observation_keys(env),
+                    key=_example_action(env),
+                )
+            ) from err
     if not isinstance(out, TensorDictBase):
         raise PolicyError(
             f"policy={policy!r} returned {type(out).__name__}; it must return a TensorDict"
         )
     written = list(out.keys(include_nested=True, leaves_only=True))
     action_keys = env.action_keys
-    example = next((k for k in action_keys if isinstance(k, tuple)), action_keys[0])
+    example = _example_action(env)
     if "action" in written and "action" not in action_keys:
         group = example[:-1] if isinstance(example, tuple) else ()
+        obs = observation_keys(env)
+        # the observation of the example's group, as the env names it
+        in_group = [k for k in obs if isinstance(k, tuple) and k[: len(group)] == group]
         raise PolicyError(
             ROOT_ACTION_MSG.format(
-                policy=policy, keys=action_keys, key=example, obs=(*group, "observation")
+                policy=policy, keys=action_keys, key=example, obs=(in_group or obs)[0]
             )
         )
     missing = [k for k in action_keys if k not in written]
@@ -151,6 +171,17 @@ def check_grouped_policy(
             raise PolicyError(
                 GROUP_ACTION_SHAPE_MSG.format(policy=policy, key=key, got=got, want=want)
             )
+
+
+def observation_keys(env: GroupedEnv) -> list[NestedKey]:
+    """The leaf keys of the env's observations (what a policy may read), as it names them."""
+    return list(env.env.observation_spec.keys(include_nested=True, leaves_only=True))
+
+
+def _example_action(env: GroupedEnv) -> NestedKey:
+    """A group's action key (the first nested one), for the messages' examples."""
+    keys = env.action_keys
+    return next((k for k in keys if isinstance(k, tuple)), keys[0])
 
 
 class GroupedRollout:

@@ -206,6 +206,20 @@ def test_root_action_policy_is_refused_before_collecting():
         SyncDataCollector(ENVS["nested"], policy, frames_per_batch=12)
     assert "('data', 'action')" in str(err.value)
     assert "policy=" in str(err.value)
+    # the fix reads the observation the env has, not a made-up ("data", "observation")
+    assert "in_keys=[('data', 'states')]" in str(err.value)
+
+
+def test_a_policy_that_cannot_read_the_grouped_observation_is_told_what_the_env_has():
+    from torch import nn
+
+    with pytest.raises(PolicyError) as err:  # as_policy reads "observation": no such key
+        SyncDataCollector(ENVS["nested"], nn.Linear(3, 2), frames_per_batch=12)
+    text = str(err.value)
+    assert text.startswith("policy=")
+    assert "raised KeyError" in text and "on the env's first step: it reads ['observation']" in text
+    assert "observations are [('data', 'states')" in text
+    assert text.endswith("e.g. out_keys=[('data', 'action')]")
 
 
 def test_arguments_the_grouped_rollout_lacks_are_refused_at_once():
