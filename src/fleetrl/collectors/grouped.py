@@ -112,7 +112,7 @@ def check_grouped_arguments(**given: Any) -> None:
 
 
 #: the defaults of the arguments that :func:`check_grouped_arguments` checks (others: None)
-_DEFAULTS: dict[str, Any] = {"split_trajs": False, "set_truncated": False}
+_DEFAULTS: dict[str, Any] = {"split_trajs": False, "set_truncated": False, "inference": "local"}
 
 
 def check_grouped_policy(

@@ -256,7 +256,7 @@ def per_collector(p: Problems, name: str, value: Any, count: int) -> list[Any]:
     return [value] * count
 
 
-def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]], *, build: bool) -> None:
+def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]], *, build: bool) -> bool:
     """Refuse here what the workers would refuse when they build their envs, or what could
     not be sent to them.
 
@@ -272,6 +272,10 @@ def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]], *, build: 
       before any actor starts. A factory that fails here for another reason (a package
       or device only the workers have) is left to the workers, which report what they meet.
 
+    Returns:
+        Whether a probed env has agent groups (a multi-agent torchrl env: the workers
+        collect it in torchrl's grouped layout, which refuses some arguments).
+
     Raises:
         EnvError: the message the worker would have raised, naming the collector (its
             ``worker_id`` set, as a worker's error has it).
@@ -279,6 +283,7 @@ def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]], *, build: 
     from fleetrl.envs.atari import AtariEnv, is_atari_id
     from fleetrl.envs.mujoco import MujocoEnv, is_mujoco_id
 
+    grouped = False
     seen: set[int] = set()
     for index, (create_env_fn, kwargs) in enumerate(zip(env_fns, kwargs_list)):
         if id(create_env_fn) in seen or isinstance(create_env_fn, (AtariEnv, MujocoEnv)):
@@ -291,11 +296,14 @@ def probe_envs(env_fns: list[Any], kwargs_list: list[dict[str, Any]], *, build: 
         try:
             _check_pickles(create_env_fn)
             if build:
-                _probe(create_env_fn, kwargs.get("num_envs"), kwargs.get("create_env_kwargs"))
+                grouped |= _probe(
+                    create_env_fn, kwargs.get("num_envs"), kwargs.get("create_env_kwargs")
+                )
         except EnvError as err:
             error = EnvError(f"collector {index}: {err}")
             error.worker_id = index  # type: ignore[attr-defined]
             raise error from None
+    return grouped
 
 
 UNPICKLABLE_MSG = (
@@ -317,9 +325,11 @@ def _check_pickles(create_env_fn: Any) -> None:
         raise EnvError(UNPICKLABLE_MSG.format(value=create_env_fn, err=text)) from None
 
 
-def _probe(create_env_fn: Any, num_envs: Any, create_env_kwargs: Any) -> None:
+def _probe(create_env_fn: Any, num_envs: Any, create_env_kwargs: Any) -> bool:
+    """Build the env as a worker would; whether it has agent groups (False: not probed)."""
     import gymnasium as gym
 
+    from fleetrl.envs.grouped import GroupedEnv
     from fleetrl.envs.make import make_env
     from fleetrl.envs.torchrl_env import is_torchrl_env
 
@@ -332,9 +342,10 @@ def _probe(create_env_fn: Any, num_envs: Any, create_env_kwargs: Any) -> None:
         raise
     except Exception as err:
         logger.debug("create_env_fn=%r not probed here: %s", create_env_fn, err)
-        return
+        return False
     if not built:  # the user's own env stays open for its workers
         env.close()
+    return isinstance(env, GroupedEnv)
 
 
 def check_resources(remotes: list[dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fleetrl.backends import BACKENDS, Backend, make_backend
 from fleetrl.collectors.arguments import check_feature_arguments
+from fleetrl.collectors.grouped import check_grouped_arguments
 from fleetrl.collectors.inference.checks import check_inference, probe_batched
 from fleetrl.collectors.inference.options import InferenceOptions, given_options
 from fleetrl.collectors.ray_checks import (
@@ -117,7 +118,19 @@ def plan_collection(**given: Any) -> RayPlan:
     )
     backend = make_backend(g["backend"])
     # what a worker would refuse in its envs, or could not be sent it: refused here
-    probe_envs(args.env_fns, args.kwargs_list, build=args.native)
+    if probe_envs(args.env_fns, args.kwargs_list, build=args.native):
+        # a multi-agent env: what its workers' grouped rollout would refuse, refused here
+        check_grouped_arguments(
+            inference=inference.mode.value,
+            trajs_per_batch=g["trajs_per_batch"],
+            split_trajs=g["split_trajs"],
+            max_frames_per_traj=None
+            if g["max_frames_per_traj"] in (None, -1)
+            else g["max_frames_per_traj"],
+            compile_policy=g["compile_policy"] or None,
+            cudagraph_policy=g["cudagraph_policy"] or None,
+            set_truncated=g["set_truncated"],
+        )
     if inference.served:  # a policy a server cannot feed batches: refused here
         kwargs = args.kwargs_list[0]
         probe_batched(

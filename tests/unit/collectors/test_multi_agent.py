@@ -250,3 +250,21 @@ def test_init_random_frames_and_reset_at_each_iter():
     assert ("data", "action_log_prob") not in first.keys(True)
     assert ("data", "action_log_prob") in second.keys(True)
     assert bool((second.get(("data", "states"))[:, 0] == 0).all())
+
+
+def test_a_ray_collector_refuses_what_the_grouped_rollout_lacks_before_any_worker_starts():
+    from fleetrl import RayCollector
+
+    with pytest.raises(ConfigError) as err:  # the driver's probe of the env, in its own words
+        RayCollector(
+            ENVS["nested"],
+            _mappo_actor(),
+            frames_per_batch=12,
+            backend="inprocess",
+            inference="server",
+            trajs_per_batch=2,
+        )
+    assert err.value.problems == [
+        "inference='server' is invalid: " + GROUPED_ARGUMENT_MSG.format(default="local"),
+        "trajs_per_batch=2 is invalid: " + GROUPED_ARGUMENT_MSG.format(default=None),
+    ]
