@@ -77,6 +77,24 @@ ALGOS = {
             "trainer.test_every=2",
         ],
     ),
+    # a recurrent policy trained through time on the POMDP (the velocities removed): the
+    # collector's recurrent states and the partial env are in the checkpoint
+    "ppo_lstm": (
+        "ppo_lstm_cartpole_novel.yaml",
+        1024,
+        [
+            "env.num_envs=4",
+            "collector.frames_per_batch=256",
+            "ppo.recurrent_size=16",
+            "ppo.hidden_sizes=[16]",
+            "ppo.seq_len=8",
+            "ppo.burn_in=2",
+            "ppo.num_epochs=2",
+            "ppo.num_mini_batch=4",
+            "ppo.lr_schedule=constant",
+            "trainer.test_every=2",
+        ],
+    ),
     "sac": (  # the split falls inside the random-action phase (learning_starts)
         "sac_pendulum.yaml",
         512,
