@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: the CPU wheel, so no CUDA build is ever downloaded.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev,atari,mujoco,video,docs,tune,mlflow,wandb]"
+	$(BIN)/pip install -q -e ".[dev,atari,mujoco,video,marl,docs,tune,mlflow,wandb]"
 	touch $@
 
 venv: $(BIN)/.installed

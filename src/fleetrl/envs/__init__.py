@@ -9,7 +9,8 @@
   :mod:`~fleetrl.envs.partial`); the C++
   engines' episode boundaries: :mod:`~fleetrl.envs.cpp`; a torchrl env with agent
   groups becomes a :class:`GroupedEnv` (:mod:`~fleetrl.envs.grouped`), stepped in
-  torchrl's grouped layout.
+  torchrl's grouped layout; a PettingZoo parallel env becomes such a torchrl env
+  through :class:`PettingZooEnv` (:mod:`~fleetrl.envs.pettingzoo`).
 - :func:`env_spec` reads an env's spaces once (:class:`EnvSpec`).
 - :mod:`~fleetrl.envs.state` saves and restores gymnasium envs for exact resume.
 
@@ -30,6 +31,7 @@ _EXPORTS = {
     "GroupedEnv": "fleetrl.envs.grouped",
     "MujocoEnv": "fleetrl.envs.mujoco",
     "PartialEnv": "fleetrl.envs.partial",
+    "PettingZooEnv": "fleetrl.envs.pettingzoo",
     "StepResult": "fleetrl.envs.base",
     "create_env_fn": "fleetrl.envs.make",
     "env_spec": "fleetrl.envs.spec",
@@ -44,6 +46,7 @@ __all__ = [
     "GroupedEnv",
     "MujocoEnv",
     "PartialEnv",
+    "PettingZooEnv",
     "StepResult",
     "create_env_fn",
     "env_spec",
@@ -60,4 +63,5 @@ if TYPE_CHECKING:
     from fleetrl.envs.make import create_env_fn, make_env
     from fleetrl.envs.mujoco import MujocoEnv
     from fleetrl.envs.partial import PartialEnv
+    from fleetrl.envs.pettingzoo import PettingZooEnv
     from fleetrl.envs.spec import EnvSpec, env_spec

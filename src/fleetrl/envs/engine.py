@@ -89,16 +89,22 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
     engine's checks, and what builds it."""
     kind, registered = lookup_id(env.id)
     problems: list[str] = []
-    if registered and kind is EnvKind.MUJOCO:  # envpool steps MuJoCo ids too
+    if kind is EnvKind.PETTINGZOO:
+        problems.extend(_pettingzoo_problems(env))
+    elif registered and kind is EnvKind.MUJOCO:  # envpool steps MuJoCo ids too
         check_mujoco_engine(env.id, env.engine, "env.", problems)
     elif registered:
         atari = kind is EnvKind.ATARI
         check_atari_engine(env.id, env.engine, env.atari, "env.", problems, is_atari=atari)
-    if env.observation_indices is not None:
+    if env.observation_indices is not None and kind is not EnvKind.PETTINGZOO:
         problems.extend(_indices_problems(env, kind, registered))
     built_by: Any = env.id  # another id stays an id: make_env builds it with gymnasium
     if problems:
         built_by = None
+    elif kind is EnvKind.PETTINGZOO and registered:
+        from fleetrl.envs.pettingzoo import PettingZooId
+
+        built_by = PettingZooId(env.id)
     elif kind is EnvKind.ATARI:
         built_by = AtariEnv.checked(env.id, env.engine, env.atari)
     elif kind is EnvKind.MUJOCO and env.engine != EnvEngine.GYMNASIUM:
@@ -107,6 +113,29 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
         built_by = PartialEnv(env.id, tuple(env.observation_indices))
     # a copy: the section a caller changes later is not the one resolved
     return ResolvedEnv(copy.deepcopy(env), kind, registered, tuple(problems), built_by)
+
+
+PETTINGZOO_ENGINE_MSG = (
+    "env.{key}={value!r} is invalid with env.id={env_id!r}: a PettingZoo env is stepped by "
+    "fleetrl's own adapter (fleetrl.envs.pettingzoo), {fix}"
+)
+
+
+def _pettingzoo_problems(env: EnvConfig) -> list[str]:
+    """The keys a PettingZoo id (``mpe2:simple_spread_v3``) cannot take: another engine than
+    ``gymnasium`` (the default), and ``env.observation_indices``."""
+    problems = []
+    if EnvEngine(env.engine) is not EnvEngine.GYMNASIUM:
+        value = EnvEngine(env.engine).value
+        fix = "so leave env.engine unset (gymnasium)"
+        problems.append(
+            PETTINGZOO_ENGINE_MSG.format(key="engine", value=value, env_id=env.id, fix=fix)
+        )
+    if env.observation_indices is not None:
+        fix = "which keeps every agent's observation: remove the key (null)"
+        key, value = "observation_indices", env.observation_indices
+        problems.append(PETTINGZOO_ENGINE_MSG.format(key=key, value=value, env_id=env.id, fix=fix))
+    return problems
 
 
 def _indices_problems(env: EnvConfig, kind: EnvKind, registered: bool) -> list[str]:

@@ -85,7 +85,13 @@ def make_env(
         create_env_fn = AtariEnv.from_kwargs(create_env_fn, kwargs)
     elif kind is EnvKind.MUJOCO and "engine" in kwargs:
         create_env_fn = MujocoEnv.from_kwargs(create_env_fn, kwargs)
-    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv)):
+    elif kind is EnvKind.PETTINGZOO:  # the extra's import of torchrl's specs, only here
+        from fleetrl.envs.pettingzoo import PettingZooId
+
+        create_env_fn = PettingZooId(create_env_fn, kwargs)
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv)) or _is_pettingzoo_id(
+        create_env_fn
+    ):
         return create_env_fn.make(num_envs or 1)
     if isinstance(create_env_fn, str):
         return GymVectorEnv(make_gym_vector_env(create_env_fn, num_envs or 1, **kwargs))
@@ -109,6 +115,12 @@ def make_env(
     if callable(create_env_fn):
         return _make_from_factory(create_env_fn, num_envs, kwargs)
     raise EnvError(ENV_TYPE_MSG.format(value=create_env_fn))
+
+
+def _is_pettingzoo_id(obj: Any) -> bool:
+    return (
+        type(obj).__name__ == "PettingZooId" and type(obj).__module__ == "fleetrl.envs.pettingzoo"
+    )
 
 
 def _check_prebuilt_num_envs(num_envs: int | None, n: int, kind: str) -> None:

@@ -19,12 +19,24 @@ Examples:
 from __future__ import annotations
 
 import enum
+import importlib.util
 
 import gymnasium as gym
 
 from fleetrl.envs.mujoco import _MUJOCO_ENTRY_POINT
 
-__all__ = ["ALE_ENTRY_POINT", "EnvKind", "lookup_id", "names_ale_game", "register_ale"]
+__all__ = [
+    "ALE_ENTRY_POINT",
+    "PETTINGZOO_PACKAGES",
+    "EnvKind",
+    "lookup_id",
+    "names_ale_game",
+    "names_pettingzoo_env",
+    "register_ale",
+]
+
+#: the packages whose ``package:module`` ids name PettingZoo envs (``mpe2:simple_spread_v3``)
+PETTINGZOO_PACKAGES = ("mpe2", "pettingzoo")
 
 #: gymnasium ids of ALE games are served by this entry point
 ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
@@ -43,6 +55,9 @@ class EnvKind(str, enum.Enum):
     """an env built already: a gymnasium ``Env`` or ``VectorEnv``, an envpool env"""
     TORCHRL = "torchrl"
     """a torchrl ``EnvBase``"""
+    PETTINGZOO = "pettingzoo"
+    """a PettingZoo parallel env named ``package:module`` (``mpe2:simple_spread_v3``): built by
+    :class:`~fleetrl.envs.pettingzoo.PettingZooId`"""
     CALLABLE = "callable"
     """a user's factory: what it returns is known once it is called"""
 
@@ -65,9 +80,24 @@ def names_ale_game(env_id: str) -> bool:
     return env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("-v5")
 
 
+def names_pettingzoo_env(env_id: str) -> bool:
+    """Whether ``env_id`` is written ``package:module`` with a PettingZoo package
+    (``mpe2:simple_spread_v3``, ``pettingzoo.butterfly:pistonball_v6``)."""
+    package, sep, module = env_id.partition(":")
+    return bool(sep and module) and package.split(".")[0] in PETTINGZOO_PACKAGES
+
+
 def lookup_id(env_id: str) -> tuple[EnvKind, bool]:
     """The kind of env ``env_id`` names and whether it is registered, in one look-up (ale-py's
-    ids registered first where ``env_id`` is written like one)."""
+    ids registered first where ``env_id`` is written like one; a PettingZoo id is registered
+    where its module can be found, not imported)."""
+    if names_pettingzoo_env(env_id):
+        package, _, module = env_id.partition(":")
+        try:
+            found = importlib.util.find_spec(f"{package}.{module}") is not None
+        except ImportError:  # the package itself is not installed
+            found = False
+        return EnvKind.PETTINGZOO, found
     if names_ale_game(env_id):
         register_ale()
     try:

@@ -1,0 +1,232 @@
+"""fleetrl's PettingZoo parallel-API adapter: MPE games collected in torchrl's grouped layout."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pettingzoo")
+mpe2 = pytest.importorskip("mpe2")
+
+from gymnasium import spaces  # noqa: E402
+from mpe2 import simple_adversary_v3, simple_spread_v3, simple_tag_v3  # noqa: E402
+from pettingzoo.utils.env import ParallelEnv  # noqa: E402
+
+from fleetrl import EnvError, SyncDataCollector  # noqa: E402
+from fleetrl.envs import GroupedEnv, make_env  # noqa: E402
+from fleetrl.envs.pettingzoo import AEC_MSG, AGENTS_LEFT_MSG, PettingZooEnv  # noqa: E402
+from fleetrl.keys import (  # noqa: E402
+    EPISODE_END_KEY,
+    EPISODE_LENGTH_KEY,
+    EPISODE_RETURN_KEY,
+    POLICY_VERSION_KEY,
+    TRAJ_IDS_KEY,
+    WORKER_ID_KEY,
+)
+
+#: MPE truncates every episode after max_cycles steps
+MAX_CYCLES = 3
+FLAGS = ("done", "terminated", "truncated")
+
+
+def _layout(batch):
+    return {
+        key: (tuple(batch.get(key).shape), batch.get(key).dtype)
+        for key in batch.keys(include_nested=True, leaves_only=True)
+    }
+
+
+def _collect(make, frames_per_batch, total_frames, seed=0):
+    collector = SyncDataCollector(
+        make, None, frames_per_batch=frames_per_batch, total_frames=total_frames
+    )
+    try:
+        collector.set_seed(seed)
+        batches = list(collector)
+        assert collector.frames == total_frames
+        return batches
+    finally:
+        collector.shutdown()
+
+
+def _spread():
+    return PettingZooEnv(simple_spread_v3.parallel_env, max_cycles=MAX_CYCLES)
+
+
+def test_simple_spread_is_one_group_of_three_agents():
+    env = _spread()
+    try:
+        assert env.group_map == {"agents": ["agent_0", "agent_1", "agent_2"]}
+        assert isinstance(make_env(env), GroupedEnv)
+        assert env.full_action_spec["agents", "action"].n == 5  # MPE's Discrete(5) moves
+    finally:
+        env.close()
+
+
+def test_simple_spread_batch_has_torchrl_grouped_layout():
+    (batch,) = _collect(_spread, frames_per_batch=8, total_frames=8)
+    group = {
+        ("agents", "action"): ((8, 3), torch.int64),
+        ("agents", "observation"): ((8, 3, 18), torch.float32),
+        **{("agents", k): ((8, 3, 1), torch.bool) for k in FLAGS},
+    }
+    root = {"state": ((8, 54), torch.float32), **{k: ((8, 1), torch.bool) for k in FLAGS}}
+    nxt = {("next", *((k,) if isinstance(k, str) else k)): v for k, v in {**group, **root}.items()}
+    del nxt["next", "agents", "action"]
+    expected = {
+        **group,
+        **root,
+        **nxt,
+        ("next", "agents", "reward"): ((8, 3, 1), torch.float32),
+        POLICY_VERSION_KEY: ((8,), torch.int64),
+        WORKER_ID_KEY: ((8,), torch.int64),
+        TRAJ_IDS_KEY: ((8,), torch.int64),
+        EPISODE_END_KEY: ((8, 1), torch.bool),
+        EPISODE_RETURN_KEY: ((8, 1), torch.float32),
+        EPISODE_LENGTH_KEY: ((8, 1), torch.int64),
+        ("next", "group_end", "agents"): ((8, 1), torch.bool),
+        ("next", "group_return", "agents"): ((8, 1), torch.float32),
+    }
+    assert _layout(batch) == expected
+
+
+def test_simple_spread_episodes_end_at_max_cycles_and_restart_from_a_reset():
+    batches = _collect(_spread, frames_per_batch=8, total_frames=16)
+    batch = torch.cat(batches)
+    nxt = batch["next"]
+    ends = [t for t in range(16) if (t + 1) % MAX_CYCLES == 0]
+    # every agent and the root are truncated (never terminated) after max_cycles steps
+    assert nxt["done"].squeeze(-1).nonzero().flatten().tolist() == ends
+    assert torch.equal(nxt["truncated"], nxt["done"])
+    assert not nxt["terminated"].any() and not nxt["agents", "terminated"].any()
+    assert torch.equal(nxt["agents", "truncated"], nxt["done"].unsqueeze(-1).expand(16, 3, 1))
+    assert batch[EPISODE_LENGTH_KEY][batch[EPISODE_END_KEY]].tolist() == [MAX_CYCLES] * len(ends)
+    # traj ids change exactly where an episode ended
+    traj = batch[TRAJ_IDS_KEY]
+    assert (traj[1:] != traj[:-1]).nonzero().flatten().tolist() == [t for t in ends if t < 15]
+    obs, next_obs = batch["agents", "observation"], nxt["agents", "observation"]
+    for t in range(15):
+        if t in ends:
+            # the terminal next observation is the episode's last: MPE agents move, so their
+            # velocity (entries 0:2) is set; the next step starts from a reset, at rest
+            assert not torch.equal(obs[t + 1], next_obs[t])
+            assert torch.count_nonzero(obs[t + 1, :, :2]) == 0
+        else:
+            assert torch.equal(obs[t + 1], next_obs[t])
+    assert torch.count_nonzero(next_obs[ends, :, :2]) > 0
+    # the global state is MPE's state(): every agent's observation, concatenated
+    assert torch.equal(batch["state"], obs.reshape(16, 54))
+
+
+def test_same_seed_gives_the_same_batch():
+    first = torch.cat(_collect(_spread, 8, 16, seed=3))
+    again = torch.cat(_collect(_spread, 8, 16, seed=3))
+    assert torch.equal(
+        first["next", "agents", "observation"], again["next", "agents", "observation"]
+    )
+    assert torch.equal(first["agents", "action"], again["agents", "action"])
+
+
+@pytest.mark.parametrize(
+    ("game", "groups"),
+    [
+        (simple_tag_v3, {"adversary": (3, 16), "agent": (1, 14)}),
+        (simple_adversary_v3, {"adversary": (1, 8), "agent": (2, 10)}),
+    ],
+)
+def test_two_team_games_give_one_group_per_team(game, groups):
+    env = PettingZooEnv(game.parallel_env, max_cycles=MAX_CYCLES)
+    assert {name: len(agents) for name, agents in env.group_map.items()} == {
+        name: n for name, (n, _) in groups.items()
+    }
+    env.close()
+    (batch,) = _collect(lambda: PettingZooEnv(game.parallel_env, max_cycles=MAX_CYCLES), 6, 6)
+    for name, (n, size) in groups.items():
+        assert batch[name, "observation"].shape == (6, n, size)
+        assert batch[name, "action"].shape == (6, n)
+        assert batch["next", name, "reward"].shape == (6, n, 1)
+        assert batch["next", name, "done"].shape == (6, n, 1)
+        assert batch["next", "group_return", name].shape == (6, 1)
+    # both teams' episodes end together, with the root's
+    ends = batch["next", "done"].squeeze(-1)
+    assert ends.nonzero().flatten().tolist() == [2, 5]
+    for name in groups:
+        assert torch.equal(batch["next", name, "done"].all(-2).squeeze(-1), ends)
+
+
+@pytest.mark.parametrize("aec", [simple_spread_v3.env, lambda: simple_spread_v3.env()])
+def test_turn_based_envs_are_refused_when_built(aec):
+    env = aec() if aec is not simple_spread_v3.env else aec
+    prefix = re.escape(AEC_MSG.split("{env!r}")[1][:40])
+    with pytest.raises(EnvError, match=prefix):
+        PettingZooEnv(env)
+
+
+def test_a_factory_returning_a_turn_based_env_is_refused():
+    with pytest.raises(EnvError, match="is a turn-based \\(AEC\\) PettingZoo env"):
+        SyncDataCollector(
+            lambda: PettingZooEnv(simple_spread_v3.env), None, frames_per_batch=4, total_frames=4
+        )
+
+
+class _LeavingEnv(ParallelEnv):
+    """Two agents; ``agent_1`` terminates after one step while ``agent_0`` goes on."""
+
+    metadata = {"name": "leaving_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.agents = list(self.possible_agents)
+
+    def observation_space(self, agent):
+        return spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return {a: np.zeros(2, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        obs = {a: np.zeros(2, np.float32) for a in self.agents}
+        terminated = {a: a == "agent_1" for a in self.agents}
+        truncated = dict.fromkeys(self.agents, False)
+        self.agents = ["agent_0"]
+        return obs, dict.fromkeys(obs, 0.0), terminated, truncated, {a: {} for a in obs}
+
+
+def test_agents_that_leave_mid_episode_are_refused_with_what_works():
+    env = PettingZooEnv(_LeavingEnv)
+    assert env.group_map == {"agents": ["agent_0", "agent_1"]}
+    env.reset()
+    action = env.full_action_spec.zero()
+    with pytest.raises(EnvError, match=r"agents \['agent_1'\] left the episode while others"):
+        env.step(env.reset().update(action))
+    assert "PettingZooWrapper(use_mask=True)" in AGENTS_LEFT_MSG
+
+
+def test_a_pettingzoo_id_resolves_to_the_adapter():
+    from fleetrl.config import EnvConfig
+    from fleetrl.envs.engine import resolve_env
+    from fleetrl.envs.pettingzoo import PettingZooId
+    from fleetrl.envs.registry import EnvKind
+
+    resolved = resolve_env(EnvConfig(id="mpe2:simple_spread_v3"))
+    assert (resolved.kind, resolved.registered, resolved.problems) == (EnvKind.PETTINGZOO, True, ())
+    assert resolved.create_env_fn == PettingZooId("mpe2:simple_spread_v3")
+    assert not resolve_env(EnvConfig(id="mpe2:no_such_game_v0")).registered
+    (problem,) = resolve_env(EnvConfig(id="mpe2:simple_spread_v3", engine="envpool")).problems
+    assert problem.startswith("env.engine='envpool' is invalid with env.id='mpe2:simple_spread_v3'")
+    env = make_env("mpe2:simple_spread_v3", 2, {"max_cycles": MAX_CYCLES})
+    try:
+        assert isinstance(env, GroupedEnv) and env.num_envs == 2
+    finally:
+        env.close()
+    (batch,) = _collect(
+        PettingZooId("mpe2:simple_spread_v3", {"max_cycles": MAX_CYCLES}).build, 6, 6
+    )
+    assert batch["next", "done"].squeeze(-1).nonzero().flatten().tolist() == [2, 5]
