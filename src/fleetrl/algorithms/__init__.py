@@ -7,6 +7,7 @@ from fleetrl.algorithms.appo import APPO, APPOConfig
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.dqn import DQN, DQNConfig
 from fleetrl.algorithms.impala import IMPALA, IMPALAConfig
+from fleetrl.algorithms.mappo import IPPO, MAPPO, IPPOConfig, MAPPOConfig
 from fleetrl.algorithms.ppo import PPO, PPOConfig
 from fleetrl.algorithms.sac import SAC, SACConfig
 
@@ -16,6 +17,8 @@ __all__ = [
     "APPO",
     "DQN",
     "IMPALA",
+    "IPPO",
+    "MAPPO",
     "PPO",
     "SAC",
     "A2CConfig",
@@ -23,13 +26,16 @@ __all__ = [
     "Algorithm",
     "DQNConfig",
     "IMPALAConfig",
+    "IPPOConfig",
+    "MAPPOConfig",
     "PPOConfig",
     "SACConfig",
 ]
 
 #: the one registry: a config's ``algorithm`` -> the class (which knows its config class,
 #: whether it is on-policy and whether it starts with random actions); a run builds it with
-#: :func:`fleetrl.build.make_algorithm`
+#: :func:`fleetrl.build.make_algorithm`. MAPPO and IPPO are not in it yet: they are built in
+#: Python from a torchrl multi-agent env, not from a config's EnvSpec
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (PPO, A2C, DQN, SAC, IMPALA, APPO)
 }

@@ -1,0 +1,548 @@
+"""MAPPO and IPPO: PPO for one agent group of a torchrl multi-agent env, on grouped batches.
+
+Reads top to bottom: the config (:class:`MAPPOConfig`, :class:`IPPOConfig`, with their
+checks), the agent group read from the env (:class:`AgentGroupLayout`), the networks
+(torchrl's ``MultiAgentMLP``: a decentralised actor, and a critic that is centralised for
+MAPPO, reading every agent's observation, and decentralised for IPPO), and the update:
+``MultiAgentGAE`` once per batch, then torchrl's ``MAPPOLoss`` / ``IPPOLoss`` on epochs of
+minibatches.
+
+Layouts. A group either stacks its agents on a dim (``("agents", "observation")`` of shape
+``[*B, n_agents, ...]``, as VMAS and PettingZoo envs do) or keeps one sub-TensorDict per
+agent (``("agents", "agent_0", "observation")``, as torchrl's ``MultiAgentCountingEnv``).
+The networks always see the stacked form: for a per-agent group the policy stacks the
+observations in front of the networks and writes each agent's action back to its own key,
+and :meth:`MultiAgentPPO.prepare` stacks the rewards and dones for GAE.
+
+Advantage normalization (``normalize_advantage``): per minibatch, over the batch dims,
+separately for each agent (the agent dim left out of the mean and std: torchrl's
+``MAPPOLoss`` default, ``normalize_advantage_exclude_dims=(-2,)``), so one agent's larger
+returns do not drown another's signal. torchrl's MAPPO tutorial instead normalizes over
+batch, time and agents together.
+
+Not here (yet): several groups at once (refused, naming the groups: pass ``group=``), a
+global ``"state"`` for MAPPO's critic, continuous actions, ``compile``/``cudagraphs``, and
+the YAML/Trainer path (``algorithm: mappo``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.data import Binary, Categorical, OneHot
+from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
+from torchrl.objectives.value import MultiAgentGAE
+
+from fleetrl.algorithms.actor_critic import ClipEpsilon
+from fleetrl.algorithms.base import Algorithm, as_device, flatten_valid
+from fleetrl.config import AlgorithmConfig, Config, Schedule
+from fleetrl.errors import ConfigError, Problems
+from fleetrl.keys import NestedKey
+
+__all__ = ["IPPO", "MAPPO", "AgentGroupLayout", "IPPOConfig", "MAPPOConfig", "MultiAgentPPO"]
+
+SEVERAL_GROUPS_MSG = (
+    "{algo}: the env has several agent groups {groups}; one set of networks per group is "
+    "not built yet: pass group=<one of {groups}> to train that group"
+)
+UNKNOWN_GROUP_MSG = "{algo}: group={group!r} is not an agent group of the env; its groups: {groups}"
+OBSERVATION_MSG = (
+    "{algo}: group {group!r} has observation keys {keys}; exactly one per agent is supported: "
+    "concatenate them with a torchrl transform (CatTensors) first"
+)
+ACTION_MSG = (
+    "{algo}: the action spec of group {group!r} is {spec}; supported: Categorical and "
+    "Binary (n=1) (continuous and OneHot actions are not built yet)"
+)
+
+
+# ------------------------------------------------------------------ the config
+
+
+@dataclass
+class MultiAgentPPOConfig(AlgorithmConfig):
+    """What the ``mappo`` and ``ippo`` sections share (PPO's, plus ``share_params``)."""
+
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_epsilon: float = 0.2
+    """PPO ratio clipping."""
+    clip_schedule: Schedule = Schedule.CONSTANT
+    """'constant' or 'linear' decay of clip_epsilon (to 1e-3 at trainer.total_frames)."""
+    entropy_coef: float = 0.01
+    """entropy bonus coefficient (MAPPO's paper and torchrl's MAPPOLoss: 0.01)."""
+    critic_coef: float = 0.5
+    """value loss coefficient."""
+    num_epochs: int = 4
+    """passes over each batch."""
+    num_mini_batch: int = 4
+    """minibatches per epoch (of env steps: every agent of a step stays in its minibatch)."""
+    normalize_advantage: bool = True
+    """standardize advantages per minibatch, each agent's on its own (module docstring)."""
+    clip_value: float | None = None
+    """clip the value update to this range around the old value (None: off)."""
+    max_grad_norm: float | None = 0.5
+    """clip the gradient norm (None: off)."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """hidden layers of the actor's and the critic's MultiAgentMLP."""
+    share_params: bool = True
+    """one actor and one critic for every agent of the group (True), or one per agent."""
+
+    def check(self, check: Problems) -> None:
+        """Append the section's own problems (no whole config needed: the Python API)."""
+        check(self.lr > 0, "lr", self.lr, "must be > 0")
+        check(0 < self.gamma <= 1, "gamma", self.gamma, "must be in (0, 1]")
+        check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
+        check(self.clip_epsilon > 0, "clip_epsilon", self.clip_epsilon, "must be > 0")
+        for name in ("entropy_coef", "critic_coef"):
+            check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+        check(self.num_epochs > 0, "num_epochs", self.num_epochs, "must be > 0")
+        check(self.num_mini_batch > 0, "num_mini_batch", self.num_mini_batch, "must be > 0")
+        check(
+            self.clip_value is None or self.clip_value > 0,
+            "clip_value",
+            self.clip_value,
+            "must be > 0, or null: off",
+        )
+        check(
+            self.max_grad_norm is None or self.max_grad_norm > 0,
+            "max_grad_norm",
+            self.max_grad_norm,
+            "must be > 0, or null: off",
+        )
+        check(
+            bool(self.hidden_sizes) and all(int(h) > 0 for h in self.hidden_sizes),
+            "hidden_sizes",
+            self.hidden_sizes,
+            "must be a non-empty list of positive ints",
+        )
+        check(
+            isinstance(self.share_params, bool),
+            "share_params",
+            self.share_params,
+            "must be true or false",
+        )
+        check(isinstance(self.clip_schedule, Schedule), "clip_schedule", self.clip_schedule,
+              "must be 'constant' or 'linear'")  # fmt: skip
+        for name in ("compile", "cudagraphs"):
+            check(
+                not getattr(self, name),
+                name,
+                getattr(self, name),
+                "must be false: the multi-agent update runs eagerly (not built yet)",
+            )
+
+    def validate(self, config: Config, check: Problems) -> None:
+        self.check(check)
+        frames = config.collector.frames_per_batch
+        check(
+            frames % self.num_mini_batch == 0,
+            "num_mini_batch",
+            self.num_mini_batch,
+            f"must divide collector.frames_per_batch ({frames})",
+        )
+
+
+@dataclass
+class MAPPOConfig(MultiAgentPPOConfig):
+    """The ``mappo`` section: a centralised critic (every agent's observation)."""
+
+
+@dataclass
+class IPPOConfig(MultiAgentPPOConfig):
+    """The ``ippo`` section: a decentralised critic (each agent its own observation)."""
+
+
+# ------------------------------------------------------------------ the agent group
+
+
+def _leaf(key: NestedKey) -> str:
+    return key if isinstance(key, str) else key[-1]
+
+
+@dataclass
+class AgentGroupLayout:
+    """Where one agent group's data lives in the env's TensorDicts, and the stacked keys the
+    networks and the loss read.
+
+    ``agents`` is None for a stacked group (its keys hold an agent dim), else the names of
+    its per-agent sub-TensorDicts (stacked by the policy and :meth:`stack_next`).
+    """
+
+    group: str
+    n_agents: int
+    agents: list[str] | None
+    #: the observation's leaf name and its shape for one agent
+    observation: str
+    observation_shape: tuple[int, ...]
+    #: the action's leaf name, the number of actions, and whether it is Binary (Bernoulli)
+    action: str
+    n_actions: int
+    binary: bool
+    action_dtype: torch.dtype
+    #: where the team's or the agents' reward and dones are (stacked, or at the root)
+    reward: NestedKey
+    done: NestedKey
+    terminated: NestedKey
+
+    @classmethod
+    def of(cls, env: Any, group: str | None = None, *, algo: str = "mappo") -> AgentGroupLayout:
+        """Read the layout of ``group`` (None: the env's only group) from a torchrl env."""
+        groups = list(dict.fromkeys(k[0] for k in env.action_keys if isinstance(k, tuple)))
+        if group is None:
+            if len(groups) != 1:
+                raise ConfigError([SEVERAL_GROUPS_MSG.format(algo=algo, groups=groups)])
+            group = groups[0]
+        if group not in groups:
+            raise ConfigError([UNKNOWN_GROUP_MSG.format(algo=algo, group=group, groups=groups)])
+        actions = [k for k in env.action_keys if isinstance(k, tuple) and k[0] == group]
+        per_agent = len(actions[0]) == 3
+        agents = [k[1] for k in actions] if per_agent else None
+        first = (group, agents[0]) if per_agent else (group,)
+        obs_keys = [
+            k
+            for k in env.observation_keys
+            if isinstance(k, tuple) and k[: len(first)] == first and len(k) == len(first) + 1
+        ]
+        if len(obs_keys) != 1:
+            raise ConfigError([OBSERVATION_MSG.format(algo=algo, group=group, keys=obs_keys)])
+        batch = len(env.batch_size)
+        obs_spec = env.observation_spec[obs_keys[0]]
+        action_spec = env.full_action_spec[actions[0]]
+        if per_agent:
+            n_agents = len(agents)
+            obs_shape = tuple(obs_spec.shape[batch:])
+        else:
+            n_agents = int(obs_spec.shape[batch])
+            obs_shape = tuple(obs_spec.shape[batch + 1 :])
+        if isinstance(action_spec, Binary) and action_spec.shape[-1] == 1:
+            n_actions, binary = 1, True
+        elif isinstance(action_spec, (Categorical, OneHot)) and not isinstance(action_spec, Binary):
+            n_actions, binary = int(action_spec.space.n), False
+        else:
+            raise ConfigError(
+                [ACTION_MSG.format(algo=algo, group=group, spec=type(action_spec).__name__)]
+            )
+        if isinstance(action_spec, OneHot):
+            raise ConfigError([ACTION_MSG.format(algo=algo, group=group, spec="OneHot")])
+
+        def team_or_group(leaf: str, keys: list[NestedKey]) -> NestedKey:
+            # the group's own (stacked here when per agent), else the root's (the team's)
+            if any(isinstance(k, tuple) and k[0] == group for k in keys):
+                return (group, leaf)
+            root = [k for k in keys if isinstance(k, str)]
+            return leaf if leaf in root else root[0]
+
+        reward = team_or_group("reward", list(env.reward_keys))
+        done_keys = list(env.done_keys)
+        dones = [k for k in done_keys if _leaf(k) == "done" or _leaf(k).endswith("done")]
+        terminated = [k for k in done_keys if _leaf(k) == "terminated"] or dones
+        return cls(
+            group=group,
+            n_agents=n_agents,
+            agents=agents,
+            observation=_leaf(obs_keys[0]),
+            observation_shape=obs_shape,
+            action=_leaf(actions[0]),
+            n_actions=n_actions,
+            binary=binary,
+            action_dtype=action_spec.dtype,
+            reward=reward,
+            done=team_or_group("done", dones),
+            terminated=team_or_group("terminated", terminated),
+        )
+
+    # ---------------------------------------------------------------- the keys
+    @property
+    def obs_size(self) -> int:
+        return prod(self.observation_shape)
+
+    def key(self, leaf: str) -> tuple[str, str]:
+        """A stacked key of the group: ``(group, leaf)``."""
+        return (self.group, leaf)
+
+    def raw_observation_keys(self) -> list[NestedKey]:
+        """The env's own observation key(s) of the group (one per agent when per agent)."""
+        if self.agents is None:
+            return [self.key(self.observation)]
+        return [(self.group, a, self.observation) for a in self.agents]
+
+    def stack(self, td: TensorDictBase, leaf: str, dtype: torch.dtype | None = None) -> None:
+        """Write ``(group, leaf)`` stacked over the agents (dim -2 of ``[..., 1]`` signals)
+        from a per-agent group's ``(group, agent, leaf)`` in ``td``."""
+        value = torch.stack([td.get((self.group, a, leaf)) for a in self.agents], dim=-2)
+        td.set(self.key(leaf), value if dtype is None else value.to(dtype))
+
+
+class StackObservations(nn.Module):
+    """The group's observations as one float tensor ``[*B, n_agents, obs_size]``: the
+    MultiAgentMLP's input (stacked from the per-agent keys where the group has no agent dim)."""
+
+    def __init__(self, layout: AgentGroupLayout):
+        super().__init__()
+        self.n_agents, self.obs_size = layout.n_agents, layout.obs_size
+        self.obs_dims = len(layout.observation_shape)
+        self.stacked = layout.agents is None
+
+    def forward(self, *observations: torch.Tensor) -> torch.Tensor:
+        obs = observations[0] if self.stacked else torch.stack(observations, dim=-self.obs_dims - 1)
+        lead = obs.shape[: obs.ndim - self.obs_dims - 1]
+        return obs.reshape(*lead, self.n_agents, self.obs_size).float()
+
+
+class UnstackActions(nn.Module):
+    """Each agent's action (of a per-agent group) from the stacked ``(group, action)``, in
+    the env's dtype."""
+
+    def __init__(self, layout: AgentGroupLayout):
+        super().__init__()
+        self.n_agents, self.dtype = layout.n_agents, layout.action_dtype
+
+    def forward(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(a.to(self.dtype) for a in action.unbind(-2))
+
+
+# ------------------------------------------------------------------ the networks
+
+
+def make_networks(
+    layout: AgentGroupLayout, config: MultiAgentPPOConfig, *, centralised: bool
+) -> tuple[ProbabilisticActor, TensorDictModule, nn.Module]:
+    """The actor (for the loss), the critic, and the policy the collectors run.
+
+    Both networks are MultiAgentMLPs on the stacked observation: the actor decentralised
+    (each agent's action from its own observation), the critic centralised (MAPPO: each
+    agent's value from every agent's observation) or not (IPPO); ``share_params`` shares one
+    network's parameters across the agents.
+    """
+    inputs = layout.key("mlp_input")
+    stack = TensorDictModule(
+        StackObservations(layout), in_keys=layout.raw_observation_keys(), out_keys=[inputs]
+    )
+
+    def mlp(outputs: int, centralized: bool) -> MultiAgentMLP:
+        return MultiAgentMLP(
+            n_agent_inputs=layout.obs_size,
+            n_agent_outputs=outputs,
+            n_agents=layout.n_agents,
+            centralized=centralized,
+            share_params=config.share_params,
+            num_cells=list(config.hidden_sizes),
+        )
+
+    logits = TensorDictModule(
+        mlp(layout.n_actions, False), in_keys=[inputs], out_keys=[layout.key("logits")]
+    )
+    dist = torch.distributions.Bernoulli if layout.binary else torch.distributions.Categorical
+    actor = ProbabilisticActor(
+        TensorDictSequential(stack, logits),
+        in_keys={"logits": layout.key("logits")},
+        out_keys=[layout.key("action")],
+        distribution_class=dist,
+        return_log_prob=True,
+    )
+    critic = TensorDictSequential(
+        stack,
+        TensorDictModule(
+            mlp(1, centralised), in_keys=[inputs], out_keys=[layout.key("state_value")]
+        ),
+    )
+    policy: nn.Module = actor
+    if layout.agents is not None:
+        unstack = TensorDictModule(
+            UnstackActions(layout),
+            in_keys=[layout.key("action")],
+            out_keys=[(layout.group, a, layout.action) for a in layout.agents],
+        )
+        policy = TensorDictSequential(actor, unstack)
+    return actor, critic, policy
+
+
+# ------------------------------------------------------------------ the algorithm
+
+
+class MultiAgentPPO(ClipEpsilon, Algorithm):
+    """PPO on one agent group (base of :class:`MAPPO` and :class:`IPPO`).
+
+    Args:
+        config: hyperparameters (a :class:`MAPPOConfig` or :class:`IPPOConfig`).
+        env: the torchrl multi-agent env (or one like it) whose group is trained.
+
+    Keyword Args:
+        group: the agent group to train (None: the env's only one).
+        device: the learner's device (default: the CPU).
+    """
+
+    loss_class: ClassVar[type[MAPPOLoss]] = MAPPOLoss
+    centralised: ClassVar[bool] = True
+    tunable: ClassVar[tuple[str, ...]] = ("clip_epsilon", "entropy_coef", "critic_coef")
+
+    def __init__(
+        self,
+        config: MultiAgentPPOConfig,
+        env: Any,
+        *,
+        group: str | None = None,
+        device: Any = None,
+    ):
+        problems = Problems(prefix=f"{self.name}.")
+        config.check(problems)
+        problems.raise_if_any()
+        device = as_device(device)
+        self.layout = AgentGroupLayout.of(env, group, algo=self.name)
+        actor, critic, policy = make_networks(self.layout, config, centralised=self.centralised)
+        actor.to(device)
+        critic.to(device)
+        loss = self.loss_class(
+            actor,
+            critic,
+            clip_epsilon=config.clip_epsilon,
+            entropy_bonus=config.entropy_coef > 0,
+            entropy_coeff=config.entropy_coef,
+            critic_coeff=config.critic_coef,
+            normalize_advantage=config.normalize_advantage,
+            clip_value=config.clip_value,
+            loss_critic_type="l2",
+        )
+        layout = self.layout
+        keys = {
+            "action": layout.key("action"),
+            "sample_log_prob": layout.key("action_log_prob"),
+            "value": layout.key("state_value"),
+            "advantage": layout.key("advantage"),
+            "value_target": layout.key("value_target"),
+            "reward": layout.reward,
+            "done": layout.done,
+            "terminated": layout.terminated,
+        }
+        loss.set_keys(**keys)
+        self.gae = MultiAgentGAE(
+            gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic, average_gae=False
+        )
+        self.gae.set_keys(
+            **{k: v for k, v in keys.items() if k not in ("action", "sample_log_prob")}
+        )
+        self.critic = critic
+        self._policy = policy
+        super().__init__(
+            config,
+            loss,
+            actor,
+            adam_eps=1e-5,
+            num_epochs=config.num_epochs,
+            num_mini_batch=config.num_mini_batch,
+            device=device,
+        )
+        self.init_clip_epsilon()
+
+    @property
+    def policy(self) -> nn.Module:
+        """The acting module: the actor (with the per-agent actions written back where the
+        group keeps one sub-TensorDict per agent)."""
+        return self._policy
+
+    @property
+    def entropy_coef(self) -> float:
+        return float(self.loss_module.entropy_coeff)
+
+    @property
+    def critic_coef(self) -> float:
+        return float(self.loss_module.critic_coeff)
+
+    def _set_parameter(self, name: str, value: float) -> None:
+        if name == "clip_epsilon":
+            self.loss_module.clip_epsilon.fill_(float(value))
+        elif name == "entropy_coef":
+            self.loss_module.entropy_coeff.fill_(float(value))
+            self.loss_module.entropy_bonus = float(value) > 0
+        else:
+            self.loss_module.critic_coeff.fill_(float(value))
+
+    # ------------------------------------------------------------ data
+    def stack_signals(self, batch: TensorDictBase) -> TensorDictBase:
+        """A per-agent group's rewards and dones stacked under ``("next", group, ...)`` (a
+        stacked group's, and the root's, are read as they are)."""
+        layout = self.layout
+        if layout.agents is None:
+            return batch
+        nxt = batch.get("next")
+        for key in (layout.reward, layout.done, layout.terminated):
+            if isinstance(key, tuple):
+                layout.stack(nxt, key[-1])
+        return batch
+
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """MultiAgentGAE advantages and value targets for the whole batch (``[*B, T, n_agents,
+        1]``, team rewards and dones broadcast over the agents), then its valid frames, flat."""
+        batch = self.on_device(self.stack_signals(batch))
+        with torch.no_grad():
+            self.gae(batch)
+        layout, t = self.layout, self.loss_module.tensor_keys
+        keys = [*layout.raw_observation_keys(), t.action, t.sample_log_prob, t.advantage]
+        return self.on_device(flatten_valid(batch, [*keys, t.value_target, t.value]))
+
+    # ------------------------------------------------------------ the loss
+    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """torchrl's MAPPOLoss / IPPOLoss: the clipped surrogate + ``critic_coef`` x the value
+        loss - ``entropy_coef`` x the entropy, advantages standardized per agent."""
+        out = self.loss_module(data)
+        total = out["loss_objective"] + out["loss_critic"]
+        info = {
+            "loss/objective": out["loss_objective"].detach(),
+            "loss/critic": out["loss_critic"].detach(),
+        }
+        if "loss_entropy" in out:
+            total = total + out["loss_entropy"]
+            info["loss/entropy"] = out["entropy"].detach().mean()
+        for key in ("kl_approx", "clip_fraction"):
+            if key in out:
+                info[f"loss/{key}"] = out[key].detach().mean()
+        return total, info
+
+
+class MAPPO(MultiAgentPPO):
+    """Multi-Agent PPO (Yu et al. 2022): decentralised actors, a centralised critic.
+
+    Examples:
+        >>> from torchrl.testing.mocking_classes import MultiAgentCountingEnv
+        >>> from fleetrl import SyncDataCollector
+        >>> make_env = lambda: MultiAgentCountingEnv(n_agents=2, max_steps=3)
+        >>> mappo = MAPPO(MAPPOConfig(num_epochs=1, num_mini_batch=2), make_env())
+        >>> with SyncDataCollector(make_env, mappo.policy, frames_per_batch=16,
+        ...                        num_envs=2) as collector:
+        ...     info = mappo.learn(collector.next())
+        >>> mappo.num_updates, "loss/objective" in info
+        (2, True)
+    """
+
+    name = "mappo"
+    config_class = MAPPOConfig
+    loss_class = MAPPOLoss
+    centralised = True
+
+
+class IPPO(MultiAgentPPO):
+    """Independent PPO (de Witt et al. 2020): each agent's critic reads its own observation.
+
+    Examples:
+        >>> from torchrl.testing.mocking_classes import MultiAgentCountingEnv
+        >>> ippo = IPPO(IPPOConfig(share_params=False), MultiAgentCountingEnv(n_agents=2))
+        >>> ippo.layout.group, ippo.layout.n_agents
+        ('agents', 2)
+    """
+
+    name = "ippo"
+    config_class = IPPOConfig
+    loss_class = IPPOLoss
+    centralised = False

@@ -1,0 +1,170 @@
+"""MAPPO and IPPO on grouped batches collected by SyncDataCollector from torchrl envs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+from torchrl.envs.utils import MarlGroupMapType
+from torchrl.testing.mocking_classes import MultiAgentCountingEnv, MultiKeyCountingEnv
+
+from fleetrl import ConfigError, SyncDataCollector
+from fleetrl.algorithms import IPPO, MAPPO, IPPOConfig, MAPPOConfig
+from fleetrl.algorithms.mappo import SEVERAL_GROUPS_MSG
+
+N_AGENTS = 3
+
+
+def counting_env() -> MultiAgentCountingEnv:
+    return MultiAgentCountingEnv(n_agents=N_AGENTS, max_steps=3)
+
+
+def collect(algo, make_env, frames: int = 24, num_envs: int = 2) -> TensorDictBase:
+    with SyncDataCollector(make_env, algo.policy, frames_per_batch=frames, num_envs=num_envs) as c:
+        c.set_seed(0)
+        return c.next()
+
+
+@pytest.mark.parametrize("cls,config_cls", [(MAPPO, MAPPOConfig), (IPPO, IPPOConfig)])
+def test_learn_step_on_collected_batch_changes_parameters(cls, config_cls):
+    torch.manual_seed(0)
+    algo = cls(config_cls(num_epochs=2, num_mini_batch=3), counting_env())
+    batch = collect(algo, counting_env)
+    data = algo.prepare(batch)
+    t = algo.loss_module.tensor_keys
+    assert data.get(t.advantage).shape == (24, N_AGENTS, 1)
+    assert data.get(t.value_target).shape == (24, N_AGENTS, 1)
+    assert data.get(t.action).shape == (24, N_AGENTS, 1)
+    before = algo.flat_weights().copy()
+    info = algo.learn(batch)
+    assert algo.num_updates == 6
+    assert {"loss/objective", "loss/critic", "loss/entropy", "grad_norm"} <= set(info)
+    assert (algo.flat_weights() != before).any()
+    # weights published and restored exactly, as the learner loop does
+    other = cls(config_cls(), counting_env())
+    other.set_weights(algo.get_weights())
+    assert (other.flat_weights() == algo.flat_weights()).all()
+    restored = cls(config_cls(num_epochs=2, num_mini_batch=3), counting_env())
+    restored.load_state_dict(algo.state_dict())
+    assert restored.num_updates == 6
+    assert (restored.flat_weights() == algo.flat_weights()).all()
+
+
+def mlp_params(n_in: int, hidden: int, n_out: int) -> int:
+    return (n_in + 1) * hidden + (hidden + 1) * hidden + (hidden + 1) * n_out
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("cls,config_cls", [(MAPPO, MAPPOConfig), (IPPO, IPPOConfig)])
+def test_parameter_counts_follow_share_params_and_critic_inputs(cls, config_cls, share):
+    algo = cls(config_cls(hidden_sizes=[8, 8], share_params=share), counting_env())
+    copies = 1 if share else N_AGENTS
+    obs = 3 * 4  # MultiAgentCountingEnv's [3, 4] observation, flattened
+    critic_in = obs * N_AGENTS if cls is MAPPO else obs
+    actor = sum(p.numel() for p in algo.actor.parameters())
+    critic = sum(p.numel() for p in algo.critic.parameters())
+    assert actor == copies * mlp_params(obs, 8, 1)  # Binary action: one Bernoulli logit
+    assert critic == copies * mlp_params(critic_in, 8, 1)
+    assert algo.flat_weights().size == actor + critic
+
+
+@pytest.mark.parametrize("cls,config_cls", [(MAPPO, MAPPOConfig), (IPPO, IPPOConfig)])
+def test_mappo_critic_reads_every_agent_ippo_critic_its_own(cls, config_cls):
+    torch.manual_seed(0)
+    algo = cls(config_cls(), counting_env())
+    td = counting_env().reset()
+    values = algo.critic(td.clone()).get(("agents", "state_value"))
+    td.set(("agents", "agent_0", "observation"), torch.randn(3, 4))
+    changed = algo.critic(td.clone()).get(("agents", "state_value"))
+    moved = (values != changed).squeeze(-1).tolist()
+    # MAPPO: a change in agent 0's view moves every agent's value; IPPO: agent 0's only
+    assert moved == ([True] * N_AGENTS if cls is MAPPO else [True] + [False] * (N_AGENTS - 1))
+
+
+def test_bad_config_refused_by_key():
+    with pytest.raises(ConfigError) as err:
+        MAPPO(MAPPOConfig(clip_epsilon=0.0, num_epochs=0, gae_lambda=2.0), counting_env())
+    text = str(err.value)
+    for key, value in (("clip_epsilon", 0.0), ("num_epochs", 0), ("gae_lambda", 2.0)):
+        assert f"mappo.{key}={value}" in text
+    with pytest.raises(ConfigError, match=r"ippo\.hidden_sizes=\[\] is invalid"):
+        IPPO(IPPOConfig(hidden_sizes=[]), counting_env())
+
+
+def test_several_groups_refused_by_name_unless_one_is_chosen():
+    env = MultiAgentCountingEnv(n_agents=2, group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT)
+    msg = SEVERAL_GROUPS_MSG.format(algo="mappo", groups=["agent_0", "agent_1"])
+    with pytest.raises(ConfigError, match=re.escape(msg)):
+        MAPPO(MAPPOConfig(), env)
+    with pytest.raises(ConfigError, match="several agent groups"):
+        MAPPO(MAPPOConfig(), MultiKeyCountingEnv())
+    with pytest.raises(ConfigError, match=r"group='nope' is not an agent group"):
+        MAPPO(MAPPOConfig(), env, group="nope")
+    chosen = MAPPO(MAPPOConfig(), env, group="agent_1")
+    assert (chosen.layout.group, chosen.layout.n_agents) == ("agent_1", 1)
+
+
+# ------------------------------------------------------------------ learning
+
+
+class CueEnv(EnvBase):
+    """Each agent sees a random one-hot cue of ``n_cues`` and earns 1 for the matching
+    action; one-step episodes, in the stacked layout (``("agents", ...)`` with an agent dim)
+    and a team reward at the root (the mean of the agents' hits)."""
+
+    def __init__(self, n_agents: int = 2, n_cues: int = 3, batch: int = 32):
+        super().__init__(batch_size=torch.Size([batch]))
+        self.n_agents, self.n_cues = n_agents, n_cues
+        shape = (batch, n_agents)
+        self.group_map = {"agents": [f"agent_{i}" for i in range(n_agents)]}
+        self.observation_spec = Composite(
+            agents=Composite(observation=Unbounded((*shape, n_cues)), shape=shape),
+            shape=(batch,),
+        )
+        self.action_spec = Composite(
+            agents=Composite(action=Categorical(n_cues, shape=shape), shape=shape),
+            shape=(batch,),
+        )
+        self.reward_spec = Unbounded((batch, 1))
+
+    def _observe(self) -> TensorDict:
+        self.cue = torch.randint(self.n_cues, (*self.batch_size, self.n_agents))
+        obs = torch.nn.functional.one_hot(self.cue, self.n_cues).float()
+        done = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        agents = TensorDict({"observation": obs}, [*self.batch_size, self.n_agents])
+        return TensorDict({"agents": agents, "done": done, "terminated": done}, self.batch_size)
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDict:
+        return self._observe()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDict:
+        hits = (tensordict.get(("agents", "action")) == self.cue).float().mean(-1, keepdim=True)
+        out = self._observe()
+        out.set("reward", hits)
+        out.set("done", torch.ones_like(out.get("done")))
+        out.set("terminated", torch.ones_like(out.get("done")))
+        return out
+
+    def _set_seed(self, seed: int | None) -> None:
+        torch.manual_seed(seed)
+
+
+@pytest.mark.parametrize("cls,config_cls", [(MAPPO, MAPPOConfig), (IPPO, IPPOConfig)])
+def test_learns_to_match_the_cue(cls, config_cls):
+    torch.manual_seed(0)
+    config = config_cls(lr=3e-3, num_epochs=4, num_mini_batch=4, hidden_sizes=[32])
+    algo = cls(config, CueEnv())
+    rewards = []
+    with SyncDataCollector(CueEnv, algo.policy, frames_per_batch=256, total_frames=256 * 40) as c:
+        c.set_seed(0)
+        for batch in c:
+            rewards.append(float(batch.get(("next", "reward")).mean()))
+            algo.learn(batch)
+            if rewards[-1] > 0.95:
+                break
+    assert rewards[0] < 0.5  # chance: 1/3
+    assert max(rewards[-3:]) > 0.9, rewards
