@@ -43,8 +43,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, plot_learner_ratios, print_table, write_json
-from plain_learners import PlainA2C, PlainDQN, PlainPPO, PlainSAC, PlainVTrace
+from common import machine, paired_ratio, plot_learner_ratios, print_table, write_json
+from plain_learners import (
+    PlainA2C,
+    PlainDQN,
+    PlainPPO,
+    PlainRecurrentPPO,
+    PlainSAC,
+    PlainVTrace,
+)
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -66,6 +73,7 @@ CASES: dict[str, Case] = {
     "impala_cartpole": Case("impala_cartpole.yaml"),
     "appo_cartpole": Case("appo_cartpole.yaml"),
     "ppo_atari": Case("ppo_atari.yaml"),
+    "ppo_lstm_cartpole": Case("ppo_lstm_cartpole_novel.yaml"),
 }
 
 
@@ -114,6 +122,11 @@ def plain_data(batch: Any) -> dict[str, torch.Tensor]:
     }
     if "action_log_prob" in flat:
         data["logp"] = flat["action_log_prob"]
+    if "recurrent_state_h" in flat:  # an LSTM policy's stored states (torchrl's keys)
+        data["is_init"] = flat["is_init"].squeeze(-1)
+        for key, name in (("recurrent_state_h", "h"), ("recurrent_state_c", "c")):
+            data[name] = flat[key]
+            data[f"next_{name}"] = flat["next", key]
     return {k: v.contiguous().clone() for k, v in data.items()}
 
 
@@ -158,6 +171,8 @@ class PlainContestant:
         self.name, self.learner, self.data = name, learner, data
         self.step = torch.compile(learner.step) if compiled else learner.step
         self.compile_s: float | None = None
+        #: fleetrl's loss against this learner's on one minibatch (recurrent_parity)
+        self.parity: dict[str, float] | None = None
 
     def run(self) -> tuple[float, int]:
         start = time.perf_counter()
@@ -173,6 +188,23 @@ def plain_learner(config: Any, algorithm: Any, device: str) -> Any:
 
     name, algo = config.algorithm, config.algo
     info = env_spec(create_env_fn(config.env))
+    if getattr(algorithm, "sequences", None) is not None:  # model: lstm
+        if name != "ppo":
+            raise ValueError(f"no plain recurrent {name}: only ppo has one")
+        torso, core, head = algorithm.actor.module[0].module
+        value_head = algorithm.critic.module[-1].module
+        kind = "categorical" if info.discrete else getattr(algo.distribution, "value", "")
+        return PlainRecurrentPPO(
+            torso.module,
+            core.lstm,
+            head.module,
+            value_head,
+            kind,
+            algo,
+            info.action_low,
+            info.action_high,
+            device=device,
+        )
     if name in ("ppo", "a2c", "impala", "appo"):
         actor_body = algorithm.actor.module[0].module
         critic_body = algorithm.critic.module
@@ -195,6 +227,45 @@ def plain_learner(config: Any, algorithm: Any, device: str) -> Any:
         qnet = algorithm.loss_module.qvalue_network.module
         return PlainSAC(actor_body, qnet, algo, info, device=device)
     raise ValueError(name)
+
+
+def recurrent_parity(algorithm: Any, plain: PlainRecurrentPPO, batch: Any) -> dict[str, float]:
+    """fleetrl's loss on one sequence minibatch against plain's, before any update.
+
+    Both prepare the whole batch (GAE, sequences) with the same weights; the first of
+    ``num_mini_batch`` unshuffled parts of the sequences is the minibatch both read. The
+    gradients are taken with ``autograd.grad`` (no step, ``.grad`` untouched). Returns
+    the two losses, their gradient norms, and the largest differences of the advantages
+    and of the loss masks; the timed rounds mean something only where these agree.
+    """
+    from fleetrl.algorithms.sequences import LOSS_MASK_KEY
+
+    data = algorithm.prepare(batch.clone())
+    seqs = plain.prepare(plain.to_device(plain_data(batch)))
+    if data.shape != seqs["mask"].shape:
+        raise ValueError(f"sequences differ: fleetrl {data.shape}, plain {seqs['mask'].shape}")
+    idx = torch.arange(data.shape[0]).tensor_split(algorithm.num_mini_batch)[0]
+    fleet_loss, _ = algorithm.loss(data[idx])
+    plain_loss = plain.loss(*(seqs[k][idx] for k in plain.KEYS))
+    norms = []
+    for loss, params in (
+        (fleet_loss, algorithm.optimizer.param_groups[0]["params"]),
+        (plain_loss, plain.params),
+    ):
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        norms.append(float(torch.stack([g.norm() for g in grads if g is not None]).norm()))
+    mask = seqs["mask"]
+    fleet_adv = data.get("advantage").squeeze(-1)[mask]
+    return {
+        "fleetrl_loss": float(fleet_loss.detach()),
+        "plain_loss": float(plain_loss.detach()),
+        "loss_abs_diff": abs(float(fleet_loss.detach() - plain_loss.detach())),
+        "fleetrl_grad_norm": norms[0],
+        "plain_grad_norm": norms[1],
+        "grad_norm_abs_diff": abs(norms[0] - norms[1]),
+        "advantage_max_abs_diff": float((fleet_adv - seqs["adv"][mask]).abs().max()),
+        "loss_mask_differences": int((data.get(LOSS_MASK_KEY) != mask).sum()),
+    }
 
 
 def build_case(name: str, args: argparse.Namespace) -> list[Any]:
@@ -244,6 +315,9 @@ def build_mode(
         learner = plain_learner(cfg, algorithm, args.device)
         plain = PlainContestant(f"plain {mode}", learner, plain_data(batch), mode == "compiled")
         contestants.append(plain)
+        if isinstance(learner, PlainRecurrentPPO) and mode == "eager":
+            plain.parity = recurrent_parity(algo, learner, batch)  # before either updates
+            print(f"  parity: {plain.parity}", flush=True)
     if not algo.on_policy:  # replay: both buffers filled past learning_starts first
         prefill(algo, batch, plain.learner if plain else None, max(algo.learning_starts, 4096))
     for contestant in contestants:
@@ -293,27 +367,28 @@ def main() -> None:
         for c in contestants:
             if c.compile_s is not None:
                 case["compile_s"][c.name] = c.compile_s
-        plain_eager = med.get("plain eager")
+            if getattr(c, "parity", None) is not None:
+                case["parity"] = c.parity
         for mode in ("eager", "compiled", "cudagraphs"):
             fleet = med.get(f"fleetrl {mode}")
             if fleet is None:
                 continue
             plain = med.get(f"plain {mode}")
+            # plain ms / fleetrl ms of each round (steps/s over steps/s), their median
+            ratio = paired_ratio(ms.get(f"plain {mode}"), ms[f"fleetrl {mode}"])
+            vs_eager = paired_ratio(ms.get("plain eager"), ms[f"fleetrl {mode}"])
+            case[f"ratio_{mode}"], case[f"ratio_{mode}_vs_plain_eager"] = ratio, vs_eager
             row = [
                 name,
                 mode,
                 f"{fleet:.3f}",
                 f"{1000 / fleet:,.0f}",
                 "" if plain is None else f"{plain:.3f}",
-                "" if plain is None else f"{plain / fleet:.2f}x",
-                "" if plain_eager is None else f"{plain_eager / fleet:.2f}x",
+                "" if ratio is None else f"{ratio:.2f}x",
+                "" if vs_eager is None else f"{vs_eager:.2f}x",
                 f"{case['compile_s'].get(f'fleetrl {mode}', 0):.1f}" if mode != "eager" else "",
             ]
             table.append(row)
-            case[f"ratio_{mode}"] = None if plain is None else plain / fleet
-            case[f"ratio_{mode}_vs_plain_eager"] = (
-                None if plain_eager is None else plain_eager / fleet
-            )
         results["cases"][name] = case
         path = write_json(args.out, results)
     print()

@@ -20,6 +20,9 @@ the loss, keys nobody reads, dispatch.
   a hard target copy every ``target_update_interval`` steps.
 - :class:`PlainSAC`: a tensor ring buffer, two Q networks with soft targets, a
   tanh-squashed Gaussian actor, a learned temperature; one optimizer over all.
+- :class:`PlainRecurrentPPO`: PPO's update of ``model: lstm`` (an MLP torso, an
+  ``nn.LSTM`` shared by the policy and value heads): GAE on whole rows, then epochs x
+  minibatches of shuffled sequences, the LSTM run over each from its stored state.
 
 ``step()`` is each learner's one optimizer step (what ``torch.compile`` wraps
 for the compiled rows); ``learn(batch)`` is the whole update on one batch, as
@@ -559,3 +562,215 @@ class PlainSAC:
             step(*self.buffer.sample(self.cfg.batch_size))
             self.after_step()
         return self.cfg.updates_per_batch
+
+
+# ------------------------------------------------------------------ recurrent
+
+
+def unroll(
+    lstm: nn.LSTM, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, starts: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The LSTM over ``x`` ``[B, T, D]``, its state reset to the stored one where a stretch starts.
+
+    ``h``, ``c``: the stored state of each step, ``[B, T, layers, H]`` (torchrl's layout);
+    ``starts`` ``[B, T]``: where an episode starts (the first step always counts as one).
+    Each stretch from a start to the next starts from the state stored at its first step.
+    Returns the outputs ``[B, T, H]`` and each row's last state ``[B, layers, H]``.
+
+    Without a start past the first step the rows run as they are, in one call. Otherwise
+    each stretch becomes a row of its own (padded to ``T``, packed with its length), so
+    one call still runs every stretch and none reads another episode's steps.
+    """
+    rows, steps = starts.shape
+    if not bool(starts[:, 1:].any()):
+        state = (h[:, 0].transpose(0, 1).contiguous(), c[:, 0].transpose(0, 1).contiguous())
+        y, (h_n, c_n) = lstm(x, state)
+        return y, h_n.transpose(0, 1), c_n.transpose(0, 1)
+    flat = starts.reshape(-1).clone()
+    flat[::steps] = True
+    stretch = flat.cumsum(0) - 1  # each step's stretch
+    first = flat.nonzero().squeeze(1)  # each stretch's first step
+    pos = torch.arange(flat.numel(), device=x.device) - first[stretch]
+    lengths = torch.bincount(stretch, minlength=first.numel())
+    padded = x.new_zeros(first.numel(), steps, x.shape[-1])
+    padded[stretch, pos] = x.reshape(-1, x.shape[-1])
+    state = tuple(s.flatten(0, 1)[first].transpose(0, 1).contiguous() for s in (h, c))
+    packed = nn.utils.rnn.pack_padded_sequence(
+        padded, lengths.cpu(), batch_first=True, enforce_sorted=False
+    )
+    out, (h_n, c_n) = lstm(packed, state)
+    y, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=steps)
+    last = stretch.reshape(rows, steps)[:, -1]
+    y = y[stretch, pos].reshape(rows, steps, -1)
+    return y, h_n[:, last].transpose(0, 1), c_n[:, last].transpose(0, 1)
+
+
+class PlainRecurrentPPO:
+    """PPO with an LSTM trained through time, from the equations (the update of
+    ``model: lstm``), on copies of fleetrl's networks: the MLP torso, an ``nn.LSTM``
+    with the weights of torchrl's ``LSTMModule``, the policy and value heads.
+
+    - GAE on each env's whole row, with values read one step at a time from the stored
+      states (the next observation's from the state written after the step);
+    - each row cut into sequences of ``seq_len`` steps, ``seq_len - burn_in`` apart (the
+      last one padded, the padding out of the loss by a mask);
+    - the LSTM run over each sequence from the state stored at its first step, the state
+      reset to the stored one where an episode starts inside it (:func:`unroll`); the
+      first ``burn_in`` steps run without gradient, their last state replacing the
+      stored one unless an episode starts right after them;
+    - ``num_epochs`` x ``num_mini_batch`` minibatches of shuffled sequences; the clipped
+      objective, value loss and entropy averaged over the steps under the mask, the
+      advantages normalized over those steps.
+
+    The batch holds ``obs``, ``next_obs``, ``action``, ``logp``, ``reward``,
+    ``terminated``, ``done``, ``is_init`` and the states ``h``, ``c``, ``next_h``,
+    ``next_c`` over ``[envs, time]``.
+    """
+
+    #: what one sequence minibatch holds, in :meth:`step`'s order
+    KEYS = ("obs", "action", "logp", "adv", "ret", "value", "h", "c", "init", "mask")
+
+    def __init__(
+        self,
+        torso: nn.Module,
+        core: nn.LSTM,
+        policy_head: nn.Module,
+        value_head: nn.Module,
+        kind: str,
+        cfg: Any,
+        low: Any = None,
+        high: Any = None,
+        device: str = "cpu",
+    ):
+        self.device = torch.device(device)
+        torso, policy_head, value_head = copy.deepcopy((torso, policy_head, value_head))
+        # a plain nn.LSTM of the same shape, torchrl's weights copied in
+        self.lstm = nn.LSTM(
+            core.input_size, core.hidden_size, core.num_layers, batch_first=True
+        ).to(self.device)
+        self.lstm.load_state_dict(core.state_dict())
+        self.torso = torso.to(self.device)
+        self.value_head = value_head.to(self.device)
+        self.policy = Policy(policy_head, kind, low, high).to(self.device)
+        self.cfg = cfg
+        self.seq_len, self.burn_in = cfg.seq_len, cfg.burn_in
+        modules = (self.torso, self.lstm, policy_head, self.value_head)
+        self.params = [p for m in modules for p in m.parameters()]
+        self.opt = torch.optim.Adam(self.params, lr=cfg.lr, eps=1e-5)
+        self.entropy = getattr(cfg, "entropy_coef", 0.0) > 0
+
+    def to_device(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device, non_blocking=True) for k, v in data.items()}
+
+    @torch.no_grad()
+    def values(self, d: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """V(x_t) from the state stored at t, V(x_t+1) from the one written after t: one
+        LSTM step each, both in one call."""
+        obs = torch.cat([d["obs"], d["next_obs"]]).flatten(0, 1)
+        state = (
+            torch.cat([d[k], d[f"next_{k}"]]).flatten(0, 1).transpose(0, 1).contiguous()
+            for k in ("h", "c")
+        )
+        y, _ = self.lstm(self.torso(obs).unsqueeze(1), tuple(state))
+        value = self.value_head(y[:, 0]).squeeze(-1).reshape(2, *d["obs"].shape[:2])
+        return value[0], value[1]
+
+    def prepare(self, d: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """GAE over the rows, then the rows cut into sequences ``[sequences, seq_len]``."""
+        c = self.cfg
+        value, next_value = self.values(d)
+        adv, ret = gae(
+            value, next_value, d["reward"], d["terminated"], d["done"], c.gamma, c.gae_lambda
+        )
+        starts = d["is_init"].clone()
+        starts[:, 1:] |= d["done"][:, :-1]  # an episode starts after a done step
+        rows = {
+            "obs": d["obs"],
+            "action": d["action"],
+            "logp": d["logp"],
+            "adv": adv,
+            "ret": ret,
+            "value": value,
+            "h": d["h"],
+            "c": d["c"],
+        }
+        count, steps = starts.shape
+        stride = self.seq_len - self.burn_in
+        per_row = math.ceil(steps / stride)
+        slot = torch.arange(self.seq_len, device=self.device)
+        time = torch.arange(per_row, device=self.device)[:, None] * stride - self.burn_in + slot
+        inside = (time >= 0) & (time < steps)
+        index = time.clamp(0, steps - 1)
+        first = time == time.clamp_min(0)[:, :1]
+        shape = (count * per_row, self.seq_len)
+        seqs = {k: v[:, index.reshape(-1)].reshape(*shape, *v.shape[2:]) for k, v in rows.items()}
+        seqs["init"] = (starts[:, index] & inside | first).reshape(shape)
+        seqs["mask"] = (inside & (slot >= self.burn_in)).expand(count, -1, -1).reshape(shape)
+        keep = seqs["mask"].any(-1)
+        if not bool(keep.all()):  # sequences of burn-in padding only
+            seqs = {k: v[keep] for k, v in seqs.items()}
+        return seqs
+
+    def memory(
+        self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor, init: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LSTM's output at the steps after the burn-in, and those steps' resets."""
+        b = self.burn_in
+        if b:
+            with torch.no_grad():
+                _, h_b, c_b = unroll(
+                    self.lstm, self.torso(obs[:, :b]), h[:, :b], c[:, :b], init[:, :b]
+                )
+            fresh = init[:, b].reshape(-1, 1, 1, 1)  # an episode starts there: keep its state
+            h = torch.cat([torch.where(fresh, h[:, b : b + 1], h_b[:, None]), h[:, b + 1 :]], 1)
+            c = torch.cat([torch.where(fresh, c[:, b : b + 1], c_b[:, None]), c[:, b + 1 :]], 1)
+            obs, init = obs[:, b:], init[:, b:]
+        y, _, _ = unroll(self.lstm, self.torso(obs), h, c, init)
+        return y, init
+
+    def loss(self, obs, action, logp_old, adv, ret, value_old, h, c, init, mask) -> torch.Tensor:
+        cfg, b = self.cfg, self.burn_in
+        y, _ = self.memory(obs, h, c, init)
+        mask = mask[:, b:]
+        y = y[mask]
+        action, logp_old, adv, ret, value_old = (
+            t[:, b:][mask] for t in (action, logp_old, adv, ret, value_old)
+        )
+        logp, entropy = self.policy.logp_entropy(self.policy.body(y), action, self.entropy)
+        value = self.value_head(y).squeeze(-1)
+        if cfg.normalize_advantage:
+            adv = normalized(adv)
+        ratio = (logp - logp_old).exp()
+        eps = cfg.clip_epsilon
+        objective = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
+        v_loss = (value - ret) ** 2
+        if cfg.clip_value:
+            clipped = value_old + (value - value_old).clamp(-cfg.clip_value, cfg.clip_value)
+            v_loss = torch.max(v_loss, (clipped - ret) ** 2)
+        loss = objective + cfg.critic_coef * v_loss.mean()
+        if entropy is not None:
+            loss = loss - cfg.entropy_coef * entropy.mean()
+        return loss
+
+    def step(self, *minibatch: torch.Tensor) -> torch.Tensor:
+        loss = self.loss(*minibatch)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_and_step(self.params, self.opt, self.cfg.max_grad_norm)
+        return loss.detach()
+
+    def learn(self, data: dict[str, torch.Tensor], step: Callable[..., Any] | None = None) -> int:
+        step = step or self.step
+        c = self.cfg
+        seqs = self.prepare(self.to_device(data))
+        count = seqs["mask"].shape[0]
+        steps = 0
+        for _ in range(c.num_epochs):
+            if c.num_mini_batch == 1:
+                step(*(seqs[k] for k in self.KEYS))
+                steps += 1
+                continue
+            for idx in torch.randperm(count, device=self.device).tensor_split(c.num_mini_batch):
+                step(*(seqs[k][idx] for k in self.KEYS))
+                steps += 1
+        return steps

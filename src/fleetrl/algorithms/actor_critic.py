@@ -46,6 +46,7 @@ from fleetrl.algorithms.sequences import (
     LOSS_MASK_KEY,
     SEQ_LEN_MSG,
     Sequences,
+    SharedTrunk,
     is_recurrent,
     step_values,
 )
@@ -248,8 +249,11 @@ class ActorCritic(Algorithm):
         self.critic = critic
         #: how batches are cut into sequences (None: feed-forward networks, flat minibatches)
         self.sequences: Sequences | None = None
+        #: the torso and core the actor and critic share (None: separate networks)
+        self.trunk: SharedTrunk | None = None
         if is_recurrent(actor) or is_recurrent(critic):
             self.sequences = Sequences(config.seq_len, config.burn_in, algo=self.name)
+            self.trunk = SharedTrunk.of(actor, critic)
             if config.compile or config.cudagraphs:
                 key = "compile" if config.compile else "cudagraphs"
                 raise ConfigError([RECURRENT_COMPILE_MSG.format(algo=self.name, key=key)])
@@ -395,8 +399,13 @@ class ActorCritic(Algorithm):
         data = self.sequences.warm_up(data, [self.critic, self.actor])
         mask = data.get(LOSS_MASK_KEY)
         with set_recurrent_mode(True):
-            dist = self.actor.get_dist(data.select(*self.actor.in_keys).clone(False))
-            value = self.critic(data.select(*self.critic.in_keys).clone(False)).get(t.value)
+            if self.trunk is not None:  # one torso and core for both: run them once
+                keys = {*self.actor.in_keys, *self.critic.in_keys}
+                dist, out = self.trunk(data.select(*keys).clone(False))
+                value = out.get(t.value)
+            else:
+                dist = self.actor.get_dist(data.select(*self.actor.in_keys).clone(False))
+                value = self.critic(data.select(*self.critic.in_keys).clone(False)).get(t.value)
         log_prob = dist.log_prob(data.get(t.action))
         return data[mask], dist, log_prob[mask], value[mask], mask
 

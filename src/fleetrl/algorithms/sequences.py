@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ from fleetrl.keys import DONE_KEY, MASK_KEY
 __all__ = [
     "LOSS_MASK_KEY",
     "Sequences",
+    "SharedTrunk",
     "is_recurrent",
     "recurrent_cores",
     "refuse_recurrent",
@@ -90,6 +92,60 @@ def is_recurrent(module: nn.Module | None) -> bool:
         False
     """
     return bool(recurrent_cores(module))
+
+
+@dataclass
+class SharedTrunk:
+    """An actor and a critic that begin with the same modules (fleetrl's default recurrent
+    networks: one torso and one LSTM/GRU core, :func:`~fleetrl.algorithms.models.make_recurrent_actor_critic`),
+    split so that a sequence minibatch runs the trunk once, then each head: the actor's
+    distribution and the critic's value as each network alone computes them, at half the
+    recurrent work (forward and backward).
+
+    Example:
+        >>> from fleetrl.algorithms.models import ModelKind, make_recurrent_actor_critic
+        >>> from fleetrl.envs.spec import EnvSpec
+        >>> info = EnvSpec(4, 2, 1, None, None, (4,), torch.float32)
+        >>> actor, critic = make_recurrent_actor_critic(ModelKind.LSTM, info, [8], 4)
+        >>> [type(m).__name__ for m in SharedTrunk.of(actor, critic).trunk]
+        ['TensorDictModule', 'LSTMModule']
+        >>> SharedTrunk.of(actor, nn.Linear(4, 1)) is None  # nothing shared
+        True
+    """
+
+    trunk: list[nn.Module]
+    actor_head: list[nn.Module]
+    #: the actor's last module: its distribution from the head's outputs
+    distribution: Any
+    critic_head: list[nn.Module]
+
+    @classmethod
+    def of(cls, actor: nn.Module, critic: nn.Module) -> SharedTrunk | None:
+        """The split of ``actor`` (a ``ProbabilisticActor`` over a ``TensorDictSequential``)
+        and ``critic`` (a ``TensorDictSequential``) at the end of their common modules, the
+        same objects in the same order; None where they share no recurrent core."""
+        try:
+            body, distribution = actor.module  # ProbabilisticActor: [module, distribution]
+            a, c = list(body.module), list(critic.module)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        n = 0
+        while n < min(len(a), len(c)) and a[n] is c[n]:
+            n += 1
+        if not any(is_recurrent(m) for m in a[:n]) or not hasattr(distribution, "get_dist"):
+            return None
+        return cls(a[:n], a[n:], distribution, c[n:])
+
+    def __call__(self, data: TensorDictBase) -> tuple[Any, TensorDictBase]:
+        """The actor's distribution, and ``data`` with the critic's outputs written."""
+        for module in self.trunk:
+            data = module(data)
+        for module in self.actor_head:
+            data = module(data)
+        dist = self.distribution.get_dist(data)
+        for module in self.critic_head:
+            data = module(data)
+        return dist, data
 
 
 RECURRENT_REPLAY_MSG = (
