@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -178,6 +179,21 @@ def machine() -> dict:
     }
 
 
+def paired_ratio(a: Sequence[float] | None, b: Sequence[float] | None) -> float | None:
+    """How ``a`` compares with ``b``, the one way every benchmark computes a ratio: the
+    median over the paired rounds of each round's ``a / b`` (both measured in the same round,
+    so the machine's drift cancels), not the ratio of the two medians. None where either was
+    not measured.
+
+    Example:
+        >>> paired_ratio([10.0, 30.0, 20.0], [5.0, 10.0, 20.0])  # rounds: 2.0, 3.0, 1.0
+        2.0
+    """
+    if not a or not b:
+        return None
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
 #: every table this process printed, in order: write_json saves them with the results
 TABLES: list[dict] = []
 
@@ -311,7 +327,11 @@ def redraw(out: Path = RESULTS_DIR) -> list[Path]:
         ),
         *(
             plot_learner_ratios(json.loads((out / f"{name}.json").read_text())["cases"], name, out)
-            for name in ("learner_throughput", "learner_throughput_compiled")
+            for name in (
+                "learner_throughput",
+                "learner_throughput_compiled",
+                "learner_throughput_recurrent",
+            )
         ),
     ]
     return [p for p in drawn if p is not None]
