@@ -371,7 +371,8 @@ class RunCheckpoints:
 
         Args:
             algorithm: the algorithm's (or the scheme's) state dict.
-            counters: ``frames``, ``iterations``, ``episodes``, ``recent_returns``, ``eval_history``.
+            counters: ``frames``, ``iterations``, ``episodes``, ``recent_returns`` (and a
+                multi-agent run's ``recent_group_returns``), ``eval_history``.
             collector: the local collector's envs and episodes (None: remote collectors or
                 gradient workers).
             config: the run's config as a plain dict.

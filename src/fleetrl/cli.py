@@ -143,6 +143,11 @@ STATE_MISFIT = (
     "checkpoint {path} is invalid: its algorithm state does not fit a {algorithm} "
     "built from its own config ({reason}); pass a checkpoint written by fleetrl train"
 )
+GROUPED_VIDEO_MSG = (
+    "--video={video!r} is invalid with env.id={env_id!r}, a multi-agent env: videos film "
+    "single-agent envs only (not built for agent groups yet); leave out --video to evaluate "
+    "the team return"
+)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -222,7 +227,7 @@ def _eval(args: argparse.Namespace) -> int:
     from fleetrl.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
     from fleetrl.envs.make import create_env_fn
     from fleetrl.evaluate import eval_exploration, evaluate
-    from fleetrl.setup.build import make_algorithm
+    from fleetrl.setup.build import make_algorithm, spec_of
     from fleetrl.setup.load import config_from_dict
 
     video = None
@@ -240,6 +245,8 @@ def _eval(args: argparse.Namespace) -> int:
         config = config_from_dict(state["config"])
     except ConfigError as err:  # e.g. a key renamed since the run: say whose config it is
         raise ConfigError([f"the config in checkpoint {path}: {p}" for p in err.problems]) from None
+    if video is not None and spec_of(config).grouped:  # before any episode is played
+        raise ConfigError([GROUPED_VIDEO_MSG.format(video=str(video), env_id=config.env.id)])
     spec = create_env_fn(config.env)  # an Atari run evaluates with its engine and preprocessing
     exploration = eval_exploration(config, args.actions)  # default: the run's trainer.eval_actions
     algorithm = make_algorithm(config)  # unseeded: the checkpoint's weights are loaded next

@@ -34,7 +34,7 @@ from fleetrl.algorithms import ALGORITHMS
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import EVAL_METRICS, Config, EvalActions
 from fleetrl.envs.make import create_env_fn
-from fleetrl.keys import DONE_KEY, EPISODE_RETURN_KEY
+from fleetrl.keys import DONE_KEY, EPISODE_END_KEY, EPISODE_RETURN_KEY
 
 if TYPE_CHECKING:
     from fleetrl.video import Video
@@ -79,7 +79,9 @@ def evaluate(
 ) -> torch.Tensor:
     """Returns of ``num_episodes`` episodes (one env per episode).
 
-    ``env_id``: a gymnasium id or an :class:`fleetrl.envs.AtariEnv` (the engine of training).
+    ``env_id``: a gymnasium id or an :class:`fleetrl.envs.AtariEnv` (the engine of training),
+    or a multi-agent env's id (a :class:`~fleetrl.envs.pettingzoo.PettingZooId`): its
+    returns are the team's (:mod:`fleetrl.collectors.grouped`).
     ``exploration_type``: ``DETERMINISTIC`` (the distribution's deterministic action) or
     ``RANDOM`` (actions sampled from it, torch seeded with ``seed`` for them).
     """
@@ -98,7 +100,11 @@ def evaluate(
         first_done: dict[int, float] = {}
         while len(first_done) < num_episodes:
             batch = collector.next()
-            done = batch.get(DONE_KEY)[..., 0]
+            if batch.ndim == 1:  # one torchrl env without batch dims: a [time] batch
+                batch = batch.unsqueeze(0)
+            # a multi-agent env's team episode ends at episode_end (any of its dones)
+            end_key = EPISODE_END_KEY if EPISODE_END_KEY in batch.keys(True) else DONE_KEY
+            done = batch.get(end_key)[..., 0]
             ret = batch.get(EPISODE_RETURN_KEY)[..., 0]
             for env in range(num_episodes):
                 if env in first_done:

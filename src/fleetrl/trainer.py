@@ -11,8 +11,9 @@ one metrics row (:attr:`Trainer.iterations`, ``train/iterations``); an
 Every ``test_every`` iterations the policy is
 evaluated with deterministic actions on separate test envs (:mod:`fleetrl.evaluate`). Metrics go to
 ``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
-``time/``; with ``logging.mlflow`` or ``logging.wandb`` also to MLflow or W&B, after the
-CSV (:mod:`fleetrl.tracking`). Checkpoints are written atomically and load with
+``time/`` (a multi-agent run's ``train/episode_return`` is the team's, and each agent
+group has ``train/group_return/<group>``); with ``logging.mlflow`` or ``logging.wandb``
+also to MLflow or W&B, after the CSV (:mod:`fleetrl.tracking`). Checkpoints are written atomically and load with
 ``torch.load(weights_only=True)``.
 
 Resume: a checkpoint holds the algorithm (weights, optimizer, replay buffer,
@@ -67,6 +68,9 @@ RUN_EXISTS_MSG = (
     "another run directory"
 )
 STOPPED = "stopped by %s at %d frames; checkpoint written"
+#: a multi-agent env's per-group columns: ``train/group_return/<group>``, the mean return of
+#: the group's last ``trainer.return_window`` episodes (its agents' mean)
+GROUP_RETURN_METRIC = "train/group_return"
 
 
 class Trainer:
@@ -138,6 +142,8 @@ class Trainer:
         self.iterations = 0  # loop iterations (metrics rows), not optimizer steps
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=config.trainer.return_window)
+        #: a multi-agent env's: per agent group, its last ``return_window`` episode returns
+        self.recent_group_returns: dict[str, deque[float]] = {}
         self.evaluator = Evaluator(config)
         #: the checkpoint this run resumed from (None: a new run)
         self.resumption: Resumption | None = None
@@ -196,8 +202,15 @@ class Trainer:
             state["episodes"],
         )
         self.recent_returns.extend(state["recent_returns"])
+        for name, returns in state.get("recent_group_returns", {}).items():
+            self._group_window(name).extend(returns)
         self.evaluator.history = [tuple(x) for x in state["eval_history"]]
         resumption.restore_torch_rng()
+
+    def _group_window(self, name: str) -> deque[float]:
+        """The recent returns of agent group ``name`` (``train/group_return/<name>``)."""
+        window = self.config.trainer.return_window
+        return self.recent_group_returns.setdefault(name, deque(maxlen=window))
 
     @property
     def eval_history(self) -> list[tuple[int, float]]:
@@ -224,6 +237,7 @@ class Trainer:
                 "iterations": self.iterations,
                 "episodes": self.episodes,
                 "recent_returns": list(self.recent_returns),
+                "recent_group_returns": {k: list(v) for k, v in self.recent_group_returns.items()},
                 "eval_history": [list(x) for x in self.eval_history],
             },
             collector=collector,
@@ -347,6 +361,8 @@ class Trainer:
                     self.startup_s = iteration_start + collect_s - self._constructed_at
                 self.frames += result.frames
                 self.recent_returns.extend(result.returns)
+                for name, returns in result.group_returns.items():
+                    self._group_window(name).extend(returns)
                 self.episodes += len(result.returns)
                 self.iterations += 1
                 elapsed = time.perf_counter() - start
@@ -357,6 +373,10 @@ class Trainer:
                     "train/episodes": self.episodes,
                     "train/episode_return": _mean(self.recent_returns),
                     "train/episode_length": _mean(lengths) if lengths else float("nan"),
+                    **{  # a multi-agent env's: train/episode_return is the team's
+                        f"{GROUP_RETURN_METRIC}/{name}": _mean(returns)
+                        for name, returns in self.recent_group_returns.items()
+                    },
                     **self.algorithm.logged_parameters(),
                     "time/fps": (self.frames - frames_at_start) / elapsed,
                     "time/updates_per_s": (learner.version - version_at_start) / elapsed,

@@ -94,6 +94,26 @@ def algorithm_run(config: str, run: Path, capsys) -> None:
     evaluate(run, capsys, config)
 
 
+def multi_agent_run(config: str, run: Path, capsys) -> None:
+    """MAPPO and IPPO on MPE's simple_spread, from Ray collectors (the file collects in this
+    process; the unit tests run that): the team return, the group's column, resume and eval."""
+    algo = config.split("_")[0]
+    tiny = ["collector.num_collectors=2", "env.num_envs=2", "trainer.num_test_episodes=2"]
+    fast = [f"{algo}.num_epochs=1", f"{algo}.num_mini_batch=2", "collector.frames_per_batch=200"]
+    train(config, run, *QUIET, *tiny, *fast, "trainer.total_frames=400", "trainer.test_every=2")
+    assert frames_of(run) == [200, 400]
+    last = rows(run)[-1]
+    assert int(float(last["train/episodes"])) == 16  # 2 collectors x 2 envs x 2 x 25-step episodes
+    assert float(last["train/group_return/agents"]) == pytest.approx(
+        float(last["train/episode_return"])
+    )
+    assert last["eval/return_mean"] != ""
+    resume(run, 600)
+    assert frames_of(run) == [200, 400, 600]
+    assert load_checkpoint(latest_checkpoint(run))["frames"] == 600
+    evaluate(run, capsys, config)
+
+
 def recurrent_run(config: str, run: Path, capsys) -> None:
     """The POMDP with an LSTM: trained, resumed and evaluated as any algorithm's config
     (Ray collectors carry the recurrent state), then filmed: the policy sees the kept
@@ -386,6 +406,8 @@ def sweep_run(config: str, run: Path, capsys) -> None:
 FAMILIES: dict[str, Callable[[str, Path, object], None]] = {
     **dict.fromkeys(ALGO_TINY, algorithm_run),
     "ppo_lstm_cartpole_novel.yaml": recurrent_run,
+    "mappo_simple_spread.yaml": multi_agent_run,
+    "ippo_simple_spread.yaml": multi_agent_run,
     **{f"ppo_cartpole_{m}.yaml": scheme_run for m in ("parallel", "async", "decentralized")},
     "impala_cartpole.yaml": first_ready_run,
     "appo_cartpole.yaml": first_ready_run,
@@ -443,7 +465,11 @@ SUGGESTION_ALGO = {
     "appo": ["appo.num_epochs=1", "appo.num_mini_batch=2"],
     "dqn": ["dqn.buffer_size=1000", "dqn.learning_starts=64", "dqn.updates_per_batch=2"],
     "sac": ["sac.buffer_size=1000", "sac.learning_starts=64", "sac.updates_per_batch=2"],
+    "mappo": ["mappo.num_epochs=1", "mappo.num_mini_batch=2"],
+    "ippo": ["ippo.num_epochs=1", "ippo.num_mini_batch=2"],
 }
+#: a multi-agent env keeps its own episode limit (env.max_episode_steps is refused for it)
+MULTI_AGENT = ("mappo", "ippo")
 
 
 def suggestions() -> list:
@@ -473,7 +499,7 @@ def test_the_headers_suggest_other_envs_and_engines():
         "sac_mujoco.yaml env.engine=envpool",
         "dqn_atari.yaml dqn.buffer_size=1000000",
     } <= ids
-    assert len(ids) == len(SUGGESTIONS) == 22
+    assert len(ids) == len(SUGGESTIONS) == 26
 
 
 @pytest.mark.parametrize(("config", "overrides"), SUGGESTIONS)
@@ -484,7 +510,8 @@ def test_every_command_a_config_header_suggests_trains(config, overrides, tmp_pa
     if any("envpool" in o for o in overrides):
         pytest.importorskip("envpool")
     run = tmp_path / "run"
-    args = [*SUGGESTION_TINY, *SUGGESTION_ALGO.get(algo, []), *overrides]
+    tiny = [a for a in SUGGESTION_TINY if algo not in MULTI_AGENT or "max_episode" not in a]
+    args = [*tiny, *SUGGESTION_ALGO.get(algo, []), *overrides]
     code = main(["train", str(CONFIGS / config), *args, "--run-dir", str(run)])
     err = capsys.readouterr().err
     if "is invalid on this machine" in err:  # dqn_atari's 1M buffer on a machine under ~64 GB
@@ -497,5 +524,5 @@ def test_every_command_a_config_header_suggests_trains(config, overrides, tmp_pa
     for override in overrides:
         key, value = override.split("=", 1)
         section, name = key.split(".")
-        assert str(saved[section][name]) == value, (key, saved[section][name])
+        assert saved[section][name] == yaml.safe_load(value), (key, saved[section][name])
     assert rows(run)[-1]["eval/return_mean"] != ""  # its evaluation env is the same env

@@ -13,12 +13,16 @@ from fleetrl.algorithms import (
     APPO,
     DQN,
     IMPALA,
+    IPPO,
+    MAPPO,
     PPO,
     SAC,
     A2CConfig,
     APPOConfig,
     DQNConfig,
     IMPALAConfig,
+    IPPOConfig,
+    MAPPOConfig,
     PPOConfig,
     SACConfig,
 )
@@ -121,6 +125,8 @@ def test_one_registry_knows_each_config_class_and_behaviour():
         "sac": SAC,
         "impala": IMPALA,
         "appo": APPO,
+        "mappo": MAPPO,
+        "ippo": IPPO,
     }
     configs = {name: cls.config_class for name, cls in ALGORITHMS.items()}
     assert configs == {
@@ -130,6 +136,8 @@ def test_one_registry_knows_each_config_class_and_behaviour():
         "sac": SACConfig,
         "impala": IMPALAConfig,
         "appo": APPOConfig,
+        "mappo": MAPPOConfig,
+        "ippo": IPPOConfig,
     }
     # IMPALA and APPO learn from each arriving batch (no replay), lag-corrected by V-trace
     assert {name for name, cls in ALGORITHMS.items() if cls.on_policy} == {
@@ -137,6 +145,8 @@ def test_one_registry_knows_each_config_class_and_behaviour():
         "a2c",
         "impala",
         "appo",
+        "mappo",
+        "ippo",
     }
     assert {name for name, cls in ALGORITHMS.items() if cls.random_start} == {"sac"}
 

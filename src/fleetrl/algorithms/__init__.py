@@ -19,6 +19,7 @@ __all__ = [
     "IMPALA",
     "IPPO",
     "MAPPO",
+    "MULTI_AGENT_ALGORITHMS",
     "PPO",
     "SAC",
     "A2CConfig",
@@ -34,8 +35,11 @@ __all__ = [
 
 #: the one registry: a config's ``algorithm`` -> the class (which knows its config class,
 #: whether it is on-policy and whether it starts with random actions); a run builds it with
-#: :func:`fleetrl.build.make_algorithm`. MAPPO and IPPO are not in it yet: they are built in
-#: Python from a torchrl multi-agent env, not from a config's EnvSpec
+#: :func:`fleetrl.build.make_algorithm`. MAPPO and IPPO train multi-agent envs (a run's
+#: EnvSpec carries their torchrl specs); the others single-agent ones
 ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (PPO, A2C, DQN, SAC, IMPALA, APPO)
+    cls.name: cls for cls in (PPO, A2C, DQN, SAC, IMPALA, APPO, MAPPO, IPPO)
 }
+
+#: the algorithms that train an agent group of a multi-agent env (``EnvSpec.grouped``)
+MULTI_AGENT_ALGORITHMS: tuple[str, ...] = (MAPPO.name, IPPO.name)

@@ -20,9 +20,12 @@ separately for each agent (the agent dim left out of the mean and std: torchrl's
 returns do not drown another's signal. torchrl's MAPPO tutorial instead normalizes over
 batch, time and agents together.
 
+From a config (``algorithm: mappo`` / ``ippo``, ``fleetrl train``): the run's
+:class:`~fleetrl.envs.EnvSpec` carries the env's torchrl specs (``EnvSpec.groups``, read when
+the run describes its env), and the networks are sized from them.
+
 Not here (yet): several groups at once (refused, naming the groups: pass ``group=``), a
-global ``"state"`` for MAPPO's critic, continuous actions, ``compile``/``cudagraphs``, and
-the YAML/Trainer path (``algorithm: mappo``).
+global ``"state"`` for MAPPO's critic, continuous actions and ``compile``/``cudagraphs``.
 """
 
 from __future__ import annotations
@@ -43,10 +46,19 @@ from torchrl.objectives.value import MultiAgentGAE
 from fleetrl.algorithms.actor_critic import ClipEpsilon
 from fleetrl.algorithms.base import Algorithm, as_device, flatten_valid
 from fleetrl.config import AlgorithmConfig, Config, Schedule
+from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import NestedKey
 
-__all__ = ["IPPO", "MAPPO", "AgentGroupLayout", "IPPOConfig", "MAPPOConfig", "MultiAgentPPO"]
+__all__ = [
+    "IPPO",
+    "MAPPO",
+    "SINGLE_AGENT_MSG",
+    "AgentGroupLayout",
+    "IPPOConfig",
+    "MAPPOConfig",
+    "MultiAgentPPO",
+]
 
 SEVERAL_GROUPS_MSG = (
     "{algo}: the env has several agent groups {groups}; one set of networks per group is "
@@ -56,6 +68,11 @@ UNKNOWN_GROUP_MSG = "{algo}: group={group!r} is not an agent group of the env; i
 OBSERVATION_MSG = (
     "{algo}: group {group!r} has observation keys {keys}; exactly one per agent is supported: "
     "concatenate them with a torchrl transform (CatTensors) first"
+)
+SINGLE_AGENT_MSG = (
+    "algorithm={algo!r} is invalid with env.id={env_id!r}: {algo} trains an agent group of a "
+    "multi-agent env and {env_id} has one agent; use algorithm=ppo, or a multi-agent env "
+    "(e.g. env.id='mpe2:simple_spread_v3')"
 )
 ACTION_MSG = (
     "{algo}: the action spec of group {group!r} is {spec}; supported: Categorical and "
@@ -377,7 +394,8 @@ class MultiAgentPPO(ClipEpsilon, Algorithm):
 
     Args:
         config: hyperparameters (a :class:`MAPPOConfig` or :class:`IPPOConfig`).
-        env: the torchrl multi-agent env (or one like it) whose group is trained.
+        env: the torchrl multi-agent env (or one like it) whose group is trained, or a run's
+            :class:`~fleetrl.envs.EnvSpec` of one (its ``groups``: the env's torchrl specs).
 
     Keyword Args:
         group: the agent group to train (None: the env's only one).
@@ -400,6 +418,10 @@ class MultiAgentPPO(ClipEpsilon, Algorithm):
         config.check(problems)
         problems.raise_if_any()
         device = as_device(device)
+        if isinstance(env, EnvSpec):  # a run's: the specs it read when it described the env
+            if env.groups is None:
+                raise ConfigError([SINGLE_AGENT_MSG.format(algo=self.name, env_id=env.env_id)])
+            env = env.groups
         self.layout = AgentGroupLayout.of(env, group, algo=self.name)
         actor, critic, policy = make_networks(self.layout, config, centralised=self.centralised)
         actor.to(device)

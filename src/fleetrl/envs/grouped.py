@@ -34,7 +34,7 @@ from tensordict import TensorDictBase
 
 from fleetrl.keys import NestedKey
 
-__all__ = ["AgentGroup", "GroupedEnv", "is_grouped"]
+__all__ = ["AgentGroup", "GroupedEnv", "GroupedSpecs", "is_grouped"]
 
 
 def is_grouped(env: Any) -> bool:
@@ -56,6 +56,49 @@ class AgentGroup:
     reward_keys: list[NestedKey] = field(default_factory=list)
     #: the group's own done keys (root dones, which end every group, are not listed)
     done_keys: list[NestedKey] = field(default_factory=list)
+
+
+@dataclass
+class GroupedSpecs:
+    """The torchrl specs of one grouped env, read once where a run describes its env
+    (:func:`fleetrl.envs.env_spec`): what a multi-agent algorithm sizes its networks from
+    (:meth:`fleetrl.algorithms.mappo.AgentGroupLayout.of` reads these attributes as it reads a
+    torchrl env's), without building an env again. Picklable, so it travels with a run's
+    :class:`~fleetrl.envs.EnvSpec` to gradient workers.
+
+    Examples:
+        >>> from torchrl.testing.mocking_classes import MultiAgentCountingEnv
+        >>> specs = GroupedSpecs.of(MultiAgentCountingEnv(n_agents=2))
+        >>> specs.groups, specs.batch_size
+        (['agents'], torch.Size([]))
+    """
+
+    batch_size: torch.Size
+    action_keys: list[NestedKey]
+    observation_keys: list[NestedKey]
+    reward_keys: list[NestedKey]
+    done_keys: list[NestedKey]
+    #: torchrl ``Composite`` specs of the observations and of the actions
+    observation_spec: Any
+    full_action_spec: Any
+
+    @classmethod
+    def of(cls, env: Any) -> GroupedSpecs:
+        """The specs of a torchrl env (one env: its batch dims are its own)."""
+        return cls(
+            torch.Size(env.batch_size),
+            list(env.action_keys),
+            list(env.observation_keys),
+            list(env.reward_keys),
+            list(env.done_keys),
+            env.observation_spec.clone(),
+            env.full_action_spec.clone(),
+        )
+
+    @property
+    def groups(self) -> list[str]:
+        """The agent groups (the first names of the nested action keys), in key order."""
+        return list(dict.fromkeys(k[0] for k in self.action_keys if isinstance(k, tuple)))
 
 
 def _group_of(key: NestedKey) -> str:

@@ -26,6 +26,7 @@ import torch
 
 from fleetrl.config import EnvEngine
 from fleetrl.envs.atari import AtariEnv
+from fleetrl.envs.grouped import GroupedEnv, GroupedSpecs
 from fleetrl.envs.make import make_env
 from fleetrl.envs.mujoco import MujocoEnv
 from fleetrl.envs.partial import PartialEnv
@@ -55,10 +56,18 @@ class EnvSpec:
     engine: EnvEngine | None = None
     #: integer actions that are not one Discrete: a MultiDiscrete or MultiBinary space
     integer_actions: bool = False
+    #: a multi-agent env's torchrl specs (None: a single-agent env); the fields above then
+    #: describe one agent of its first group
+    groups: GroupedSpecs | None = None
 
     @property
     def discrete(self) -> bool:
         return self.num_actions is not None
+
+    @property
+    def grouped(self) -> bool:
+        """A multi-agent env in torchrl's grouped layout (:mod:`fleetrl.envs.grouped`)."""
+        return self.groups is not None
 
     @property
     def pixels(self) -> bool:
@@ -80,6 +89,8 @@ def env_spec(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None = None
         is_torchrl_env(create_env_fn)
     )
     try:
+        if isinstance(env, GroupedEnv):
+            return _grouped_spec(env, create_env_fn)
         (shape, dtype), *_ = env.observation_spec.values()
         obs_dtype = torch.uint8 if dtype == np.uint8 else torch.float32
         obs_dim = int(np.prod(shape)) if shape else 1
@@ -104,6 +115,31 @@ def env_spec(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None = None
     finally:
         if built_here:  # an env the caller built stays open for the caller
             env.close()
+
+
+def _grouped_spec(env: GroupedEnv, create_env_fn: Any) -> EnvSpec:
+    """A multi-agent env's spec: its torchrl specs, and one agent of its first group in the
+    single-agent fields (what messages and the checks of spaces read)."""
+    specs = GroupedSpecs.of(env.env)
+    group = specs.groups[0] if specs.groups else None
+    batch = len(specs.batch_size)
+    obs_keys = [k for k in specs.observation_keys if isinstance(k, tuple) and k[0] == group]
+    obs = specs.observation_spec[obs_keys[0]] if obs_keys else None
+    shape = tuple(int(d) for d in obs.shape[batch + 1 :]) if obs is not None else ()
+    action = specs.full_action_spec[specs.action_keys[0]]
+    n = getattr(getattr(action, "space", None), "n", None)
+    return EnvSpec(
+        int(np.prod(shape)) if shape else 1,
+        int(n) if n is not None else None,
+        1 if n is not None else int(np.prod(action.shape[batch + 1 :] or (1,))),
+        None,
+        None,
+        shape,
+        torch.uint8 if obs is not None and obs.dtype == torch.uint8 else torch.float32,
+        env_id=getattr(create_env_fn, "env_id", _name(create_env_fn)),
+        engine=None,  # fleetrl's PettingZoo adapter or a user's torchrl env: no engine
+        groups=specs,
+    )
 
 
 def _bounds(env: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:

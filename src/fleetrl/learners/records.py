@@ -39,6 +39,8 @@ class Collected:
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     collect_s: float = 0.0
+    #: a multi-agent env's: per agent group, the returns of its episodes that ended
+    group_returns: dict[str, list[float]] = field(default_factory=dict)
     #: the collector's parts (:mod:`fleetrl.collectors.timing`) for the batches taken
     times: CollectTimes = field(default_factory=CollectTimes)
 
@@ -56,6 +58,8 @@ class Collected:
             lengths=stats.lengths.tolist(),
             seconds=seconds,
         )
+        for name, returns in stats.group_returns.items():
+            self.group_returns.setdefault(name, []).extend(returns.tolist())
 
     def add_progress(self, record: TensorDictBase) -> None:
         """A replay-buffer collector's progress record (frames written, episodes ended)."""
@@ -114,3 +118,5 @@ class IterationResult:
     lengths: list[int]  #: their lengths
     info: dict[str, float]  #: loss info, the mean over the iteration's optimizer steps
     metrics: dict[str, float]  #: the metric schema's row
+    #: a multi-agent env's: per agent group, the returns of its episodes that ended in it
+    group_returns: dict[str, list[float]] = field(default_factory=dict)

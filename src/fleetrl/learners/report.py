@@ -140,6 +140,7 @@ class IterationReport:
         self.frames = 0
         self.returns: list[float] = []
         self.lengths: list[int] = []
+        self.group_returns: dict[str, list[float]] = {}
         self.info = InfoMean()
         self.lag = PolicyLag()
         self._asynchrony_sum = 0
@@ -164,6 +165,8 @@ class IterationReport:
         self.frames += collected.frames
         self.returns.extend(collected.returns)
         self.lengths.extend(collected.lengths)
+        for name, returns in collected.group_returns.items():
+            self.group_returns.setdefault(name, []).extend(returns)
         self.collect_s[worker] = self.collect_s.get(worker, 0.0) + collected.collect_s
         self.grad_s[worker] = self.grad_s.get(worker, 0.0) + grad_s
         self.add_prepare(worker, prepare_s)
@@ -208,6 +211,7 @@ class IterationReport:
             frames=self.frames,
             returns=self.returns,
             lengths=self.lengths,
+            group_returns=self.group_returns,
             info=self.info.mean(),
             metrics=metrics_row(
                 {

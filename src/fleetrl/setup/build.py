@@ -20,12 +20,25 @@ from fleetrl.normalization import ObservationNormalizer, RewardScaler, find_norm
 from fleetrl.setup.verify.checked import resolved_env, verified
 from fleetrl.setup.verify.env import describe
 
-__all__ = ["make_algorithm", "make_collector", "normalized_networks", "spec_of"]
+__all__ = [
+    "GROUPED_MODULES_MSG",
+    "make_algorithm",
+    "make_collector",
+    "normalized_networks",
+    "spec_of",
+]
 
 USER_NETWORK_MSG = (
     "env.normalize_observation=True but the {names} passed in code hold no "
     "fleetrl.normalization.ObservationNormalizer: put one (the same instance in actor and "
     "critic) first in their observation path, or set env.normalize_observation=false"
+)
+
+
+GROUPED_MODULES_MSG = (
+    "{names} passed in code are not taken by algorithm={algo!r}: it builds its MultiAgentMLP "
+    "networks from the env's agent group ({algo}.hidden_sizes, {algo}.share_params; custom "
+    "multi-agent networks are not taken yet): leave them out"
 )
 
 
@@ -44,6 +57,10 @@ def make_algorithm(
         torch.manual_seed(seed)
     cls = ALGORITHMS[config.algorithm]
     info = env_spec if env_spec is not None else spec_of(config)
+    if info.grouped and modules:  # MAPPO/IPPO build their MultiAgentMLPs from the env's specs
+        raise ConfigError(
+            [GROUPED_MODULES_MSG.format(algo=config.algorithm, names=sorted(modules))]
+        )
     if config.env.normalize_observation:
         modules = normalized_networks(config, info, modules)
     algorithm = cls(config.algo, info, device=config.trainer.device, **modules)

@@ -9,7 +9,9 @@ fails to build, observation indices past the observation's last entry
 ``env.atari`` keys of an env that is no ALE game, evaluation videos of an env
 that cannot render, and what the env's spaces allow (the algorithm's kind of
 actions, a convolutional network, normalization, a replay buffer that fits in
-memory).
+memory). A multi-agent env (``EnvSpec.grouped``) trains with ``mappo`` or ``ippo`` only,
+whose agent group its specs must fit, and the keys its run does not take yet are refused
+by name (:func:`grouped_rules`); the single-agent rules of spaces do not apply to it.
 
 Examples:
     >>> from fleetrl.setup import parse_config
@@ -29,24 +31,29 @@ import difflib
 import importlib.util
 import math
 
+from fleetrl.algorithms import MULTI_AGENT_ALGORITHMS
+from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG, AgentGroupLayout
 from fleetrl.algorithms.models import NORMALIZE_CONV_MSG, ModelKind, conv_problems, resolve_model
 from fleetrl.config import AtariConfig, Config
 from fleetrl.envs.engine import EnvKind, ResolvedEnv, resolve_env
 from fleetrl.envs.partial import PartialEnv
 from fleetrl.envs.spec import EnvSpec, env_spec
-from fleetrl.errors import Problem, Problems
+from fleetrl.errors import ConfigError, Problem, Problems
 from fleetrl.runtime import human_bytes, physical_memory
 
 __all__ = [
     "ACTIONS_MSG",
     "ACTION_KINDS",
     "ENV_MAKE_MSG",
+    "GROUPED_KEY_MSG",
+    "MULTI_AGENT_MSG",
     "REPLAY_MEMORY_MSG",
     "UNKNOWN_ENV_MSG",
     "atari_section_rules",
     "close_ids",
     "describe",
     "describe_env",
+    "grouped_rules",
     "space_rules",
     "video_rules",
 ]
@@ -62,6 +69,15 @@ ACTIONS_MSG = (
     "algorithm={algorithm!r} is invalid with env.id={env_id!r}: {name} needs {needs} actions "
     "and {env_id} has {has}; use algorithm={instead}, or an env with {needs} actions "
     "(e.g. env.id={example})"
+)
+
+MULTI_AGENT_MSG = (
+    "algorithm={algorithm!r} is invalid with env.id={env_id!r}: {env_id} is a multi-agent env "
+    "(agent groups {groups}) and {algorithm} trains single-agent envs; use algorithm=mappo or "
+    "algorithm=ippo"
+)
+GROUPED_KEY_MSG = (
+    "{key}={value!r} is invalid with env.id={env_id!r}, a multi-agent env: {why}; {fix}"
 )
 
 #: the algorithms that suit one kind of action space only
@@ -170,7 +186,7 @@ def video_rules(
             "needs pip install 'fleetrl[video]' (No module named 'imageio_ffmpeg')",
         )
         return
-    if env_spec is None:
+    if env_spec is None or env_spec.grouped:  # a multi-agent env's: grouped_rules says it
         return
     problem = _rendering_problem(env)
     check(problem is None, "logging.video_every", every, problem or "")
@@ -192,8 +208,62 @@ def _rendering_problem(env: ResolvedEnv) -> str | None:
 _RENDERS: dict[str, str | None] = {}
 
 
+def grouped_rules(config: Config, spec: EnvSpec, check: Problems) -> None:
+    """A multi-agent env (``spec.grouped``) trains with mappo or ippo, whose agent group its
+    specs must fit; the keys a grouped run does not take yet are refused by name. A
+    multi-agent algorithm on a single-agent env is refused too."""
+    multi = config.algorithm in MULTI_AGENT_ALGORITHMS
+    if spec.groups is None:
+        if multi:
+            text = SINGLE_AGENT_MSG.format(algo=config.algorithm, env_id=config.env.id)
+            check.say("algorithm", text)
+        return
+    if not multi:
+        text = MULTI_AGENT_MSG.format(
+            algorithm=config.algorithm, env_id=config.env.id, groups=spec.groups.groups
+        )
+        check.say("algorithm", text)
+    else:
+        try:  # the group the networks are sized for: one group, one observation, discrete actions
+            AgentGroupLayout.of(spec.groups, algo=config.algorithm)
+        except ConfigError as err:
+            for text in err.problems:
+                check.say("algorithm", text)
+    for key, value, refused, why, fix in _grouped_keys(config):
+        if refused:
+            text = GROUPED_KEY_MSG.format(
+                key=key, value=value, env_id=config.env.id, why=why, fix=fix
+            )
+            check.say(key, text)
+
+
+def _grouped_keys(config: Config) -> list[tuple[str, object, bool, str, str]]:
+    """(key, value, refused, why, fix) of each key a multi-agent run does not take yet."""
+    e, c, every = config.env, config.collector, config.logging.video_every
+    overlap = c.overlap in ("on", True)
+    return [
+        ("env.max_episode_steps", e.max_episode_steps, e.max_episode_steps is not None,
+         "the grouped rollout keeps the env's own episode limit",
+         "remove the key (null): MPE's parallel_env has max_cycles=25"),
+        ("logging.video_every", every, isinstance(every, int) and every > 0,
+         "videos film single-agent envs only (not built for agent groups yet)",
+         "remove the key (null): evaluations (trainer.test_every) still run"),
+        ("env.normalize_reward", e.normalize_reward, bool(e.normalize_reward),
+         "rewards are per agent group, and reward scaling reads one reward per env",
+         "set env.normalize_reward=false"),
+        ("collector.overlap", c.overlap, overlap,
+         "the grouped rollout steps every env at once", "set collector.overlap=auto or off"),
+        ("collector.inference", c.inference, c.inference == "server",
+         "inference servers serve single-agent collectors only (not built yet)",
+         "set collector.inference=local"),
+    ]  # fmt: skip
+
+
 def space_rules(config: Config, spec: EnvSpec, check: Problems) -> None:
     """What the env's spaces allow: the algorithm's actions, a conv network, normalization."""
+    grouped_rules(config, spec, check)
+    if spec.grouped:  # the single-agent rules below read one agent's spaces
+        return
     model = getattr(config.algo, "model", None)
     if isinstance(model, ModelKind):
         for text in conv_problems(config.algorithm, model.value, config.env.id, spec):

@@ -1,0 +1,130 @@
+"""MAPPO and IPPO from the shipped configs through the CLI, with local collection: train,
+resume, eval; the team and per-group returns in metrics.csv; the keys a multi-agent run
+refuses, by name, before anything is built."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG
+from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.cli import GROUPED_VIDEO_MSG, main
+from fleetrl.errors import ConfigError
+from fleetrl.setup.load import load_config
+from fleetrl.setup.verify.env import MULTI_AGENT_MSG
+from runs import ROOT, rows
+
+pytest.importorskip("mpe2")
+
+CONFIGS = ROOT / "configs"
+#: a few thousand frames: 4 envs x 125 steps a batch, one epoch of two minibatches
+TINY = [
+    "env.num_envs=4",
+    "collector.frames_per_batch=500",
+    "trainer.total_frames=1000",
+    "trainer.test_every=2",
+    "trainer.num_test_episodes=2",
+    "logging.progress_bar=false",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+
+
+def _frames(run) -> list[int]:
+    return [int(float(r["train/frames"])) for r in rows(run)]
+
+
+@pytest.mark.parametrize("config", ["mappo_simple_spread.yaml", "ippo_simple_spread.yaml"])
+def test_a_shipped_multi_agent_config_trains_resumes_and_evaluates(config, tmp_path, capsys):
+    algo = config.split("_")[0]
+    run = tmp_path / "run"
+    args = [*TINY, f"{algo}.num_epochs=1", f"{algo}.num_mini_batch=2"]
+    assert main(["train", str(CONFIGS / config), *args, "--run-dir", str(run)]) == 0
+    assert _frames(run) == [500, 1000]
+    last = rows(run)[-1]
+    # 25-step MPE episodes: each batch ends 4 x 5 team episodes, and the group's with them
+    assert int(float(last["train/episodes"])) == 40
+    team, group = float(last["train/episode_return"]), float(last["train/group_return/agents"])
+    assert math.isfinite(team) and team < 0  # simple_spread's rewards are distances: < 0
+    assert group == pytest.approx(team)  # one group: the team's reward is its agents' mean
+    assert last["eval/return_mean"] != "" and float(last["loss/critic"]) > 0
+    assert latest_checkpoint(run).name == "checkpoint_000000001000.pt"
+
+    assert main(["train", "--resume", str(run), "trainer.total_frames=1500"]) == 0
+    assert _frames(run) == [500, 1000, 1500]
+    state = load_checkpoint(latest_checkpoint(run))
+    assert state["frames"] == 1500 and state["episodes"] == 60
+    assert state["algorithm"]["num_updates"] == 3 * 2  # one epoch of two minibatches a batch
+    assert len(state["recent_group_returns"]["agents"]) == 40  # trainer.return_window
+
+    for episodes in (1, 2):  # one env (a torchrl env without batch dims) and two
+        capsys.readouterr()
+        assert main(["eval", str(run), "--episodes", str(episodes)]) == 0
+        out = capsys.readouterr().out
+        expected = f"{algo} on mpe2:simple_spread_v3, {episodes} episodes, sampled actions: "
+        assert re.search(re.escape(expected) + r"mean return -[\d.]+ \+- [\d.]+", out), out
+
+
+def test_eval_refuses_a_video_of_a_multi_agent_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = [*TINY, "trainer.total_frames=500", "trainer.test_every=0", "mappo.num_epochs=1"]
+    assert (
+        main(["train", str(CONFIGS / "mappo_simple_spread.yaml"), *args, "--run-dir", str(run)])
+        == 0
+    )
+    video = tmp_path / "eval.mp4"
+    capsys.readouterr()
+    assert main(["eval", str(run), "--video", str(video)]) == 2
+    text = GROUPED_VIDEO_MSG.format(video=str(video), env_id="mpe2:simple_spread_v3")
+    assert text in capsys.readouterr().err and not video.exists()
+
+
+def test_algorithm_and_env_must_both_be_multi_agent_or_neither():
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIGS / "mappo_simple_spread.yaml", ["algorithm=ppo"])
+    text = MULTI_AGENT_MSG.format(
+        algorithm="ppo", env_id="mpe2:simple_spread_v3", groups=["agents"]
+    )
+    assert text in err.value.problems
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIGS / "mappo_simple_spread.yaml", ["env.id=CartPole-v1"])
+    assert SINGLE_AGENT_MSG.format(algo="mappo", env_id="CartPole-v1") in err.value.problems
+
+
+def test_keys_a_multi_agent_run_does_not_take_are_refused_by_name_all_at_once():
+    overrides = [
+        "env.max_episode_steps=50",
+        "env.normalize_reward=true",
+        "env.normalize_observation=true",
+        "collector.overlap=on",
+        "collector.num_collectors=2",
+        "collector.inference=server",
+    ]
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIGS / "mappo_simple_spread.yaml", overrides)
+    keys = {p.key for p in err.value.details}
+    assert {
+        "env.max_episode_steps",
+        "env.normalize_reward",
+        "env.normalize_observation",
+        "collector.overlap",
+        "collector.inference",
+    } <= keys
+    said = "\n".join(err.value.problems)
+    assert "env.max_episode_steps=50 is invalid with env.id='mpe2:simple_spread_v3'" in said
+
+
+def test_networks_passed_in_code_are_refused_for_a_multi_agent_run(tmp_path):
+    from torch import nn
+
+    from fleetrl.setup.build import GROUPED_MODULES_MSG
+    from fleetrl.trainer import Trainer
+
+    config = load_config(CONFIGS / "mappo_simple_spread.yaml", TINY)
+    with pytest.raises(ConfigError) as err:
+        Trainer(config, actor=nn.Linear(18, 5), run_dir=tmp_path / "run")
+    assert err.value.problems == [GROUPED_MODULES_MSG.format(algo="mappo", names=["actor"])]
+    assert not (tmp_path / "run").exists()
