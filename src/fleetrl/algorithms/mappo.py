@@ -62,7 +62,9 @@ __all__ = [
 
 SEVERAL_GROUPS_MSG = (
     "{algo}: the env has several agent groups {groups}; one set of networks per group is "
-    "not built yet: pass group=<one of {groups}> to train that group"
+    "not built yet: from Python, pass group=<one of {groups}> to {algo_class} to train that "
+    "group (a config has no key for it yet: use an env with one agent group, such as "
+    "mpe2:simple_spread_v3)"
 )
 UNKNOWN_GROUP_MSG = "{algo}: group={group!r} is not an agent group of the env; its groups: {groups}"
 OBSERVATION_MSG = (
@@ -219,7 +221,9 @@ class AgentGroupLayout:
         groups = list(dict.fromkeys(k[0] for k in env.action_keys if isinstance(k, tuple)))
         if group is None:
             if len(groups) != 1:
-                raise ConfigError([SEVERAL_GROUPS_MSG.format(algo=algo, groups=groups)])
+                raise ConfigError(
+                    [SEVERAL_GROUPS_MSG.format(algo=algo, algo_class=algo.upper(), groups=groups)]
+                )
             group = groups[0]
         if group not in groups:
             raise ConfigError([UNKNOWN_GROUP_MSG.format(algo=algo, group=group, groups=groups)])

@@ -97,7 +97,7 @@ def test_bad_config_refused_by_key():
 
 def test_several_groups_refused_by_name_unless_one_is_chosen():
     env = MultiAgentCountingEnv(n_agents=2, group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT)
-    msg = SEVERAL_GROUPS_MSG.format(algo="mappo", groups=["agent_0", "agent_1"])
+    msg = SEVERAL_GROUPS_MSG.format(algo="mappo", algo_class="MAPPO", groups=["agent_0", "agent_1"])
     with pytest.raises(ConfigError, match=re.escape(msg)):
         MAPPO(MAPPOConfig(), env)
     with pytest.raises(ConfigError, match="several agent groups"):
