@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from fleetrl.algorithms import ALGORITHMS
-from fleetrl.config import Config, TuneConfig, enum_of, enum_value
+from fleetrl.config import Config, TuneConfig, enum_of, enum_value, type_hints
 from fleetrl.errors import ConfigError, Problem
 
 __all__ = [
@@ -149,7 +149,7 @@ def fill_dataclass(
     (an Enum's value becomes its member); every problem is appended to ``problems`` (an
     unknown key with the closest known one), and a field with a bad value keeps its default
     (``base``'s value where given: the mapping then changes a copy of ``base``)."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.name not in hidden]
     obj = cls() if base is None else dataclasses.replace(base)
     for key, value in data.items():

@@ -49,6 +49,7 @@ from fleetrl.config import (
     TrainerConfig,
     TuneConfig,
     enum_of,
+    type_hints,
 )
 from fleetrl.envs.atari import ATARI_RANGES
 from fleetrl.setup.verify import RANGES, verify
@@ -153,7 +154,7 @@ def config_keys() -> list[KeyDoc]:
 
 
 def _section_keys(prefix: str, cls: type, algorithm: str) -> list[KeyDoc]:
-    docs, hints = field_docs(cls), typing.get_type_hints(cls)
+    docs, hints = field_docs(cls), type_hints(cls)
     out: list[KeyDoc] = []
     nested: list[KeyDoc] = []  # a nested section (env.atari) follows its parent's own keys
     for f in dataclasses.fields(cls):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from fleetrl.algorithms import ALGORITHMS
 from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.inference import config_problems
-from fleetrl.config import Config, LearnerMode, enum_of, enum_value
+from fleetrl.config import Config, LearnerMode, enum_of, enum_value, type_hints
 from fleetrl.errors import Problems
 from fleetrl.setup.parse import allowed_values
 
@@ -182,7 +181,7 @@ def range_rules(config: Config, check: Problems) -> None:
 def field_rules(obj: Any, check: Problems) -> None:
     """What holds for every field of a dataclass, nested ones too: a float is finite (``.nan``
     and ``.inf`` pass ``> 0``-style checks) and an Enum-typed field holds one of its values."""
-    hints = typing.get_type_hints(type(obj))
+    hints = type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         enum_cls = enum_of(hints[f.name])
