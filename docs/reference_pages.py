@@ -12,6 +12,7 @@ import json
 import posixpath
 import re
 import statistics
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,10 +273,30 @@ def api_pages() -> dict[str, str]:
             anchor = f"{module}.{name}"
             summary = _summary(getattr(fleetrl, name)).replace("|", "\\|")
             index.append(f"| [`{name}`](api/{slug}.md#{anchor}) | {summary} |")
-            page += [f"::: {module}.{name}", "    options:", "      heading_level: 2", ""]
+            page += [f"::: {module}.{name}", "    options:", "      heading_level: 2"]
+            page += [*_mixed_in_fields(getattr(fleetrl, name)), ""]
         index.append("")
         pages[f"reference/api/{slug}.md"] = "\n".join(page)
     return {"reference/api.md": "\n".join(index), **pages}
+
+
+def _mixed_in_fields(obj: object) -> list[str]:
+    """The options that show a config class's fields from :class:`PPOFields` on its own
+    page, in the class's field order, as if it declared them (mkdocstrings leaves inherited
+    members out, and would list them after the class's own)."""
+    from fleetrl.algorithms.actor_critic import PPOFields
+
+    if not (isinstance(obj, type) and issubclass(obj, PPOFields)):
+        return []
+    mixed_in = list(PPOFields.__dataclass_fields__)
+    documented = [  # its own methods and properties with a docstring, as mkdocstrings shows
+        n
+        for n, v in vars(obj).items()
+        if not n.startswith("_") and isinstance(v, (property, types.FunctionType)) and v.__doc__
+    ]
+    own = [*vars(obj).get("__annotations__", {}), *documented]
+    own = [n for n in dict.fromkeys(own) if n not in mixed_in]
+    return [f"      inherited_members: {mixed_in}", f"      members: {[*mixed_in, *own]}"]
 
 
 def api_page() -> str:

@@ -128,3 +128,13 @@ def test_networks_passed_in_code_are_refused_for_a_multi_agent_run(tmp_path):
         Trainer(config, actor=nn.Linear(18, 5), run_dir=tmp_path / "run")
     assert err.value.problems == [GROUPED_MODULES_MSG.format(algo="mappo", names=["actor"])]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo"])
+def test_zero_minibatches_are_a_config_error_not_a_division_by_zero(algorithm):
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            str(CONFIGS / "mappo_simple_spread.yaml"),
+            [f"algorithm={algorithm}", f"{algorithm}.num_mini_batch=0"],
+        )
+    assert info.value.problems == [f"{algorithm}.num_mini_batch=0 is invalid: must be > 0"]

@@ -60,10 +60,14 @@ __all__ = [
     "ActorCritic",
     "ActorCriticConfig",
     "ClipEpsilon",
+    "LossCoefficients",
+    "PPOFields",
+    "check_clipping",
     "clipped_objective",
     "critic_loss",
     "entropy_of",
     "policy_gradient",
+    "torchrl_loss_terms",
 ]
 
 RECURRENT_COMPILE_MSG = (
@@ -118,6 +122,43 @@ class ActorCriticConfig(AlgorithmConfig):
                 f"must be false with model={model.value!r}: sequence minibatches (padding, "
                 "burn-in) have data-dependent shapes",
             )
+
+
+@dataclass
+class PPOFields:
+    """The fields the ``ppo``, ``mappo`` and ``ippo`` sections share: PPO's clipped objective
+    on GAE advantages, in epochs of minibatches, with PPO's defaults and doc lines.
+
+    Mixed in before the section's base (``PPOConfig(PPOFields, ActorCriticConfig)``), so
+    these keys follow the base's in the section; a section whose default or doc line of a
+    field differs declares that field again (it keeps its place). The checks they share:
+    :func:`check_clipping`.
+    """
+
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_epsilon: float = 0.2
+    """PPO ratio clipping."""
+    clip_schedule: Schedule = Schedule.CONSTANT
+    """'constant' or 'linear' decay of clip_epsilon (to 0 at trainer.total_frames)."""
+    entropy_coef: float = 0.0
+    """entropy bonus coefficient."""
+    critic_coef: float = 0.5
+    """value loss coefficient."""
+    num_epochs: int = 4
+    """passes over each batch."""
+    num_mini_batch: int = 4
+    """minibatches per epoch."""
+    normalize_advantage: bool = True
+    """normalize advantages per minibatch."""
+    clip_value: float | None = None
+    """clip the value update to this range around the old value (None: off)."""
+    max_grad_norm: float | None = 0.5
+    """clip the gradient norm (None: off)."""
 
 
 # ------------------------------------------------------------------ the loss terms
@@ -190,7 +231,34 @@ def entropy_of(dist: torch.distributions.Distribution) -> torch.Tensor:
 # ------------------------------------------------------------------ the base class
 
 
-class ActorCritic(Algorithm):
+class LossCoefficients:
+    """The entropy and value-loss coefficients as tunables in the torchrl loss module's
+    buffers (``entropy_coef``, ``critic_coef``), so a change acts on the loss itself; an
+    ``entropy_coef`` > 0 turns on an entropy term that was off at construction.
+
+    Mixed in before :class:`~fleetrl.algorithms.base.Algorithm` (:class:`ActorCritic`,
+    :class:`~fleetrl.algorithms.mappo.MultiAgentPPO`).
+    """
+
+    tunable: ClassVar[tuple[str, ...]] = ("entropy_coef", "critic_coef")
+    loss_module: Any
+
+    @property
+    def entropy_coef(self) -> float:
+        return float(self.loss_module.entropy_coeff)
+
+    @property
+    def critic_coef(self) -> float:
+        return float(self.loss_module.critic_coeff)
+
+    def _set_parameter(self, name: str, value: float) -> None:
+        buffers = {"entropy_coef": "entropy_coeff", "critic_coef": "critic_coeff"}
+        getattr(self.loss_module, buffers[name]).fill_(float(value))
+        if name == "entropy_coef":
+            self.loss_module.entropy_bonus = float(value) > 0
+
+
+class ActorCritic(LossCoefficients, Algorithm):
     """On-policy base: builds the networks and the torchrl loss, and holds the coefficients.
 
     Args:
@@ -207,7 +275,6 @@ class ActorCritic(Algorithm):
     """
 
     on_policy = True
-    tunable: ClassVar[tuple[str, ...]] = ("entropy_coef", "critic_coef")
 
     def __init__(
         self,
@@ -277,20 +344,10 @@ class ActorCritic(Algorithm):
         self._entropy_on = config.entropy_coef > 0
 
     # ------------------------------------------------------------ coefficients
-    @property
-    def entropy_coef(self) -> float:
-        return float(self.loss_module.entropy_coeff)
-
-    @property
-    def critic_coef(self) -> float:
-        return float(self.loss_module.critic_coeff)
-
     def _set_parameter(self, name: str, value: float) -> None:
-        buffers = {"entropy_coef": "entropy_coeff", "critic_coef": "critic_coeff"}
-        getattr(self.loss_module, buffers[name]).fill_(float(value))
+        super()._set_parameter(name, value)
         if name == "entropy_coef":  # an entropy term that was off at construction turns on
             self._entropy_on = float(value) > 0
-            self.loss_module.entropy_bonus = self._entropy_on
 
     # ------------------------------------------------------------ data
     def scaled_rewards(self, batch: TensorDictBase) -> TensorDictBase:
@@ -461,26 +518,34 @@ class ActorCritic(Algorithm):
 
     def torchrl_loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The torchrl loss module's own forward, for networks of another structure."""
-        out = self.loss_module(data)
-        total = out["loss_objective"] + out["loss_critic"]
-        info = {
-            "loss/objective": out["loss_objective"].detach(),
-            "loss/critic": out["loss_critic"].detach(),
-        }
-        if "loss_entropy" in out:
-            total = total + out["loss_entropy"]
-            info["loss/entropy"] = (
-                out["entropy"].detach() if "entropy" in out else -out["loss_entropy"].detach()
-            )
-        for key in ("kl_approx", "clip_fraction"):
-            if key in out:
-                info[f"loss/{key}"] = out[key].detach()
-        return total, info
+        return torchrl_loss_terms(self.loss_module, data)
 
 
-def check_clipped_objective(section: Any, config: Config, check: Problems) -> None:
-    """The checks PPO's and APPO's sections share: the clip, the value clip, and epochs of
-    minibatches that divide the batch (``section``: a PPOConfig or an APPOConfig)."""
+def torchrl_loss_terms(
+    loss_module: nn.Module, data: TensorDictBase
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """A torchrl loss module's own forward on ``data``: the sum of its loss terms, and what is
+    logged of them (:meth:`ActorCritic.torchrl_loss`, the multi-agent PPOs' loss)."""
+    out = loss_module(data)
+    total = out["loss_objective"] + out["loss_critic"]
+    info = {
+        "loss/objective": out["loss_objective"].detach(),
+        "loss/critic": out["loss_critic"].detach(),
+    }
+    if "loss_entropy" in out:
+        total = total + out["loss_entropy"]
+        info["loss/entropy"] = (
+            out["entropy"].detach() if "entropy" in out else -out["loss_entropy"].detach()
+        )
+    for key in ("kl_approx", "clip_fraction"):
+        if key in out:
+            info[f"loss/{key}"] = out[key].detach()
+    return total, info
+
+
+def check_clipping(section: Any, check: Problems) -> None:
+    """The checks every clipped-objective section shares (``ppo``, ``appo``, ``mappo``,
+    ``ippo``), none of which needs the whole config: the clip, the value clip, the epochs."""
     check(section.clip_epsilon > 0, "clip_epsilon", section.clip_epsilon, "must be > 0")
     check(
         section.clip_value is None or section.clip_value > 0,
@@ -489,6 +554,12 @@ def check_clipped_objective(section: Any, config: Config, check: Problems) -> No
         "must be > 0, or null: off",
     )
     check(section.num_epochs > 0, "num_epochs", section.num_epochs, "must be > 0")
+
+
+def check_clipped_objective(section: Any, config: Config, check: Problems) -> None:
+    """The checks PPO's and APPO's sections share: the clip, the value clip, and epochs of
+    minibatches that divide the batch (``section``: a PPOConfig or an APPOConfig)."""
+    check_clipping(section, check)
     frames = config.collector.frames_per_batch
     check(
         section.num_mini_batch > 0 and frames % section.num_mini_batch == 0,

@@ -43,7 +43,13 @@ from torchrl.modules import MultiAgentMLP, ProbabilisticActor
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 from torchrl.objectives.value import MultiAgentGAE
 
-from fleetrl.algorithms.actor_critic import ClipEpsilon
+from fleetrl.algorithms.actor_critic import (
+    ClipEpsilon,
+    LossCoefficients,
+    PPOFields,
+    check_clipping,
+    torchrl_loss_terms,
+)
 from fleetrl.algorithms.base import Algorithm, as_device, flatten_valid
 from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
@@ -86,33 +92,18 @@ ACTION_MSG = (
 
 
 @dataclass
-class MultiAgentPPOConfig(AlgorithmConfig):
+class MultiAgentPPOConfig(PPOFields, AlgorithmConfig):
     """What the ``mappo`` and ``ippo`` sections share (PPO's, plus ``share_params``)."""
 
-    lr: float = 3e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
-    clip_epsilon: float = 0.2
-    """PPO ratio clipping."""
+    # lr to max_grad_norm: PPOFields's, these four again (their own default or doc line)
     clip_schedule: Schedule = Schedule.CONSTANT
     """'constant' or 'linear' decay of clip_epsilon (to 1e-3 at trainer.total_frames)."""
     entropy_coef: float = 0.01
     """entropy bonus coefficient (MAPPO's paper and torchrl's MAPPOLoss: 0.01)."""
-    critic_coef: float = 0.5
-    """value loss coefficient."""
-    num_epochs: int = 4
-    """passes over each batch."""
     num_mini_batch: int = 4
     """minibatches per epoch (of env steps: every agent of a step stays in its minibatch)."""
     normalize_advantage: bool = True
     """standardize advantages per minibatch, each agent's on its own (module docstring)."""
-    clip_value: float | None = None
-    """clip the value update to this range around the old value (None: off)."""
-    max_grad_norm: float | None = 0.5
-    """clip the gradient norm (None: off)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """hidden layers of the actor's and the critic's MultiAgentMLP."""
     share_params: bool = True
@@ -123,17 +114,10 @@ class MultiAgentPPOConfig(AlgorithmConfig):
         check(self.lr > 0, "lr", self.lr, "must be > 0")
         check(0 < self.gamma <= 1, "gamma", self.gamma, "must be in (0, 1]")
         check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
-        check(self.clip_epsilon > 0, "clip_epsilon", self.clip_epsilon, "must be > 0")
+        check_clipping(self, check)
         for name in ("entropy_coef", "critic_coef"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
-        check(self.num_epochs > 0, "num_epochs", self.num_epochs, "must be > 0")
         check(self.num_mini_batch > 0, "num_mini_batch", self.num_mini_batch, "must be > 0")
-        check(
-            self.clip_value is None or self.clip_value > 0,
-            "clip_value",
-            self.clip_value,
-            "must be > 0, or null: off",
-        )
         check(
             self.max_grad_norm is None or self.max_grad_norm > 0,
             "max_grad_norm",
@@ -166,7 +150,7 @@ class MultiAgentPPOConfig(AlgorithmConfig):
         self.check(check)
         frames = config.collector.frames_per_batch
         check(
-            frames % self.num_mini_batch == 0,
+            self.num_mini_batch <= 0 or frames % self.num_mini_batch == 0,  # <= 0: said above
             "num_mini_batch",
             self.num_mini_batch,
             f"must divide collector.frames_per_batch ({frames})",
@@ -393,7 +377,7 @@ def make_networks(
 # ------------------------------------------------------------------ the algorithm
 
 
-class MultiAgentPPO(ClipEpsilon, Algorithm):
+class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
     """PPO on one agent group (base of :class:`MAPPO` and :class:`IPPO`).
 
     Args:
@@ -408,7 +392,6 @@ class MultiAgentPPO(ClipEpsilon, Algorithm):
 
     loss_class: ClassVar[type[MAPPOLoss]] = MAPPOLoss
     centralised: ClassVar[bool] = True
-    tunable: ClassVar[tuple[str, ...]] = ("clip_epsilon", "entropy_coef", "critic_coef")
 
     def __init__(
         self,
@@ -478,23 +461,6 @@ class MultiAgentPPO(ClipEpsilon, Algorithm):
         group keeps one sub-TensorDict per agent)."""
         return self._policy
 
-    @property
-    def entropy_coef(self) -> float:
-        return float(self.loss_module.entropy_coeff)
-
-    @property
-    def critic_coef(self) -> float:
-        return float(self.loss_module.critic_coeff)
-
-    def _set_parameter(self, name: str, value: float) -> None:
-        if name == "clip_epsilon":
-            self.loss_module.clip_epsilon.fill_(float(value))
-        elif name == "entropy_coef":
-            self.loss_module.entropy_coeff.fill_(float(value))
-            self.loss_module.entropy_bonus = float(value) > 0
-        else:
-            self.loss_module.critic_coeff.fill_(float(value))
-
     # ------------------------------------------------------------ data
     def stack_signals(self, batch: TensorDictBase) -> TensorDictBase:
         """A per-agent group's rewards and dones stacked under ``("next", group, ...)`` (a
@@ -522,19 +488,7 @@ class MultiAgentPPO(ClipEpsilon, Algorithm):
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """torchrl's MAPPOLoss / IPPOLoss: the clipped surrogate + ``critic_coef`` x the value
         loss - ``entropy_coef`` x the entropy, advantages standardized per agent."""
-        out = self.loss_module(data)
-        total = out["loss_objective"] + out["loss_critic"]
-        info = {
-            "loss/objective": out["loss_objective"].detach(),
-            "loss/critic": out["loss_critic"].detach(),
-        }
-        if "loss_entropy" in out:
-            total = total + out["loss_entropy"]
-            info["loss/entropy"] = out["entropy"].detach().mean()
-        for key in ("kl_approx", "clip_fraction"):
-            if key in out:
-                info[f"loss/{key}"] = out[key].detach().mean()
-        return total, info
+        return torchrl_loss_terms(self.loss_module, data)
 
 
 class MAPPO(MultiAgentPPO):

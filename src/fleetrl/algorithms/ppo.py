@@ -21,10 +21,11 @@ from fleetrl.algorithms.actor_critic import (
     ActorCritic,
     ActorCriticConfig,
     ClipEpsilon,
+    PPOFields,
     check_clipped_objective,
 )
 from fleetrl.algorithms.models import ActionDistribution, ModelKind
-from fleetrl.config import Config, Schedule
+from fleetrl.config import Config
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import Problems
 
@@ -32,33 +33,10 @@ __all__ = ["PPO", "PPOConfig"]
 
 
 @dataclass
-class PPOConfig(ActorCriticConfig):
+class PPOConfig(PPOFields, ActorCriticConfig):
     """The ``ppo`` section of a config."""
 
-    lr: float = 3e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
-    clip_epsilon: float = 0.2
-    """PPO ratio clipping."""
-    clip_schedule: Schedule = Schedule.CONSTANT
-    """'constant' or 'linear' decay of clip_epsilon (to 0 at trainer.total_frames)."""
-    entropy_coef: float = 0.0
-    """entropy bonus coefficient."""
-    critic_coef: float = 0.5
-    """value loss coefficient."""
-    num_epochs: int = 4
-    """passes over each batch."""
-    num_mini_batch: int = 4
-    """minibatches per epoch."""
-    normalize_advantage: bool = True
-    """normalize advantages per minibatch."""
-    clip_value: float | None = None
-    """clip the value update to this range around the old value (None: off)."""
-    max_grad_norm: float | None = 0.5
-    """clip the gradient norm (None: off)."""
+    # lr to max_grad_norm (the clip and epoch keys): PPOFields's
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """hidden layers of the actor and critic MLPs."""
     distribution: ActionDistribution = ActionDistribution.TANH_NORMAL
