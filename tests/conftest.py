@@ -84,8 +84,29 @@ def ray_session():
             # the fakes' gymnasium ids, registered in every worker (they do not import tests/)
             runtime_env={"worker_process_setup_hook": fakes.register_fake_envs},
         )
+    from fleetrl.backends import warm_workers
+
+    # a worker's process is reused by the next worker of its kind: tests start hundreds of
+    # workers, and a process start (importing torch, tensordict, torchrl) costs ~4.5 s
+    warm_workers(True)
     yield ray
+    from fleetrl import warm
+
+    if os.environ.get("FLEETRL_WARM_STATS"):
+        print(f"\nwarm: started {warm.POOL.started} reused {warm.POOL.reused}", warm.POOL.refused)
+    warm_workers(False)
     ray.shutdown()
+
+
+@pytest.fixture
+def cold_workers(ray_session):
+    """Fresh worker processes for one test (it looks at what a new process has: its
+    threads, the resources a shutdown frees), and no idle kept ones around it."""
+    from fleetrl.backends import warm_workers
+
+    warm_workers(False)
+    yield
+    warm_workers(True)
 
 
 @pytest.fixture

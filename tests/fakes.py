@@ -408,3 +408,39 @@ def kill_worker(collector, worker_id: int) -> None:
     from fleetrl.backends import Actor
 
     collector.backend.kill(Actor(collector.backend, collector.worker_handles()[worker_id]))
+
+
+class ProcessProbe:
+    """A worker that tells what its process holds, and changes it (warm-worker tests)."""
+
+    def __init__(self, tag: str, fail: bool = False):
+        if fail:
+            raise ValueError(f"probe {tag} refuses to start")
+        self.tag = tag
+        self.shut = False
+
+    def info(self) -> dict:
+        import threading
+
+        return {
+            "tag": self.tag,
+            "pid": os.getpid(),
+            "threads": torch.get_num_threads(),
+            "env": os.environ.get("FLEETRL_PROBE"),
+            "draw": torch.rand(1).item(),
+            "python_threads": threading.active_count(),
+        }
+
+    def dirty(self) -> None:
+        """Change what a fresh process would not have: env vars, threads, the torch RNG."""
+        os.environ["FLEETRL_PROBE"] = self.tag
+        torch.set_num_threads(3)
+        torch.rand(5)
+
+    def leave_a_thread(self) -> None:
+        import threading
+
+        threading.Thread(target=time.sleep, args=(60,), daemon=True, name="left").start()
+
+    def shutdown(self) -> None:
+        self.shut = True

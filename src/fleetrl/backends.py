@@ -13,6 +13,9 @@ and PufferLib's Serial and Ray backends are:
 - :meth:`Backend.put` stores an object once for many calls (the weights);
 - :meth:`Backend.kill` ends a worker.
 
+With :func:`warm_workers` on, a Ray worker that ends normally leaves its process to the
+next worker of its kind, which then starts in milliseconds instead of seconds.
+
 A result that cannot come raises one of two errors, whatever the backend:
 :class:`WorkerDied` (the worker is gone: killed, crashed, its node lost) or
 :class:`WorkerRaised` (the method raised; the worker lives on).
@@ -53,6 +56,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from fleetrl import warm
 from fleetrl.runtime import remote_traceback
 
 logger = logging.getLogger(__name__)
@@ -74,6 +78,7 @@ __all__ = [
     "WorkerDied",
     "WorkerRaised",
     "make_backend",
+    "warm_workers",
 ]
 
 #: the backends a config (``trainer.backend``) or a ``backend=`` argument names
@@ -107,13 +112,21 @@ class SimulatedDeath(Exception):
 class Actor:
     """One started worker: issue its method calls through :attr:`backend`."""
 
-    def __init__(self, backend: Backend, handle: Any, held: dict[str, float] | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        handle: Any,
+        held: dict[str, float] | None = None,
+        warm_key: Any = None,
+    ):
         self.backend = backend
         #: the backend's own handle (a Ray ``ActorHandle``, or the in-process worker)
         self.handle = handle
         #: the cluster resources it holds while it lives (Ray: none inside a placement group,
         #: whose bundle keeps them), which :meth:`Backend.kill_all` waits to see freed
         self.held = held or {}
+        #: where its process goes when it ends normally (None: it is killed; see warm_workers)
+        self.warm_key = warm_key
 
     def __deepcopy__(self, memo: dict) -> Actor:
         # a handle names a worker, as a Ray actor handle does once pickled: a copy of the
@@ -194,15 +207,19 @@ class RayBackend(Backend):
     def __reduce__(self) -> Any:  # travels to workers as a fresh, empty backend
         return (RayBackend, ())
 
-    def _remote_class(self, cls: type, groups: Any) -> Any:
-        """The Ray actor class, made once per class (Ray exports a class once per definition)."""
-        key = (cls, groups)
+    def _remote_class(self, cls: type, groups: Any, kept: bool = False) -> Any:
+        """The Ray actor class, made once per class (Ray exports a class once per definition);
+        ``kept``: the class whose processes can build the next worker (warm workers)."""
+        key = (cls, groups, kept)
         if key not in self._classes:
             import ray
 
+            actor_cls = warm.warm_class(cls) if kept else cls
             self._classes[key] = _RAY_CLASSES.setdefault(
                 key,
-                ray.remote(concurrency_groups=dict(groups))(cls) if groups else ray.remote(cls),
+                ray.remote(concurrency_groups=dict(groups))(actor_cls)
+                if groups
+                else ray.remote(actor_cls),
             )
         return self._classes[key]
 
@@ -212,11 +229,22 @@ class RayBackend(Backend):
         options = dict(options or {})
         groups = options.pop("concurrency_groups", None)
         groups = tuple(sorted(groups.items())) if groups else None
-        remote = self._remote_class(cls, groups)
         options.setdefault("max_restarts", 0)  # a death is the caller's to handle
         options.setdefault("max_task_retries", 0)
-        handle = remote.options(**options).remote(*args, **kwargs)
-        return Actor(self, handle, held=_held(options))
+        held = _held(options)
+        key = warm.WarmPool.key(cls, groups, options) if warm.POOL.enabled else None
+        if key is not None:
+            handle = warm.POOL.take(key, args, kwargs)
+            if handle is None:
+                # Ray starts the new worker as soon as they are gone: no wait here
+                warm.POOL.end(warm.POOL.make_room(key, held))
+                warm.POOL.started += 1
+        if key is None or handle is None:
+            remote = self._remote_class(cls, groups, kept=key is not None)
+            handle = remote.options(**options).remote(*args, **kwargs)
+        if key is not None:
+            warm.POOL.started_one(handle, held)
+        return Actor(self, handle, held=held, warm_key=key)
 
     def call(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         return getattr(actor.handle, method).remote(*args, **kwargs)
@@ -249,6 +277,8 @@ class RayBackend(Backend):
     def kill(self, actor: Actor | None) -> None:
         if actor is None:
             return
+        if actor.warm_key is not None:
+            warm.POOL.ended(actor.handle)
         import ray
 
         with contextlib.suppress(Exception):  # already gone, or Ray shut down
@@ -259,10 +289,24 @@ class RayBackend(Backend):
         the CPUs (and GPU shares) still held, and Ray would warn that they are taken. So this
         waits, within :data:`RELEASE_WAIT_S`, until the cluster's free resources have grown
         by what the killed actors held (capped at its total); Ray frees them once an actor's
-        process is gone, and its view follows within the next report (about 100 ms)."""
+        process is gone, and its view follows within the next report (about 100 ms).
+
+        With warm workers on (:func:`warm_workers`), a worker started while they were on is
+        not killed: its process drops it and is kept for the next worker of its kind."""
+        live = [a for a in actors if a is not None]
+        if warm.POOL.enabled:
+            for actor in [a for a in live if a.warm_key is not None]:
+                warm.POOL.keep(actor.warm_key, actor.handle, actor.held)
+                live.remove(actor)
+        self._kill_and_wait(live)
+
+    def end_kept(self, kept: Sequence[Any]) -> None:
+        """End kept processes (:mod:`fleetrl.warm`), waiting for what they held."""
+        self._kill_and_wait([Actor(self, k.handle, held=k.held) for k in kept])
+
+    def _kill_and_wait(self, live: list[Actor]) -> None:
         from fleetrl.runtime import ray_running
 
-        live = [a for a in actors if a is not None]
         held: dict[str, float] = {}
         for actor in live:
             for key, value in actor.held.items():
@@ -449,6 +493,30 @@ def _text(err: BaseException) -> str:
     return "Traceback (most recent call last, in the worker):\n" + "".join(
         traceback.format_exception(type(err), err, err.__traceback__)[1:]
     )
+
+
+def warm_workers(enabled: bool | None = None) -> bool:
+    """Keep the processes of Ray workers that end normally, and build the next worker of
+    the same class and Ray options in one of them (:mod:`fleetrl.warm`: what a kept process
+    gives back first, and what it holds while idle). For a driver that starts workers again
+    and again: a notebook, a test suite. Applies to workers started from now on; returns
+    the previous setting (the current one when called without an argument). Turning it off
+    ends the idle processes, and returns once what they held is free.
+
+    Examples:
+        >>> previous = warm_workers(True)
+        >>> warm_workers(previous)
+        True
+        >>> warm_workers()
+        False
+    """
+    previous = warm.POOL.enabled
+    if enabled is None:
+        return previous
+    warm.POOL.enabled = bool(enabled)
+    if not enabled:
+        RayBackend().end_kept(warm.POOL.drain())
+    return previous
 
 
 def make_backend(backend: str | Backend) -> Backend:

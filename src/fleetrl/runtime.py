@@ -275,7 +275,11 @@ def resource_waits(requests: list[dict[str, float]]) -> list[Shortfall]:
     if get_current_placement_group() is not None:
         return []
 
+    from fleetrl.warm import idle_held
+
     free = ray.available_resources()
+    for name, amount in idle_held().items():  # idle warm workers: a start ends them for room
+        free[name] = free.get(name, 0.0) + amount
     asked = _asked(requests)
     return [
         Shortfall(None, name, amount, free.get(name, 0))

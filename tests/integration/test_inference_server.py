@@ -168,6 +168,7 @@ def fifo_dirs(handles):
     return dirs
 
 
+@pytest.mark.usefixtures("cold_workers")  # counts the CPUs a shutdown frees
 def test_a_shut_down_collector_leaves_no_request_fifo_behind_and_its_cpus_free():
     """issue 35.8: the request FIFOs go, and shutdown() returns once the env workers' and
     the servers' CPUs are back (a collector started next found them held)."""
@@ -182,6 +183,7 @@ def test_a_shut_down_collector_leaves_no_request_fifo_behind_and_its_cpus_free()
     assert [d for d in dirs if os.path.exists(d)] == []
 
 
+@pytest.mark.usefixtures("cold_workers")  # counts the CPUs a shutdown frees
 def test_servers_shut_down_free_their_fifos_and_cpus_before_returning():
     """shutdown() closes each server (its request FIFO goes) before ray.kill, and returns
     once the cluster has their CPUs back."""
@@ -205,6 +207,7 @@ def test_servers_shut_down_free_their_fifos_and_cpus_before_returning():
     assert [d for d in dirs if os.path.exists(d)] == []
 
 
+@pytest.mark.usefixtures("cold_workers")  # counts the CPUs a shutdown frees
 def test_an_options_object_reaches_the_servers_on_ray():
     """issue 36.3: ``inference=InferenceOptions(...)`` on Ray: its transport and Ray options
     reach the servers (no CPU reserved: they share the collectors'), frames stay exact."""

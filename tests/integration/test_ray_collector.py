@@ -298,6 +298,7 @@ def test_unsatisfiable_resources_refused_before_any_actor(tmp_path):
     assert marker.read_text().split() == [str(os.getpid())] * 2
 
 
+@pytest.mark.usefixtures("cold_workers")  # counts the cluster's free CPUs
 def test_a_collector_whose_cpus_other_actors_hold_says_it_will_wait(caplog):
     from fleetrl.collectors.ray_checks import WAIT_MSG, check_resources
 

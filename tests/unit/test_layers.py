@@ -66,6 +66,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "fleetrl._lazy",
             "fleetrl.runtime",
             "fleetrl.backends",
+            "fleetrl.warm",
             "fleetrl.workers",
         ],
     ),

@@ -350,7 +350,7 @@ class RemoteReplayBuffer:
 
     def shutdown(self) -> None:
         """End the actor (its content is lost)."""
-        self.backend.kill(self.actor)
+        self.backend.kill_all([self.actor])
 
 
 # ------------------------------------------------------ RayCollector's side

@@ -116,5 +116,5 @@ class WeightStore:
 
     def close(self) -> None:
         if self.board is not None:
-            self.backend.kill(self.board)
+            self.backend.kill_all([self.board])
             self.board = None

@@ -302,4 +302,5 @@ class CollectorWorker:
         self.version = state["version"]
 
     def shutdown(self) -> None:
-        self.collector.shutdown()
+        if self.collector is not None:  # None: setup() never ran, or raised
+            self.collector.shutdown()

@@ -1,0 +1,91 @@
+"""Warm workers (fleetrl.warm): an ended worker's process builds the next worker of its
+kind, given back as a fresh process would be, and never when it is not clean or killed."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakes import ProcessProbe
+from fleetrl import warm
+from fleetrl.backends import RayBackend, WorkerDied, warm_workers
+from fleetrl.runtime import resource_waits
+
+ONE_CPU = {"num_cpus": 1}
+
+
+@pytest.fixture
+def backend(ray_session):
+    """A Ray backend with warm workers on and none kept before or after the test."""
+    previous = warm_workers(False)  # ends whatever earlier tests left idle
+    warm_workers(True)
+    yield RayBackend()
+    warm_workers(False)
+    warm_workers(previous)
+
+
+def test_an_ended_worker_process_builds_the_next_one_as_a_fresh_process_would(backend):
+    fresh = backend.start(ProcessProbe, "first", options=ONE_CPU)
+    before = fresh.ask("info")
+    fresh.ask("dirty")
+    backend.kill_all([fresh])
+    assert resource_waits([{"CPU": 4}]) == []  # the idle process's CPU counts as free
+
+    again = backend.start(ProcessProbe, "second", options=ONE_CPU)
+    after = again.ask("info")
+    assert after["pid"] == before["pid"] and warm.POOL.reused >= 1
+    assert after["tag"] == "second"
+    # given back: the env vars, torch's threads and its default generator's fixed seed
+    assert (after["threads"], after["env"], after["draw"]) == (
+        before["threads"],
+        before["env"],
+        before["draw"],
+    )
+    backend.kill_all([again])
+
+
+def test_other_options_or_a_kill_get_a_new_process_and_idle_ones_make_room_when_needed(backend):
+    one = backend.start(ProcessProbe, "a", options=ONE_CPU)
+    pid = one.ask("info")["pid"]
+    backend.kill_all([one])
+    other = backend.start(ProcessProbe, "b", options={"num_cpus": 2})  # another kind
+    assert other.ask("info")["pid"] != pid
+    assert warm.idle_held() == {"CPU": 1.0}  # the session's 4 CPUs hold both: "a" stays
+    other_pid = other.ask("info")["pid"]
+    backend.kill(other)  # a kill (a death) is never kept
+    big = backend.start(ProcessProbe, "c", options={"num_cpus": 4})  # needs "a"'s CPU
+    assert big.ask("info")["pid"] not in (pid, other_pid)
+    assert warm.idle_held() == {}
+    backend.kill_all([big])
+
+
+def test_a_process_left_with_a_thread_is_not_reused(backend):
+    one = backend.start(ProcessProbe, "a", options=ONE_CPU)
+    pid = one.ask("info")["pid"]
+    one.ask("leave_a_thread")
+    backend.kill_all([one])
+    other = backend.start(ProcessProbe, "b", options=ONE_CPU)
+    assert other.ask("info")["pid"] != pid
+    assert any("thread 'left'" in reason for reason in warm.POOL.refused)
+    backend.kill_all([other])
+
+
+def test_a_constructor_that_raises_is_a_dead_worker_as_without_warm_workers(backend):
+    one = backend.start(ProcessProbe, "a", options=ONE_CPU)
+    one.ask("info")
+    backend.kill_all([one])
+    failed = backend.start(ProcessProbe, "b", fail=True, options=ONE_CPU)
+    with pytest.raises(WorkerDied, match="probe b refuses to start"):
+        failed.ask("info")
+    backend.kill_all([failed])
+
+
+def test_turning_warm_workers_off_ends_the_idle_ones_and_frees_their_cpus(backend):
+    import ray
+
+    total = ray.available_resources().get("CPU", 0)  # none idle: the fixture ended them
+    one = backend.start(ProcessProbe, "a", options=ONE_CPU)
+    one.ask("info")
+    backend.kill_all([one])
+    assert warm.idle_held() == {"CPU": 1.0}
+    warm_workers(False)
+    assert warm.idle_held() == {} and ray.available_resources().get("CPU", 0) == total
