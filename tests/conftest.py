@@ -93,7 +93,11 @@ def ray_session():
     from fleetrl import warm
 
     if os.environ.get("FLEETRL_WARM_STATS"):
-        print(f"\nwarm: started {warm.POOL.started} reused {warm.POOL.reused}", warm.POOL.refused)
+        pool = warm.POOL
+        print(
+            f"\nwarm workers: {pool.started} started, {pool.reused} reused, {pool.evicted} "
+            f"ended for room, {len(pool.live)} still running; not reused: {pool.refused}"
+        )
     warm_workers(False)
     ray.shutdown()
 

@@ -156,6 +156,8 @@ class WarmPool:
     #: workers started in a new process that can be kept, and workers built in a kept one
     started: int = 0
     reused: int = 0
+    #: kept processes ended to make room for a worker of another kind
+    evicted: int = 0
     #: why kept processes were ended instead of reused, and how often
     refused: dict[str, int] = field(default_factory=dict)
 
@@ -246,6 +248,7 @@ class WarmPool:
                 if any(k.held.get(n, 0.0) > 0 for n in short):
                     kept.remove(k)
                     out.append(k)
+                    self.evicted += 1
                     for name in free:
                         free[name] += k.held.get(name, 0.0)
         _refresh_held(self)

@@ -1,5 +1,7 @@
 """Warm workers (fleetrl.warm): an ended worker's process builds the next worker of its
-kind, given back as a fresh process would be, and never when it is not clean or killed."""
+kind, given back as a fresh process would be, and never when it is not clean or killed.
+The session runs with warm workers on (tests/conftest.py); other tests' idle processes
+may be around, so these tests count their own kinds (ProcessProbe's) only."""
 
 from __future__ import annotations
 
@@ -13,14 +15,18 @@ from fleetrl.runtime import resource_waits
 ONE_CPU = {"num_cpus": 1}
 
 
+def idle(options: dict) -> int:
+    """How many idle ProcessProbe processes started with ``options`` are kept."""
+    key = warm.WarmPool.key(
+        ProcessProbe, None, {"max_restarts": 0, "max_task_retries": 0, **options}
+    )
+    return len(warm.POOL.idle.get(key, []))
+
+
 @pytest.fixture
 def backend(ray_session):
-    """A Ray backend with warm workers on and none kept before or after the test."""
-    previous = warm_workers(False)  # ends whatever earlier tests left idle
-    warm_workers(True)
-    yield RayBackend()
-    warm_workers(False)
-    warm_workers(previous)
+    assert warm_workers()  # the session's setting
+    return RayBackend()
 
 
 def test_an_ended_worker_process_builds_the_next_one_as_a_fresh_process_would(backend):
@@ -28,11 +34,13 @@ def test_an_ended_worker_process_builds_the_next_one_as_a_fresh_process_would(ba
     before = fresh.ask("info")
     fresh.ask("dirty")
     backend.kill_all([fresh])
-    assert resource_waits([{"CPU": 4}]) == []  # the idle process's CPU counts as free
+    assert idle(ONE_CPU) >= 1
+    assert resource_waits([{"CPU": 4}]) == []  # the idle processes' CPUs count as free
 
+    reused = warm.POOL.reused
     again = backend.start(ProcessProbe, "second", options=ONE_CPU)
     after = again.ask("info")
-    assert after["pid"] == before["pid"] and warm.POOL.reused >= 1
+    assert after["pid"] == before["pid"] and warm.POOL.reused == reused + 1
     assert after["tag"] == "second"
     # given back: the env vars, torch's threads and its default generator's fixed seed
     assert (after["threads"], after["env"], after["draw"]) == (
@@ -49,12 +57,12 @@ def test_other_options_or_a_kill_get_a_new_process_and_idle_ones_make_room_when_
     backend.kill_all([one])
     other = backend.start(ProcessProbe, "b", options={"num_cpus": 2})  # another kind
     assert other.ask("info")["pid"] != pid
-    assert warm.idle_held() == {"CPU": 1.0}  # the session's 4 CPUs hold both: "a" stays
     other_pid = other.ask("info")["pid"]
     backend.kill(other)  # a kill (a death) is never kept
-    big = backend.start(ProcessProbe, "c", options={"num_cpus": 4})  # needs "a"'s CPU
+    assert idle({"num_cpus": 2}) == 0
+    big = backend.start(ProcessProbe, "c", options={"num_cpus": 4})  # every CPU: room made
     assert big.ask("info")["pid"] not in (pid, other_pid)
-    assert warm.idle_held() == {}
+    assert warm.idle_held().get("CPU", 0) == 0 and idle(ONE_CPU) == 0
     backend.kill_all([big])
 
 
@@ -63,10 +71,11 @@ def test_a_process_left_with_a_thread_is_not_reused(backend):
     pid = one.ask("info")["pid"]
     one.ask("leave_a_thread")
     backend.kill_all([one])
-    other = backend.start(ProcessProbe, "b", options=ONE_CPU)
-    assert other.ask("info")["pid"] != pid
-    assert any("thread 'left'" in reason for reason in warm.POOL.refused)
-    backend.kill_all([other])
+    refused = warm.POOL.refused.get("left thread 'left'", 0)
+    others = [backend.start(ProcessProbe, "b", options=ONE_CPU) for _ in range(idle(ONE_CPU))]
+    assert pid not in [o.ask("info")["pid"] for o in others]
+    assert warm.POOL.refused["left thread 'left'"] == refused + 1
+    backend.kill_all(others)
 
 
 def test_a_constructor_that_raises_is_a_dead_worker_as_without_warm_workers(backend):
@@ -82,10 +91,13 @@ def test_a_constructor_that_raises_is_a_dead_worker_as_without_warm_workers(back
 def test_turning_warm_workers_off_ends_the_idle_ones_and_frees_their_cpus(backend):
     import ray
 
-    total = ray.available_resources().get("CPU", 0)  # none idle: the fixture ended them
     one = backend.start(ProcessProbe, "a", options=ONE_CPU)
     one.ask("info")
     backend.kill_all([one])
-    assert warm.idle_held() == {"CPU": 1.0}
-    warm_workers(False)
-    assert warm.idle_held() == {} and ray.available_resources().get("CPU", 0) == total
+    assert idle(ONE_CPU) == 1 and warm.idle_held()["CPU"] >= 1
+    try:
+        warm_workers(False)
+        assert warm.idle_held() == {} and idle(ONE_CPU) == 0
+        assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"]
+    finally:
+        warm_workers(True)
