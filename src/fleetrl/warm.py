@@ -156,6 +156,8 @@ class WarmPool:
     #: workers started in a new process that can be kept, and workers built in a kept one
     started: int = 0
     reused: int = 0
+    #: workers built in a kept process, by class name
+    reused_by: dict[str, int] = field(default_factory=dict)
     #: kept processes ended to make room for a worker of another kind
     evicted: int = 0
     #: why kept processes were ended instead of reused, and how often
@@ -207,6 +209,8 @@ class WarmPool:
                 self.end([one])
                 continue
             self.reused += 1
+            name = key[0].__name__
+            self.reused_by[name] = self.reused_by.get(name, 0) + 1
             return one.handle
         return None
 

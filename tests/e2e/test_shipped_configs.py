@@ -329,13 +329,19 @@ ATARI_ALGO = {
 
 
 def collector_workers() -> int:
-    """CollectorWorker actors this Ray session has created, live or gone.
+    """CollectorWorkers this Ray session has started, live or gone: the actors created (a
+    warm worker's class is WarmCollectorWorker) and the workers built in kept processes
+    (tests/conftest.py turns warm workers on).
 
     Ray's public state API needs the dashboard, which the session's Ray does not start.
     """
     from ray._private import state
 
-    return sum(a["ActorClassName"] == "CollectorWorker" for a in state.actors().values())
+    from fleetrl import warm
+
+    names = ("CollectorWorker", "WarmCollectorWorker")
+    created = sum(a["ActorClassName"] in names for a in state.actors().values())
+    return created + warm.POOL.reused_by.get("CollectorWorker", 0)
 
 
 def atari_run(config: str, run: Path, capsys) -> None:
