@@ -77,6 +77,7 @@ __all__ = [
     "SimulatedDeath",
     "WorkerDied",
     "WorkerRaised",
+    "end_idle_workers",
     "make_backend",
     "warm_workers",
 ]
@@ -515,8 +516,16 @@ def warm_workers(enabled: bool | None = None) -> bool:
         return previous
     warm.POOL.enabled = bool(enabled)
     if not enabled:
-        RayBackend().end_kept(warm.POOL.drain())
+        end_idle_workers()
     return previous
+
+
+def end_idle_workers() -> None:
+    """End the idle warm workers' processes (:func:`warm_workers` stays as it is); returns
+    once what they held is free. For work that reserves the cluster's resources other than
+    through :meth:`RayBackend.start`, which would otherwise wait for them: Ray Tune's
+    placement groups (:func:`fleetrl.tune` calls it), another library's actors."""
+    RayBackend().end_kept(warm.POOL.drain())
 
 
 def make_backend(backend: str | Backend) -> Backend:

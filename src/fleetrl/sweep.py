@@ -68,6 +68,7 @@ from typing import Any
 
 import yaml
 
+from fleetrl.backends import end_idle_workers
 from fleetrl.checkpoint import checkpoint_frames, checkpoint_paths, latest_checkpoint
 from fleetrl.config import Config, TuneMode, TuneScheduler, TuneSearcher
 from fleetrl.errors import ConfigError, Problem
@@ -212,6 +213,7 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
     # saved often is about that, not something the user can act on
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = start_ray({"address": config.collector.address})
+    end_idle_workers()  # Tune's placement groups cannot end idle warm workers for room
     try:
         from ray import tune as ray_tune
         from ray.tune import ExperimentAnalysis
