@@ -21,21 +21,27 @@ __all__ = [
     "ACTION_KEY",
     "ACTION_LOG_PROB_KEY",
     "DISCOUNTED_RETURN_KEY",
+    "DONE_FLAGS",
     "DONE_KEY",
+    "DONE_NAME",
     "EPISODE_END_KEY",
     "EPISODE_LENGTH_KEY",
     "EPISODE_RETURN_KEY",
     "GROUP_END_KEY",
     "GROUP_RETURN_KEY",
+    "IS_INIT_KEY",
     "MASK_KEY",
     "NEXT_OBSERVATION_KEY",
     "OBSERVATION_KEY",
     "POLICY_VERSION_KEY",
     "REWARD_KEY",
+    "REWARD_NAME",
     "TERMINATED_KEY",
+    "TERMINATED_NAME",
     "TRAJ_IDS_KEY",
     "TRANSITION_KEYS",
     "TRUNCATED_KEY",
+    "TRUNCATED_NAME",
     "WORKER_ID_KEY",
     "NestedKey",
 ]
@@ -44,12 +50,23 @@ OBSERVATION_KEY = "observation"
 ACTION_KEY = "action"
 #: the acting policy's log-probability of its action (V-trace's behaviour policy, PPO's old one)
 ACTION_LOG_PROB_KEY = "action_log_prob"
-NEXT_OBSERVATION_KEY = ("next", "observation")
-REWARD_KEY = ("next", "reward")
+#: torchrl's flag of a recurrent policy's input: True at an episode's first step, where the
+#: recurrent core starts from a zero state
+IS_INIT_KEY = "is_init"
+#: the leaf names of a step's reward and done flags: under ``"next"`` (the keys below) and,
+#: in a multi-agent env, in each agent group (``("next", group, "reward")``)
+REWARD_NAME = "reward"
+DONE_NAME = "done"
+TERMINATED_NAME = "terminated"
+TRUNCATED_NAME = "truncated"
+#: the leaf names of the three done flags
+DONE_FLAGS = (DONE_NAME, TERMINATED_NAME, TRUNCATED_NAME)
+NEXT_OBSERVATION_KEY = ("next", OBSERVATION_KEY)
+REWARD_KEY = ("next", REWARD_NAME)
 #: terminated or truncated: the episode ended at this step
-DONE_KEY = ("next", "done")
-TERMINATED_KEY = ("next", "terminated")
-TRUNCATED_KEY = ("next", "truncated")
+DONE_KEY = ("next", DONE_NAME)
+TERMINATED_KEY = ("next", TERMINATED_NAME)
+TRUNCATED_KEY = ("next", TRUNCATED_NAME)
 #: the running return and length of the episode, its totals at the step that ends it
 EPISODE_RETURN_KEY = ("next", "episode_return")
 EPISODE_LENGTH_KEY = ("next", "episode_length")

@@ -64,7 +64,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from fleetrl.keys import DISCOUNTED_RETURN_KEY, MASK_KEY, REWARD_KEY, NestedKey
+from fleetrl.keys import DISCOUNTED_RETURN_KEY, MASK_KEY, OBSERVATION_KEY, REWARD_KEY, NestedKey
 
 __all__ = [
     "Moments",
@@ -173,7 +173,7 @@ class ObservationNormalizer(nn.Module):
         shape: tuple[int, ...] | torch.Size,
         *,
         clip: float | None = 10.0,
-        in_key: NestedKey = "observation",
+        in_key: NestedKey = OBSERVATION_KEY,
     ):
         super().__init__()
         self.shape = tuple(int(d) for d in shape)

@@ -18,6 +18,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
 from fleetrl.errors import ConfigError, PolicyError, bad_value
+from fleetrl.keys import ACTION_KEY, OBSERVATION_KEY
 
 __all__ = [
     "HostPolicy",
@@ -88,14 +89,14 @@ class RandomPolicy(TensorDictModuleBase):
     """
 
     in_keys: list = []
-    out_keys: list = ["action"]
+    out_keys: list = [ACTION_KEY]
 
     def __init__(self, sample: Any):
         super().__init__()
         self.sample = sample
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return tensordict.set("action", self.sample().to(tensordict.device or "cpu"))
+        return tensordict.set(ACTION_KEY, self.sample().to(tensordict.device or "cpu"))
 
 
 def as_policy(policy: Any) -> Any:
@@ -111,7 +112,7 @@ def as_policy(policy: Any) -> Any:
     if policy is None or isinstance(policy, TensorDictModuleBase):
         return policy
     if isinstance(policy, nn.Module):
-        return TensorDictModule(policy, in_keys=["observation"], out_keys=["action"])
+        return TensorDictModule(policy, in_keys=[OBSERVATION_KEY], out_keys=[ACTION_KEY])
     if callable(policy):
         return policy
     raise PolicyError(POLICY_TYPE_MSG.format(value=policy))

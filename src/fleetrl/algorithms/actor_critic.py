@@ -38,7 +38,8 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives.value import GAE
 from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
-from fleetrl.algorithms.base import Algorithm, end_padded_rows, flatten_valid, on
+from fleetrl.algorithms.base import Algorithm
+from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, on
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ActionDistribution, ModelKind, make_actor_critic
 from fleetrl.algorithms.sequences import (
@@ -289,8 +290,6 @@ class ActorCritic(LossCoefficients, Algorithm):
         num_mini_batch: int = 1,
         loss_kwargs: dict[str, Any] | None = None,
     ):
-        from fleetrl.algorithms.base import as_device
-
         device = as_device(device)
         actor, critic = make_actor_critic(
             config.model,

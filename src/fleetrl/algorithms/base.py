@@ -32,7 +32,8 @@ for bit, and a local update copies nothing.
 The hot path (measured by ``benchmarks/learner_throughput.py``):
 
 - :meth:`prepare` keeps only the keys the loss reads, on the learner's device,
-  moved there once per batch (from pinned memory on CUDA: :func:`to_learner_device`);
+  moved there once per batch (from pinned memory on CUDA: :func:`to_learner_device`, one
+  of the batch helpers of :mod:`fleetrl.algorithms.batches`);
 - :meth:`minibatches` shuffles the data once per epoch and slices it (views,
   no copy per minibatch);
 - the losses call the networks on tensors (:mod:`fleetrl.algorithms.heads`);
@@ -63,9 +64,9 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from fleetrl._perf import skip_absent_pandas_probe
+from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, to_learner_device
 from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
 from fleetrl.errors import ConfigError
-from fleetrl.keys import DONE_KEY, MASK_KEY, TRUNCATED_KEY
 from fleetrl.normalization import (
     Normalization,
     ObservationNormalizer,
@@ -92,95 +93,9 @@ CUDAGRAPHS_CPU_MSG = (
     "{algo}.cudagraphs=True is invalid with the learner on {device}: CUDA graphs capture GPU "
     "work; run the learner on CUDA (trainer.device=cuda), or use {algo}.compile=true on the CPU"
 )
-DEVICE_MSG = (
-    "device={device!r} is invalid: {reason}; use 'cpu', or 'cuda' on a machine with a CUDA "
-    "build of torch and a GPU"
-)
 COMPILED_MSG = "%s: compiled its update step in %.1f s (torch.compile%s)"
 #: eager (or compiled) calls of the update step before CUDA graphs capture it
 CUDA_GRAPH_WARMUP = 3
-
-
-def flatten_valid(batch: TensorDictBase, keys: Iterable[Any] | None = None) -> TensorDictBase:
-    """All valid frames of a batch as one flat TensorDict (padded steps of a masked batch dropped).
-
-    ``keys``: only these are kept (selected before the frames are gathered, so the
-    other keys are never copied). A mask with every step valid (a sync round without
-    preemption) costs a reshape, not a gather.
-    """
-    mask = batch.get(MASK_KEY) if MASK_KEY in batch.keys(include_nested=True) else None
-    if keys is not None:
-        batch = batch.select(*keys, strict=False)
-    if mask is not None and not bool(mask.all()):
-        return batch[mask]
-    return batch.reshape(-1)
-
-
-def end_padded_rows(batch: TensorDictBase) -> TensorDictBase:
-    """Mark the last valid step of each padded row done (not terminated), for value estimators.
-
-    A preempted sync round is padded after its last collected step; marking that
-    step done-but-not-terminated makes GAE bootstrap from its next observation and
-    stop there, instead of running into the padding.
-    """
-    if MASK_KEY not in batch.keys(include_nested=True):
-        return batch
-    mask = batch.get(MASK_KEY)
-    if bool(mask.all()):  # nothing padded (a round without preemption)
-        return batch
-    last_valid = mask & ~torch.cat([mask[..., 1:], torch.zeros_like(mask[..., :1])], dim=-1)
-    padded_after = last_valid & ~mask[..., -1:].expand_as(mask)
-    if padded_after.any():
-        for key in (DONE_KEY, TRUNCATED_KEY):
-            value = batch.get(key).clone()
-            value[padded_after] = True
-            batch.set(key, value)
-    return batch
-
-
-def on(data: TensorDictBase, device: torch.device) -> bool:
-    """Whether ``data``'s tensors are on ``device`` (a TensorDict built without a device
-    says None: its first leaf tells)."""
-    if data.device is not None:
-        return data.device == device
-    leaf = next(iter(data.values(include_nested=True, leaves_only=True)), None)
-    return leaf is None or leaf.device == device
-
-
-def to_learner_device(data: TensorDictBase, device: torch.device) -> TensorDictBase:
-    """``data`` on the learner's ``device``, in one move: the same object where it is there
-    already (a CPU learner's batch: no copy).
-
-    From the CPU to CUDA the batch is pinned first, then copied without blocking: the
-    copy runs while the host goes on, and the learner's stream orders it before the work
-    that reads it.
-
-    Example:
-        >>> from tensordict import TensorDict
-        >>> batch = TensorDict({"obs": torch.zeros(4, 2)}, [4])
-        >>> to_learner_device(batch, torch.device("cpu")) is batch
-        True
-    """
-    if on(data, device):
-        return data
-    if device.type == "cuda" and on(data, torch.device("cpu")):
-        data = data.pin_memory(num_threads=0)  # in this thread: no pool per batch
-    return data.to(device, non_blocking=True)
-
-
-def as_device(device: Any) -> torch.device:
-    """``device`` as a torch device this machine has (ConfigError otherwise); ``cuda`` is
-    the current CUDA device by its index (``cuda:0``), as tensors and TensorDicts there
-    say, so :func:`on` recognizes data already on it."""
-    try:
-        device = torch.device("cpu" if device is None else device)
-    except (RuntimeError, TypeError) as err:
-        raise ConfigError([DEVICE_MSG.format(device=device, reason=str(err))]) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError([DEVICE_MSG.format(device=str(device), reason="CUDA is not available")])
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 class InfoMean:

@@ -25,7 +25,7 @@ from torchrl.data import Categorical
 from torchrl.modules import EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
-from fleetrl.algorithms.base import as_device
+from fleetrl.algorithms.batches import as_device
 from fleetrl.algorithms.heads import TensorNet
 from fleetrl.algorithms.models import ModelKind, make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
@@ -33,7 +33,13 @@ from fleetrl.algorithms.sequences import refuse_recurrent
 from fleetrl.config import Config, EvalActions
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
-from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.keys import (
+    ACTION_KEY,
+    NEXT_OBSERVATION_KEY,
+    OBSERVATION_KEY,
+    REWARD_KEY,
+    TERMINATED_KEY,
+)
 
 __all__ = ["DQN", "DQNConfig"]
 
@@ -140,7 +146,7 @@ class DQN(ReplayAlgorithm):
         device = as_device(device)
         spec = Categorical(info.num_actions, device=device)
         qnet = qnet if qnet is not None else make_qnet(config.model, info, config.hidden_sizes)
-        self.qvalue = QValueActor(qnet.to(device), in_keys=["observation"], spec=spec)
+        self.qvalue = QValueActor(qnet.to(device), in_keys=[OBSERVATION_KEY], spec=spec)
         self.egreedy = EGreedyModule(
             spec,
             eps_init=config.eps_init,
@@ -202,9 +208,9 @@ class DQN(ReplayAlgorithm):
         """The squared TD error of the chosen actions' values, averaged."""
         if self.q is None:
             return self.torchrl_loss(data)
-        obs, next_obs = data.get("observation"), data.get(NEXT_OBSERVATION_KEY)
+        obs, next_obs = data.get(OBSERVATION_KEY), data.get(NEXT_OBSERVATION_KEY)
         (q,) = self.q(obs)
-        chosen = q.gather(-1, data.get("action").long().unsqueeze(-1))
+        chosen = q.gather(-1, data.get(ACTION_KEY).long().unsqueeze(-1))
         with torch.no_grad():
             target_q = torch.func.functional_call(self.q.net, self._target, (next_obs,))
             if self.config.double_dqn:

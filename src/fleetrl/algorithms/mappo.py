@@ -50,11 +50,19 @@ from fleetrl.algorithms.actor_critic import (
     check_clipping,
     torchrl_loss_terms,
 )
-from fleetrl.algorithms.base import Algorithm, as_device, flatten_valid
+from fleetrl.algorithms.base import Algorithm
+from fleetrl.algorithms.batches import as_device, flatten_valid
 from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
-from fleetrl.keys import NestedKey
+from fleetrl.keys import (
+    ACTION_KEY,
+    ACTION_LOG_PROB_KEY,
+    DONE_NAME,
+    REWARD_NAME,
+    TERMINATED_NAME,
+    NestedKey,
+)
 
 __all__ = [
     "IPPO",
@@ -249,10 +257,10 @@ class AgentGroupLayout:
             root = [k for k in keys if isinstance(k, str)]
             return leaf if leaf in root else root[0]
 
-        reward = team_or_group("reward", list(env.reward_keys))
+        reward = team_or_group(REWARD_NAME, list(env.reward_keys))
         done_keys = list(env.done_keys)
-        dones = [k for k in done_keys if _leaf(k) == "done" or _leaf(k).endswith("done")]
-        terminated = [k for k in done_keys if _leaf(k) == "terminated"] or dones
+        dones = [k for k in done_keys if _leaf(k) == DONE_NAME or _leaf(k).endswith(DONE_NAME)]
+        terminated = [k for k in done_keys if _leaf(k) == TERMINATED_NAME] or dones
         return cls(
             group=group,
             n_agents=n_agents,
@@ -264,8 +272,8 @@ class AgentGroupLayout:
             binary=binary,
             action_dtype=action_spec.dtype,
             reward=reward,
-            done=team_or_group("done", dones),
-            terminated=team_or_group("terminated", terminated),
+            done=team_or_group(DONE_NAME, dones),
+            terminated=team_or_group(TERMINATED_NAME, terminated),
         )
 
     # ---------------------------------------------------------------- the keys
@@ -353,7 +361,7 @@ def make_networks(
     actor = ProbabilisticActor(
         TensorDictSequential(stack, logits),
         in_keys={"logits": layout.key("logits")},
-        out_keys=[layout.key("action")],
+        out_keys=[layout.key(ACTION_KEY)],
         distribution_class=dist,
         return_log_prob=True,
     )
@@ -367,7 +375,7 @@ def make_networks(
     if layout.agents is not None:
         unstack = TensorDictModule(
             UnstackActions(layout),
-            in_keys=[layout.key("action")],
+            in_keys=[layout.key(ACTION_KEY)],
             out_keys=[(layout.group, a, layout.action) for a in layout.agents],
         )
         policy = TensorDictSequential(actor, unstack)
@@ -426,8 +434,8 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
         )
         layout = self.layout
         keys = {
-            "action": layout.key("action"),
-            "sample_log_prob": layout.key("action_log_prob"),
+            "action": layout.key(ACTION_KEY),
+            "sample_log_prob": layout.key(ACTION_LOG_PROB_KEY),
             "value": layout.key("state_value"),
             "advantage": layout.key("advantage"),
             "value_target": layout.key("value_target"),

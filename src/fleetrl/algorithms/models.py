@@ -49,6 +49,7 @@ from torchrl.modules import (
 
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, EnvError
+from fleetrl.keys import OBSERVATION_KEY
 
 __all__ = [
     "ActionDistribution",
@@ -347,7 +348,7 @@ def make_actor(
             _mlp_for(info, info.action_dim, hidden, activation, normalizer), 0.01
         )
         body = StateIndependentScale(loc_net, info.action_dim)
-        net = TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"])
+        net = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["loc", "scale"])
         return ProbabilisticActor(
             net,
             in_keys=["loc", "scale"],
@@ -358,7 +359,7 @@ def make_actor(
         _mlp_for(info, 2 * info.action_dim, hidden, activation, normalizer),
         NormalParamExtractor(),
     )
-    net = TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"])
+    net = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["loc", "scale"])
     return ProbabilisticActor(
         net,
         in_keys=["loc", "scale"],
@@ -378,11 +379,13 @@ def make_critic(
     """An MLP state value V(s), written to ``state_value`` (``normalizer`` first, if given;
     ``cleanrl_init``: orthogonal, gain 1 on the value head)."""
     net = _mlp_for(info, 1, hidden, normalizer=normalizer)
-    return ValueOperator(_init_cleanrl(net, 1.0) if cleanrl_init else net, in_keys=["observation"])
+    return ValueOperator(
+        _init_cleanrl(net, 1.0) if cleanrl_init else net, in_keys=[OBSERVATION_KEY]
+    )
 
 
 def _categorical(logits_net: nn.Module) -> ProbabilisticActor:
-    net = TensorDictModule(logits_net, in_keys=["observation"], out_keys=["logits"])
+    net = TensorDictModule(logits_net, in_keys=[OBSERVATION_KEY], out_keys=["logits"])
     return ProbabilisticActor(
         net,
         in_keys=["logits"],
@@ -452,7 +455,7 @@ def make_actor_critic(
         # the same torso module as the actor's when both are built here: torchrl's
         # losses count a shared parameter once, and the critic's gradient reaches it too
         head = layer_init(nn.Linear(torso.out_features, 1), std=1.0)
-        critic = ValueOperator(nn.Sequential(torso, head), in_keys=["observation"])
+        critic = ValueOperator(nn.Sequential(torso, head), in_keys=[OBSERVATION_KEY])
     return actor, critic
 
 
@@ -505,7 +508,7 @@ def make_recurrent_actor_critic(
             *([normalizer] if normalizer is not None else []), _FlatInput(info.obs_shape)
         )
     )
-    torso = TensorDictModule(body, in_keys=["observation"], out_keys=["embed"])
+    torso = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["embed"])
     core_class = LSTMModule if kind is ModelKind.LSTM else GRUModule
     core = core_class(
         input_size=width, hidden_size=recurrent_size, in_key="embed", out_key="memory"

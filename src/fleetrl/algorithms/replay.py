@@ -30,7 +30,8 @@ from typing import Any
 from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from fleetrl.algorithms.base import Algorithm, flatten_valid
+from fleetrl.algorithms.base import Algorithm
+from fleetrl.algorithms.batches import flatten_valid
 from fleetrl.collectors.replay import buffer_state, load_buffer_state
 from fleetrl.config import AlgorithmConfig, Config
 from fleetrl.errors import Problems

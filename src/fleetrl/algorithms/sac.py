@@ -27,7 +27,7 @@ from torch import nn
 from torchrl.modules import MLP, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
 
-from fleetrl.algorithms.base import as_device
+from fleetrl.algorithms.batches import as_device
 from fleetrl.algorithms.heads import PolicyHead, StackedMLP, TensorNet
 from fleetrl.algorithms.models import make_actor
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
@@ -35,7 +35,13 @@ from fleetrl.algorithms.sequences import refuse_recurrent
 from fleetrl.config import Config, EvalActions
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
-from fleetrl.keys import NEXT_OBSERVATION_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.keys import (
+    ACTION_KEY,
+    NEXT_OBSERVATION_KEY,
+    OBSERVATION_KEY,
+    REWARD_KEY,
+    TERMINATED_KEY,
+)
 from fleetrl.policies import to_device
 
 __all__ = ["SAC", "SACConfig"]
@@ -140,7 +146,7 @@ class SAC(ReplayAlgorithm):
                 activation_class=nn.ReLU,
             )
             qvalue = ValueOperator(
-                net, in_keys=["observation", "action"], out_keys=["state_action_value"]
+                net, in_keys=[OBSERVATION_KEY, ACTION_KEY], out_keys=["state_action_value"]
             )
         to_device(actor, device)
         qvalue.to(device)
@@ -175,7 +181,7 @@ class SAC(ReplayAlgorithm):
         net = TensorNet.of(qvalue)
         if self.head is None or net is None:
             return
-        if net.in_keys != ["observation", "action"] or len(net.out_keys) != 1:
+        if net.in_keys != [OBSERVATION_KEY, ACTION_KEY] or len(net.out_keys) != 1:
             return
         loss = self.loss_module
         # the stacked parameters of the Q networks, keyed like the MLP's own (the loss's
@@ -197,7 +203,7 @@ class SAC(ReplayAlgorithm):
         if self.q is None or self.q_detached is None or self.q_target is None:
             return self.torchrl_loss(data)
         loss_module = self.loss_module
-        obs, action = data.get("observation"), data.get("action")
+        obs, action = data.get(OBSERVATION_KEY), data.get(ACTION_KEY)
         next_obs = data.get(NEXT_OBSERVATION_KEY)
         alpha = loss_module.log_alpha.detach().exp()
         with torch.no_grad():

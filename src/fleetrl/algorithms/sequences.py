@@ -38,7 +38,7 @@ from torch import nn
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
 from fleetrl.errors import ConfigError, PolicyError
-from fleetrl.keys import DONE_KEY, MASK_KEY
+from fleetrl.keys import DONE_KEY, IS_INIT_KEY, MASK_KEY
 
 __all__ = [
     "LOSS_MASK_KEY",
@@ -53,7 +53,6 @@ __all__ = [
 
 #: True at the steps of a sequence that enter the loss (not padding, not burn-in)
 LOSS_MASK_KEY = ("sequence", "loss_mask")
-IS_INIT_KEY = "is_init"
 
 SEQ_LEN_MSG = "must be >= 1 (steps per sequence a recurrent policy is trained on)"
 BURN_IN_MSG = "must be >= 0 and < seq_len ({seq_len}): burn-in steps are part of each sequence"

@@ -43,13 +43,13 @@ from torch import nn
 from torchrl.objectives.value.functional import vtrace_advantage_estimate
 
 from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
-from fleetrl.algorithms.base import end_padded_rows, flatten_valid
+from fleetrl.algorithms.batches import end_padded_rows, flatten_valid
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ModelKind
 from fleetrl.algorithms.sequences import sequence_log_prob, step_values
 from fleetrl.config import Config
 from fleetrl.errors import PolicyError, Problems
-from fleetrl.keys import ACTION_LOG_PROB_KEY, DONE_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.keys import ACTION_KEY, ACTION_LOG_PROB_KEY, DONE_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
 
@@ -169,10 +169,10 @@ class VTraceTargets:
     def _values_and_log_pi(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:
         """V(x_s), V(x_{s+1}) and log pi(a_s|x_s): on tensors through ``heads`` (the values
         of both in one call), else through the TensorDict modules."""
-        action = batch.get("action")
+        action = batch.get(ACTION_KEY)
         if self.recurrent:
             value, next_value = step_values(self.critic, batch)
-            log_pi = sequence_log_prob(self.actor, batch, "action")
+            log_pi = sequence_log_prob(self.actor, batch, ACTION_KEY)
             return value, next_value, log_pi.reshape(value.shape)
         if self.heads is None:
             value = self._value(batch)

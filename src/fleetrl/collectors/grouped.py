@@ -45,6 +45,7 @@ from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.grouped import GroupedEnv
 from fleetrl.errors import PolicyError, Problems
 from fleetrl.keys import (
+    ACTION_KEY,
     DONE_KEY,
     EPISODE_END_KEY,
     EPISODE_LENGTH_KEY,
@@ -149,7 +150,7 @@ def check_grouped_policy(
     written = list(out.keys(include_nested=True, leaves_only=True))
     action_keys = env.action_keys
     example = _example_action(env)
-    if "action" in written and "action" not in action_keys:
+    if ACTION_KEY in written and ACTION_KEY not in action_keys:
         group = example[:-1] if isinstance(example, tuple) else ()
         obs = observation_keys(env)
         # the observation of the example's group, as the env names it

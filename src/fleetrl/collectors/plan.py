@@ -35,7 +35,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import PolicyError
-from fleetrl.keys import NestedKey
+from fleetrl.keys import ACTION_KEY, IS_INIT_KEY, NestedKey
 from fleetrl.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
 
 __all__ = [
@@ -109,8 +109,8 @@ def initial_states(policy: Any, num_envs: int) -> dict[NestedKey, torch.Tensor]:
                 for key in primer.primers.keys(True, True):
                     spec = primer.primers[key]
                     states[key] = torch.zeros(num_envs, *spec.shape, dtype=spec.dtype)
-    if "is_init" in list(getattr(policy, "in_keys", []) or []):
-        states["is_init"] = torch.ones(num_envs, 1, dtype=torch.bool)
+    if IS_INIT_KEY in list(getattr(policy, "in_keys", []) or []):
+        states[IS_INIT_KEY] = torch.ones(num_envs, 1, dtype=torch.bool)
     return states
 
 
@@ -128,7 +128,7 @@ def plan_policy(
     # outputs are what the policy writes besides the observation (the states it reads are
     # recorded as inputs and, echoed in its output, as outputs too)
     in_keys = set(env.observation_spec)
-    uses_is_init = "is_init" in set(_leaf_keys(step))
+    uses_is_init = IS_INIT_KEY in set(_leaf_keys(step))
     with (
         torch.random.fork_rng(devices=[]),
         torch.inference_mode(),
@@ -140,9 +140,9 @@ def plan_policy(
             f"policy={policy!r} returned {type(out).__name__}; it must return a TensorDict"
         )
     out_keys = [k for k in _leaf_keys(out) if k not in in_keys]
-    if "action" not in out_keys:
+    if ACTION_KEY not in out_keys:
         raise PolicyError(NO_ACTION_MSG.format(policy=policy, keys=out_keys))
-    action_to_env = _check_action(policy, env, out.get("action"))
+    action_to_env = _check_action(policy, env, out.get(ACTION_KEY))
     # ("next", k) outputs whose k the policy reads are carried to the next step (recurrent state)
     state_keys = [k for k in _leaf_keys(step) if k not in env.observation_spec]
     carried = [
@@ -202,7 +202,7 @@ def _choose_feeding(
             out = policy(step.clone())
         except Exception:  # e.g. an action sampled from one env's spec set on the batch
             out = None
-        if isinstance(out, TensorDictBase) and tuple(out.get("action", _NONE).shape) == want:
+        if isinstance(out, TensorDictBase) and tuple(out.get(ACTION_KEY, _NONE).shape) == want:
             return policy, out
     return per_env, per_env(step.clone())
 

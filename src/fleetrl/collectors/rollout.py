@@ -49,8 +49,11 @@ from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.keys import (
+    ACTION_KEY,
+    DONE_KEY,
     EPISODE_LENGTH_KEY,
     EPISODE_RETURN_KEY,
+    IS_INIT_KEY,
     REWARD_KEY,
     TERMINATED_KEY,
     TRAJ_IDS_KEY,
@@ -146,8 +149,8 @@ def alloc_batch(
     for key, (shape, dtype) in out_specs.items():
         tensors[key] = torch.empty(n, steps, *shape, dtype=dtype)
     tensors[REWARD_KEY] = torch.empty(n, steps, 1, dtype=torch.float32)
-    for key in ("done", "terminated", "truncated"):
-        tensors[("next", key)] = torch.empty(n, steps, 1, dtype=torch.bool)
+    for key in (DONE_KEY, TERMINATED_KEY, TRUNCATED_KEY):
+        tensors[key] = torch.empty(n, steps, 1, dtype=torch.bool)
     tensors[EPISODE_RETURN_KEY] = torch.empty(n, steps, 1, dtype=torch.float32)
     tensors[EPISODE_LENGTH_KEY] = torch.empty(n, steps, 1, dtype=torch.int64)
     tensors[TRAJ_IDS_KEY] = torch.empty(n, steps, dtype=torch.int64)
@@ -236,7 +239,7 @@ def rollout(
     v_term, v_trunc = views[TERMINATED_KEY][..., 0], views[TRUNCATED_KEY][..., 0]
     step_np = step.obs
     carried_t = [(step.td.get(key), out_key) for key, out_key in carried]
-    is_init = step.td.get("is_init").numpy() if uses_is_init else None
+    is_init = step.td.get(IS_INIT_KEY).numpy() if uses_is_init else None
     track_starts = bool(carried_t) or is_init is not None
     whole = len(groups) == 1
     gs = [
@@ -259,7 +262,7 @@ def rollout(
             view[r, t] = (value.cpu() if device is not None else value).numpy()
         for key, view, _ in obs_views:
             view[r, t] = step_np[key][r]
-        action = out.get("action")
+        action = out.get(ACTION_KEY)
         g.env.send(action if to_env is None else to_env(action))  # steps while we go on
         g.out, g.in_flight = out, True
 
@@ -284,7 +287,7 @@ def rollout(
         versions[r, t] = version  # type: ignore[index]
         for key, view in out_views:
             view[r, t] = out.get(key).numpy()
-        action = out.get("action")
+        action = out.get(ACTION_KEY)
         g.env.send(action if to_env is None else to_env(action))
         g.out, g.in_flight = out, True
 

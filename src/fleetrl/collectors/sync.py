@@ -68,6 +68,7 @@ from fleetrl.envs.grouped import GroupedEnv
 from fleetrl.envs.make import make_env
 from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
 from fleetrl.keys import (
+    ACTION_KEY,
     DISCOUNTED_RETURN_KEY,
     DONE_KEY,
     POLICY_VERSION_KEY,
@@ -620,7 +621,7 @@ class SyncDataCollector(DataCollectorBase):
         # Everything below is decided once per batch, not per step.
         random = random or self.policy is self._random_policy
         if random:
-            act, out_keys, to_env, carried = self._random_policy, ["action"], None, []
+            act, out_keys, to_env, carried = self._random_policy, [ACTION_KEY], None, []
         else:
             act, out_keys = plan.act, plan.out_keys
             to_env, carried = plan.action_to_env, plan.carried

@@ -40,7 +40,7 @@ from fleetrl.envs.cpp import EnvPoolEnv, NextStepEnv
 from fleetrl.envs.gymnasium import GymVectorEnv
 from fleetrl.envs.registry import EnvKind, lookup_id, register_ale
 from fleetrl.errors import ConfigError, EnvError
-from fleetrl.keys import NestedKey
+from fleetrl.keys import OBSERVATION_KEY, NestedKey
 
 __all__ = [
     "ATARI_RANGES",
@@ -390,7 +390,7 @@ class AleVectorEnv(NextStepEnv):
         obs[:, :-1] = obs[:, -1:]
         self._age[:] = 0
         self._obs = obs
-        return {"observation": obs}
+        return {OBSERVATION_KEY: obs}
 
     def _send(self, action: np.ndarray) -> None:
         self.env.send(action)

@@ -25,7 +25,7 @@ import torch
 
 from fleetrl.envs.base import BatchedEnv, StepResult
 from fleetrl.errors import EnvError
-from fleetrl.keys import NestedKey
+from fleetrl.keys import OBSERVATION_KEY, NestedKey
 
 __all__ = ["BuiltEnvPool", "EnvPoolEnv", "NextStepEnv", "in_env_order", "is_envpool"]
 
@@ -71,7 +71,7 @@ class NextStepEnv(BatchedEnv):
     ):
         self.num_envs = num_envs
         self.batch_shape = torch.Size([num_envs])
-        self.observation_spec = {"observation": observation}
+        self.observation_spec = {OBSERVATION_KEY: observation}
         self.action_shape, self.action_dtype = action_shape, action_dtype
         self.num_actions = num_actions
         self._rng = np.random.default_rng()
@@ -100,7 +100,7 @@ class NextStepEnv(BatchedEnv):
         obs = self._obs.copy()
         obs[mask] = self._reset_rows(mask)
         self._obs = obs
-        return {"observation": obs}
+        return {OBSERVATION_KEY: obs}
 
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
         self.send(action)
@@ -124,8 +124,8 @@ class NextStepEnv(BatchedEnv):
             obs[done] = self._reset_rows(done)
         self._obs = obs
         return StepResult(
-            {"observation": next_obs},
-            {"observation": obs},
+            {OBSERVATION_KEY: next_obs},
+            {OBSERVATION_KEY: obs},
             np.asarray(reward, dtype=np.float32),
             np.asarray(terminated, dtype=bool),
             np.asarray(truncated, dtype=bool),
@@ -209,7 +209,7 @@ class EnvPoolEnv(NextStepEnv):
             self.env = self._make(seed + self.seed_offset)
         obs, info = self.env.reset()
         self._obs = self._observation(in_env_order(obs, info["env_id"])).copy()
-        return {"observation": self._obs}
+        return {OBSERVATION_KEY: self._obs}
 
     def _send(self, action: np.ndarray) -> None:
         self.env.send(action, None)  # None: every env, as the sync mode steps them

@@ -33,7 +33,7 @@ from gymnasium.vector import AutoresetMode
 from fleetrl.envs.base import BatchedEnv, StepResult
 from fleetrl.envs.state import load_vector_env_state, vector_env_state
 from fleetrl.errors import EnvError
-from fleetrl.keys import NestedKey
+from fleetrl.keys import OBSERVATION_KEY, NestedKey
 
 __all__ = [
     "PARTIAL_RESET_CLASSES",
@@ -180,7 +180,7 @@ class GymVectorEnv(BatchedEnv):
         self._to_float32 = obs_dtype == np.float64
         if self._to_float32:
             obs_dtype = np.dtype(np.float32)
-        self.observation_spec = {"observation": (obs_shape, obs_dtype)}
+        self.observation_spec = {OBSERVATION_KEY: (obs_shape, obs_dtype)}
         self.action_shape, self.action_dtype, self.num_actions = space_spec(
             env.single_action_space, "action"
         )
@@ -206,11 +206,11 @@ class GymVectorEnv(BatchedEnv):
 
     def reset(self, seed: int | None = None) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(seed=seed)
-        return {"observation": self._obs(obs)}
+        return {OBSERVATION_KEY: self._obs(obs)}
 
     def reset_envs(self, mask: np.ndarray) -> dict[NestedKey, np.ndarray]:
         obs, _ = self.env.reset(options={"reset_mask": mask})
-        return {"observation": self._obs(obs)}
+        return {OBSERVATION_KEY: self._obs(obs)}
 
     def reset_static(self, seed: int) -> dict[NestedKey, np.ndarray]:
         # one seed per env: ale-py refuses a list ("Unsupported seed type"), gymnasium's
@@ -219,7 +219,7 @@ class GymVectorEnv(BatchedEnv):
             np.full(self.num_envs, seed, np.int64) if self._seed_array else [seed] * self.num_envs
         )
         obs, _ = self.env.reset(seed=seeds)
-        return {"observation": self._obs(obs)}
+        return {OBSERVATION_KEY: self._obs(obs)}
 
     def step(self, action: np.ndarray | torch.Tensor) -> StepResult:
         if isinstance(action, torch.Tensor):
@@ -238,7 +238,7 @@ class GymVectorEnv(BatchedEnv):
             # a fresh array of next observations: the env may reuse its output buffer
             next_obs = obs.copy()
             if self._manual_reset:  # obs are the final ones: reset the finished envs now
-                obs = self.reset_envs(done)["observation"]
+                obs = self.reset_envs(done)[OBSERVATION_KEY]
             else:  # obs hold the reset ones: the final ones are in the infos
                 final = infos.get("final_obs")
                 if final is None:
@@ -248,7 +248,7 @@ class GymVectorEnv(BatchedEnv):
                 rows = final[ended]
                 next_obs[ended] = np.stack(rows) if final.dtype == object else rows
         return StepResult(
-            {"observation": next_obs}, {"observation": obs}, reward, terminated, truncated
+            {OBSERVATION_KEY: next_obs}, {OBSERVATION_KEY: obs}, reward, terminated, truncated
         )
 
     def random_action(self) -> torch.Tensor:

@@ -54,6 +54,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from fleetrl.errors import EnvError
+from fleetrl.keys import ACTION_KEY, DONE_FLAGS, DONE_NAME, TERMINATED_NAME, TRUNCATED_NAME
 
 __all__ = [
     "AEC_MSG",
@@ -228,7 +229,7 @@ class PettingZooEnv(EnvBase):
             )
             flags = {
                 key: Categorical(2, shape=(n, 1), dtype=torch.bool, device=self.device)
-                for key in ("done", "terminated", "truncated")
+                for key in DONE_FLAGS
             }
             done[group] = Composite(flags, shape=shape, device=self.device)
         if self._has_state:
@@ -239,7 +240,7 @@ class PettingZooEnv(EnvBase):
         self.reward_spec = Composite(rew, device=self.device)
         root = {
             key: Categorical(2, shape=(1,), dtype=torch.bool, device=self.device)
-            for key in ("done", "terminated", "truncated")
+            for key in DONE_FLAGS
         }
         self.done_spec = Composite({**done, **root}, device=self.device)
 
@@ -267,7 +268,7 @@ class PettingZooEnv(EnvBase):
         agents = self.group_map[group]
         term = torch.tensor([[bool(terminated[a])] for a in agents], device=self.device)
         trunc = torch.tensor([[bool(truncated[a])] for a in agents], device=self.device)
-        return {"terminated": term, "truncated": trunc, "done": term | trunc}
+        return {TERMINATED_NAME: term, TRUNCATED_NAME: trunc, DONE_NAME: term | trunc}
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         # the seed set by set_seed applies to the next reset only: later episodes go on from
@@ -286,7 +287,7 @@ class PettingZooEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         actions: dict[str, Any] = {}
         for group, agents in self.group_map.items():
-            values = tensordict.get((group, "action")).cpu().numpy()
+            values = tensordict.get((group, ACTION_KEY)).cpu().numpy()
             actions.update(zip(agents, values))
         obs, rewards, terminated, truncated, _ = self._env.step(actions)
         self._check_agents(list(obs), "missing from a step's observations")
@@ -298,8 +299,8 @@ class PettingZooEnv(EnvBase):
             out[group].update(
                 reward=torch.tensor(reward, dtype=torch.float32, device=self.device), **flags
             )
-            every_term.append(flags["terminated"])
-            every_trunc.append(flags["done"])
+            every_term.append(flags[TERMINATED_NAME])
+            every_trunc.append(flags[DONE_NAME])
         done = torch.cat(every_trunc)
         if done.any() and not done.all():
             left = [a for a in self._env.possible_agents if terminated[a] or truncated[a]]

@@ -14,7 +14,7 @@ import torch
 from tensordict import TensorDict
 
 from fleetrl.envs.base import BatchedEnv, StepResult
-from fleetrl.keys import NestedKey
+from fleetrl.keys import DONE_KEY, REWARD_KEY, TERMINATED_KEY, TRUNCATED_KEY, NestedKey
 
 __all__ = ["TorchRLEnv", "is_torchrl_env"]
 
@@ -93,17 +93,17 @@ class TorchRLEnv(BatchedEnv):
         out, self._td = self.env.step_and_maybe_reset(td)
         nxt = out.get("next")
         n = self.num_envs
-        done_like = nxt.get("terminated", None)
+        done_like = out.get(TERMINATED_KEY, None)
         if done_like is None:
-            done_like = nxt.get("done")
-        truncated = nxt.get("truncated", None)
+            done_like = out.get(DONE_KEY)
+        truncated = out.get(TRUNCATED_KEY, None)
         if truncated is None:
             truncated = torch.zeros_like(done_like)
         terminated = done_like.reshape(n).cpu().numpy()
         return StepResult(
             next_obs=self._obs(nxt),
             obs=self._obs(self._td),
-            reward=nxt.get("reward").reshape(n).cpu().numpy(),
+            reward=out.get(REWARD_KEY).reshape(n).cpu().numpy(),
             terminated=terminated,
             truncated=truncated.reshape(n).cpu().numpy() & ~terminated,  # never both
         )

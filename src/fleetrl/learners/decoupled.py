@@ -57,6 +57,7 @@ from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.collectors.replay import CountedWrites, RemoteReplayBuffer
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
+from fleetrl.keys import POLICY_VERSION_KEY
 from fleetrl.learners.base import Learner
 from fleetrl.learners.central import APPROX_RAY_MSG
 from fleetrl.learners.collection import Collection
@@ -165,9 +166,7 @@ class DecoupledLearner(Learner):
             self.counted.add(written, n)
             # writes older than the buffer's capacity were overwritten: no account kept
             self.counted.forget_below(written - self.buffer.capacity)
-            self.newest_version = max(
-                self.newest_version, int(record["collector", "policy_version"])
-            )
+            self.newest_version = max(self.newest_version, int(record[POLICY_VERSION_KEY]))
             self.algorithm.take_frames(n, min(written, self.buffer.capacity))
         return frames
 
