@@ -506,10 +506,9 @@ def warm_workers(enabled: bool | None = None) -> bool:
 
     Examples:
         >>> previous = warm_workers(True)
-        >>> warm_workers(previous)
-        True
         >>> warm_workers()
-        False
+        True
+        >>> _ = warm_workers(previous)  # as it was
     """
     previous = warm.POOL.enabled
     if enabled is None:

@@ -221,6 +221,38 @@ class WarmPool:
         self.idle.setdefault(key, []).append(_Kept(handle, held, handle.fleetrl_release.remote()))
         _refresh_held(self)
 
+    def prune(self) -> None:
+        """End the kept processes that finished dropping their worker and cannot be reused
+        (dead: a worker killed just before its shutdown; or left unclean), so that what
+        they are counted as holding is what Ray sees held."""
+        import ray
+
+        self._current()
+        kept = [k for group in self.idle.values() for k in group]
+        if not kept or not ray.is_initialized():
+            return
+        refs = [k.released for k in kept]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = {r.hex() for r in ready}
+        bad = []
+        for k in kept:
+            if k.released.hex() not in done:
+                continue
+            try:
+                left = ray.get(k.released)
+            except Exception as err:  # died, or its worker's shutdown raised
+                self._count(_reason(err))
+                bad.append(k)
+                continue
+            if left:
+                self._count(f"left {', '.join(left)}")
+                bad.append(k)
+        if bad:
+            self.end(bad)
+
+    def _count(self, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+
     def make_room(self, key: Any, need: dict[str, float]) -> list[_Kept]:
         """The kept processes of other kinds to end so that a new worker that holds ``need``
         can start (oldest first; none where the cluster has room). What is free is read
@@ -229,7 +261,7 @@ class WarmPool:
         workers and kept processes hold (exact, but blind to other drivers' actors)."""
         import ray
 
-        self._current()
+        self.prune()
         if not need:
             return []
         total, ray_free = ray.cluster_resources(), ray.available_resources()
@@ -319,4 +351,6 @@ def _refresh_held(pool: WarmPool) -> None:
 
 def idle_held() -> dict[str, float]:
     """The resources idle kept processes hold: a start that needs them ends those processes."""
+    if POOL.idle:
+        POOL.prune()
     return dict(_IDLE_HELD)
