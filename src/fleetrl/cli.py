@@ -303,6 +303,7 @@ BENCHMARKS = (
     "decoupled",
     "inference_server",
     "learner_throughput",
+    "marl",
     "mujoco_learning",
     "normalization_overhead",
     "ray_throughput",
