@@ -89,7 +89,8 @@ class _Baseline:
         left += [
             f"thread {t.name!r}"
             for t in threading.enumerate()
-            if t.ident not in self.thread_ids and not isinstance(t, threading._DummyThread)  # type: ignore[attr-defined]
+            # "Dummy-N": a thread started outside Python (Ray's own) that called into it
+            if t.ident not in self.thread_ids and not t.name.startswith("Dummy-")
         ]
         if dist.is_available() and dist.is_initialized():
             left.append("a torch.distributed process group")
@@ -150,8 +151,8 @@ class WarmPool:
 
     enabled: bool = False
     idle: dict[Any, list[_Kept]] = field(default_factory=dict)
-    #: what this driver's running workers of kinds that are kept hold, by actor id
-    live: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: what this driver's running workers of kinds that are kept hold, by actor handle
+    live: dict[Any, dict[str, float]] = field(default_factory=dict)
     job: Any = None
     #: workers started in a new process that can be kept, and workers built in a kept one
     started: int = 0
@@ -292,11 +293,11 @@ class WarmPool:
 
     def started_one(self, handle: Any, held: dict[str, float]) -> None:
         """A worker of a kind that is kept now runs (its resources count as this driver's)."""
-        self.live[_id(handle)] = held
+        self.live[handle] = held
 
     def ended(self, handle: Any) -> None:
         """A worker counted by :meth:`started_one` is kept or killed."""
-        self.live.pop(_id(handle), None)
+        self.live.pop(handle, None)
 
     def end(self, kept: list[_Kept]) -> None:
         """Kill kept processes (without waiting for their resources)."""
@@ -319,10 +320,6 @@ class WarmPool:
 
 
 NOT_KEPT_KEYS = frozenset(NOT_KEPT)
-
-
-def _id(handle: Any) -> str:
-    return handle._actor_id.hex()
 
 
 def _number(value: Any) -> Any:
