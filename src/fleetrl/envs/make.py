@@ -12,6 +12,7 @@ section builds.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -175,10 +176,20 @@ def _serial_copies(first: Any, factory: Callable[..., Any], n: int, kwargs: dict
     torchrl's collectors give each copy of a factory its own worker; we step
     the copies in-process instead (a ``ParallelEnv`` would start n processes
     inside a collector that Ray gives one CPU). The first copy is the env
-    already built.
+    already built. Copies of fleetrl's :class:`~fleetrl.envs.pettingzoo.PettingZooEnv`
+    become one adapter of batch ``[n]`` (:meth:`~fleetrl.envs.pettingzoo.PettingZooEnv.stack`),
+    which builds one TensorDict per step for all of them.
     """
     from torchrl.envs import SerialEnv
 
+    # fleetrl's PettingZoo adapter steps its copies as one batched env (its module is loaded
+    # where such an env was built)
+    pettingzoo = sys.modules.get("fleetrl.envs.pettingzoo")
+    if pettingzoo is not None and isinstance(first, pettingzoo.PettingZooEnv):
+        copies = [first] + [_call_factory(factory, kwargs) for _ in range(n - 1)]
+        if all(isinstance(c, pettingzoo.PettingZooEnv) and not c.batch_size for c in copies):
+            return pettingzoo.PettingZooEnv.stack(copies)
+        return SerialEnv(n, [lambda c=c: c for c in copies])
     fns = [lambda: first] + [lambda: _call_factory(factory, kwargs)] * (n - 1)
     return SerialEnv(n, fns)
 

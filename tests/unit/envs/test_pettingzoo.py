@@ -230,3 +230,164 @@ def test_a_pettingzoo_id_resolves_to_the_adapter():
         PettingZooId("mpe2:simple_spread_v3", {"max_cycles": MAX_CYCLES}).build, 6, 6
     )
     assert batch["next", "done"].squeeze(-1).nonzero().flatten().tolist() == [2, 5]
+
+
+# --- several copies as one batched adapter -----------------------------------------------------
+
+
+class _CountingGame(ParallelEnv):
+    """Two agents that observe the step count and its agent's index; the episode ends for
+    both after ``length`` steps (terminated, or truncated where ``truncate``). Each copy
+    built gets the next length of ``lengths``."""
+
+    metadata = {"name": "counting_v0"}
+    lengths: list[int] = []
+
+    def __init__(self, truncate=False):
+        self.length = _CountingGame.lengths.pop(0)
+        self.truncate = truncate
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        self.resets = []
+
+    def observation_space(self, agent):
+        return spaces.Box(-100.0, 100.0, (2,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def _obs(self):
+        return {a: np.array([self.t, i], np.float32) for i, a in enumerate(self.agents)}
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        self.resets.append(seed)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        end = self.t == self.length
+        rewards = {a: float(actions[a]) + self.t for a in self.agents}
+        terminated = dict.fromkeys(self.agents, end and not self.truncate)
+        truncated = dict.fromkeys(self.agents, end and self.truncate)
+        return self._obs(), rewards, terminated, truncated, {a: {} for a in self.agents}
+
+
+def _counting(lengths, **kwargs):
+    _CountingGame.lengths = list(lengths)
+    return PettingZooEnv(_CountingGame, num_envs=len(lengths), **kwargs)
+
+
+def test_copies_step_as_one_env_and_reset_alone_where_their_episodes_end():
+    env = _counting([2, 3, 4])
+    try:
+        assert env.batch_size == (3,)
+        assert env.observation_spec["agents", "observation"].shape == (3, 2, 2)
+        td = env.reset()
+        steps = []
+        for t in range(7):
+            td["agents", "action"] = torch.full((3, 2), t % 3)
+            transition, td = env.step_and_maybe_reset(td)
+            steps.append(transition)
+        batch = torch.stack(steps, 1)
+    finally:
+        env.close()
+    nxt = batch["next"]
+    for i, length in enumerate([2, 3, 4]):
+        ends = [t for t in range(7) if (t + 1) % length == 0]
+        assert nxt["done"][i].squeeze(-1).nonzero().flatten().tolist() == ends
+        assert torch.equal(nxt["terminated"][i], nxt["done"][i])
+        assert not nxt["truncated"][i].any()
+        assert torch.equal(nxt["agents", "done"][i], nxt["done"][i].unsqueeze(-1).expand(7, 2, 1))
+        # the count restarts only in the env whose episode ended; the terminal next
+        # observation is the episode's last count
+        counts = [t % length for t in range(7)]
+        assert batch["agents", "observation"][i, :, 0, 0].tolist() == counts
+        assert nxt["agents", "observation"][i, ends, 0, 0].tolist() == [length] * len(ends)
+        assert batch["agents", "observation"][i, 0, :, 1].tolist() == [0, 1]
+        reward = [(t % 3) + c + 1 for t, c in enumerate(counts)]
+        assert nxt["agents", "reward"][i, :, 0, 0].tolist() == reward
+        assert nxt["agents", "reward"].dtype == torch.float32
+
+
+def test_truncated_copies_are_truncated_at_the_root():
+    env = _counting([2, 2], truncate=True)
+    try:
+        td = env.rollout(2, break_when_any_done=False)
+    finally:
+        env.close()
+    assert td["next", "truncated"].squeeze(-1).tolist() == [[False, True]] * 2
+    assert not td["next", "terminated"].any()
+
+
+def test_a_seed_reaches_each_copy_once_as_seed_plus_its_index():
+    env = _counting([5, 5, 5])
+    try:
+        env.set_seed(10)
+        env.reset()
+        env.reset()
+        assert [pz.resets[1:] for pz in env.pz_envs] == [[10, None], [11, None], [12, None]]
+    finally:
+        env.close()
+
+
+def test_the_batched_adapter_equals_its_copies_stepped_alone():
+    steps, n = 7, 3
+    batched = PettingZooEnv(simple_spread_v3.parallel_env, num_envs=n, max_cycles=MAX_CYCLES)
+    singles = [_spread() for _ in range(n)]
+    try:
+        batched.set_seed(4)
+        td = batched.reset()
+        tds = []
+        for i, single in enumerate(singles):
+            single.set_seed(4 + i)
+            tds.append(single.reset())
+        generator = torch.Generator().manual_seed(0)
+        out, alone = [], [[] for _ in range(n)]
+        for _ in range(steps):
+            action = torch.randint(0, 5, (n, 3), generator=generator)
+            td["agents", "action"] = action
+            transition, td = batched.step_and_maybe_reset(td)
+            out.append(transition)
+            for i, single in enumerate(singles):
+                tds[i]["agents", "action"] = action[i]
+                step, tds[i] = single.step_and_maybe_reset(tds[i])
+                alone[i].append(step)
+    finally:
+        batched.close()
+        for single in singles:
+            single.close()
+    batch = torch.stack(out, 1)
+    for i in range(n):
+        assert (batch[i] == torch.stack(alone[i])).all()
+
+
+def test_a_factory_of_single_adapters_collects_as_one_batched_adapter():
+    collector = SyncDataCollector(_spread, None, frames_per_batch=12, total_frames=12, num_envs=3)
+    try:
+        assert isinstance(collector.env.env, PettingZooEnv)
+        assert collector.env.env.batch_size == (3,)
+        (batch,) = list(collector)
+    finally:
+        collector.shutdown()
+    assert batch.shape == (3, 4)
+    assert batch["next", "done"].squeeze(-1).tolist() == [[False, False, True, False]] * 3
+    assert batch["state"].shape == (3, 4, 54)
+    # the three copies step their own episodes: their traj ids differ
+    assert len(set(batch[TRAJ_IDS_KEY][:, 0].tolist())) == 3
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "env", "match"),
+    [
+        (0, simple_spread_v3.parallel_env, "num_envs=0 is invalid: a count of env copies"),
+        (True, simple_spread_v3.parallel_env, "num_envs=True is invalid"),
+        (2, "built", "num_envs=2 copies need a callable building one env, not the built env"),
+    ],
+)
+def test_bad_copy_counts_are_refused(num_envs, env, match):
+    if env == "built":
+        env = simple_spread_v3.parallel_env(max_cycles=MAX_CYCLES)
+    with pytest.raises(EnvError, match=match):
+        PettingZooEnv(env, num_envs=num_envs)
