@@ -59,7 +59,7 @@ import warnings
 import numpy as np
 import torch
 
-from common import IterTimer, machine, print_table, write_json
+from common import IterTimer, LiveCollector, machine, print_table, write_json
 from fleetrl import SyncDataCollector
 from fleetrl.algorithms.models import make_actor_critic
 from fleetrl.envs.atari import AtariEnv
@@ -362,27 +362,6 @@ class TwoRawLoops:
             p.join()
 
 
-class RayContestant:
-    """A live RayCollector: agent steps/s over ``batches`` yielded batches per round."""
-
-    def __init__(self, collector):
-        self.collector = collector
-        self.it = iter(collector)
-        next(self.it)
-
-    def run(self, batches: int) -> float:
-        next(self.it)  # drain what was prefetched while others ran
-        frames, t0 = 0, time.perf_counter()
-        for _ in range(batches):
-            b = next(self.it)
-            mask = ("collector", "mask")
-            frames += int(b[mask].sum()) if mask in b.keys(True) else b.numel()
-        return frames / (time.perf_counter() - t0)
-
-    def shutdown(self) -> None:
-        self.collector.shutdown()
-
-
 #: wire layouts the transfer probe compares: (name, compact, codec)
 WIRE_LAYOUTS = (
     ("full", False, None),
@@ -497,7 +476,7 @@ def ray_phase(args, engine: str, errors: dict) -> tuple[dict, dict]:
         ("ray_async_overlap", False, None, True),
     ):
         c = guarded(
-            name, lambda s=sync, z=compress, o=overlap: RayContestant(make(s, z, o)), errors
+            name, lambda s=sync, z=compress, o=overlap: LiveCollector(lambda: make(s, z, o)), errors
         )
         if c is not None:
             contestants[name] = c

@@ -144,6 +144,68 @@ class IterTimer:
         self.collector.shutdown()
 
 
+def run_json(
+    cmd: Sequence[str], cwd: Path | None = None, timeout: float | None = None
+) -> tuple[dict, float]:
+    """Run ``cmd`` in a fresh process; the JSON object on its last line of output and its
+    wall seconds from launch to exit. RuntimeError with the end of its stderr where it
+    fails."""
+    start = time.perf_counter()
+    out = subprocess.run(
+        list(cmd), capture_output=True, text=True, cwd=cwd, timeout=timeout, check=False
+    )
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[0]).name} exited {out.returncode}:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1]), wall
+
+
+class LiveCollector:
+    """A collector kept live between timed rounds: the seconds to its first batch when
+    built (construction included, ``first_batch_s``), then frames/s per round, counted with
+    :func:`fleetrl.collectors.frames_in` (a masked sync batch counts its mask).
+
+    Args:
+        make: builds the collector (any iterable collector with ``shutdown()``).
+        drain: take one batch untimed before each round, so that what the collector
+            prefetched while other contestants ran does not count for this round.
+    """
+
+    def __init__(self, make, drain: bool = True):
+        start = time.perf_counter()
+        self.collector = make()
+        self.it = iter(self.collector)
+        next(self.it)
+        self.first_batch_s = time.perf_counter() - start
+        self.drain = drain
+        #: the frames of the latest round
+        self.last_frames = 0
+
+    def run(self, batches: int) -> float:
+        """frames/s over ``batches`` batches."""
+        return self._timed(lambda frames, done: done < batches)
+
+    def run_for(self, seconds: float) -> float:
+        """frames/s over whole batches until ``seconds`` passed (one batch at least)."""
+        start = time.perf_counter()
+        return self._timed(lambda frames, done: time.perf_counter() - start < seconds)
+
+    def _timed(self, more) -> float:
+        from fleetrl.collectors import frames_in
+
+        if self.drain:
+            next(self.it)
+        frames, done, start = 0, 0, time.perf_counter()
+        while done == 0 or more(frames, done):  # one batch at least
+            frames += frames_in(next(self.it))
+            done += 1
+        self.last_frames = frames
+        return frames / (time.perf_counter() - start)
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
+
+
 #: the keys every result file's ``machine`` record holds (the docs' benchmark pages show them)
 MACHINE_KEYS = ("cpu_model", "cores", "python", "torch", "torchrl", "tensordict", "ray", "numpy")
 

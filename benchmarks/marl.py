@@ -469,12 +469,11 @@ ray.shutdown()
 def run_learner(name: str, frames: int, seed: int) -> dict:
     """One learner run in a fresh process: its curve, and its wall time from launch to exit."""
     launched_at = time.time()
-    start = time.perf_counter()
     if name == "rllib":
         from common import ensure_rllib_venv
 
         python = ensure_rllib_venv(["pettingzoo==1.27.0", "mpe2==1.1.1"])
-        launched_at, start = time.time(), time.perf_counter()  # the venv's making not counted
+        launched_at = time.time()  # the venv's making not counted
         cmd = [
             str(python),
             "-c",
@@ -497,11 +496,9 @@ def run_learner(name: str, frames: int, seed: int) -> dict:
             "--launched-at",
             repr(launched_at),
         ]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    from common import run_json
+
+    result, wall = run_json(cmd, cwd=ROOT)
     curve = result["curve"]
     result.update(
         wall_s=wall,
@@ -698,35 +695,12 @@ class RawPool:
             proc.join(timeout=10)
 
 
-class Timed:
-    """A live collector: its first batch at construction, then frames/s over ``seconds``."""
-
-    def __init__(self, make):
-        start = time.perf_counter()
-        self.collector = make()
-        self.it = iter(self.collector)
-        next(self.it)
-        self.first_batch_s = time.perf_counter() - start
-
-    def run(self, seconds: float) -> float:
-        frames, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            batch = next(self.it)
-            mask = ("collector", "mask")
-            frames += int(batch[mask].sum()) if mask in batch.keys(True) else batch.numel()
-        self.last_frames = frames
-        return frames / (time.perf_counter() - start)
-
-    def shutdown(self) -> None:
-        self.collector.shutdown()
-
-
 def collection(seconds: float, rounds: int) -> dict:
     """frames/s of each contestant in alternating rounds, and each one's paired ratios."""
     import ray
     import torch
 
-    from common import paired_ratio
+    from common import LiveCollector, paired_ratio
     from fleetrl import load_config
     from fleetrl.setup.build import make_algorithm, make_collector
 
@@ -757,7 +731,7 @@ def collection(seconds: float, rounds: int) -> dict:
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     errors: dict[str, str] = {}
     pool = RawPool(net, hp["num_envs"])
-    contestants: dict[str, Timed] = {}
+    contestants: dict[str, LiveCollector] = {}
     for name, make in (
         ("fleetrl SyncDataCollector (local)", fleetrl(0)),
         ("fleetrl RayCollector x1", fleetrl(1)),
@@ -765,7 +739,7 @@ def collection(seconds: float, rounds: int) -> dict:
         ("torchrl Collector (local)", torchrl_collector),
     ):
         try:
-            contestants[name] = Timed(make)
+            contestants[name] = LiveCollector(make, drain=False)
         except Exception:  # one that cannot run here is reported, not fatal
             errors[name] = traceback.format_exc(limit=4)
             print(f"{name}: failed ({errors[name].splitlines()[-1]})", flush=True)
@@ -776,15 +750,15 @@ def collection(seconds: float, rounds: int) -> dict:
         runs["raw loop x1"].append(pool.run(1, per_round))
         for name in ("fleetrl SyncDataCollector (local)", "fleetrl RayCollector x1"):
             if name in contestants:
-                runs[name].append(contestants[name].run(per_round))
+                runs[name].append(contestants[name].run_for(per_round))
         runs["raw loop x2"].append(pool.run(2, per_round))
         if "fleetrl RayCollector x2" in contestants:
             runs["fleetrl RayCollector x2"].append(
-                contestants["fleetrl RayCollector x2"].run(per_round)
+                contestants["fleetrl RayCollector x2"].run_for(per_round)
             )
         if "torchrl Collector (local)" in contestants:
             runs["torchrl Collector (local)"].append(
-                contestants["torchrl Collector (local)"].run(per_round)
+                contestants["torchrl Collector (local)"].run_for(per_round)
             )
         print(f"collection round {r + 1}/{rounds}: done", flush=True)
     # where the time goes: the local collector (the same SyncDataCollector every Ray worker
@@ -795,7 +769,7 @@ def collection(seconds: float, rounds: int) -> dict:
         raw = RawLoop(net, hp["num_envs"])
 
         def local_frames() -> int:
-            local.run(per_round)
+            local.run_for(per_round)
             return local.last_frames
 
         def raw_frames() -> int:

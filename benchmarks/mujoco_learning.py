@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ensure_rllib_venv, machine, print_table, write_json
+from common import ensure_rllib_venv, machine, print_table, run_json, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -175,16 +175,7 @@ def _eval_mean(stdout: str) -> float:
 
 def run_rllib(python: Path, env_id: str, steps: int, seed: int) -> dict:
     print(f"rllib: PPO on {env_id}, {steps:,} steps", flush=True)
-    start = time.perf_counter()
-    out = subprocess.run(
-        [str(python), "-c", RLLIB_SCRIPT, env_id, str(seed), str(steps)],
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result, wall = run_json([str(python), "-c", RLLIB_SCRIPT, env_id, str(seed), str(steps)])
     result["wall_s"] = wall  # process start to exit, as fleetrl's
     result["frames_per_s"] = result["frames"] / wall
     return result

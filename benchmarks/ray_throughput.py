@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from common import (
+    LiveCollector,
     RawLoop,
     categorical_policy,
     gym_env,
@@ -107,32 +108,6 @@ def torchrl_collector(policy, fpb: int, sync: bool, total: int = -1):
     )
 
 
-class Contestant:
-    """A live collector: time to its first batch at construction, then frames/s per round."""
-
-    def __init__(self, make):
-        start = time.perf_counter()
-        self.collector = make()
-        self.it = iter(self.collector)
-        next(self.it)
-        self.first_batch_s = time.perf_counter() - start
-
-    def run(self, batches: int) -> float:
-        next(self.it)  # drain what was prefetched while others ran
-        frames, t0 = 0, time.perf_counter()
-        for _ in range(batches):
-            b = next(self.it)
-            frames += (
-                int(b["collector", "mask"].sum())
-                if ("collector", "mask") in b.keys(True)
-                else b.numel()
-            )
-        return frames / (time.perf_counter() - t0)
-
-    def shutdown(self) -> None:
-        self.collector.shutdown()
-
-
 def big_policy(hidden: int = 2200):
     net = nn.Sequential(
         nn.Linear(4, hidden),
@@ -198,13 +173,13 @@ def main() -> None:
         log_to_driver=False,
     )
     policy = categorical_policy()
-    contestants: dict[str, Contestant] = {}
+    contestants: dict[str, LiveCollector] = {}
     for lib, make in (("fleetrl", fleetrl_collector), ("torchrl", torchrl_collector)):
         for sync in (False, True):
             name = f"{lib}_{'sync' if sync else 'async'}"
             batch = fpb * NUM_COLLECTORS if sync else fpb
             c = guarded(
-                name, lambda m=make, b=batch, s=sync: Contestant(lambda: m(policy, b, s)), errors
+                name, lambda m=make, b=batch, s=sync: LiveCollector(lambda: m(policy, b, s)), errors
             )
             if c is not None:
                 contestants[name] = c

@@ -12,11 +12,9 @@ round by round with them: the ratios are of medians.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
-from common import ensure_rllib_venv, print_table
+from common import ensure_rllib_venv, print_table, run_json
 
 SAMPLER = Path(__file__).resolve().parent / "rllib_atari_sampler.py"
 LABELS = {
@@ -48,10 +46,7 @@ def run_rllib(args, num_runners: int) -> dict:
         f"--runners={num_runners}",
     ]
     print(f"rllib: {' '.join(cmd[1:])}", flush=True)
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"the RLlib sampler exited {out.returncode}:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json(cmd)[0]
 
 
 def best_of(rows: dict[str, float], prefix: str) -> tuple[str | None, float | None]:

@@ -26,13 +26,11 @@ that async gradients are applied or dropped, never lost.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import textwrap
 
-from common import machine, print_table, write_json
+from common import machine, print_table, run_json, write_json
 from time_to_solve import ROOT, run_fleetrl
 
 MODES = {
@@ -91,16 +89,7 @@ MULTINODE_SCRIPT = textwrap.dedent(
 
 
 def run_multinode() -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", MULTINODE_SCRIPT, str(ROOT)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result, _ = run_json([sys.executable, "-c", MULTINODE_SCRIPT, str(ROOT)], cwd=ROOT, timeout=600)
     checks = {}
     for mode in ("sync", "async", "decentralized"):
         r = result[mode]

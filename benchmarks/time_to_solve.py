@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import re
 import statistics
 import subprocess
@@ -48,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import ensure_rllib_venv, machine, print_table, write_json
+from common import ensure_rllib_venv, machine, print_table, run_json, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 475.0
@@ -164,16 +163,9 @@ def run_fleetrl(
 
 def run_rllib(python: Path, seed: int, budget: int, runners: int, algo: str = "ppo") -> dict:
     """Train RLlib's ``algo`` ('ppo' or 'appo') in a fresh process until the target."""
-    start = time.perf_counter()
-    out = subprocess.run(
-        [str(python), "-c", RLLIB_SCRIPT, algo, str(seed), str(TARGET), str(budget), str(runners)],
-        capture_output=True,
-        text=True,
+    result, wall = run_json(
+        [str(python), "-c", RLLIB_SCRIPT, algo, str(seed), str(TARGET), str(budget), str(runners)]
     )
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    result = json.loads(out.stdout.strip().splitlines()[-1])
     result["wall_s"] = wall  # from process start, measured outside like fleetrl's
     return result
 

@@ -126,3 +126,45 @@ def test_the_profile_table_is_per_frame_costliest_first():
         ["other Python", "0.0", "50.0"],
         ["all", "700.0", "300.0"],
     ]
+
+
+def test_a_live_collector_counts_valid_frames_per_round():
+    from common import LiveCollector
+    from tensordict import TensorDict
+
+    batches = [TensorDict({"x": torch.zeros(4)}, [4]) for _ in range(3)]
+    masked = TensorDict({"collector": {"mask": torch.tensor([True, False, True])}}, [3])
+
+    class Fake:
+        def __init__(self):
+            self.stopped = False
+            self.served = 0
+
+        def __iter__(self):
+            while True:
+                self.served += 1
+                yield masked if self.served % 2 else batches[0]
+
+        def shutdown(self):
+            self.stopped = True
+
+    live = LiveCollector(Fake)
+    assert live.collector.served == 1 and live.first_batch_s >= 0
+    live.run(2)  # one drained, then a full batch (4 frames) and a masked one (2 of 3)
+    assert (live.collector.served, live.last_frames) == (4, 6)
+    undrained = LiveCollector(Fake, drain=False)
+    assert undrained.run_for(0.0) > 0 and undrained.last_frames in (2, 4)
+    assert undrained.collector.served == 2
+    live.shutdown()
+    assert live.collector.stopped
+
+
+def test_run_json_reads_the_last_line_and_says_why_a_run_failed():
+    import sys
+
+    from common import run_json
+
+    result, wall = run_json([sys.executable, "-c", "print('noise'); print('{\"a\": 1}')"])
+    assert result == {"a": 1} and wall > 0
+    with pytest.raises(RuntimeError, match=r"exited 3:\n.*boom"):
+        run_json([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
