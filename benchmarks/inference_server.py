@@ -302,7 +302,7 @@ def measure(args, name: str, workers: int, errors: dict) -> dict:
     for label, contestant in live.items():
         stats = contestant.stats()
         row = {"fps": statistics.median(runs[label]), "runs": runs[label]}
-        for other in ("local", "raw"):
+        for other in ("local", "raw", "torchrl"):
             if other in runs and other != label:
                 row[f"x_{other}"] = statistics.median(
                     a / b for a, b in zip(runs[label], runs[other])
@@ -374,6 +374,7 @@ def main() -> None:
                     fmt(r["fps"]),
                     fmt(r.get("x_local"), ".2f"),
                     fmt(r.get("x_raw"), ".2f"),
+                    fmt(r.get("x_torchrl"), ".2f"),
                     fmt(r.get("latency_median_ms"), ".2f"),
                     fmt(r.get("latency_p95_ms"), ".2f"),
                     fmt(r.get("mean_batch"), ".1f"),
@@ -381,7 +382,16 @@ def main() -> None:
                 for label, r in res["rows"].items()
             ]
             print_table(
-                ["contestant", "frames/s", "x local", "x raw", "latency ms", "p95 ms", "batch"],
+                [
+                    "contestant",
+                    "frames/s",
+                    "x local",
+                    "x raw",
+                    "x torchrl",
+                    "latency ms",
+                    "p95 ms",
+                    "batch",
+                ],
                 rows,
                 title=f"{name}, {workers} env workers x {args.envs} envs",
             )

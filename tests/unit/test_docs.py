@@ -244,6 +244,115 @@ def test_the_readme_headline_ratios_are_the_committed_results():
     )
 
 
+#: a figure in prose: a number with a unit of time, speed or ratio
+PROSE_FIGURE = re.compile(
+    r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(x|%|\s?(?:s|seconds|ms|us|frames/s))(?![\w/])"
+)
+#: what a page cites: a results marker, a result file, a benchmark script or page
+CITED = re.compile(
+    r"<!--\s*results:\s*([\w-]+)|results/([\w/.-]+)\.(?:json|txt|log)|benchmarks/(\w+)\.(?:py|md)|"
+    r"\]\((?:\.\./)?(?:benchmarks/)?(\w+)\.md\)"
+)
+#: figures in prose that are settings or limits, not measurements: (page, figure) -> why
+SETTINGS = {
+    ("docs/guides/cluster.md", "300 s"): "a timeout a user sets",
+    ("docs/guides/learner-modes.md", "300 s"): "a timeout a user sets",
+    ("docs/benchmarks/gpu.md", "45 s"): "the GPU program's limit for one test",
+    ("docs/benchmarks/gpu.md", "110 s"): "the GPU program's budget for its tests",
+    ("docs/benchmarks/gpu.md", "30 s"): "how long the lent machine stays warm",
+}
+
+
+def _unquoted(text: str) -> str:
+    """``text`` with filled result markers, code, and comments blanked (lines kept)."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
+    for pattern in (
+        r"<!--\s*results:.*?<!--\s*/results\s*-->",
+        # the README's headline table: generated from the result files, held to them above
+        re.escape(reference_pages.HEADLINE_MARK) + r"\n.*?\n\n",
+        r"```.*?```",
+        r"<!--.*?-->",
+        r"`[^`\n]*`",
+    ):
+        text = re.sub(pattern, blank, text, flags=re.S)
+    return text
+
+
+def _numbers(data, out: set[float]) -> set[float]:
+    """Every number a result file holds, in values and inside strings (its tables)."""
+    if isinstance(data, dict):
+        for value in data.values():
+            _numbers(value, out)
+    elif isinstance(data, list):
+        for value in data:
+            _numbers(value, out)
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        out.add(float(data))
+    elif isinstance(data, str):
+        out.update(float(m.replace(",", "")) for m in re.findall(r"\d[\d,]*(?:\.\d+)?", data))
+    return out
+
+
+def _held(figure: float, decimals: int, unit: str, numbers: set[float]) -> bool:
+    """Whether a result number rounds to ``figure`` (a percent may be stored as a fraction,
+    milliseconds as seconds)."""
+    scales = {"%": (1, 100), "ms": (1, 1e3, 1e-3), "us": (1, 1e6, 1e3)}.get(unit, (1,))
+    tolerance = 0.5 * 10.0**-decimals + 1e-9
+    return any(abs(n * k - figure) <= tolerance for n in numbers for k in scales)
+
+
+def prose_figures_not_held(where: str, raw: str) -> list[str]:
+    """The figures the prose of page ``where`` (its text ``raw``) quotes that no result file
+    it cites holds (every result file where it cites none), nor the README's headline table
+    (computed from the result files), as ``page:line: figure``."""
+    results = ROOT / "benchmarks" / "results"
+    files = {
+        p.relative_to(results).with_suffix("").as_posix(): p
+        for p in sorted(results.rglob("*"))
+        if p.suffix in (".json", ".txt", ".log")
+    }
+    cited = {name for m in CITED.finditer(raw) for name in m.groups() if name in files}
+    numbers = _numbers(reference_pages.headline_table(), set())
+    for name in sorted(cited or files):
+        text = files[name].read_text()
+        _numbers(json.loads(text) if files[name].suffix == ".json" else text, numbers)
+    text = _unquoted(raw)
+    missing = []
+    for m in PROSE_FIGURE.finditer(text):
+        whole, fraction, unit = m.groups()
+        unit = unit.strip()
+        figure = f"{whole}{fraction or ''}{'' if unit in ('x', '%') else ' '}{unit}"
+        value = float(whole.replace(",", "") + (fraction or ""))
+        decimals = len(fraction) - 1 if fraction else 0
+        if (where, figure) in SETTINGS or _held(value, decimals, unit, numbers):
+            continue
+        missing.append(f"{where}:{text[: m.start()].count(chr(10)) + 1}: {figure}")
+    return missing
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_prose_quotes_only_figures_its_result_files_hold(page):
+    missing = prose_figures_not_held(page.relative_to(ROOT).as_posix(), page.read_text())
+    assert not missing, (
+        "figures no cited result file holds (quote the file's figure, cite the file, or "
+        "list a setting in SETTINGS):\n" + "\n".join(missing)
+    )
+
+
+def test_a_figure_no_result_file_holds_fails():
+    video = json.loads((ROOT / "benchmarks" / "results" / "video_cost.json").read_text())
+    held = next(iter(sorted(_numbers(video, set()) - {0.0})))
+    raw = (
+        "See [the benchmark](../benchmarks/video_cost.md).\n"
+        f"It took {held} s, then 987.65 s; 84 x 84 frames;\n"
+        "`123.4 s` in code is not prose, nor 55.5 s in a comment <!-- 55.5 s -->.\n"
+    )
+    assert prose_figures_not_held("docs/probe.md", raw) == [
+        "docs/probe.md:2: 987.65 s",
+        "docs/probe.md:3: 55.5 s",
+    ]
+
+
 @pytest.mark.parametrize("path", reference_pages.result_files(), ids=lambda p: p.stem)
 def test_no_result_shows_a_table_twice(path):
     shown = reference_pages.results_markdown(path.stem)
