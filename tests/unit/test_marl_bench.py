@@ -129,8 +129,9 @@ def test_the_profile_table_is_per_frame_costliest_first():
 
 
 def test_a_live_collector_counts_valid_frames_per_round():
-    from common import LiveCollector
     from tensordict import TensorDict
+
+    from common import LiveCollector
 
     batches = [TensorDict({"x": torch.zeros(4)}, [4]) for _ in range(3)]
     masked = TensorDict({"collector": {"mask": torch.tensor([True, False, True])}}, [3])
