@@ -713,7 +713,9 @@ def collection(seconds: float, rounds: int) -> dict:
 
     def fleetrl(k: int):
         config = load_config(str(CONFIG), [f"collector.num_collectors={k}", *QUIET])
-        return lambda: make_collector(config, policy, total_frames=-1, seed=0)
+        # as the Trainer builds it: the env computes only what the networks read
+        reads = algorithm.env_keys_read()
+        return lambda: make_collector(config, policy, total_frames=-1, seed=0, reads=reads)
 
     def torchrl_collector():
         from torchrl.collectors import Collector

@@ -36,6 +36,7 @@ __all__ = [
     "POLICY_VERSION_KEY",
     "REWARD_KEY",
     "REWARD_NAME",
+    "STATE_KEY",
     "TERMINATED_KEY",
     "TERMINATED_NAME",
     "TRAJ_IDS_KEY",
@@ -48,6 +49,8 @@ __all__ = [
 
 OBSERVATION_KEY = "observation"
 ACTION_KEY = "action"
+#: a multi-agent env's global state (PettingZoo's ``state()``): what a centralised critic may read
+STATE_KEY = "state"
 #: the acting policy's log-probability of its action (V-trace's behaviour policy, PPO's old one)
 ACTION_LOG_PROB_KEY = "action_log_prob"
 #: torchrl's flag of a recurrent policy's input: True at an episode's first step, where the

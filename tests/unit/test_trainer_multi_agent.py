@@ -138,3 +138,27 @@ def test_zero_minibatches_are_a_config_error_not_a_division_by_zero(algorithm):
             [f"algorithm={algorithm}", f"{algorithm}.num_mini_batch=0"],
         )
     assert info.value.problems == [f"{algorithm}.num_mini_batch=0 is invalid: must be > 0"]
+
+
+@pytest.mark.parametrize(("critic_input", "has_state"), [("observations", False), ("state", True)])
+def test_a_config_run_collects_the_global_state_only_for_a_state_critic(
+    critic_input, has_state, tmp_path
+):
+    from fleetrl.setup.build import make_algorithm, make_collector
+
+    overrides = [*TINY, f"mappo.critic_input={critic_input}"]
+    config = load_config(str(CONFIGS / "mappo_simple_spread.yaml"), overrides)
+    algo = make_algorithm(config, seed=0)
+    reads = algo.env_keys_read()
+    collector = make_collector(config, algo.policy, total_frames=500, seed=0, reads=reads)
+    try:
+        batch = collector.next()
+    finally:
+        collector.shutdown()
+    assert ("state" in batch) is has_state
+    assert ("state" in batch["next"]) is has_state
+    run = tmp_path / "run"
+    args = [*overrides, "trainer.total_frames=500", "trainer.test_every=0", "mappo.num_epochs=1"]
+    config_path = str(CONFIGS / "mappo_simple_spread.yaml")
+    assert main(["train", config_path, *args, "--run-dir", str(run)]) == 0
+    assert _frames(run) == [500] and float(rows(run)[-1]["loss/critic"]) > 0

@@ -67,6 +67,7 @@ from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, to_learner_device
 from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
 from fleetrl.errors import ConfigError
+from fleetrl.keys import NestedKey
 from fleetrl.normalization import (
     Normalization,
     ObservationNormalizer,
@@ -272,6 +273,12 @@ class Algorithm(abc.ABC):
     def policy(self) -> nn.Module:
         """The acting module for the collectors."""
         return self.actor
+
+    def env_keys_read(self) -> set[NestedKey] | None:
+        """The env's keys the run's modules read, where the algorithm knows them (an env
+        may then leave out what nothing reads: :meth:`fleetrl.envs.pettingzoo.PettingZooId.reading`);
+        None: unknown, the env keeps everything."""
+        return None
 
     @property
     def observation_normalizers(self) -> list[ObservationNormalizer]:

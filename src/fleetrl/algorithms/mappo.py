@@ -24,8 +24,11 @@ From a config (``algorithm: mappo`` / ``ippo``, ``fleetrl train``): the run's
 :class:`~fleetrl.envs.EnvSpec` carries the env's torchrl specs (``EnvSpec.groups``, read when
 the run describes its env), and the networks are sized from them.
 
-Not here (yet): several groups at once (refused, naming the groups: pass ``group=``), a
-global ``"state"`` for MAPPO's critic, continuous actions and ``compile``/``cudagraphs``.
+MAPPO's critic reads every agent's observation, or with ``critic_input="state"`` the env's
+global ``"state"`` (:class:`StateCritic`: one MLP, a value per agent).
+
+Not here (yet): several groups at once (refused, naming the groups: pass ``group=``),
+continuous actions and ``compile``/``cudagraphs``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import Binary, Categorical, OneHot
-from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 from torchrl.objectives.value import MultiAgentGAE
 
@@ -60,6 +63,7 @@ from fleetrl.keys import (
     ACTION_LOG_PROB_KEY,
     DONE_NAME,
     REWARD_NAME,
+    STATE_KEY,
     TERMINATED_NAME,
     NestedKey,
 )
@@ -89,6 +93,11 @@ SINGLE_AGENT_MSG = (
     "algorithm={algo!r} is invalid with env.id={env_id!r}: {algo} trains an agent group of a "
     "multi-agent env and {env_id} has one agent; use algorithm=ppo, or a multi-agent env "
     "(e.g. env.id='mpe2:simple_spread_v3')"
+)
+STATE_MSG = (
+    "mappo.critic_input='state' is invalid with this env: it has no global 'state' "
+    "observation (its observations: {keys}); use critic_input='observations', or an env "
+    "with a state (a PettingZoo env with a state_space, e.g. mpe2:simple_spread_v3)"
 )
 ACTION_MSG = (
     "{algo}: the action spec of group {group!r} is {spec}; supported: Categorical and "
@@ -165,9 +174,29 @@ class MultiAgentPPOConfig(PPOFields, AlgorithmConfig):
         )
 
 
+#: what MAPPO's centralised critic may read (``mappo.critic_input``)
+CRITIC_INPUTS = ("observations", "state")
+
+
 @dataclass
 class MAPPOConfig(MultiAgentPPOConfig):
-    """The ``mappo`` section: a centralised critic (every agent's observation)."""
+    """The ``mappo`` section: a centralised critic (every agent's observation, or the env's
+    global state)."""
+
+    critic_input: str = "observations"
+    """what the centralised critic reads: 'observations' (every agent's, a MultiAgentMLP;
+    share_params applies to it) or 'state' (the env's global "state", e.g. PettingZoo's
+    state(): one MLP with a value per agent). Without 'state', a PettingZoo env from a
+    config leaves its state out (MPE computes it at a cost)."""
+
+    def check(self, check: Problems) -> None:
+        super().check(check)
+        check(
+            self.critic_input in CRITIC_INPUTS,
+            "critic_input",
+            self.critic_input,
+            f"must be one of {list(CRITIC_INPUTS)}",
+        )
 
 
 @dataclass
@@ -206,6 +235,8 @@ class AgentGroupLayout:
     reward: NestedKey
     done: NestedKey
     terminated: NestedKey
+    #: the shape of the env's global ``"state"`` (None: the env has none)
+    state_shape: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, env: Any, group: str | None = None, *, algo: str = "mappo") -> AgentGroupLayout:
@@ -274,6 +305,11 @@ class AgentGroupLayout:
             reward=reward,
             done=team_or_group(DONE_NAME, dones),
             terminated=team_or_group(TERMINATED_NAME, terminated),
+            state_shape=(
+                tuple(env.observation_spec[STATE_KEY].shape[batch:])
+                if STATE_KEY in env.observation_keys
+                else None
+            ),
         )
 
     # ---------------------------------------------------------------- the keys
@@ -312,6 +348,27 @@ class StackObservations(nn.Module):
         obs = observations[0] if self.stacked else torch.stack(observations, dim=-self.obs_dims - 1)
         lead = obs.shape[: obs.ndim - self.obs_dims - 1]
         return obs.reshape(*lead, self.n_agents, self.obs_size).float()
+
+
+class StateCritic(nn.Module):
+    """A centralised critic on the env's global state: an MLP from the flat state to one
+    value per agent, ``[*B, n_agents, 1]``."""
+
+    def __init__(self, layout: AgentGroupLayout, hidden_sizes: list[int]):
+        super().__init__()
+        assert layout.state_shape is not None
+        self.state_dims = len(layout.state_shape)
+        self.n_agents = layout.n_agents
+        self.mlp = MLP(
+            in_features=prod(layout.state_shape),
+            out_features=layout.n_agents,
+            num_cells=list(hidden_sizes),
+            activation_class=nn.Tanh,
+        )
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        flat = state.flatten(-self.state_dims) if self.state_dims else state.unsqueeze(-1)
+        return self.mlp(flat.float()).unsqueeze(-1)
 
 
 class UnstackActions(nn.Module):
@@ -365,12 +422,21 @@ def make_networks(
         distribution_class=dist,
         return_log_prob=True,
     )
-    critic = TensorDictSequential(
-        stack,
-        TensorDictModule(
-            mlp(1, centralised), in_keys=[inputs], out_keys=[layout.key("state_value")]
-        ),
-    )
+    if getattr(config, "critic_input", "observations") == "state":
+        if layout.state_shape is None:
+            raise ConfigError([STATE_MSG.format(keys=layout.raw_observation_keys())])
+        critic: nn.Module = TensorDictModule(
+            StateCritic(layout, list(config.hidden_sizes)),
+            in_keys=[STATE_KEY],
+            out_keys=[layout.key("state_value")],
+        )
+    else:
+        critic = TensorDictSequential(
+            stack,
+            TensorDictModule(
+                mlp(1, centralised), in_keys=[inputs], out_keys=[layout.key("state_value")]
+            ),
+        )
     policy: nn.Module = actor
     if layout.agents is not None:
         unstack = TensorDictModule(
@@ -488,9 +554,15 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
         batch = self.on_device(self.stack_signals(batch))
         with torch.no_grad():
             self.gae(batch)
-        layout, t = self.layout, self.loss_module.tensor_keys
-        keys = [*layout.raw_observation_keys(), t.action, t.sample_log_prob, t.advantage]
-        return self.on_device(flatten_valid(batch, [*keys, t.value_target, t.value]))
+        t = self.loss_module.tensor_keys
+        reads = dict.fromkeys([*self.policy.in_keys, *self.critic.in_keys])
+        keys = [*reads, t.action, t.sample_log_prob, t.advantage, t.value_target, t.value]
+        return self.on_device(flatten_valid(batch, keys))
+
+    def env_keys_read(self) -> set[NestedKey]:
+        """What the actor and the critic read: a PettingZoo env from a config leaves its
+        global state out unless the critic reads it (``mappo.critic_input: state``)."""
+        return {*self.policy.in_keys, *self.critic.in_keys}
 
     # ------------------------------------------------------------ the loss
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

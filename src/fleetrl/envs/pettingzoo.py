@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,7 @@ from fleetrl.keys import (
     DONE_FLAGS,
     DONE_NAME,
     REWARD_NAME,
+    STATE_KEY,
     TERMINATED_NAME,
     TRUNCATED_NAME,
 )
@@ -170,6 +171,9 @@ class PettingZooEnv(EnvBase):
             ``env_kwargs``), e.g. ``mpe2.simple_spread_v3.parallel_env``.
         num_envs: None for one env of batch ``[]``; a count for that many copies of batch
             ``[num_envs]`` (``env`` is then the callable building each).
+        state: add the global ``"state"`` (PettingZoo's ``state()``) where the env has a
+            ``state_space``; False leaves it out, and its cost (MPE computes every agent's
+            observation again for it) with it, where nothing reads it.
         group_map: group name to the agents in it; default :func:`default_group_map`.
             Agents in one group must share their spaces (their entries are stacked).
         device: where the TensorDicts live (the env itself steps numpy on the CPU).
@@ -196,6 +200,7 @@ class PettingZooEnv(EnvBase):
         env: Any,
         *,
         num_envs: int | None = None,
+        state: bool = True,
         group_map: dict[str, list[str]] | None = None,
         device: torch.device | str = "cpu",
         **env_kwargs: Any,
@@ -211,7 +216,7 @@ class PettingZooEnv(EnvBase):
             if _is_parallel(env) or _is_aec(env) or not callable(env):
                 raise EnvError(NUM_ENVS_BUILT_MSG.format(env=env, n=num_envs))
             envs = [_parallel_env(env, env_kwargs) for _ in range(num_envs)]
-        self._setup(envs, num_envs is not None, group_map, device)
+        self._setup(envs, num_envs is not None, group_map, device, state)
 
     @classmethod
     def stack(cls, envs: list[PettingZooEnv]) -> PettingZooEnv:
@@ -238,7 +243,7 @@ class PettingZooEnv(EnvBase):
                     "their spaces; a factory must build the same env each time"
                 )
         out = cls.__new__(cls)
-        out._setup([e.pz_env for e in envs], True, first.group_map, first.device)
+        out._setup([e.pz_env for e in envs], True, first.group_map, first.device, first._has_state)
         return out
 
     def _setup(
@@ -247,6 +252,7 @@ class PettingZooEnv(EnvBase):
         batched: bool,
         group_map: dict[str, list[str]] | None,
         device: torch.device | str,
+        state: bool = True,
     ) -> None:
         n = len(envs)
         self._lead = (n,) if batched else ()
@@ -254,7 +260,7 @@ class PettingZooEnv(EnvBase):
         self._envs = envs
         first = envs[0]
         self.group_map = {k: list(v) for k, v in (group_map or default_group_map(first)).items()}
-        self._has_state = getattr(first, "state_space", None) is not None
+        self._has_state = state and getattr(first, "state_space", None) is not None
         self._seeds: list[int | None] = [None] * n
         self._make_specs()
         self._state_shape = tuple(first.state_space.shape) if self._has_state else ()
@@ -327,7 +333,7 @@ class PettingZooEnv(EnvBase):
             }
             done[group] = Composite(flags, shape=shape, device=self.device)
         if self._has_state:
-            obs["state"] = self._space_spec("state", pz.state_space, "state", 1)[0]
+            obs[STATE_KEY] = self._space_spec("state", pz.state_space, "state", 1)[0]
         root = {
             key: Categorical(2, shape=(1,), dtype=torch.bool, device=self.device)
             for key in DONE_FLAGS
@@ -354,14 +360,14 @@ class PettingZooEnv(EnvBase):
             for group, agents in self.group_map.items()
         }
         if self._has_state:
-            out["state"] = np.empty((n, *self._state_shape), self.pz_env.state_space.dtype)
+            out[STATE_KEY] = np.empty((n, *self._state_shape), self.pz_env.state_space.dtype)
         return out
 
     def _write_observations(self, out: dict[str, np.ndarray], i: int, obs: dict, pz: Any) -> None:
         for group, agents in self.group_map.items():
             out[group][i] = [obs[a] for a in agents]
         if self._has_state:
-            out["state"][i] = pz.state()
+            out[STATE_KEY][i] = pz.state()
 
     def _tensordict(self, arrays: dict[str, np.ndarray], flags: dict[str, Any]) -> TensorDictBase:
         """One TensorDict of batch ``[*lead]`` from ``[n, ...]`` arrays (no copy)."""
@@ -377,7 +383,7 @@ class PettingZooEnv(EnvBase):
             entries.update({k: tensor(v) for k, v in flags[group].items()})  # reward with them
             out[group] = TensorDict(entries, batch_size=[*lead, len(agents)], device=device)
         if self._has_state:
-            out["state"] = tensor(arrays["state"])
+            out[STATE_KEY] = tensor(arrays[STATE_KEY])
         out.update({k: tensor(v) for k, v in flags["root"].items()})
         return TensorDict(out, batch_size=self.batch_size, device=device)
 
@@ -505,6 +511,13 @@ class PettingZooId:
     env_id: str
     #: the arguments of ``parallel_env`` (``max_cycles``, ``N``, ...)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: add the global ``"state"`` where the env has one (:class:`PettingZooEnv`'s ``state``)
+    state: bool = True
+
+    def reading(self, keys: Any) -> PettingZooId:
+        """This env for a run whose modules read only ``keys``: without the global
+        ``"state"`` where they do not read it (see :class:`PettingZooEnv`)."""
+        return replace(self, state=self.state and STATE_KEY in set(keys))
 
     def factory(self) -> Callable[..., Any]:
         """The module's ``parallel_env``; EnvError where the module or the function is missing."""
@@ -516,7 +529,7 @@ class PettingZooId:
 
     def build(self) -> PettingZooEnv:
         """One :class:`PettingZooEnv`."""
-        return PettingZooEnv(self.factory(), **self.kwargs)
+        return PettingZooEnv(self.factory(), state=self.state, **self.kwargs)
 
     def make(self, num_envs: int = 1) -> Any:
         """A :class:`~fleetrl.envs.GroupedEnv` of ``num_envs`` copies (one adapter of batch
@@ -525,4 +538,6 @@ class PettingZooId:
 
         if num_envs == 1:
             return GroupedEnv(self.build())
-        return GroupedEnv(PettingZooEnv(self.factory(), num_envs=num_envs, **self.kwargs))
+        return GroupedEnv(
+            PettingZooEnv(self.factory(), num_envs=num_envs, state=self.state, **self.kwargs)
+        )

@@ -121,6 +121,7 @@ class Collection:
             seed=seed,
             init_random_frames=warmup_frames(algorithm, collected=collected, share=share),
             replay_buffer=replay_buffer,
+            reads=algorithm.env_keys_read(),
         )
         if state is not None:
             try:

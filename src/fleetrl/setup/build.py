@@ -134,6 +134,7 @@ def make_collector(
     seed: int | None,
     init_random_frames: int = -1,
     replay_buffer: Any = None,
+    reads: Any = None,
 ) -> Any:
     """Remote collectors (a RayCollector), or with ``collector.num_collectors: 0`` a local
     SyncDataCollector acting with ``policy`` itself (no Ray).
@@ -141,10 +142,14 @@ def make_collector(
     ``seed=None`` leaves the collector unseeded, for a caller that loads its
     saved state instead (seeding resets every env and torch's generator).
     ``replay_buffer``: the remote collectors write into it (decoupled mode,
-    first ready: ``collector.sync`` is not used).
+    first ready: ``collector.sync`` is not used). ``reads``: the env keys the run's
+    modules read (:meth:`~fleetrl.algorithms.Algorithm.env_keys_read`), where known: an env
+    that can leave out what nothing reads does (a PettingZoo env's global ``"state"``).
     """
     c, e = config.collector, config.env
     env = create_env_fn(resolved_env(config))  # the run's resolution, where it verified here
+    if reads is not None and hasattr(env, "reading"):
+        env = env.reading(reads)
     # env.normalize_reward: the collectors track each env's discounted return (fleetrl.normalization)
     return_discount = config.algo.gamma if e.normalize_reward else None
     if c.num_collectors == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -168,3 +169,52 @@ def test_learns_to_match_the_cue(cls, config_cls):
                 break
     assert rewards[0] < 0.5  # chance: 1/3
     assert max(rewards[-3:]) > 0.9, rewards
+
+
+# --- a centralised critic on the env's global state ---------------------------------------------
+
+
+def spread_env(num_envs=None):
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+
+    from fleetrl.envs.pettingzoo import PettingZooEnv
+
+    return PettingZooEnv(simple_spread_v3.parallel_env, num_envs=num_envs, max_cycles=5)
+
+
+def test_a_state_critic_reads_the_global_state_alone_and_trains():
+    torch.manual_seed(0)
+    config = MAPPOConfig(critic_input="state", hidden_sizes=[16], num_epochs=2, num_mini_batch=2)
+    algo = MAPPO(config, spread_env())
+    assert algo.critic.in_keys == ["state"]
+    assert algo.env_keys_read() == {("agents", "observation"), "state"}
+    critic = sum(p.numel() for p in algo.critic.parameters())
+    assert critic == (54 + 1) * 16 + (16 + 1) * N_AGENTS  # MPE's state: 3 x 18, a value per agent
+    td = spread_env().reset()
+    values = algo.critic(td.clone()).get(("agents", "state_value"))
+    assert values.shape == (N_AGENTS, 1)
+    # the state moves every agent's value; the agents' own observations move none
+    td_obs = td.clone().set(("agents", "observation"), torch.randn(N_AGENTS, 18))
+    assert torch.equal(algo.critic(td_obs).get(("agents", "state_value")), values)
+    td_state = td.clone().set("state", torch.randn(54))
+    moved = algo.critic(td_state).get(("agents", "state_value")) != values
+    assert moved.all()
+    batch = collect(algo, lambda: spread_env(2), frames=20, num_envs=None)
+    assert batch["state"].shape == (2, 10, 54)
+    before = algo.flat_weights().copy()
+    info = algo.learn(batch)
+    assert algo.num_updates == 4 and math.isfinite(info["loss/critic"])
+    assert (algo.flat_weights() != before).any()
+
+
+def test_an_observation_critic_reads_no_state():
+    algo = MAPPO(MAPPOConfig(), spread_env())
+    assert "state" not in algo.env_keys_read()
+
+
+def test_a_state_critic_needs_an_env_with_a_state():
+    with pytest.raises(ConfigError, match=r"mappo.critic_input='state' is invalid with this env"):
+        MAPPO(MAPPOConfig(critic_input="state"), counting_env())
+    with pytest.raises(ConfigError, match=r"mappo\.critic_input='global' is invalid: must be one"):
+        MAPPO(MAPPOConfig(critic_input="global"), counting_env())

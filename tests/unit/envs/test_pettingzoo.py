@@ -391,3 +391,23 @@ def test_bad_copy_counts_are_refused(num_envs, env, match):
         env = simple_spread_v3.parallel_env(max_cycles=MAX_CYCLES)
     with pytest.raises(EnvError, match=match):
         PettingZooEnv(env, num_envs=num_envs)
+
+
+def test_an_env_id_leaves_the_state_out_where_nothing_reads_it():
+    from fleetrl.envs.pettingzoo import PettingZooId
+
+    pz = PettingZooId("mpe2:simple_spread_v3", {"max_cycles": MAX_CYCLES})
+    assert pz.reading([("agents", "observation"), "state"]) == pz
+    lean = pz.reading([("agents", "observation")])
+    assert lean.state is False and lean.reading(["state"]).state is False
+    for num_envs in (1, 3):
+        env = lean.make(num_envs)
+        try:
+            assert "state" not in env.env.observation_spec
+            td = env.reset()
+            assert "state" not in td
+            td.set(("agents", "action"), env.env.full_action_spec["agents", "action"].zero())
+            transition, _ = env.step(td)
+            assert "state" not in transition["next"]
+        finally:
+            env.close()
