@@ -1,5 +1,6 @@
 """RayCollector on a multi-agent torchrl env: each worker's SyncDataCollector batches in
-torchrl's grouped layout, stacked in front in sync mode and counted exactly."""
+torchrl's grouped layout, stacked in front in sync mode or served first ready (compressed or
+not), through torchrl's front door too, counted exactly when a worker dies."""
 
 from __future__ import annotations
 
@@ -56,3 +57,73 @@ def test_sync_mode_carries_grouped_batches_exactly():
         set(torch.cat([b.get(TRAJ_IDS_KEY)[w].flatten() for b in batches]).tolist()) for w in (0, 1)
     ]
     assert not ids[0] & ids[1]
+
+
+@pytest.mark.parametrize("compress", [None, "lz4"])
+def test_first_ready_serves_each_workers_grouped_batch_exactly(compress):
+    local = SyncDataCollector(_nested_env, None, frames_per_batch=12, total_frames=12)
+    want = _layout(local.next(), 0)
+    local.shutdown()
+    with RayCollector(
+        _nested_env,
+        None,
+        frames_per_batch=12,
+        total_frames=60,
+        num_collectors=2,
+        sync=False,
+        compress=compress,
+    ) as collector:
+        batches = list(collector)
+        stats = collector.stats()
+    assert stats["frames"] == 60 and sum(b.numel() for b in batches) == 60
+    assert [b.batch_size for b in batches] == [torch.Size([2, 6])] * 5
+    workers = set()
+    for batch in batches:
+        assert _layout(batch, 0) == want  # one worker's batch, as a local collector yields it
+        (worker,) = batch.get(WORKER_ID_KEY).unique().tolist()
+        workers.add(worker)
+    assert workers == {0, 1}
+
+
+def test_the_front_door_collects_a_multi_agent_env_on_ray():
+    from fleetrl import Collector
+
+    collector = Collector(
+        _nested_env,
+        None,
+        backend="ray",
+        num_collectors=2,
+        sync=True,
+        frames_per_batch=24,
+        total_frames=48,
+    )
+    try:
+        assert type(collector).__name__ == "RayCollector"
+        batches = list(collector)
+    finally:
+        collector.shutdown()
+    assert [b.batch_size for b in batches] == [torch.Size([2, 2, 6])] * 2
+    assert batches[0].get(("next", "data", "states")).shape == (2, 2, 6, 3, 1)
+
+
+@pytest.mark.e2e  # a worker's death and replacement: about 10 s
+def test_a_killed_worker_of_a_multi_agent_env_is_replaced_and_frames_stay_exact():
+    from fakes import kill_worker
+
+    with RayCollector(
+        _nested_env,
+        None,
+        frames_per_batch=12,
+        total_frames=120,
+        num_collectors=2,
+        sync=False,
+    ) as collector:
+        seen = 0
+        for i, batch in enumerate(collector):
+            seen += batch.numel()
+            if i == 1:
+                kill_worker(collector, 0)
+        stats = collector.stats()
+    assert seen == 120 and stats["frames"] == 120
+    assert stats["restarts"] == {0: 1, 1: 0}
+    assert sum(stats["frames_per_worker"].values()) == 120
