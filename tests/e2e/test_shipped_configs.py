@@ -504,8 +504,9 @@ def test_the_headers_suggest_other_envs_and_engines():
         "ppo_mujoco.yaml env.engine=envpool",
         "sac_mujoco.yaml env.engine=envpool",
         "dqn_atari.yaml dqn.buffer_size=1000000",
+        "mappo_simple_spread.yaml mappo.critic_input=state",
     } <= ids
-    assert len(ids) == len(SUGGESTIONS) == 26
+    assert len(ids) == len(SUGGESTIONS) == 27
 
 
 @pytest.mark.parametrize(("config", "overrides"), SUGGESTIONS)
