@@ -127,3 +127,33 @@ def test_a_killed_worker_of_a_multi_agent_env_is_replaced_and_frames_stay_exact(
     assert seen == 120 and stats["frames"] == 120
     assert stats["restarts"] == {0: 1, 1: 0}
     assert sum(stats["frames_per_worker"].values()) == 120
+
+
+def test_workers_write_a_multi_agent_envs_transitions_whole_into_a_replay_buffer():
+    from fleetrl.collectors.replay import RemoteReplayBuffer
+
+    env = _nested_env()
+    want = {
+        *env.observation_keys,
+        *env.action_keys,
+        *(("next", *((k,) if isinstance(k, str) else k)) for k in env.observation_keys),
+        *(("next", *((k,) if isinstance(k, str) else k)) for k in env.reward_keys),
+        *(("next", *((k,) if isinstance(k, str) else k)) for k in env.done_keys),
+        POLICY_VERSION_KEY,
+    }
+    env.close()
+    rb = RemoteReplayBuffer(1000, 5)
+    try:
+        with RayCollector(
+            _nested_env, None, frames_per_batch=12, total_frames=48, replay_buffer=rb
+        ) as collector:
+            progress = list(collector)
+            assert collector.frames == 48
+        assert sum(int(p["frames"]) for p in progress) == 48
+        assert len(rb) == rb.write_count() == 48
+        sample = rb.sample(1)[0]  # one minibatch of 5 transitions
+        assert set(sample.exclude("index").keys(include_nested=True, leaves_only=True)) == want
+        assert sample["data", "states"].shape == (5, 3, 1)  # every agent of the group
+        assert sample["next", "data", "reward"].shape == (5, 3, 1)
+    finally:
+        rb.shutdown()

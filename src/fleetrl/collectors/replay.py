@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -48,7 +49,7 @@ from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.backends import Actor, Backend, RayBackend, make_backend
 from fleetrl.errors import Problems
-from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS
+from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS, NestedKey
 from fleetrl.runtime import pin_threads
 
 logger = logging.getLogger(__name__)
@@ -222,14 +223,28 @@ class CountedWrites:
         return counted
 
 
-def transitions(batch: TensorDictBase) -> TensorDictBase:
-    """The valid steps of a collected batch, flat, with :data:`TRANSITION_KEYS` and the tag.
+def transitions(
+    batch: TensorDictBase, keys: Sequence[NestedKey] = TRANSITION_KEYS
+) -> TensorDictBase:
+    """The valid steps of a collected batch, flat, with ``keys`` (:data:`TRANSITION_KEYS`
+    for a single-agent env; a multi-agent env's own:
+    :meth:`~fleetrl.envs.GroupedEnv.transition_keys`) and the policy-version tag.
 
     Every step holds its own ``("next", ...)``, so a transition never spans two
     episodes; padded steps of a masked batch are dropped.
+
+    Raises:
+        KeyError: a key the batch does not have (nothing is dropped silently).
     """
     flat = batch[batch.get(MASK_KEY)] if MASK_KEY in batch.keys(True) else batch.reshape(-1)
-    return flat.select(*TRANSITION_KEYS, POLICY_VERSION_KEY, strict=False)
+    present = set(flat.keys(include_nested=True, leaves_only=True))
+    missing = [k for k in keys if k not in present]
+    if missing:
+        raise KeyError(
+            f"the batch has no {missing}, which a replay buffer's transitions keep (its "
+            f"leaves: {sorted(map(str, present))})"
+        )
+    return flat.select(*keys, POLICY_VERSION_KEY)
 
 
 class ReplayBufferActor:

@@ -38,6 +38,7 @@ from fleetrl.collectors.base import episode_stats
 from fleetrl.collectors.replay import transitions
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.collectors.timing import CollectTimes
+from fleetrl.envs.grouped import GroupedEnv
 from fleetrl.keys import POLICY_VERSION_KEY, WORKER_ID_KEY
 from fleetrl.runtime import node_id, pin_threads
 from fleetrl.wire import pack_batch, unpack_weights
@@ -267,7 +268,11 @@ class CollectorWorker:
         learns of it (and a buffer slower than the workers holds them back).
         """
         stats = episode_stats(batch)
-        data = transitions(batch)
+        env = getattr(self.collector, "env", None)
+        if isinstance(env, GroupedEnv):  # a multi-agent env's transitions keep its own keys
+            data = transitions(batch, env.transition_keys())
+        else:
+            data = transitions(batch)
         written = self.replay_buffer.ask("extend", data)
         result.batch = None
         result.frames = data.numel()

@@ -101,6 +101,10 @@ class GroupedSpecs:
         return list(dict.fromkeys(k[0] for k in self.action_keys if isinstance(k, tuple)))
 
 
+def _tuple(key: NestedKey) -> tuple[str, ...]:
+    return key if isinstance(key, tuple) else (key,)
+
+
 def _group_of(key: NestedKey) -> str:
     return key[0] if isinstance(key, tuple) else key
 
@@ -148,6 +152,15 @@ class GroupedEnv:
         observations are the episodes' last), and what the policy reads next (reset
         where torchrl's ``_reset`` rules say)."""
         return self.env.step_and_maybe_reset(td)
+
+    def transition_keys(self) -> list[NestedKey]:
+        """What a replay buffer keeps of a step: the env's observations and actions, and
+        under ``"next"`` its observations, rewards and done flags (every group's; what
+        :data:`fleetrl.keys.TRANSITION_KEYS` is for a single agent)."""
+        env = self.env
+        obs = list(env.observation_keys)
+        after = [*obs, *env.reward_keys, *env.done_keys]
+        return [*obs, *env.action_keys, *(("next", *_tuple(k)) for k in after)]
 
     def random_policy(self) -> Any:
         """torchrl's ``RandomPolicy`` over the full action spec: a random action per agent of
