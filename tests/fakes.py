@@ -444,3 +444,16 @@ class ProcessProbe:
 
     def shutdown(self) -> None:
         self.shut = True
+
+
+def slow_nested_counting(delay: float, batch_size: tuple[int, ...] = (2,)):
+    """A factory of torchrl's ``NestedCountingEnv`` (a multi-agent group with an agent dim)
+    that sleeps ``delay`` seconds a step: a straggler for preemption tests."""
+    from torchrl.testing.mocking_classes import NestedCountingEnv
+
+    class SlowNestedCountingEnv(NestedCountingEnv):
+        def _step(self, tensordict):
+            time.sleep(delay)
+            return super()._step(tensordict)
+
+    return lambda: SlowNestedCountingEnv(batch_size=batch_size)

@@ -11,6 +11,7 @@ import torch
 from torchrl.testing.mocking_classes import NestedCountingEnv
 
 from fleetrl import RayCollector, SyncDataCollector, episode_stats
+from fleetrl.collectors import frames_in
 from fleetrl.keys import POLICY_VERSION_KEY, TRAJ_IDS_KEY, WORKER_ID_KEY
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -157,3 +158,32 @@ def test_workers_write_a_multi_agent_envs_transitions_whole_into_a_replay_buffer
         assert sample["next", "data", "reward"].shape == (5, 3, 1)
     finally:
         rb.shutdown()
+
+
+def test_a_multi_agent_straggler_is_preempted_and_its_round_masked():
+    from fakes import slow_nested_counting
+
+    with RayCollector(
+        [slow_nested_counting(0.0), slow_nested_counting(0.02)],
+        None,
+        frames_per_batch=80,  # a share of 40 frames: 2 envs x 20 steps a worker
+        total_frames=160,
+        sync=True,
+        fraction_workers=0.5,
+        fraction_samples=0.1,
+        prefetch=0,
+    ) as collector:
+        batches = list(collector)
+        stats = collector.stats()
+    assert sum(frames_in(b) for b in batches) == 160  # rounds go on until the budget is met
+    assert stats["preempted_tasks"] >= 1
+    first = batches[0]
+    assert first.batch_size == (2, 2, 20)
+    mask = first["collector", "mask"]
+    assert mask[0].all()  # the fast worker collected its whole share
+    slow = int(mask[1].sum())
+    assert 4 <= slow < 40  # at least fraction_samples of its share, not all of it
+    # the straggler's padding is zeros in every group's keys, its steps the env's own
+    for key in (("data", "states"), ("next", "data", "states"), ("next", "data", "reward")):
+        assert (first[key][1][~mask[1]] == 0).all(), key
+    assert first["data", "states"][1][mask[1]].shape == (slow, 3, 1)
