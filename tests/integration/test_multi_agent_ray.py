@@ -29,10 +29,14 @@ def _layout(batch, lead: int):
     }
 
 
+def _local_layout():
+    """The layout of one batch of 2 envs x 6 steps from a local collector."""
+    with SyncDataCollector(_nested_env, None, frames_per_batch=12, total_frames=12) as local:
+        return _layout(local.next(), 0)
+
+
 def test_sync_mode_carries_grouped_batches_exactly():
-    local = SyncDataCollector(_nested_env, None, frames_per_batch=12, total_frames=12)
-    want = _layout(local.next(), 0)
-    local.shutdown()
+    want = _local_layout()
     with RayCollector(
         _nested_env,
         None,
@@ -62,9 +66,7 @@ def test_sync_mode_carries_grouped_batches_exactly():
 
 @pytest.mark.parametrize("compress", [None, "lz4"])
 def test_first_ready_serves_each_workers_grouped_batch_exactly(compress):
-    local = SyncDataCollector(_nested_env, None, frames_per_batch=12, total_frames=12)
-    want = _layout(local.next(), 0)
-    local.shutdown()
+    want = _local_layout()
     with RayCollector(
         _nested_env,
         None,
