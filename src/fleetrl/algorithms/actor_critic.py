@@ -36,10 +36,10 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.modules import set_recurrent_mode
 from torchrl.objectives.value import GAE
-from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, on
+from fleetrl.algorithms.gae import generalized_advantage_estimate
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import ActionDistribution, ModelKind, make_actor_critic
 from fleetrl.algorithms.sequences import (
@@ -377,7 +377,7 @@ class ActorCritic(LossCoefficients, Algorithm):
                 self.gae(batch)
         else:
             value, next_value = self.values(batch)
-            advantage, value_target = vec_generalized_advantage_estimate(
+            advantage, value_target = generalized_advantage_estimate(
                 self.gae.gamma,
                 self.gae.lmbda,
                 value,
