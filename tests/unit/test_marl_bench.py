@@ -169,3 +169,25 @@ def test_run_json_reads_the_last_line_and_says_why_a_run_failed():
     assert result == {"a": 1} and wall > 0
     with pytest.raises(RuntimeError, match=r"exited 3:\n.*boom"):
         run_json([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
+
+
+def test_the_shared_return_is_the_pair_s_and_a_resummary_recomputes_it(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    import common
+    import marl
+
+    # RLlib's lower return does not lower the pair's shared return
+    assert shared_return({"fleetrl": -20.0, "torchrl": -21.0, "rllib": -28.0}) == -21.0
+    assert shared_return({"rllib": -28.0, "other": -30.0}) == -30.0
+    shutil.copy(common.RESULTS_DIR / "marl.json", tmp_path / "marl.json")
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    marl.resummarize()
+    data = json.loads((tmp_path / "marl.json").read_text())
+    assert "recomputed" in data["resummarized"]
+    per_seed = data["learning"]["per_seed"][0]
+    pair = [per_seed["return"][n] for n in ("fleetrl", "torchrl")]
+    assert per_seed["shared_return"] == min(pair)
+    assert "wall time to the shared return, fleetrl / torchrl" in data["targets"]
+    assert any(t["title"].startswith("targets") for t in data["tables"])
