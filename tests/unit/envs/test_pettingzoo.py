@@ -411,3 +411,20 @@ def test_an_env_id_leaves_the_state_out_where_nothing_reads_it():
             assert "state" not in transition["next"]
         finally:
             env.close()
+
+
+def test_stacking_copies_that_differ_is_refused_and_closes_them():
+    single = _spread()
+    other = PettingZooEnv(simple_tag_v3.parallel_env, max_cycles=MAX_CYCLES)
+    with pytest.raises(EnvError, match="the env copies differ"):
+        PettingZooEnv.stack([single, other])
+    assert single.is_closed and other.is_closed
+
+    def lean():
+        return PettingZooEnv(simple_spread_v3.parallel_env, state=False, max_cycles=MAX_CYCLES)
+
+    stacked = PettingZooEnv.stack([lean(), lean()])  # the copies' state choice is kept
+    try:
+        assert stacked.has_state is False and "state" not in stacked.observation_spec
+    finally:
+        stacked.close()
