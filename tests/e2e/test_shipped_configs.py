@@ -363,8 +363,13 @@ def atari_run(config: str, run: Path, capsys) -> None:
     assert latest_checkpoint(run).name == f"checkpoint_{total:012d}.pt"
     state = load_checkpoint(latest_checkpoint(run))
     assert (state["frames"], state["iterations"]) == (total, 2)
-    # the Nature CNN over 4 stacked 84x84 frames: 32 filters of 8x8 on 4 channels first
-    assert conv_shapes(state)[:3] == [(32, 4, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3)]
+    # the Nature CNN over the stacked 84x84 frames: 32 filters of 8x8 on one channel per frame
+    stack = saved["env"]["atari"]["frame_stack"]
+    assert conv_shapes(state)[:3] == [(32, stack, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3)]
+    if saved[algo].get("model") == "lstm":  # ppo_atari_lstm: one frame, a 128-unit LSTM on it
+        weights = state["algorithm"]["loss_module"]
+        lstm = [tuple(v.shape) for k, v in weights.items() if "weight_ih_l0" in k]
+        assert stack == 1 and lstm and set(lstm) == {(4 * 128, 512)}
     if algo == "dqn":
         assert [float(r["train/buffer_size"]) for r in metrics] == [fpb, 2 * fpb]
         assert metrics[0]["loss/td"] == ""  # the first batch only fills the memory
@@ -420,6 +425,7 @@ FAMILIES: dict[str, Callable[[str, Path, object], None]] = {
     "ppo_mujoco.yaml": mujoco_run,
     "sac_mujoco.yaml": mujoco_run,
     "ppo_atari.yaml": atari_run,
+    "ppo_atari_lstm.yaml": atari_run,
     "appo_atari.yaml": atari_run,
     "dqn_atari.yaml": atari_run,
     "tune_ppo_cartpole.yaml": sweep_run,
@@ -506,7 +512,7 @@ def test_the_headers_suggest_other_envs_and_engines():
         "dqn_atari.yaml dqn.buffer_size=1000000",
         "mappo_simple_spread.yaml mappo.critic_input=state",
     } <= ids
-    assert len(ids) == len(SUGGESTIONS) == 27
+    assert len(ids) == len(SUGGESTIONS) == 30
 
 
 @pytest.mark.parametrize(("config", "overrides"), SUGGESTIONS)

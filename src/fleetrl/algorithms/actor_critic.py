@@ -41,7 +41,13 @@ from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, on
 from fleetrl.algorithms.gae import generalized_advantage_estimate
 from fleetrl.algorithms.heads import ActorCriticHeads
-from fleetrl.algorithms.models import ActionDistribution, ModelKind, make_actor_critic
+from fleetrl.algorithms.models import (
+    TORSO_MODEL_MSG,
+    ActionDistribution,
+    ModelKind,
+    TorsoKind,
+    make_actor_critic,
+)
 from fleetrl.algorithms.sequences import (
     BURN_IN_MSG,
     LOSS_MASK_KEY,
@@ -99,6 +105,10 @@ class ActorCriticConfig(AlgorithmConfig):
     burn_in: int = 0
     """recurrent networks: steps at each sequence's start run without gradient to refresh the
     stored state, left out of the loss (consecutive sequences overlap by these steps)."""
+    torso: TorsoKind = TorsoKind.AUTO
+    """the torso under the recurrent core of model lstm or gru: 'auto' (cnn for 3-D uint8
+    observations, else mlp), 'mlp' (hidden_sizes), 'cnn' (Nature CNN) or 'impala' (IMPALA
+    ResNet); a feed-forward model picks its network with model instead."""
 
     def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
@@ -115,7 +125,11 @@ class ActorCriticConfig(AlgorithmConfig):
             BURN_IN_MSG.format(seq_len=self.seq_len),
         )
         model = getattr(self, "model", None)
-        if isinstance(model, ModelKind) and model.recurrent:
+        recurrent = isinstance(model, ModelKind) and model.recurrent
+        if not recurrent and TorsoKind(self.torso) is not TorsoKind.AUTO:
+            torso = TorsoKind(self.torso).value
+            check.say("torso", TORSO_MODEL_MSG.format(algo=config.algorithm, torso=torso))
+        if recurrent:
             check(
                 not self.compile and not self.cudagraphs,
                 "compile" if self.compile else "cudagraphs",
@@ -300,6 +314,7 @@ class ActorCritic(LossCoefficients, Algorithm):
             # PPO's section has it; A2C's, IMPALA's and APPO's keep the TanhNormal
             distribution=getattr(config, "distribution", ActionDistribution.TANH_NORMAL),
             recurrent_size=config.recurrent_size,
+            torso=config.torso,
         )
         to_device(actor, device)
         critic.to(device)

@@ -7,9 +7,10 @@ Which network: ``<algo>.model`` (:class:`ModelKind`) is ``mlp``, ``cnn`` (the
 Nature DQN convolutional torso), ``impala`` (IMPALA's residual torso) or
 ``auto``: ``cnn`` for a 3-D ``uint8`` observation (stacked frames, channels
 first), ``mlp`` otherwise. The on-policy algorithms also take ``lstm`` and ``gru``:
-a recurrent core (torchrl's ``LSTMModule`` / ``GRUModule``) on top of the MLP torso,
-shared by the actor and the critic (:func:`make_recurrent_actor_critic`), trained
-through time on sequences (:mod:`fleetrl.algorithms.sequences`). Observations stay ``uint8`` in batches and replay
+a recurrent core (torchrl's ``LSTMModule`` / ``GRUModule``) on top of a torso
+(``<algo>.torso``, :class:`TorsoKind`: the MLP, or the Nature or IMPALA convolutions for
+frames), shared by the actor and the critic (:func:`make_recurrent_actor_critic`),
+trained through time on sequences (:mod:`fleetrl.algorithms.sequences`). Observations stay ``uint8`` in batches and replay
 buffers (a quarter of float32's bytes); the networks scale them by 1/255
 inside. Initialisation follows CleanRL: orthogonal with gain sqrt(2) and zero
 bias in the torso, 0.01 for the policy head, 1 for the value head.
@@ -57,6 +58,7 @@ __all__ = [
     "ModelKind",
     "NatureTorso",
     "StateIndependentScale",
+    "TorsoKind",
     "check_default_actions",
     "conv_problems",
     "make_actor",
@@ -67,6 +69,8 @@ __all__ = [
     "make_torso",
     "mlp",
     "resolve_model",
+    "resolve_torso",
+    "torso_problems",
 ]
 
 CONV_OBS_MSG = (
@@ -102,6 +106,22 @@ class ModelKind(str, enum.Enum):
         return self in (ModelKind.LSTM, ModelKind.GRU)
 
 
+class TorsoKind(str, enum.Enum):
+    """The torso under the recurrent core of ``model: lstm`` or ``gru`` (``<algo>.torso``)."""
+
+    AUTO = "auto"  # cnn for 3-D uint8 observations with discrete actions, mlp otherwise
+    MLP = "mlp"
+    CNN = "cnn"
+    IMPALA = "impala"
+
+
+TORSO_MODEL_MSG = (
+    "{algo}.torso={torso!r} is read only under a recurrent core: set {algo}.model=lstm or "
+    "gru, or for a feed-forward network choose it with {algo}.model={torso} (and leave "
+    "{algo}.torso=auto)"
+)
+
+
 class ActionDistribution(str, enum.Enum):
     """The policy's distribution over continuous actions (``ppo.distribution``)."""
 
@@ -115,6 +135,24 @@ def resolve_model(model: str | ModelKind, info: EnvSpec) -> ModelKind:
     if kind is ModelKind.AUTO:
         return ModelKind.CNN if info.pixels and info.discrete else ModelKind.MLP
     return kind
+
+
+def resolve_torso(torso: str | TorsoKind, info: EnvSpec) -> ModelKind:
+    """The network family of a recurrent core's torso: ``auto`` as :func:`resolve_model`
+    resolves it (``cnn`` for frames), other kinds as given."""
+    return resolve_model(ModelKind(TorsoKind(torso).value), info)
+
+
+def torso_problems(algo: str, model: str, torso: str, env_id: str, info: EnvSpec) -> list[str]:
+    """Why ``torso`` cannot serve under ``model`` on this env (empty when it can; a torso
+    set under a feed-forward ``model`` is the section's own check, :data:`TORSO_MODEL_MSG`)."""
+    if TorsoKind(torso) is TorsoKind.AUTO or not ModelKind(model).recurrent:
+        return []
+    kind = resolve_torso(torso, info)
+    if kind is ModelKind.MLP or len(info.obs_shape) == 3:  # any action heads sit on the core
+        return []
+    text = CONV_OBS_MSG.format(algo=algo, model=kind.value, env_id=env_id, shape=info.obs_shape)
+    return [text.replace(f"{algo}.model=", f"{algo}.torso=")]
 
 
 def conv_problems(algo: str, model: str, env_id: str, info: EnvSpec) -> list[str]:
@@ -404,6 +442,7 @@ def make_actor_critic(
     normalizer: nn.Module | None = None,
     distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
     recurrent_size: int = 128,
+    torso: str | TorsoKind = TorsoKind.AUTO,
 ) -> tuple[nn.Module, nn.Module]:
     """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
 
@@ -417,7 +456,8 @@ def make_actor_critic(
     (orthogonal init, gain 0.01) and a value head (gain 1); ``hidden`` is
     unused. When the user gives one of the two, the other gets a torso of its
     own. ``mlp``: separate MLPs of ``hidden`` widths (see :class:`ModelKind`).
-    ``lstm``/``gru``: :func:`make_recurrent_actor_critic` with ``recurrent_size`` units.
+    ``lstm``/``gru``: :func:`make_recurrent_actor_critic` with ``recurrent_size`` units
+    on a ``torso`` (:class:`TorsoKind`).
 
     Examples:
         >>> info = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
@@ -436,6 +476,12 @@ def make_actor_critic(
             critic=critic,
             normalizer=normalizer,
             distribution=distribution,
+            torso=torso,
+        )
+    if TorsoKind(torso) is not TorsoKind.AUTO:
+        raise ValueError(
+            f"torso={TorsoKind(torso).value!r} is read only under a recurrent core "
+            f"(model 'lstm' or 'gru'), not with model={kind.value!r}"
         )
     if kind is ModelKind.MLP:
         cleanrl = not info.discrete and distribution == ActionDistribution.NORMAL
@@ -469,12 +515,20 @@ def make_recurrent_actor_critic(
     critic: nn.Module | None = None,
     normalizer: nn.Module | None = None,
     distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
+    torso: str | TorsoKind = TorsoKind.AUTO,
 ) -> tuple[nn.Module, nn.Module]:
-    """An actor and a critic that share one MLP torso and one recurrent core.
+    """An actor and a critic that share one torso and one recurrent core.
 
-    The torso (``hidden`` widths, Tanh; ``normalizer`` first) writes ``embed``; the
-    core (torchrl's ``LSTMModule`` for ``lstm``, ``GRUModule`` for ``gru``, of
-    ``recurrent_size`` units) reads it with its state and writes ``memory``; a policy
+    The torso (:class:`TorsoKind`; ``auto``: the Nature CNN for frames, the MLP otherwise)
+    reads ``"observation"`` and writes ``embed``:
+
+    - ``mlp``: ``hidden`` widths with Tanh, ``normalizer`` first;
+    - ``cnn`` / ``impala``: the Nature or IMPALA convolutions and their 512 / 256 units
+      (``hidden`` unused; frames are scaled inside, so no ``normalizer``). The core then
+      gets CleanRL's ``ppo_atari_lstm.py`` init: orthogonal weights, zero biases.
+
+    The core (torchrl's ``LSTMModule`` for ``lstm``, ``GRUModule`` for ``gru``, of
+    ``recurrent_size`` units) reads ``embed`` with its state and writes ``memory``; a policy
     head (Categorical, or TanhNormal within the action bounds) and a value head read
     ``memory``. Sharing the core means the state the collectors carry for the policy
     is the critic's state too (CleanRL's ``ppo_atari_lstm.py`` shares it as well).
@@ -488,6 +542,10 @@ def make_recurrent_actor_critic(
         ['is_init', 'observation', 'recurrent_state_c', 'recurrent_state_h']
         >>> list(critic.module)[1] is list(actor.module[0].module)[1]
         True
+        >>> frames = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
+        >>> actor, critic = make_recurrent_actor_critic(ModelKind.GRU, frames, [64], 128)
+        >>> [type(m).__name__ for m in critic.module[0].module.modules()][:2]
+        ['NatureTorso', 'Sequential']
     """
     if actor is not None or critic is not None:
         return make_actor_critic(
@@ -500,24 +558,44 @@ def make_recurrent_actor_critic(
             distribution=distribution,
         )
     check_default_actions(info)
-    width = hidden[-1] if hidden else info.obs_dim
-    body = (
-        nn.Sequential(_mlp_for(info, width, hidden[:-1], normalizer=normalizer), nn.Tanh())
-        if hidden
-        else nn.Sequential(
-            *([normalizer] if normalizer is not None else []), _FlatInput(info.obs_shape)
+    torso_kind = resolve_torso(torso, info)
+    if torso_kind is ModelKind.MLP:
+        width = hidden[-1] if hidden else info.obs_dim
+        body: nn.Module = (
+            nn.Sequential(_mlp_for(info, width, hidden[:-1], normalizer=normalizer), nn.Tanh())
+            if hidden
+            else nn.Sequential(
+                *([normalizer] if normalizer is not None else []), _FlatInput(info.obs_shape)
+            )
         )
-    )
-    torso = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["embed"])
+    else:
+        if normalizer is not None:
+            raise ConfigError(
+                [NORMALIZE_CONV_MSG.format(model=torso_kind.value, shape=info.obs_shape)]
+            )
+        if len(info.obs_shape) != 3:
+            raise ValueError(
+                f"torso={torso_kind.value!r} needs a 3-D (channels, height, width) "
+                f"observation, not shape {info.obs_shape}"
+            )
+        body = make_torso(torso_kind, info)
+        width = body.out_features
+    trunk = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["embed"])
     core_class = LSTMModule if kind is ModelKind.LSTM else GRUModule
     core = core_class(
         input_size=width, hidden_size=recurrent_size, in_key="embed", out_key="memory"
     )
+    if torso_kind is not ModelKind.MLP:
+        for name, param in core.named_parameters():
+            if "bias" in name:
+                nn.init.constant_(param, 0.0)
+            elif "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
     if info.discrete:
         head = layer_init(nn.Linear(recurrent_size, info.num_actions), std=0.01)
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["logits"])
         actor = ProbabilisticActor(
-            TensorDictSequential(torso, core, policy),
+            TensorDictSequential(trunk, core, policy),
             in_keys=["logits"],
             distribution_class=torch.distributions.Categorical,
             return_log_prob=True,
@@ -528,7 +606,7 @@ def make_recurrent_actor_critic(
         head = StateIndependentScale(loc, info.action_dim)
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
         actor = ProbabilisticActor(
-            TensorDictSequential(torso, core, policy),
+            TensorDictSequential(trunk, core, policy),
             in_keys=["loc", "scale"],
             distribution_class=IndependentNormal,  # log-prob summed over the action dims
             return_log_prob=True,
@@ -540,14 +618,14 @@ def make_recurrent_actor_critic(
         )
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
         actor = ProbabilisticActor(
-            TensorDictSequential(torso, core, policy),
+            TensorDictSequential(trunk, core, policy),
             in_keys=["loc", "scale"],
             distribution_class=TanhNormal,
             distribution_kwargs={"low": info.action_low, "high": info.action_high},
             return_log_prob=True,
         )
     value = ValueOperator(layer_init(nn.Linear(recurrent_size, 1), std=1.0), in_keys=["memory"])
-    return actor, TensorDictSequential(torso, core, value)
+    return actor, TensorDictSequential(trunk, core, value)
 
 
 def make_qnet(model: str | ModelKind, info: EnvSpec, hidden: list[int]) -> nn.Module:

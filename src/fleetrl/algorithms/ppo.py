@@ -47,7 +47,7 @@ class PPOConfig(PPOFields, ActorCriticConfig):
     model: ModelKind = ModelKind.AUTO
     """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
     (Nature CNN), 'impala' (IMPALA ResNet), or 'lstm' / 'gru' (a recurrent core of
-    recurrent_size units on the MLP torso, trained through time on sequences of seq_len
+    recurrent_size units on a torso (torso), trained through time on sequences of seq_len
     steps); modules passed in code win."""
 
     def validate(self, config: Config, check: Problems) -> None:

@@ -91,7 +91,7 @@ class VTraceConfig(ActorCriticConfig):
     model: ModelKind = ModelKind.AUTO
     """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
     (Nature CNN), 'impala' (IMPALA ResNet), or 'lstm' / 'gru' (a recurrent core of
-    recurrent_size units on the MLP torso, trained through time on sequences of seq_len
+    recurrent_size units on a torso (torso), trained through time on sequences of seq_len
     steps); modules passed in code win."""
 
     @property

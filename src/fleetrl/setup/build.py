@@ -105,6 +105,7 @@ def normalized_networks(config: Config, info: EnvSpec, modules: dict[str, Any]) 
         # PPO's section has it; A2C's and IMPALA's keep the TanhNormal
         distribution=getattr(algo, "distribution", ActionDistribution.TANH_NORMAL),
         recurrent_size=getattr(algo, "recurrent_size", 128),
+        torso=getattr(algo, "torso", "auto"),
         **given,
     )
     return {**modules, "actor": actor, "critic": critic}

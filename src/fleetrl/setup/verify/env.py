@@ -33,7 +33,15 @@ import math
 
 from fleetrl.algorithms import MULTI_AGENT_ALGORITHMS
 from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG, AgentGroupLayout
-from fleetrl.algorithms.models import NORMALIZE_CONV_MSG, ModelKind, conv_problems, resolve_model
+from fleetrl.algorithms.models import (
+    NORMALIZE_CONV_MSG,
+    ModelKind,
+    TorsoKind,
+    conv_problems,
+    resolve_model,
+    resolve_torso,
+    torso_problems,
+)
 from fleetrl.config import AtariConfig, Config
 from fleetrl.envs.engine import EnvKind, ResolvedEnv, resolve_env
 from fleetrl.envs.partial import PartialEnv
@@ -266,11 +274,16 @@ def space_rules(config: Config, spec: EnvSpec, check: Problems) -> None:
         return
     model = getattr(config.algo, "model", None)
     if isinstance(model, ModelKind):
-        for text in conv_problems(config.algorithm, model.value, config.env.id, spec):
-            check.say(f"{config.algorithm}.model", text)
+        algo, torso = config.algorithm, getattr(config.algo, "torso", TorsoKind.AUTO)
+        for text in conv_problems(algo, model.value, config.env.id, spec):
+            check.say(f"{algo}.model", text)
+        for text in torso_problems(algo, model.value, torso, config.env.id, spec):
+            check.say(f"{algo}.torso", text)
         if config.env.normalize_observation:
             kind = resolve_model(model, spec)
-            if kind is not ModelKind.MLP and not kind.recurrent:  # lstm/gru: an MLP torso
+            if kind.recurrent:  # the torso under the core sees the observation
+                kind = resolve_torso(torso, spec)
+            if kind is not ModelKind.MLP:
                 text = NORMALIZE_CONV_MSG.format(model=kind.value, shape=spec.obs_shape)
                 check.say("env.normalize_observation", text)
     _replay_memory(config, spec, check)
