@@ -504,8 +504,29 @@ def _learner_plot(png: Path) -> tuple[str, str]:
     return alt, f"Learner throughput against plain PyTorch, {mode} ({name}.json)"
 
 
+def _memory_plot(png: Path) -> tuple[str, str]:
+    """memory.png: each contestant's mean return against env steps and against seconds."""
+    data = load_result("memory")
+    parts = []
+    for who, s in data["contestants"].items():
+        if s["solved"]:
+            parts.append(
+                f"{who} reaches 475 in {s['solved']} of {s['seeds']} seeds, at a median of "
+                f"{s['frames_to_target']:,.0f} steps and {s['wall_to_target_s']:.0f} s"
+            )
+        else:
+            parts.append(f"{who} stays below 475, best median return {s['best_return']:.0f}")
+    alt = (
+        "Two panels of learning curves on CartPole without velocities, one line per seed: "
+        "the mean return of the last 20 episodes against env steps (left) and against "
+        "seconds from launch (right), with 475 as a dashed line; " + "; ".join(parts)
+    )
+    return alt, "Recurrent PPO on CartPole without velocities: fleetrl, SB3-contrib, the floor"
+
+
 #: the alt text and caption of each plot, by its results prefix: a plot is said in words
 PLOT_TEXT = {
+    "memory": _memory_plot,
     "mujoco_learning": _mujoco_learning_plot,
     "collector_throughput": _collector_throughput_plot,
     "learner_throughput": _learner_plot,

@@ -304,6 +304,7 @@ BENCHMARKS = (
     "inference_server",
     "learner_throughput",
     "marl",
+    "memory",
     "mujoco_learning",
     "normalization_overhead",
     "ray_throughput",

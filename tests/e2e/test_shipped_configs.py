@@ -70,7 +70,8 @@ ALGO_TINY = {
         ["sac.learning_starts=128", "sac.updates_per_batch=2", "env.num_envs=2"],
     ),
     "ppo_pendulum.yaml": (512, ["ppo.num_mini_batch=4"]),
-    "ppo_lstm_cartpole_novel.yaml": (512, []),  # rows of 128 steps: 32 sequences of 16
+    # rows of 128 steps: 16 sequences of 32
+    "ppo_lstm_cartpole_novel.yaml": (512, ["ppo.num_epochs=2"]),
 }
 
 

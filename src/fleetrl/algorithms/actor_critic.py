@@ -28,7 +28,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -109,6 +109,9 @@ class ActorCriticConfig(AlgorithmConfig):
     """the torso under the recurrent core of model lstm or gru: 'auto' (cnn for 3-D uint8
     observations, else mlp), 'mlp' (hidden_sizes), 'cnn' (Nature CNN) or 'impala' (IMPALA
     ResNet); a feed-forward model picks its network with model instead."""
+    head_sizes: list[int] = field(default_factory=list)
+    """recurrent networks (model lstm or gru): hidden Tanh layers after the core, in the
+    policy head and, separately, in the value head ([]: a linear layer on the core)."""
 
     def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
@@ -129,6 +132,20 @@ class ActorCriticConfig(AlgorithmConfig):
         if not recurrent and TorsoKind(self.torso) is not TorsoKind.AUTO:
             torso = TorsoKind(self.torso).value
             check.say("torso", TORSO_MODEL_MSG.format(algo=config.algorithm, torso=torso))
+        check(
+            all(isinstance(h, int) and h > 0 for h in self.head_sizes),
+            "head_sizes",
+            self.head_sizes,
+            "must be a list of positive layer widths",
+        )
+        if not recurrent and self.head_sizes and not check.has("head_sizes"):
+            algo = config.algorithm
+            check.say(
+                "head_sizes",
+                f"{algo}.head_sizes={self.head_sizes} is read only under a recurrent core: set "
+                f"{algo}.model=lstm or gru, or set a feed-forward network's layers with "
+                f"{algo}.hidden_sizes",
+            )
         if recurrent:
             check(
                 not self.compile and not self.cudagraphs,
@@ -315,6 +332,7 @@ class ActorCritic(LossCoefficients, Algorithm):
             distribution=getattr(config, "distribution", ActionDistribution.TANH_NORMAL),
             recurrent_size=config.recurrent_size,
             torso=config.torso,
+            head_sizes=config.head_sizes,
         )
         to_device(actor, device)
         critic.to(device)

@@ -443,6 +443,7 @@ def make_actor_critic(
     distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
     recurrent_size: int = 128,
     torso: str | TorsoKind = TorsoKind.AUTO,
+    head_sizes: list[int] | tuple[int, ...] = (),
 ) -> tuple[nn.Module, nn.Module]:
     """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
 
@@ -457,7 +458,7 @@ def make_actor_critic(
     unused. When the user gives one of the two, the other gets a torso of its
     own. ``mlp``: separate MLPs of ``hidden`` widths (see :class:`ModelKind`).
     ``lstm``/``gru``: :func:`make_recurrent_actor_critic` with ``recurrent_size`` units
-    on a ``torso`` (:class:`TorsoKind`).
+    on a ``torso`` (:class:`TorsoKind`), and heads of ``head_sizes`` hidden widths.
 
     Examples:
         >>> info = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
@@ -477,6 +478,7 @@ def make_actor_critic(
             normalizer=normalizer,
             distribution=distribution,
             torso=torso,
+            head_sizes=head_sizes,
         )
     if TorsoKind(torso) is not TorsoKind.AUTO:
         raise ValueError(
@@ -516,6 +518,7 @@ def make_recurrent_actor_critic(
     normalizer: nn.Module | None = None,
     distribution: str | ActionDistribution = ActionDistribution.TANH_NORMAL,
     torso: str | TorsoKind = TorsoKind.AUTO,
+    head_sizes: list[int] | tuple[int, ...] = (),
 ) -> tuple[nn.Module, nn.Module]:
     """An actor and a critic that share one torso and one recurrent core.
 
@@ -530,7 +533,8 @@ def make_recurrent_actor_critic(
     The core (torchrl's ``LSTMModule`` for ``lstm``, ``GRUModule`` for ``gru``, of
     ``recurrent_size`` units) reads ``embed`` with its state and writes ``memory``; a policy
     head (Categorical, or TanhNormal within the action bounds) and a value head read
-    ``memory``. Sharing the core means the state the collectors carry for the policy
+    ``memory``, each through its own hidden layers of ``head_sizes`` widths (Tanh; none by
+    default: a linear layer on the core, as CleanRL's). Sharing the core means the state the collectors carry for the policy
     is the critic's state too (CleanRL's ``ppo_atari_lstm.py`` shares it as well).
     When the user gives one of the two, the other is the feed-forward default
     (``mlp``): a core of its own would read a state nobody carries.
@@ -592,7 +596,7 @@ def make_recurrent_actor_critic(
             elif "weight" in name:
                 nn.init.orthogonal_(param, 1.0)
     if info.discrete:
-        head = layer_init(nn.Linear(recurrent_size, info.num_actions), std=0.01)
+        head = _head(recurrent_size, info.num_actions, head_sizes, std=0.01)
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["logits"])
         actor = ProbabilisticActor(
             TensorDictSequential(trunk, core, policy),
@@ -602,7 +606,7 @@ def make_recurrent_actor_critic(
         )
     elif ActionDistribution(distribution) is ActionDistribution.NORMAL:
         # CleanRL's Normal, as make_actor builds it: a state-independent scale
-        loc = layer_init(nn.Linear(recurrent_size, info.action_dim), std=0.01)
+        loc = _head(recurrent_size, info.action_dim, head_sizes, std=0.01)
         head = StateIndependentScale(loc, info.action_dim)
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
         actor = ProbabilisticActor(
@@ -613,7 +617,7 @@ def make_recurrent_actor_critic(
         )
     else:
         head = nn.Sequential(
-            layer_init(nn.Linear(recurrent_size, 2 * info.action_dim), std=0.01),
+            _head(recurrent_size, 2 * info.action_dim, head_sizes, std=0.01),
             NormalParamExtractor(),
         )
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
@@ -624,8 +628,23 @@ def make_recurrent_actor_critic(
             distribution_kwargs={"low": info.action_low, "high": info.action_high},
             return_log_prob=True,
         )
-    value = ValueOperator(layer_init(nn.Linear(recurrent_size, 1), std=1.0), in_keys=["memory"])
+    value = ValueOperator(_head(recurrent_size, 1, head_sizes, std=1.0), in_keys=["memory"])
     return actor, TensorDictSequential(trunk, core, value)
+
+
+def _head(
+    in_features: int, out_features: int, hidden: list[int] | tuple[int, ...], std: float
+) -> nn.Module:
+    """A head on the core's output: a linear layer (orthogonal, gain ``std``), after hidden
+    Tanh layers of ``hidden`` widths (gain sqrt(2)) where there are any."""
+    last = layer_init(nn.Linear(hidden[-1] if hidden else in_features, out_features), std=std)
+    if not hidden:
+        return last
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [layer_init(nn.Linear(in_features, width)), nn.Tanh()]
+        in_features = width
+    return nn.Sequential(*layers, last)
 
 
 def make_qnet(model: str | ModelKind, info: EnvSpec, hidden: list[int]) -> nn.Module:

@@ -106,6 +106,7 @@ def normalized_networks(config: Config, info: EnvSpec, modules: dict[str, Any]) 
         distribution=getattr(algo, "distribution", ActionDistribution.TANH_NORMAL),
         recurrent_size=getattr(algo, "recurrent_size", 128),
         torso=getattr(algo, "torso", "auto"),
+        head_sizes=getattr(algo, "head_sizes", ()),
         **given,
     )
     return {**modules, "actor": actor, "critic": critic}

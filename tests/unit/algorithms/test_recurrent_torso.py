@@ -143,3 +143,37 @@ def test_frames_under_a_recurrent_core_are_not_normalized():
     )
     assert (config.algo.model.value, config.algo.torso.value) == ("lstm", "mlp")
     assert A2CConfig().torso.value == "auto"
+
+
+# --- head_sizes: hidden layers between the core and each head -------------------------------
+
+
+def test_head_sizes_put_hidden_layers_of_their_own_in_the_policy_and_value_heads():
+    info = env_spec("CartPole-v1")
+    ppo = PPO(PPOConfig(model="lstm", recurrent_size=16, hidden_sizes=[], head_sizes=[8]), info)
+    torso, core, policy = trunk(ppo)
+    value = ppo.critic.module[-1].module
+    shapes = [tuple(m.weight.shape) for m in policy.module if isinstance(m, nn.Linear)]
+    assert shapes == [(8, 16), (2, 8)]
+    assert [type(m).__name__ for m in policy.module] == ["Linear", "Tanh", "Linear"]
+    assert [tuple(m.weight.shape) for m in value if isinstance(m, nn.Linear)] == [(8, 16), (1, 8)]
+    assert policy.module[0] is not value[0]  # each head its own layer
+    # no MLP torso (hidden_sizes []): the core reads the 4 observation entries
+    assert core.lstm.input_size == 4 and ppo.critic.module[0] is torso
+    plain = PPO(PPOConfig(model="lstm", recurrent_size=16), info)
+    assert isinstance(trunk(plain)[2].module, nn.Linear)  # [] by default: a linear layer
+
+
+def test_head_sizes_are_refused_with_a_feed_forward_model_and_when_not_positive():
+    data = {"algorithm": "ppo", "env": {"id": "CartPole-v1"}}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data, [*LOCAL, "ppo.head_sizes=[64]"])
+    assert info.value.problems == [
+        "ppo.head_sizes=[64] is read only under a recurrent core: set ppo.model=lstm or gru, "
+        "or set a feed-forward network's layers with ppo.hidden_sizes"
+    ]
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data, [*LOCAL, "ppo.model=gru", "ppo.head_sizes=[0]"])
+    assert info.value.problems == [
+        "ppo.head_sizes=[0] is invalid: must be a list of positive layer widths"
+    ]
