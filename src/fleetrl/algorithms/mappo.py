@@ -27,8 +27,12 @@ the run describes its env), and the networks are sized from them.
 MAPPO's critic reads every agent's observation, or with ``critic_input="state"`` the env's
 global ``"state"`` (:class:`StateCritic`: one MLP, a value per agent).
 
+Actions: discrete (``Categorical``, a Categorical policy), ``Binary`` with one entry (a
+Bernoulli policy) and bounded continuous (``Bounded`` floats, a PettingZoo ``Box``: a
+TanhNormal policy within the bounds, each agent's mean and scale from the actor's MLP).
+
 Not here (yet): several groups at once (refused, naming the groups: pass ``group=``),
-continuous actions and ``compile``/``cudagraphs``.
+unbounded continuous and one-hot actions, and ``compile``/``cudagraphs``.
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.data import Binary, Categorical, OneHot
-from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor
+from torchrl.data import Binary, Bounded, Categorical, OneHot
+from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor, TanhNormal
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 from torchrl.objectives.value import MultiAgentGAE
 
@@ -100,8 +104,10 @@ STATE_MSG = (
     "with a state (a PettingZoo env with a state_space, e.g. mpe2:simple_spread_v3)"
 )
 ACTION_MSG = (
-    "{algo}: the action spec of group {group!r} is {spec}; supported: Categorical and "
-    "Binary (n=1) (continuous and OneHot actions are not built yet)"
+    "{algo}: the action spec of group {group!r} is {spec}; supported: Categorical, Binary "
+    "(n=1) and Bounded continuous actions of one dim per agent (a Box) (unbounded continuous "
+    "and OneHot actions are not built yet: bound them, e.g. with torchrl's ActionScaling or a "
+    "clipping wrapper)"
 )
 
 
@@ -211,6 +217,22 @@ def _leaf(key: NestedKey) -> str:
     return key if isinstance(key, str) else key[-1]
 
 
+def _agent_bounds(
+    env: Any, actions: list[NestedKey], per_agent: bool, batch: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each agent's action bounds, ``[n_agents, n_actions]``, from a Bounded action spec (of
+    the first env of a batched env: its copies share their spaces)."""
+    first = (0,) * batch
+    if per_agent:
+        specs = [env.full_action_spec[k].space for k in actions]
+        low = torch.stack([s.low[first] for s in specs])
+        high = torch.stack([s.high[first] for s in specs])
+    else:
+        space = env.full_action_spec[actions[0]].space
+        low, high = space.low[first], space.high[first]
+    return low.detach().clone().float(), high.detach().clone().float()
+
+
 @dataclass
 class AgentGroupLayout:
     """Where one agent group's data lives in the env's TensorDicts, and the stacked keys the
@@ -226,7 +248,8 @@ class AgentGroupLayout:
     #: the observation's leaf name and its shape for one agent
     observation: str
     observation_shape: tuple[int, ...]
-    #: the action's leaf name, the number of actions, and whether it is Binary (Bernoulli)
+    #: the action's leaf name, the number of actions (continuous: the action's size), and
+    #: whether it is Binary (Bernoulli)
     action: str
     n_actions: int
     binary: bool
@@ -237,6 +260,14 @@ class AgentGroupLayout:
     terminated: NestedKey
     #: the shape of the env's global ``"state"`` (None: the env has none)
     state_shape: tuple[int, ...] | None = None
+    #: continuous actions: each agent's bounds, ``[n_agents, n_actions]`` (None: discrete)
+    action_low: torch.Tensor | None = None
+    action_high: torch.Tensor | None = None
+
+    @property
+    def continuous(self) -> bool:
+        """Bounded continuous actions (a TanhNormal policy)."""
+        return self.action_low is not None
 
     @classmethod
     def of(cls, env: Any, group: str | None = None, *, algo: str = "mappo") -> AgentGroupLayout:
@@ -270,10 +301,20 @@ class AgentGroupLayout:
         else:
             n_agents = int(obs_spec.shape[batch])
             obs_shape = tuple(obs_spec.shape[batch + 1 :])
+        low = high = None
+        # one agent's action shape: after the env's batch dims, and the agent dim if stacked
+        agent_action_shape = tuple(action_spec.shape[batch + (0 if per_agent else 1) :])
         if isinstance(action_spec, Binary) and action_spec.shape[-1] == 1:
             n_actions, binary = 1, True
         elif isinstance(action_spec, (Categorical, OneHot)) and not isinstance(action_spec, Binary):
             n_actions, binary = int(action_spec.space.n), False
+        elif (
+            isinstance(action_spec, Bounded)
+            and action_spec.dtype.is_floating_point
+            and len(agent_action_shape) == 1
+        ):
+            n_actions, binary = agent_action_shape[0], False
+            low, high = _agent_bounds(env, actions, per_agent, batch)
         else:
             raise ConfigError(
                 [ACTION_MSG.format(algo=algo, group=group, spec=type(action_spec).__name__)]
@@ -310,6 +351,8 @@ class AgentGroupLayout:
                 if STATE_KEY in env.observation_keys
                 else None
             ),
+            action_low=low,
+            action_high=high,
         )
 
     # ---------------------------------------------------------------- the keys
@@ -411,17 +454,32 @@ def make_networks(
             num_cells=list(config.hidden_sizes),
         )
 
-    logits = TensorDictModule(
-        mlp(layout.n_actions, False), in_keys=[inputs], out_keys=[layout.key("logits")]
-    )
-    dist = torch.distributions.Bernoulli if layout.binary else torch.distributions.Categorical
-    actor = ProbabilisticActor(
-        TensorDictSequential(stack, logits),
-        in_keys={"logits": layout.key("logits")},
-        out_keys=[layout.key(ACTION_KEY)],
-        distribution_class=dist,
-        return_log_prob=True,
-    )
+    if layout.continuous:  # each agent's mean and scale, squashed into its bounds
+        params = TensorDictModule(
+            nn.Sequential(mlp(2 * layout.n_actions, False), NormalParamExtractor()),
+            in_keys=[inputs],
+            out_keys=[layout.key("loc"), layout.key("scale")],
+        )
+        actor = ProbabilisticActor(
+            TensorDictSequential(stack, params),
+            in_keys={"loc": layout.key("loc"), "scale": layout.key("scale")},
+            out_keys=[layout.key(ACTION_KEY)],
+            distribution_class=TanhNormal,
+            distribution_kwargs={"low": layout.action_low, "high": layout.action_high},
+            return_log_prob=True,
+        )
+    else:
+        logits = TensorDictModule(
+            mlp(layout.n_actions, False), in_keys=[inputs], out_keys=[layout.key("logits")]
+        )
+        dist = torch.distributions.Bernoulli if layout.binary else torch.distributions.Categorical
+        actor = ProbabilisticActor(
+            TensorDictSequential(stack, logits),
+            in_keys={"logits": layout.key("logits")},
+            out_keys=[layout.key(ACTION_KEY)],
+            distribution_class=dist,
+            return_log_prob=True,
+        )
     if getattr(config, "critic_input", "observations") == "state":
         if layout.state_shape is None:
             raise ConfigError([STATE_MSG.format(keys=layout.raw_observation_keys())])
