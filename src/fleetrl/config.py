@@ -202,6 +202,12 @@ class EnvConfig:
     """keep only these entries of a flat observation, in this order (null: all of it): a
     POMDP by name, e.g. [0, 2] is CartPole without its velocities (fleetrl.envs.PartialEnv);
     training, evaluation and videos all see it; env.engine gymnasium only."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """the env's own arguments: gymnasium.make(id, **kwargs) for a gymnasium id (e.g.
+    {continuous: true} for LunarLander-v3), parallel_env(**kwargs) for a PettingZoo id (e.g.
+    {continuous_actions: true, N: 4} for mpe2:simple_spread_v3), the MuJoCo env's arguments
+    in every engine; an ALE id takes env.atari instead. Training, evaluation and videos all
+    build the env with them."""
     normalize_observation: bool = False
     """normalize observations by running mean and variance merged from every collector's
     frames on the learner, published with the weights (fleetrl.normalization; PPO, A2C,

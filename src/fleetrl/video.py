@@ -190,7 +190,7 @@ def video_env(env_id: Any) -> tuple[gym.Env, float]:
     """
     from fleetrl.envs.atari import AtariEnv, gym_atari, is_atari_id
     from fleetrl.envs.mujoco import MujocoEnv
-    from fleetrl.envs.partial import PartialEnv
+    from fleetrl.envs.partial import GymId, PartialEnv
 
     if isinstance(env_id, str) and is_atari_id(env_id):
         env_id = AtariEnv(env_id)
@@ -198,9 +198,11 @@ def video_env(env_id: Any) -> tuple[gym.Env, float]:
         env = gym_atari(env_id.env_id, env_id.atari, render_mode="rgb_array")
         return env, ATARI_HZ / env_id.atari.frame_skip
     if isinstance(env_id, PartialEnv):  # the policy sees the kept entries; the frames, all
-        env, fps = video_env(env_id.env_id)
+        env, fps = video_env(GymId(env_id.env_id, env_id.env_kwargs))
         return env_id.wrap(env), fps
     kwargs: dict[str, Any] = {}
+    if isinstance(env_id, GymId):
+        kwargs, env_id = dict(env_id.env_kwargs), env_id.env_id
     if isinstance(env_id, MujocoEnv):
         kwargs = dict(env_id.env_kwargs)
         if env_id.max_episode_steps is not None:

@@ -5,8 +5,8 @@
   torchrl (:mod:`~fleetrl.envs.torchrl_env`), Atari (:class:`AtariEnv`,
   :mod:`~fleetrl.envs.atari`) and MuJoCo (:class:`MujocoEnv`,
   :mod:`~fleetrl.envs.mujoco`) in the engines of :class:`EnvEngine`; a POMDP
-  keeping chosen observation entries (:class:`PartialEnv`,
-  :mod:`~fleetrl.envs.partial`); the C++
+  keeping chosen observation entries (:class:`PartialEnv`), and a gymnasium id with the
+  env's own arguments (:class:`GymId`; both :mod:`~fleetrl.envs.partial`); the C++
   engines' episode boundaries: :mod:`~fleetrl.envs.cpp`; a torchrl env with agent
   groups becomes a :class:`GroupedEnv` (:mod:`~fleetrl.envs.grouped`), stepped in
   torchrl's grouped layout; a PettingZoo parallel env becomes such a torchrl env
@@ -29,6 +29,7 @@ _EXPORTS = {
     "EnvEngine": "fleetrl.config",
     "EnvSpec": "fleetrl.envs.spec",
     "GroupedEnv": "fleetrl.envs.grouped",
+    "GymId": "fleetrl.envs.partial",
     "MujocoEnv": "fleetrl.envs.mujoco",
     "PartialEnv": "fleetrl.envs.partial",
     "PettingZooEnv": "fleetrl.envs.pettingzoo",
@@ -44,6 +45,7 @@ __all__ = [
     "EnvEngine",
     "EnvSpec",
     "GroupedEnv",
+    "GymId",
     "MujocoEnv",
     "PartialEnv",
     "PettingZooEnv",
@@ -62,6 +64,6 @@ if TYPE_CHECKING:
     from fleetrl.envs.grouped import GroupedEnv
     from fleetrl.envs.make import create_env_fn, make_env
     from fleetrl.envs.mujoco import MujocoEnv
-    from fleetrl.envs.partial import PartialEnv
+    from fleetrl.envs.partial import GymId, PartialEnv
     from fleetrl.envs.pettingzoo import PettingZooEnv
     from fleetrl.envs.spec import EnvSpec, env_spec

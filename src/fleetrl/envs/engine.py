@@ -40,7 +40,7 @@ from fleetrl.config import EnvConfig, EnvEngine
 from fleetrl.envs.atari import AtariEnv, check_atari_engine
 from fleetrl.envs.cpp import is_envpool
 from fleetrl.envs.mujoco import MujocoEnv, check_mujoco_engine
-from fleetrl.envs.partial import INDICES_ENGINE_MSG, PartialEnv, index_problems
+from fleetrl.envs.partial import INDICES_ENGINE_MSG, GymId, PartialEnv, index_problems
 from fleetrl.envs.registry import EnvKind, lookup_id
 from fleetrl.envs.torchrl_env import is_torchrl_env
 from fleetrl.errors import ConfigError
@@ -89,6 +89,9 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
     engine's checks, and what builds it."""
     kind, registered = lookup_id(env.id)
     problems: list[str] = []
+    kwargs = dict(env.kwargs or {})
+    if kwargs and kind is EnvKind.ATARI:
+        problems.append(ATARI_KWARGS_MSG.format(value=kwargs, env_id=env.id))
     if kind is EnvKind.PETTINGZOO:
         problems.extend(_pettingzoo_problems(env))
     elif registered and kind is EnvKind.MUJOCO:  # envpool steps MuJoCo ids too
@@ -104,17 +107,24 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
     elif kind is EnvKind.PETTINGZOO and registered:
         from fleetrl.envs.pettingzoo import PettingZooId
 
-        built_by = PettingZooId(env.id)
+        built_by = PettingZooId(env.id, kwargs)
     elif kind is EnvKind.ATARI:
         built_by = AtariEnv.checked(env.id, env.engine, env.atari)
     elif kind is EnvKind.MUJOCO and env.engine != EnvEngine.GYMNASIUM:
-        built_by = MujocoEnv(env.id, env.engine, env.max_episode_steps)
+        built_by = MujocoEnv(env.id, env.engine, env.max_episode_steps, env_kwargs=kwargs)
     elif env.observation_indices is not None:
-        built_by = PartialEnv(env.id, tuple(env.observation_indices))
+        built_by = PartialEnv(env.id, tuple(env.observation_indices), kwargs)
+    elif kwargs:
+        built_by = GymId(env.id, kwargs)
     # a copy: the section a caller changes later is not the one resolved
     return ResolvedEnv(copy.deepcopy(env), kind, registered, tuple(problems), built_by)
 
 
+ATARI_KWARGS_MSG = (
+    "env.kwargs={value!r} is invalid with env.id={env_id!r}: an ALE game is built with the "
+    "Atari preprocessing of env.atari (frame_skip, repeat_action_probability, "
+    "full_action_space, ...): set those keys there, and remove env.kwargs"
+)
 PETTINGZOO_ENGINE_MSG = (
     "env.{key}={value!r} is invalid with env.id={env_id!r}: a PettingZoo env is stepped by "
     "fleetrl's own adapter (fleetrl.envs.pettingzoo), {fix}"

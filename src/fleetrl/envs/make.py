@@ -28,7 +28,7 @@ from fleetrl.envs.engine import ResolvedEnv, resolve_env
 from fleetrl.envs.grouped import GroupedEnv, is_grouped
 from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
 from fleetrl.envs.mujoco import MujocoEnv
-from fleetrl.envs.partial import PartialEnv
+from fleetrl.envs.partial import GymId, PartialEnv
 from fleetrl.envs.registry import EnvKind, lookup_id
 from fleetrl.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from fleetrl.errors import EnvError
@@ -61,7 +61,8 @@ def make_env(
         create_env_fn: a gymnasium id, a gymnasium ``Env`` or ``VectorEnv``, a
             torchrl ``EnvBase``, or a callable returning one of these; or a
             :class:`fleetrl.envs.AtariEnv`, :class:`fleetrl.envs.MujocoEnv` or
-            :class:`fleetrl.envs.PartialEnv` (a gymnasium id keeping chosen observation entries).
+            :class:`fleetrl.envs.PartialEnv` (a gymnasium id keeping chosen observation entries)
+            or :class:`fleetrl.envs.GymId` (a gymnasium id with the env's own arguments).
             An ALE id (``"ALE/Pong-v5"``) is
             built as ``AtariEnv(id)``: the standard Atari preprocessing in the
             gymnasium engine.
@@ -90,7 +91,7 @@ def make_env(
         from fleetrl.envs.pettingzoo import PettingZooId
 
         create_env_fn = PettingZooId(create_env_fn, kwargs)
-    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv)) or _is_pettingzoo_id(
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv, GymId)) or _is_pettingzoo_id(
         create_env_fn
     ):
         return create_env_fn.make(num_envs or 1)
@@ -198,7 +199,8 @@ def create_env_fn(env: EnvConfig | ResolvedEnv) -> Any:
     """What the collectors build for a config's ``env`` section: an ALE id becomes an
     :class:`~fleetrl.envs.AtariEnv` with ``env.engine`` and ``env.atari``; a MuJoCo id in the
     envpool engine a :class:`~fleetrl.envs.MujocoEnv`; an id with ``env.observation_indices``
-    a :class:`~fleetrl.envs.PartialEnv`; other ids stay ids.
+    a :class:`~fleetrl.envs.PartialEnv`; an id with ``env.kwargs`` a
+    :class:`~fleetrl.envs.GymId`; other ids stay ids.
 
     Give the run's :class:`~fleetrl.envs.engine.ResolvedEnv` where there is one (a section
     is resolved here otherwise); a section whose engine cannot step it raises ConfigError.

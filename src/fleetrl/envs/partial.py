@@ -1,4 +1,5 @@
-"""POMDPs by name: a gymnasium env whose observation keeps only chosen entries.
+"""Gymnasium ids as picklable specs: with the env's own arguments (:class:`GymId`), and
+POMDPs by name, whose observation keeps only chosen entries (:class:`PartialEnv`).
 
 A task that needs memory is most easily made from one that does not: CartPole
 with its two velocities removed (``observation_indices=(0, 2)``: cart position
@@ -26,7 +27,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -35,6 +36,7 @@ import numpy as np
 from fleetrl.errors import ConfigError
 
 __all__ = [
+    "GymId",
     "INDICES_ENGINE_MSG",
     "INDICES_MSG",
     "INDICES_RANGE_MSG",
@@ -136,6 +138,41 @@ class KeepEntries(gym.ObservationWrapper):
 
 
 @dataclass(frozen=True)
+class GymId:
+    """A picklable spec of a gymnasium id built with the env's own arguments,
+    ``gymnasium.make(env_id, **env_kwargs)``: what a config's ``env.kwargs`` builds for a
+    gymnasium id (``env.id: LunarLander-v3`` with ``env.kwargs: {continuous: true}``). Pass it
+    as ``create_env_fn`` anywhere an id goes; each worker builds its own envs from it.
+
+    Examples:
+        >>> from fleetrl.envs import make_env
+        >>> env = make_env(GymId("CartPole-v1", {"sutton_barto_reward": True}), num_envs=2)
+        >>> env.num_envs, env.num_actions
+        (2, 2)
+        >>> env.close()
+    """
+
+    env_id: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def engine(self) -> Any:
+        """The engine that steps it: gymnasium."""
+        from fleetrl.config import EnvEngine
+
+        return EnvEngine.GYMNASIUM
+
+    def make(self, num_envs: int) -> Any:
+        """``num_envs`` envs as one :class:`~fleetrl.envs.gymnasium.GymVectorEnv`."""
+        from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
+
+        return GymVectorEnv(make_gym_vector_env(self.env_id, num_envs, **self.env_kwargs))
+
+    def __hash__(self) -> int:  # a dict field: hashed by its repr
+        return hash(repr(self))
+
+
+@dataclass(frozen=True)
 class PartialEnv:
     """A picklable spec of a gymnasium id whose observation keeps the entries at
     ``observation_indices``: pass it as ``create_env_fn`` (to
@@ -148,6 +185,7 @@ class PartialEnv:
         env_id: a registered gymnasium id with a flat (1-D Box) observation.
         observation_indices: the entries kept, in this order (distinct, each in
             ``[0, n)`` for an observation of ``n`` entries).
+        env_kwargs: the env's own arguments, ``gymnasium.make(env_id, **env_kwargs)``.
 
     Raises:
         ConfigError: indices that are not distinct integers >= 0 (at once); one past the
@@ -155,11 +193,15 @@ class PartialEnv:
 
     Examples:
         >>> PartialEnv("CartPole-v1", [0, 2])
-        PartialEnv(env_id='CartPole-v1', observation_indices=(0, 2))
+        PartialEnv(env_id='CartPole-v1', observation_indices=(0, 2), env_kwargs={})
     """
 
     env_id: str
     observation_indices: tuple[int, ...]
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __hash__(self) -> int:  # a dict field: hashed by its repr
+        return hash(repr(self))
 
     def __post_init__(self) -> None:
         problems = index_problems(self.observation_indices, "observation_indices")
@@ -180,7 +222,7 @@ class PartialEnv:
         """What keeps the indices from selecting entries of :attr:`env_id`'s observation
         (one env built, then closed), said with ``key``: a config's checks name
         ``env.observation_indices`` before any worker builds the env."""
-        env = gym.make(self.env_id)
+        env = gym.make(self.env_id, **self.env_kwargs)
         try:
             return space_problems(self.observation_indices, env.observation_space, self.env_id, key)
         finally:
@@ -195,5 +237,7 @@ class PartialEnv:
         (a SyncVectorEnv in same-step autoreset, each env wrapped)."""
         from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
 
-        vector = make_gym_vector_env(self.env_id, num_envs, wrappers=[self.wrap])
+        vector = make_gym_vector_env(
+            self.env_id, num_envs, wrappers=[self.wrap], **self.env_kwargs
+        )
         return GymVectorEnv(vector)

@@ -29,7 +29,7 @@ from fleetrl.envs.atari import AtariEnv
 from fleetrl.envs.grouped import GroupedEnv, GroupedSpecs
 from fleetrl.envs.make import make_env
 from fleetrl.envs.mujoco import MujocoEnv
-from fleetrl.envs.partial import PartialEnv
+from fleetrl.envs.partial import GymId, PartialEnv
 from fleetrl.envs.torchrl_env import is_torchrl_env
 
 __all__ = ["EnvSpec", "env_spec"]
@@ -156,6 +156,6 @@ def _bounds(env: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
 def _name(create_env_fn: Any) -> str:
     if isinstance(create_env_fn, str):
         return create_env_fn
-    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv)):
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv, GymId)):
         return create_env_fn.env_id
     return type(create_env_fn).__name__

@@ -27,7 +27,13 @@ from fleetrl.envs.engine import ResolvedEnv, resolve_env
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problem, Problems
 from fleetrl.setup.parse import with_algorithm_section
-from fleetrl.setup.verify.env import atari_section_rules, describe_env, space_rules, video_rules
+from fleetrl.setup.verify.env import (
+    atari_section_rules,
+    describe_env,
+    resolved_problem_key,
+    space_rules,
+    video_rules,
+)
 from fleetrl.setup.verify.rules import (
     algorithm_rules,
     batch_size_rules,
@@ -79,7 +85,7 @@ def verify(
     scheme_rules(config, check.section("scheme"))
     algorithm_rules(config, check)
     tune_rules(config, env, check, verify)
-    check.extend(Problem("env.engine", text=p) for p in env.problems)
+    check.extend(Problem(resolved_problem_key(p), text=p) for p in env.problems)
     if env_spec is not None:
         space_rules(config, env_spec, check)
     return list(check)

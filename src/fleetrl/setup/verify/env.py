@@ -52,6 +52,7 @@ from fleetrl.runtime import human_bytes, physical_memory
 __all__ = [
     "ACTIONS_MSG",
     "ACTION_KINDS",
+    "ENV_KWARGS_MSG",
     "ENV_MAKE_MSG",
     "GROUPED_KEY_MSG",
     "MULTI_AGENT_MSG",
@@ -61,6 +62,7 @@ __all__ = [
     "close_ids",
     "describe",
     "describe_env",
+    "resolved_problem_key",
     "grouped_rules",
     "space_rules",
     "video_rules",
@@ -72,6 +74,10 @@ UNKNOWN_ENV_MSG = (
 ENV_MAKE_MSG = (
     "env.id={env_id!r} is invalid: gymnasium.make({env_id!r}) failed ({err}); install what "
     "the env needs or choose another env.id"
+)
+ENV_KWARGS_MSG = (
+    "env.kwargs={kwargs!r} is invalid with env.id={env_id!r}: building the env with them "
+    "failed ({err}); pass only arguments {env_id} takes (or install what it needs)"
 )
 ACTIONS_MSG = (
     "algorithm={algorithm!r} is invalid with env.id={env_id!r}: {name} needs {needs} actions "
@@ -113,14 +119,17 @@ def describe(
     """
     env = env if env is not None else resolve_env(config.env)
     if env.problems:  # the engine cannot be built as configured; its problems say why
-        return None, [Problem(_problem_key(p), text=p) for p in env.problems]
+        return None, [Problem(resolved_problem_key(p), text=p) for p in env.problems]
     return describe_env(env)
 
 
-def _problem_key(text: str) -> str:
-    """The key a problem of the resolved env names: env.observation_indices, or the engine."""
-    key = "env.observation_indices"
-    return key if text.startswith(key) else "env.engine"
+def resolved_problem_key(text: str) -> str:
+    """The key a problem of the resolved env names: env.observation_indices, env.kwargs, or
+    the engine."""
+    for key in ("env.observation_indices", "env.kwargs"):
+        if text.startswith(key):
+            return key
+    return "env.engine"
 
 
 def describe_env(env: ResolvedEnv) -> tuple[EnvSpec | None, list[Problem]]:
@@ -146,6 +155,9 @@ def describe_env(env: ResolvedEnv) -> tuple[EnvSpec | None, list[Problem]]:
     # dependency, a bad default argument): report it as a config problem
     except Exception as err:
         cause = f"{type(err).__name__}: {err}".rstrip(": ")
+        if env.env.kwargs:  # the env's arguments are the likelier cause: name them
+            text = ENV_KWARGS_MSG.format(env_id=env_id, kwargs=env.env.kwargs, err=cause)
+            return None, [Problem("env.kwargs", text=text)]
         return None, [Problem("env.id", text=ENV_MAKE_MSG.format(env_id=env_id, err=cause))]
     _DESCRIBED[env.key] = spec
     return spec, []
