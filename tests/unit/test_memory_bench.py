@@ -70,21 +70,42 @@ def test_curves_are_read_from_the_metrics_with_the_launch_offset(tmp_path):
 
 
 def test_the_summary_takes_medians_over_solved_seeds_and_the_ratios_to_sb3():
-    def run(frames, wall, solved, best):
-        return {"frames": frames, "wall_s": wall, "solved": solved, "curve": [[0, 0.0, best]]}
+    def run(frames, wall, solved, *points):
+        return {"frames": frames, "wall_s": wall, "solved": solved, "curve": [*points]}
 
     runs = {
-        "fleetrl": [run(60_000, 90.0, True, 480), run(80_000, 110.0, True, 490)],
-        "sb3": [run(100_000, 400.0, True, 500), run(200_000, 700.0, False, 300)],
-        "fleetrl-mlp": [run(200_000, 150.0, False, 60), run(200_000, 160.0, False, 80)],
+        "fleetrl": [
+            run(60_000, 90.0, True, [20_000, 30.0, 300], [60_000, 80.0, 480]),
+            run(80_000, 110.0, True, [40_000, 50.0, 400], [80_000, 100.0, 490]),
+        ],
+        "sb3": [
+            run(100_000, 400.0, True, [50_000, 200.0, 400], [100_000, 390.0, 500]),
+            run(200_000, 700.0, False, [150_000, 500.0, 300]),
+        ],
+        "fleetrl-mlp": [
+            run(200_000, 150.0, False, [200_000, 140.0, 60]),
+            run(200_000, 160.0, False, [200_000, 150.0, 80]),
+        ],
     }
     s = summarize(runs, 200_000)
-    assert s["contestants"]["fleetrl"]["frames_to_target"] == 70_000
-    assert s["contestants"]["sb3"]["solved"] == 1  # the unsolved seed is not in its medians
-    assert s["contestants"]["sb3"]["wall_to_target_s"] == 400.0
-    assert s["contestants"]["fleetrl-mlp"]["frames_to_target"] is None
-    assert s["contestants"]["fleetrl-mlp"]["best_return"] == 70
+    fleetrl, sb3, floor = (s["contestants"][w] for w in ("fleetrl", "sb3", "fleetrl-mlp"))
+    assert fleetrl["frames_to_target"] == 70_000 and fleetrl["wall_to_target_s"] == 100.0
+    assert sb3["solved"] == 1 and sb3["wall_to_target_s"] == 400.0  # over its solved seed
+    assert floor["frames_to_target"] is None and floor["best_return"] == 70
+    # the shared return: the lower median best (fleetrl 485, SB3 400); each seed's first reach
+    assert s["shared_return"] == 400
+    assert (fleetrl["seeds_to_shared"], fleetrl["frames_to_shared"]) == (2, 50_000)
+    assert fleetrl["seconds_to_shared"] == 65.0  # seeds at 80 s and 50 s
+    assert (sb3["seeds_to_shared"], sb3["frames_to_shared"], sb3["seconds_to_shared"]) == (
+        1,
+        50_000,
+        200.0,
+    )
     assert s["ratios"] == {
-        "frames fleetrl / sb3": pytest.approx(0.7),
-        "wall fleetrl / sb3": pytest.approx(0.25),
+        "frames to 475, fleetrl / sb3": pytest.approx(0.7),
+        "wall to 475, fleetrl / sb3": pytest.approx(0.25),
+        "frames to the shared return, fleetrl / sb3": pytest.approx(1.0),
+        "seconds to the shared return, fleetrl / sb3": pytest.approx(0.325),
     }
+    unsolved = summarize({**runs, "sb3": runs["sb3"][1:]}, 200_000)
+    assert "frames to 475, fleetrl / sb3" not in unsolved["ratios"]  # SB3 never reached 475
