@@ -409,7 +409,11 @@ def main() -> None:
                 continue
             print(f"{who} seed {seed}...", flush=True)
             try:
-                r = run_sb3(seed, args.frames) if who == "sb3" else run_fleetrl(who, seed, args.frames)
+                r = (
+                    run_sb3(seed, args.frames)
+                    if who == "sb3"
+                    else run_fleetrl(who, seed, args.frames)
+                )
             except (RuntimeError, subprocess.SubprocessError) as err:
                 failed[who] = str(err)[-500:]
                 print(f"{who} failed: {failed[who]}", flush=True)

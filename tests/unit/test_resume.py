@@ -91,7 +91,8 @@ ALGOS = {
             "ppo.burn_in=2",
             "ppo.num_epochs=2",
             "ppo.num_mini_batch=4",
-            "ppo.lr_schedule=constant",
+            "ppo.lr_schedule=constant",  # both schedules follow total_frames, which the
+            "ppo.clip_schedule=constant",  # split run's first half sets to half the total
             "trainer.test_every=2",
         ],
     ),

@@ -36,11 +36,11 @@ import numpy as np
 from fleetrl.errors import ConfigError
 
 __all__ = [
-    "GymId",
     "INDICES_ENGINE_MSG",
     "INDICES_MSG",
     "INDICES_RANGE_MSG",
     "INDICES_SPACE_MSG",
+    "GymId",
     "KeepEntries",
     "PartialEnv",
     "index_problems",
@@ -237,7 +237,5 @@ class PartialEnv:
         (a SyncVectorEnv in same-step autoreset, each env wrapped)."""
         from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
 
-        vector = make_gym_vector_env(
-            self.env_id, num_envs, wrappers=[self.wrap], **self.env_kwargs
-        )
+        vector = make_gym_vector_env(self.env_id, num_envs, wrappers=[self.wrap], **self.env_kwargs)
         return GymVectorEnv(vector)

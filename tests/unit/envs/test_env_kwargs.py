@@ -21,7 +21,9 @@ LOCAL = ["collector.num_collectors=0", "logging.progress_bar=false", "logging.te
 
 
 def test_a_gymnasium_id_with_kwargs_builds_them_in_every_env():
-    config = load_config("configs/ppo_cartpole.yaml", [*LOCAL, "env.kwargs.sutton_barto_reward=true"])
+    config = load_config(
+        "configs/ppo_cartpole.yaml", [*LOCAL, "env.kwargs.sutton_barto_reward=true"]
+    )
     built_by = create_env_fn(config.env)
     assert built_by == GymId("CartPole-v1", SUTTON_BARTO)
     with SyncDataCollector(built_by, None, frames_per_batch=400, num_envs=4) as c:

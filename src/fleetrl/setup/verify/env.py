@@ -62,8 +62,8 @@ __all__ = [
     "close_ids",
     "describe",
     "describe_env",
-    "resolved_problem_key",
     "grouped_rules",
+    "resolved_problem_key",
     "space_rules",
     "video_rules",
 ]
