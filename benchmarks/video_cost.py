@@ -26,8 +26,8 @@ from tensordict.nn import TensorDictModule
 
 from common import print_table, write_json
 from fleetrl.envs.atari import AtariEnv
-from fleetrl.evaluate import evaluate
-from fleetrl.video import add_tensorboard_clip, record_video, video_env
+from fleetrl.run.evaluate import evaluate
+from fleetrl.collectors.video import add_tensorboard_clip, record_video, video_env
 
 ENVS = {
     "CartPole-v1": "CartPole-v1",

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from fakes import PIXEL_ENV_ID
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 
 #: the repository's root (configs/, benchmarks/)

@@ -38,21 +38,21 @@ _EXPORTS = {
     "PPO": "fleetrl.algorithms.ppo",
     "PPOConfig": "fleetrl.algorithms.ppo",
     "PolicyError": "fleetrl.errors",
-    "RandomPolicy": "fleetrl.policies",
+    "RandomPolicy": "fleetrl.collectors.policies",
     "RayCollector": "fleetrl.collectors.ray",
     "RemoteReplayBuffer": "fleetrl.collectors.replay",
     "SAC": "fleetrl.algorithms.sac",
     "SACConfig": "fleetrl.algorithms.sac",
-    "SweepResult": "fleetrl.sweep",
+    "SweepResult": "fleetrl.run.sweep",
     "SyncDataCollector": "fleetrl.collectors.sync",
-    "Trainer": "fleetrl.trainer",
+    "Trainer": "fleetrl.run.trainer",
     "WorkerError": "fleetrl.errors",
     "WorkerLostError": "fleetrl.errors",
-    "as_policy": "fleetrl.policies",
+    "as_policy": "fleetrl.collectors.policies",
     "episode_stats": "fleetrl.collectors.base",
     "load_config": "fleetrl.setup.load",
     "make_env": "fleetrl.envs.make",
-    "tune": "fleetrl.sweep",
+    "tune": "fleetrl.run.sweep",
 }
 
 __all__ = [
@@ -142,7 +142,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         WorkerError,
         WorkerLostError,
     )
-    from fleetrl.policies import RandomPolicy, as_policy
+    from fleetrl.collectors.policies import RandomPolicy, as_policy
     from fleetrl.setup.load import load_config
-    from fleetrl.sweep import SweepResult, tune
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.sweep import SweepResult, tune
+    from fleetrl.run.trainer import Trainer

@@ -104,7 +104,7 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
     pin_threads(1)  # imports torch: after Ray's start has begun
     from fleetrl.setup.load import load_config
     from fleetrl.setup.resume import RunComplete
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.trainer import Trainer
 
     if args.resume:
         try:
@@ -132,7 +132,7 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
     if trainer.eval_history:
         print(f"last evaluation return {trainer.eval_history[-1][1]:.1f}")
     if trainer.last_checkpoint is not None:
-        from fleetrl.checkpoint import file_size
+        from fleetrl.run.checkpoint import file_size
 
         print(f"checkpoint {trainer.last_checkpoint.name}: {file_size(trainer.last_checkpoint)}")
     print(f"logs, checkpoints and learning_curve.png in {trainer.run_dir}")
@@ -151,7 +151,7 @@ GROUPED_VIDEO_MSG = (
 
 
 def _report(args: argparse.Namespace) -> int:
-    from fleetrl.report import report
+    from fleetrl.run.report import report
 
     print(report(args.run, plot=None if args.no_plot else args.plot))
     return 0
@@ -190,7 +190,7 @@ def _tune(args: argparse.Namespace) -> int:
     from fleetrl.runtime import pin_threads
 
     pin_threads(1)
-    from fleetrl.sweep import tune
+    from fleetrl.run.sweep import tune
 
     result = tune(resume=args.resume) if args.resume else tune(sweep_config(args))
     print(result.table())
@@ -224,15 +224,15 @@ def _eval(args: argparse.Namespace) -> int:
     from torchrl.envs.utils import ExplorationType
 
     from fleetrl.algorithms.base import NetworkMisfit
-    from fleetrl.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
+    from fleetrl.run.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
     from fleetrl.envs.make import create_env_fn
-    from fleetrl.evaluate import eval_exploration, evaluate
+    from fleetrl.run.evaluate import eval_exploration, evaluate
     from fleetrl.setup.build import make_algorithm, spec_of
     from fleetrl.setup.load import config_from_dict
 
     video = None
     if args.video is not None:  # a path that cannot be written fails before any work
-        from fleetrl.video import check_video_path
+        from fleetrl.collectors.video import check_video_path
 
         video = check_video_path(args.video, "--video")
     episodes = args.episodes or (1 if video else 20)
@@ -262,7 +262,7 @@ def _eval(args: argparse.Namespace) -> int:
             STATE_MISFIT.format(path=path, algorithm=config.algorithm, reason=_first_line(err))
         ) from None
     if video is not None:
-        from fleetrl.video import record_video
+        from fleetrl.collectors.video import record_video
 
         recorded = record_video(
             algorithm.policy,

@@ -111,7 +111,7 @@ class Schedule(str, enum.Enum):
     LINEAR = "linear"  # decays to 0 at trainer.total_frames
 
 
-#: the metrics.csv columns of one evaluation (fleetrl.evaluate), on the rows where one ran
+#: the metrics.csv columns of one evaluation (fleetrl.run.evaluate), on the rows where one ran
 EVAL_METRICS = ("eval/return_mean", "eval/return_std")
 
 
@@ -210,7 +210,7 @@ class EnvConfig:
     build the env with them."""
     normalize_observation: bool = False
     """normalize observations by running mean and variance merged from every collector's
-    frames on the learner, published with the weights (fleetrl.normalization; PPO, A2C,
+    frames on the learner, published with the weights (fleetrl.collectors.normalization; PPO, A2C,
     IMPALA, APPO with mlp networks, in every learner mode)."""
     clip_observation: float | None = 10.0
     """clip normalized observations to [-clip, clip] (null: off); CleanRL clips to 10."""

@@ -85,7 +85,7 @@ class CheckpointError(ConfigError):
     its message is one line naming the file or folder.
 
     Example:
-        >>> from fleetrl.checkpoint import load_checkpoint
+        >>> from fleetrl.run.checkpoint import load_checkpoint
         >>> try:
         ...     load_checkpoint("no/such/checkpoint.pt")
         ... except CheckpointError as err:

@@ -81,7 +81,7 @@ EPISODE_END_KEY = ("next", "episode_end")
 #: over the group's episode) and whether the group's episode ended at this step
 GROUP_RETURN_KEY = ("next", "group_return")
 GROUP_END_KEY = ("next", "group_end")
-#: each env's running discounted return (reward scaling's statistic; fleetrl.normalization)
+#: each env's running discounted return (reward scaling's statistic; fleetrl.collectors.normalization)
 DISCOUNTED_RETURN_KEY = ("next", "discounted_return")
 #: which steps of a padded batch were collected (a sync round with preemption, whole trajectories)
 MASK_KEY = ("collector", "mask")

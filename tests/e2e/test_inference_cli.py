@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from runs import ROOT, rows
 

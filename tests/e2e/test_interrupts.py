@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import fleetrl
-from fleetrl.checkpoint import checkpoint_paths, load_checkpoint
+from fleetrl.run.checkpoint import checkpoint_paths, load_checkpoint
 from fleetrl.cli import main
 from runs import ROOT
 
@@ -165,7 +165,7 @@ def test_sigkill_between_checkpoints_then_resume_keeps_every_row_up_to_the_check
 
 
 def test_a_second_signal_stops_at_once_and_handlers_are_restored():
-    from fleetrl.run_control import StopOnSignal
+    from fleetrl.run.run_control import StopOnSignal
 
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     stop = StopOnSignal()

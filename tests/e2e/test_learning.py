@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fleetrl.setup.load import load_config
-from fleetrl.trainer import Trainer
+from fleetrl.run.trainer import Trainer
 from runs import ROOT
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl import run_control
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run import run_control
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
-from fleetrl.evaluate import eval_exploration
+from fleetrl.run.evaluate import eval_exploration
 from fleetrl.setup.load import load_config
 from runs import ROOT, conv_shapes, rows
 

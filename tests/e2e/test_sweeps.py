@@ -21,7 +21,7 @@ import yaml
 
 import fleetrl
 from fleetrl import load_config, tune
-from fleetrl.metrics import read_metrics
+from fleetrl.run.metrics import read_metrics
 from runs import ROOT
 
 CARTPOLE = str(ROOT / "configs" / "ppo_cartpole.yaml")

@@ -10,7 +10,7 @@ import torch
 
 from fleetrl.keys import DISCOUNTED_RETURN_KEY
 from fleetrl.learners.central import CentralLearner
-from fleetrl.normalization import EPS
+from fleetrl.collectors.normalization import EPS
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 from runs import NORMALIZED_TINY

@@ -8,7 +8,7 @@ import torch
 
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
 from fleetrl.algorithms import PPO, PPOConfig
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.collectors import RayCollector
 from fleetrl.envs.spec import env_spec
 from runs import PIXEL_FRAMES as FRAMES

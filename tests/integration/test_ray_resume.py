@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from runs import PPO_LOCAL, approximate_lines, split_run
 
 

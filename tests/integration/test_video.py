@@ -15,9 +15,9 @@ from PIL import Image
 
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError, EnvError
-from fleetrl.evaluate import evaluate
+from fleetrl.run.evaluate import evaluate
 from fleetrl.setup.load import load_config
-from fleetrl.video import DIR_MSG, SUFFIX_MSG, TB_VIDEO_TAG, check_video_path, record_video
+from fleetrl.collectors.video import DIR_MSG, SUFFIX_MSG, TB_VIDEO_TAG, check_video_path, record_video
 from runs import ROOT
 
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
@@ -282,7 +282,7 @@ def test_video_every_writes_mp4s_and_tensorboard_clips_and_eval_video_records(tm
 
 
 def test_recording_leaves_the_training_random_state_alone(tmp_path):
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.trainer import Trainer
 
     overrides = [*VIDEO_RUN, "logging.tensorboard=false"]
     trainer = Trainer(load_config(PPO, overrides), run_dir=tmp_path / "run")
@@ -297,7 +297,7 @@ def test_recording_leaves_the_training_random_state_alone(tmp_path):
 
 @pytest.mark.parametrize("every, filmed", [(1, [1, 2, 3, 4]), (2, [2, 4]), (3, [3]), (0, [])])
 def test_video_every_films_every_nth_evaluation(every, filmed):
-    from fleetrl.evaluate import Evaluator
+    from fleetrl.run.evaluate import Evaluator
 
     config = load_config(PPO, [*VIDEO_RUN, "trainer.test_every=2", f"logging.video_every={every}"])
     evaluator = Evaluator(config)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleetrl import checkpoint as ck
-from fleetrl.checkpoint import (
+from fleetrl.run import checkpoint as ck
+from fleetrl.run.checkpoint import (
     CUSTOM_MODULES_HINT,
     load_checkpoint,
     newest_checkpoint,
@@ -24,7 +24,7 @@ from fleetrl.checkpoint import (
 )
 from fleetrl.cli import main
 from fleetrl.errors import CheckpointError, ConfigError
-from fleetrl.trainer import Trainer
+from fleetrl.run.trainer import Trainer
 from runs import ROOT, assert_identical
 
 LOCAL = [
@@ -127,7 +127,7 @@ def test_checkpoints_named_past_a_resumed_one_are_removed(tmp_path, caplog):
     folder = tmp_path / "checkpoints"
     save_checkpoint(state(64), folder, keep=3)
     (folder / "checkpoint_000000000200.pt").write_bytes(b"")  # damaged, from before a resume
-    with caplog.at_level(logging.WARNING, logger="fleetrl.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="fleetrl.run.checkpoint"):
         save_checkpoint(state(128), folder, keep=3)
     assert names(folder) == ["checkpoint_000000000064.pt", "checkpoint_000000000128.pt"]
     assert "checkpoint_000000000200.pt" in caplog.text
@@ -168,7 +168,7 @@ def test_newest_that_loads_skips_damaged_files_with_a_warning(tmp_path, caplog):
     (folder / "checkpoint_000000000192.pt").write_bytes(b"")
     data = (folder / "checkpoint_000000000128.pt").read_bytes()
     (folder / "checkpoint_000000000256.pt").write_bytes(data[:100])
-    with caplog.at_level(logging.WARNING, logger="fleetrl.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="fleetrl.run.checkpoint"):
         path, loaded = newest_checkpoint(folder)
     assert path.name == "checkpoint_000000000128.pt" and loaded["frames"] == 128
     warnings = [r.getMessage() for r in caplog.records]
@@ -387,7 +387,7 @@ def test_a_dqn_atari_checkpoint_holds_the_frames_it_has_seen_not_its_capacity(
         assert rows + others <= size < rows + others + 1_000_000, (size, rows, others)
         sizes.append(size)
     assert sizes[1] - sizes[0] < 128 * (row + 64) + 100_000  # 128 more frames, nothing else
-    saved = [r.getMessage() for r in caplog.records if r.name == "fleetrl.checkpoint"]
+    saved = [r.getMessage() for r in caplog.records if r.name == "fleetrl.run.checkpoint"]
     assert saved == [
         f"checkpoint {p} written: {ck.file_size(p)}" for p in paths
     ]  # once each: the last iteration's checkpoint is the run's last

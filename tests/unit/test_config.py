@@ -95,7 +95,7 @@ def test_missing_file_and_bad_override():
 
 
 def test_a_run_dir_config_yaml_holds_only_the_chosen_section(tmp_path):
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.trainer import Trainer
 
     cfg = load_config(PPO_CARTPOLE, [*LOCAL, "ppo.clip_schedule=linear"])
     trainer = Trainer(cfg, run_dir=tmp_path / "run")

@@ -87,7 +87,7 @@ def test_a_video_of_an_env_it_cannot_rebuild_says_what_it_takes(tmp_path):
     import gymnasium as gym
 
     from fleetrl.errors import EnvError
-    from fleetrl.video import record_video
+    from fleetrl.collectors.video import record_video
 
     env = gym.make("CartPole-v1")
     with pytest.raises(

@@ -13,7 +13,7 @@ from torchrl.modules import ProbabilisticActor
 
 from fakes import OFFSET_ENV_ID
 from fleetrl.config import EvalActions
-from fleetrl.evaluate import Evaluator, eval_exploration
+from fleetrl.run.evaluate import Evaluator, eval_exploration
 from fleetrl.setup.load import load_config
 from runs import ROOT
 

@@ -7,17 +7,18 @@ inside functions count: they are still dependencies). The package's
 ``__init__`` files are facades that import their names when first used (PEP
 562): they are not in a layer.
 
-The layers, top to bottom (:data:`LAYERS`):
+The layers, top to bottom (:data:`LAYERS`), each a package but the base (modules):
 
 ============  ==============================================================
 entry         the command line
 run           the Trainer and what a run writes and reads: evaluation,
-              checkpoints, metrics, run control, the run report
+              checkpoints, metrics, run control, the run report, trackers,
+              sweeps (the ``fleetrl.run`` package)
 learners      the central, decoupled and gradient-worker learners
 setup         parse, verify and build a config's parts
-algorithms    the loss modules and networks; evaluation videos
+algorithms    the loss modules and networks
 collectors    SyncDataCollector, RayCollector and their parts; policies,
-              normalization statistics
+              normalization statistics, evaluation videos
 envs          every engine behind one batched-env interface, and EnvSpec
 base          config data, batch keys, errors, the wire format, batch sizes,
               the runtime (Ray start), the backends and the worker group
@@ -36,23 +37,11 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 #: (layer, modules or packages in it), top to bottom
 LAYERS: list[tuple[str, list[str]]] = [
     ("entry", ["fleetrl.cli"]),
-    (
-        "run",
-        [
-            "fleetrl.trainer",
-            "fleetrl.evaluate",
-            "fleetrl.run_control",
-            "fleetrl.checkpoint",
-            "fleetrl.metrics",
-            "fleetrl.report",
-            "fleetrl.tracking",
-            "fleetrl.sweep",
-        ],
-    ),
+    ("run", ["fleetrl.run"]),
     ("learners", ["fleetrl.learners"]),
     ("setup", ["fleetrl.setup"]),
-    ("algorithms", ["fleetrl.algorithms", "fleetrl.video"]),
-    ("collectors", ["fleetrl.collectors", "fleetrl.policies", "fleetrl.normalization"]),
+    ("algorithms", ["fleetrl.algorithms"]),
+    ("collectors", ["fleetrl.collectors"]),
     ("envs", ["fleetrl.envs"]),
     (
         "base",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.metrics import MetricLogger
+from fleetrl.run.metrics import MetricLogger
 
 
 def row(frames: int, **extra: float) -> dict[str, float]:
@@ -124,7 +124,7 @@ def test_resume_drops_rows_past_the_checkpoint(tmp_path, caplog):
     for frames in (64, 128, 192, 256, 320):
         log.log(frames, row(frames))
     log.close()
-    with caplog.at_level(logging.WARNING, logger="fleetrl.metrics"):
+    with caplog.at_level(logging.WARNING, logger="fleetrl.run.metrics"):
         resumed = MetricLogger(tmp_path, tensorboard=False, resume_frames=192)
     assert (
         f"{tmp_path / 'metrics.csv'}: dropping 2 rows logged past the checkpoint's 192 frames"
@@ -148,7 +148,7 @@ def test_a_damaged_last_row_is_discarded_with_a_warning(tmp_path, caplog, tail, 
     (tmp_path / "metrics.csv").write_text(
         "train/episode_return,train/frames\n1.0,64\n2.0,128\n" + tail
     )
-    with caplog.at_level(logging.WARNING, logger="fleetrl.metrics"):
+    with caplog.at_level(logging.WARNING, logger="fleetrl.run.metrics"):
         log = MetricLogger(tmp_path, tensorboard=False, resume_frames=192)
     assert f"{tmp_path / 'metrics.csv'} line 4 is damaged ({problem}" in caplog.text
     log.log(192, row(192))

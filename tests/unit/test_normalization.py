@@ -1,4 +1,4 @@
-"""Normalization with one statistic per run (fleetrl.normalization): exact merges, the
+"""Normalization with one statistic per run (fleetrl.collectors.normalization): exact merges, the
 statistics every worker acts with, reward scaling, checkpoints and the config rules."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.collectors.episodes import discounted_returns
 from fleetrl.envs.spec import env_spec
 from fleetrl.errors import ConfigError
 from fleetrl.keys import DISCOUNTED_RETURN_KEY
-from fleetrl.normalization import EPS, ObservationNormalizer, RewardScaler, RunningMoments
+from fleetrl.collectors.normalization import EPS, ObservationNormalizer, RewardScaler, RunningMoments
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 from runs import NORMALIZED_TINY, ROOT, assert_identical, metric_rows
@@ -203,7 +203,7 @@ def test_resume_cannot_switch_normalization(tmp_path):
 
 @pytest.mark.parametrize("algo", ["a2c", "appo", "impala", "ppo"])
 def test_every_actor_critic_algorithm_shares_one_normalizer_between_actor_and_critic(algo):
-    from fleetrl.normalization import find_normalizers
+    from fleetrl.collectors.normalization import find_normalizers
 
     config = config_from_dict(
         {"algorithm": algo, "env": {"id": "Pendulum-v1"}},

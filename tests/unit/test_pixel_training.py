@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from fakes import PIXEL_SHAPE
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from fleetrl.setup.resume import FROZEN_MSG
 from runs import PIXEL_FRAMES as FRAMES

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from fleetrl import run_control
-from fleetrl.run_control import ProgressBar
+from fleetrl.run import run_control
+from fleetrl.run.run_control import ProgressBar
 from fleetrl.setup.load import config_from_dict
 
 

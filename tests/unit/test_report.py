@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from fleetrl.cli import main
-from fleetrl.metrics import read_metrics
-from fleetrl.report import (
+from fleetrl.run.metrics import read_metrics
+from fleetrl.run.report import (
     NO_RUN_MSG,
     breakdown,
     collection,

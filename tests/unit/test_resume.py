@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from fleetrl.checkpoint import CUSTOM_MODULES_HINT, latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import CUSTOM_MODULES_HINT, latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from runs import (
     LOCAL,
@@ -205,7 +205,7 @@ def test_evaluation_leaves_the_training_random_state_alone(tmp_path):
     import numpy as np
 
     from fleetrl.setup.load import load_config
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.trainer import Trainer
 
     cfg = load_config(ROOT / "configs" / "ppo_cartpole.yaml", [*PPO_LOCAL, "trainer.test_every=1"])
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
@@ -271,7 +271,7 @@ def test_resume_with_another_buffer_size_keeps_the_newest_transitions_and_trains
     """Saved with a buffer of 200 holding 256 writes (wrapped), resumed with ``size``: the
     buffer holds the newest transitions that fit, in write order, and the run goes on."""
     from fleetrl.collectors.replay import _in_order
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.trainer import Trainer
 
     config, _, extra = ALGOS[algo]
     run = tmp_path / "run"

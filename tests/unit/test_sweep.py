@@ -20,11 +20,11 @@ from fleetrl import load_config
 from fleetrl.cli import main
 from fleetrl.config import TuneScheduler
 from fleetrl.errors import ConfigError
-from fleetrl.evaluate import EVAL_METRICS
-from fleetrl.metrics import read_metrics
+from fleetrl.run.evaluate import EVAL_METRICS
+from fleetrl.run.metrics import read_metrics
 from fleetrl.setup.parse import config_to_dict
 from fleetrl.setup.search import DISTRIBUTIONS_HELP, Distribution, parse_dimension
-from fleetrl.sweep import (
+from fleetrl.run.sweep import (
     EMPTY_SEARCH_MSG,
     MISSING_METRIC_MSG,
     NOT_A_SWEEP_MSG,
@@ -251,7 +251,7 @@ def test_a_sweep_on_an_evaluation_metric_reports_its_latest_value(tmp_path, monk
 def test_a_metric_that_is_nan_until_an_episode_ends_is_not_reported_as_nan(tmp_path, monkeypatch):
     """train/episode_return is NaN on the rows before the first episode ends (Atari's first
     iterations): those rows are not reported, and a later NaN keeps the last known value."""
-    from fleetrl.sweep import _Reporter
+    from fleetrl.run.sweep import _Reporter
 
     tune_ = _FakeTune(monkeypatch)
     report = _Reporter("train/episode_return", tmp_path, "t0")

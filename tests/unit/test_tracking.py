@@ -24,7 +24,7 @@ import pytest
 from fleetrl import ConfigError, Trainer, load_config
 from fleetrl.setup import parse_config
 from fleetrl.setup.verify import TRACKER_EXTRA_MSG
-from fleetrl.tracking import (
+from fleetrl.run.tracking import (
     BACKLOG_ROWS,
     MAX_SKIP,
     TRACKER_BACK,
@@ -224,7 +224,7 @@ def test_a_tracker_that_keeps_failing_is_warned_once_and_still_ended(tmp_path, c
     trackers.log_row({"train/frames": 256, "loss/critic": 1.0})
     # the run goes away under it (deleted in another client): MLflow refuses further logging
     MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri()).delete_run(run_id)
-    with caplog.at_level(logging.WARNING, logger="fleetrl.tracking"):
+    with caplog.at_level(logging.WARNING, logger="fleetrl.run.tracking"):
         trackers.log_row({"train/frames": 512, "loss/critic": 2.0})
         trackers.log_row({"train/frames": 768, "loss/critic": 3.0})
         trackers.finish(RunEnd.FINISHED, None)
@@ -256,7 +256,7 @@ def test_a_transient_tracker_failure_loses_no_row_and_the_run_still_ends(tmp_pat
 
     tracker.client.log_batch = log_batch_once_failing
     checkpoint = tmp_path / "checkpoints" / "checkpoint_000000000768.pt"
-    with caplog.at_level(logging.INFO, logger="fleetrl.tracking"):
+    with caplog.at_level(logging.INFO, logger="fleetrl.run.tracking"):
         for frames in (256, 512, 768):
             trackers.log_row({"train/frames": frames, "loss/critic": frames / 256})
         trackers.finish(RunEnd.FINISHED, checkpoint)
@@ -312,7 +312,7 @@ def _flaky_trackers(tmp_path, tracker: Tracker) -> Trackers:
 def test_a_failing_tracker_logs_what_it_missed_in_order_when_it_answers_again(tmp_path, caplog):
     flaky = _Flaky(failures=3)
     trackers = _flaky_trackers(tmp_path, flaky)
-    with caplog.at_level(logging.INFO, logger="fleetrl.tracking"):
+    with caplog.at_level(logging.INFO, logger="fleetrl.run.tracking"):
         for frames in range(1, 11):
             trackers.log_row({"train/frames": frames})
         trackers.finish(RunEnd.KILLED, None)
@@ -332,7 +332,7 @@ def test_a_dead_tracker_is_tried_ever_less_often_and_what_it_lost_is_counted(tmp
     trackers = _flaky_trackers(tmp_path, dead)
     rows = BACKLOG_ROWS + 100
     tried_at = []
-    with caplog.at_level(logging.WARNING, logger="fleetrl.tracking"):
+    with caplog.at_level(logging.WARNING, logger="fleetrl.run.tracking"):
         for frames in range(1, rows + 1):
             before = len(dead.tries)
             trackers.log_row({"train/frames": frames})

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG
-from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import GROUPED_VIDEO_MSG, main
 from fleetrl.errors import ConfigError
 from fleetrl.setup.load import load_config
@@ -121,7 +121,7 @@ def test_networks_passed_in_code_are_refused_for_a_multi_agent_run(tmp_path):
     from torch import nn
 
     from fleetrl.setup.build import GROUPED_MODULES_MSG
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.trainer import Trainer
 
     config = load_config(CONFIGS / "mappo_simple_spread.yaml", TINY)
     with pytest.raises(ConfigError) as err:

@@ -68,7 +68,7 @@ from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid
 from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
 from fleetrl.errors import ConfigError
 from fleetrl.keys import NestedKey
-from fleetrl.normalization import (
+from fleetrl.collectors.normalization import (
     Normalization,
     ObservationNormalizer,
     RewardScaler,
@@ -197,7 +197,7 @@ class Algorithm(abc.ABC):
     eval_actions: ClassVar[EvalActions] = EvalActions.SAMPLE
     #: hyperparameters that update_algorithm_parameter may change, besides "lr"
     tunable: ClassVar[tuple[str, ...]] = ()
-    #: scales the rewards learned from (``env.normalize_reward``; fleetrl.normalization)
+    #: scales the rewards learned from (``env.normalize_reward``; fleetrl.collectors.normalization)
     reward_scaler: RewardScaler | None = None
     #: seconds spent preparing batches for the optimizer steps so far (:meth:`gradient_batches`:
     #: GAE, flattening; a replay algorithm's storing and sampling); learners read differences
@@ -283,7 +283,7 @@ class Algorithm(abc.ABC):
     @property
     def observation_normalizers(self) -> list[ObservationNormalizer]:
         """The observation normalizers in the policy and the critic (each once): the
-        statistics the learner merges from every batch (fleetrl.normalization)."""
+        statistics the learner merges from every batch (fleetrl.collectors.normalization)."""
         found = find_normalizers(self.policy)
         found += [m for m in find_normalizers(self.__dict__.get("critic")) if m not in found]
         return found

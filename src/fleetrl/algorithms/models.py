@@ -375,7 +375,7 @@ def make_actor(
     TanhNormal within the bounds, or CleanRL's Normal (see :class:`ActionDistribution`).
 
     Writes ``action`` and its log-prob (``action_log_prob``), what the PPO/A2C losses read.
-    A ``normalizer`` (:class:`~fleetrl.normalization.ObservationNormalizer`) comes first in
+    A ``normalizer`` (:class:`~fleetrl.collectors.normalization.ObservationNormalizer`) comes first in
     the network: the policy acts on normalized observations.
     """
     check_default_actions(info)
@@ -448,7 +448,7 @@ def make_actor_critic(
     """PPO/A2C's actor and critic: the given ones, the missing ones built for ``model``.
 
     ``normalizer`` (``mlp`` only): one
-    :class:`~fleetrl.normalization.ObservationNormalizer` shared by the actor and
+    :class:`~fleetrl.collectors.normalization.ObservationNormalizer` shared by the actor and
     the critic built here, first in each network. ``distribution`` picks the
     continuous-action policy of an ``mlp`` model (:class:`ActionDistribution`);
     ``normal`` also inits both MLPs as CleanRL.

@@ -42,7 +42,7 @@ from fleetrl.keys import (
     REWARD_KEY,
     TERMINATED_KEY,
 )
-from fleetrl.policies import to_device
+from fleetrl.collectors.policies import to_device
 
 __all__ = ["SAC", "SACConfig"]
 

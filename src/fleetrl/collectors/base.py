@@ -76,7 +76,7 @@ def check_common_arguments(
 ) -> Any:
     """Checks every collector makes the same way; returns the acting policy (None: random)."""
     from fleetrl.errors import PolicyError
-    from fleetrl.policies import as_policy
+    from fleetrl.collectors.policies import as_policy
 
     if max_frames_per_traj not in (None, -1):
         p.positive_int("max_frames_per_traj", max_frames_per_traj, allow_minus_one=True)

@@ -169,7 +169,7 @@ def discounted_returns(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each env's running discounted return ``G_t = gamma * G_{t-1} * (1 - done_{t-1}) + r_t``.
 
-    What reward scaling (:mod:`fleetrl.normalization`) takes the variance of.
+    What reward scaling (:mod:`fleetrl.collectors.normalization`) takes the variance of.
 
     Args:
         reward, done: ``[N, steps]`` of one batch.

@@ -36,7 +36,7 @@ from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import PolicyError
 from fleetrl.keys import ACTION_KEY, IS_INIT_KEY, NestedKey
-from fleetrl.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
+from fleetrl.collectors.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
 
 __all__ = [
     "ACTION_SHAPE_MSG",

@@ -67,7 +67,7 @@ from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
 from fleetrl.errors import ConfigError, FleetError, Problem
-from fleetrl.policies import as_weights, policy_weights
+from fleetrl.collectors.policies import as_weights, policy_weights
 from fleetrl.runtime import ray_running, start_ray
 from fleetrl.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 

@@ -76,7 +76,7 @@ from fleetrl.keys import (
     WORKER_ID_KEY,
     NestedKey,
 )
-from fleetrl.policies import PerEnvPolicy, RandomPolicy, as_policy, as_weights
+from fleetrl.collectors.policies import PerEnvPolicy, RandomPolicy, as_policy, as_weights
 
 __all__ = ["SyncDataCollector"]
 
@@ -153,7 +153,7 @@ class SyncDataCollector(DataCollectorBase):
             answered with. A RayCollector with ``inference="server"`` passes it.
         return_discount: track each env's running discounted return with this
             discount and write it to ``("next", "discounted_return")``, what
-            reward scaling takes the variance of (:mod:`fleetrl.normalization`);
+            reward scaling takes the variance of (:mod:`fleetrl.collectors.normalization`);
             part of :meth:`state_dict`. None (default): off.
 
     Examples:

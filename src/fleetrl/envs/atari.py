@@ -267,7 +267,7 @@ def gym_atari(env_id: str, a: AtariConfig, render_mode: str | None = None) -> gy
         repeat_action_probability=a.repeat_action_probability,
         full_action_space=a.full_action_space,
         max_num_frames_per_episode=None,
-        render_mode=render_mode,  # fleetrl.video: "rgb_array", the raw screen
+        render_mode=render_mode,  # fleetrl.collectors.video: "rgb_array", the raw screen
     )
     env = AtariPreprocessing(
         env,

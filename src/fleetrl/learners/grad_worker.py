@@ -177,7 +177,7 @@ class GradWorker:
         ``collection_version`` (the weights the data was collected with),
         ``batch_done`` (this was the last step on the current batch), the
         frames and finished episodes collected during this step, loss info and
-        timings; with normalization (:mod:`fleetrl.normalization`), ``moments``
+        timings; with normalization (:mod:`fleetrl.collectors.normalization`), ``moments``
         of the frames collected since the last report. ``statistics``: the
         master's, sent with the weights (:meth:`set_weights`).
         """

@@ -5,7 +5,7 @@
 - :class:`StepReport`: what a gradient worker returns for a step (or, in the
   decentralized mode, for a whole batch) to the update worker;
 - :class:`IterationResult`: what a learner's ``run_iteration`` returns to the
-  :class:`~fleetrl.trainer.Trainer`: frames, episodes, loss info and the row of
+  :class:`~fleetrl.run.trainer.Trainer`: frames, episodes, loss info and the row of
   the metric schema (:mod:`fleetrl.learners.report`).
 
 Plain values and arrays only: a step report travels through Ray.

@@ -1,6 +1,6 @@
 """Build the pieces of a training run from a :class:`~fleetrl.config.Config`.
 
-Shared by the central :class:`~fleetrl.trainer.Trainer` and the gradient
+Shared by the central :class:`~fleetrl.run.trainer.Trainer` and the gradient
 workers of the distributed scheme, so both collect with the same settings.
 """
 
@@ -16,7 +16,7 @@ from fleetrl.config import Config
 from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
-from fleetrl.normalization import ObservationNormalizer, RewardScaler, find_normalizers
+from fleetrl.collectors.normalization import ObservationNormalizer, RewardScaler, find_normalizers
 from fleetrl.setup.verify.checked import resolved_env, verified
 from fleetrl.setup.verify.env import describe
 
@@ -30,7 +30,7 @@ __all__ = [
 
 USER_NETWORK_MSG = (
     "env.normalize_observation=True but the {names} passed in code hold no "
-    "fleetrl.normalization.ObservationNormalizer: put one (the same instance in actor and "
+    "fleetrl.collectors.normalization.ObservationNormalizer: put one (the same instance in actor and "
     "critic) first in their observation path, or set env.normalize_observation=false"
 )
 
@@ -84,7 +84,7 @@ def spec_of(config: Config) -> EnvSpec:
 
 def normalized_networks(config: Config, info: EnvSpec, modules: dict[str, Any]) -> dict[str, Any]:
     """The default actor and critic with one shared
-    :class:`~fleetrl.normalization.ObservationNormalizer` first in both (``env.normalize_observation``).
+    :class:`~fleetrl.collectors.normalization.ObservationNormalizer` first in both (``env.normalize_observation``).
 
     Networks passed in code must hold their own normalizer: a missing one would
     leave the policy acting on raw observations while the config says otherwise.
@@ -152,7 +152,7 @@ def make_collector(
     env = create_env_fn(resolved_env(config))  # the run's resolution, where it verified here
     if reads is not None and hasattr(env, "reading"):
         env = env.reading(reads)
-    # env.normalize_reward: the collectors track each env's discounted return (fleetrl.normalization)
+    # env.normalize_reward: the collectors track each env's discounted return (fleetrl.collectors.normalization)
     return_discount = config.algo.gamma if e.normalize_reward else None
     if c.num_collectors == 0:
         from fleetrl.collectors import SyncDataCollector

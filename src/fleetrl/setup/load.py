@@ -3,7 +3,7 @@
 every problem, the parsing ones first.
 
 The config returned carries its verification (its resolved env and spec,
-:func:`fleetrl.setup.verify.verified`): a :class:`~fleetrl.trainer.Trainer` given it
+:func:`fleetrl.setup.verify.verified`): a :class:`~fleetrl.run.trainer.Trainer` given it
 does not check it again, unless a key changed since.
 
 Examples:

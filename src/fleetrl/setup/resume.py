@@ -97,8 +97,8 @@ def _get(data: dict[str, Any], key: str) -> Any:
 class RunComplete(Exception):
     """Resuming a run that trained its own budget: there is nothing to do.
 
-    Raised by :class:`~fleetrl.trainer.Trainer` (``resume=True``,
-    :meth:`~fleetrl.trainer.Trainer.from_run_dir`) before anything is written;
+    Raised by :class:`~fleetrl.run.trainer.Trainer` (``resume=True``,
+    :meth:`~fleetrl.run.trainer.Trainer.from_run_dir`) before anything is written;
     ``fleetrl train --resume`` prints it and exits 0. Not a
     :class:`~fleetrl.errors.FleetError`: no input was wrong.
 

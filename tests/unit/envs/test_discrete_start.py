@@ -16,7 +16,7 @@ from torch import nn
 from fakes import MULTI_DISCRETE_ENV_ID, OFFSET_ENV_ID, OffsetActionEnv
 from fleetrl import SyncDataCollector
 from fleetrl.cli import main
-from fleetrl.evaluate import evaluate
+from fleetrl.run.evaluate import evaluate
 from policies import categorical_actor, constant_policy
 from runs import ROOT, rows
 

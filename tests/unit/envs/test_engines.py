@@ -30,7 +30,7 @@ from fleetrl.envs.cpp import EnvPoolEnv
 from fleetrl.envs.gymnasium import GymVectorEnv
 from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import env_spec
-from fleetrl.evaluate import evaluate
+from fleetrl.run.evaluate import evaluate
 from fleetrl.setup.build import make_collector
 from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.resume import FROZEN_MSG, check_resume_overrides

@@ -11,7 +11,7 @@ from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.cli import main
 from fleetrl.envs import GymId, PartialEnv, create_env_fn, make_env
 from fleetrl.setup.load import load_config
-from fleetrl.video import video_env
+from fleetrl.collectors.video import video_env
 from runs import rows
 
 #: CartPole's Sutton & Barto reward: 0 per step, -1 when the pole falls (episode returns

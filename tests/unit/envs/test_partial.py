@@ -25,7 +25,7 @@ from fleetrl.envs.partial import (
 )
 from fleetrl.envs.spec import env_spec
 from fleetrl.errors import ConfigError
-from fleetrl.evaluate import evaluate
+from fleetrl.run.evaluate import evaluate
 from fleetrl.setup import parse_config
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.verify.env import describe
@@ -162,7 +162,7 @@ def test_a_non_flat_observation_is_refused():
 
 
 def test_the_video_env_shows_the_policy_the_kept_entries_and_films_the_whole_env():
-    from fleetrl.video import video_env
+    from fleetrl.collectors.video import video_env
 
     env, fps = video_env(PartialEnv("CartPole-v1", (0, 2)))
     raw, raw_fps = video_env("CartPole-v1")

@@ -55,7 +55,7 @@ def test_a_checkpoint_taken_while_tasks_are_in_flight_holds_the_writes_its_frame
     """Tasks in flight at a checkpoint have written into the buffer before the learner counted
     their frames: the checkpoint's buffer holds the counted writes, no more, and a run resumed
     from it ends with as many transitions as its budget."""
-    from fleetrl.checkpoint import latest_checkpoint, load_checkpoint
+    from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 
     run = tmp_path / "run"
     overrides = [

@@ -178,7 +178,7 @@ def probe_batched(
     """
     from fleetrl.collectors.plan import initial_states, plan_policy
     from fleetrl.envs.make import make_env
-    from fleetrl.policies import PerEnvPolicy
+    from fleetrl.collectors.policies import PerEnvPolicy
 
     try:
         env = make_env(create_env_fn, num_envs, create_env_kwargs)

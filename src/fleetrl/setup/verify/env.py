@@ -215,7 +215,7 @@ def video_rules(
 def _rendering_problem(env: ResolvedEnv) -> str | None:
     """Why the env cannot be filmed; tried once per env built."""
     if env.key not in _RENDERS:
-        from fleetrl.video import rendering_problem
+        from fleetrl.collectors.video import rendering_problem
 
         try:
             _RENDERS[env.key] = rendering_problem(env.create_env_fn)

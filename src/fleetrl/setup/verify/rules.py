@@ -62,7 +62,7 @@ TRACKER_EXTRA_MSG = (
     "logging.{key}=true needs the {extra} extra: pip install 'fleetrl[{extra}]' "
     "(No module named {module!r}); or set logging.{key}=false"
 )
-#: the experiment trackers (fleetrl.tracking): logging key -> (module imported, extra)
+#: the experiment trackers (fleetrl.run.tracking): logging key -> (module imported, extra)
 TRACKERS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 #: the characters W&B refuses in a project name
 WANDB_PROJECT_FORBIDS = "/\\#?%:"
@@ -82,7 +82,7 @@ DECOUPLED_NEEDS = {
     "buffer as it is collected: needs null",
 }
 #: the algorithms whose default networks take an observation normalizer and whose
-#: learners scale rewards (fleetrl.normalization)
+#: learners scale rewards (fleetrl.collectors.normalization)
 NORMALIZING_ALGORITHMS = ("a2c", "appo", "impala", "ppo")
 #: the batch-size rule in config keys (fleetrl.batch_sizes)
 CONFIG_NAMES = BatchSizeNames(
@@ -287,7 +287,7 @@ def batch_size_rules(config: Config, check: Problems) -> None:
 
 def normalization_rules(config: Config, check: Problems) -> None:
     """env.normalize_observation / env.normalize_reward: the algorithms whose default
-    networks and learners take the statistics (fleetrl.normalization)."""
+    networks and learners take the statistics (fleetrl.collectors.normalization)."""
     for name in ("normalize_observation", "normalize_reward"):
         if getattr(config.env, name) is not True:
             continue

@@ -1,7 +1,7 @@
 """Checkpoint files: atomic save, verified load, the newest one that loads, rotation.
 
 What goes *into* a checkpoint is gathered by the Trainer
-(:meth:`~fleetrl.trainer.Trainer.checkpoint`) and put together here by
+(:meth:`~fleetrl.run.trainer.Trainer.checkpoint`) and put together here by
 :class:`RunCheckpoints`, which adds the random state and, on resume, hands
 it back in the order a bit-exact resume needs (:class:`Resumption`). The
 functions below write and read the files, so that a crash at any moment
@@ -64,7 +64,7 @@ __all__ = [
 CUSTOM_MODULES_HINT = (
     "; a run trained with your own modules (Trainer(config, actor=...)) resumes and evaluates "
     "in Python with them: Trainer.from_run_dir(run_dir, actor=...), then "
-    "fleetrl.evaluate.evaluate"
+    "fleetrl.run.evaluate.evaluate"
 )
 
 logger = logging.getLogger(__name__)

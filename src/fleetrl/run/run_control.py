@@ -32,7 +32,7 @@ from typing import Any
 
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
-from fleetrl.report import PARTS
+from fleetrl.run.report import PARTS
 
 __all__ = ["ProgressBar", "RunDir", "StopOnSignal", "default_run_dir"]
 

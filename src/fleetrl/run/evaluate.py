@@ -8,7 +8,7 @@ checkpoint. :class:`Evaluator` is the Trainer's side: every
 without touching training's random stream, and keeps the history of
 ``(frames, mean return)`` that checkpoints hold and :func:`plot_learning_curve`
 draws. Every ``logging.video_every`` evaluations it also films the episodes
-the evaluation played (:meth:`Evaluator.record_video`, :mod:`fleetrl.video`).
+the evaluation played (:meth:`Evaluator.record_video`, :mod:`fleetrl.collectors.video`).
 
 Examples:
     Two episodes of a random policy (``None``), each cut at 20 steps:
@@ -37,7 +37,7 @@ from fleetrl.envs.make import create_env_fn
 from fleetrl.keys import DONE_KEY, EPISODE_END_KEY, EPISODE_RETURN_KEY
 
 if TYPE_CHECKING:
-    from fleetrl.video import Video
+    from fleetrl.collectors.video import Video
 
 __all__ = ["EVAL_METRICS", "Evaluator", "eval_exploration", "evaluate", "plot_learning_curve"]
 
@@ -176,7 +176,7 @@ class Evaluator:
         A file of that name is never replaced (a resumed run that evaluates at the
         same frames again writes ``eval_<frames>_2.mp4``).
         """
-        from fleetrl.video import TB_VIDEO_TAG, add_tensorboard_clip, record_video
+        from fleetrl.collectors.video import TB_VIDEO_TAG, add_tensorboard_clip, record_video
 
         path = _free_video_path(Path(run_dir) / "videos", frames)
         t = self.config.trainer

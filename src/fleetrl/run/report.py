@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.errors import ConfigError
-from fleetrl.metrics import read_metrics
-from fleetrl.video import output_file_problems
+from fleetrl.run.metrics import read_metrics
+from fleetrl.collectors.video import output_file_problems
 
 __all__ = [
     "BETWEEN",

@@ -11,7 +11,7 @@ renders (Atari: the 210x160 screen at every agent step).
 Frames: one for each episode's reset and one after each of its steps, so an
 episode of ``L`` steps gives ``L + 1`` frames and the file holds
 ``sum(L_i + 1)``. Episode ``i`` is seeded ``seed + i``, as
-:func:`fleetrl.evaluate.evaluate` seeds its env ``i``: the video shows the
+:func:`fleetrl.run.evaluate.evaluate` seeds its env ``i``: the video shows the
 episodes ``evaluate`` scores (same env id, wrappers and step limit; an Atari
 run made with the ``ale_vector`` or ``envpool`` engine is shown with the
 gymnasium engine and the same preprocessing, a MuJoCo run made with envpool

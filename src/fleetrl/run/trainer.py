@@ -9,11 +9,11 @@ decentralized). The Trainer loop is the same for all of them. An *iteration* is 
 one metrics row (:attr:`Trainer.iterations`, ``train/iterations``); an
 *update* is one optimizer step (the policy version, ``time/updates_per_s``).
 Every ``test_every`` iterations the policy is
-evaluated with deterministic actions on separate test envs (:mod:`fleetrl.evaluate`). Metrics go to
+evaluated with deterministic actions on separate test envs (:mod:`fleetrl.run.evaluate`). Metrics go to
 ``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
 ``time/`` (a multi-agent run's ``train/episode_return`` is the team's, and each agent
 group has ``train/group_return/<group>``); with ``logging.mlflow`` or ``logging.wandb``
-also to MLflow or W&B, after the CSV (:mod:`fleetrl.tracking`). Checkpoints are written atomically and load with
+also to MLflow or W&B, after the CSV (:mod:`fleetrl.run.tracking`). Checkpoints are written atomically and load with
 ``torch.load(weights_only=True)``.
 
 Resume: a checkpoint holds the algorithm (weights, optimizer, replay buffer,
@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from fleetrl.algorithms.base import NetworkMisfit
-from fleetrl.checkpoint import (
+from fleetrl.run.checkpoint import (
     CUSTOM_MODULES_HINT,
     Resumption,
     RunCheckpoints,
@@ -47,16 +47,16 @@ from fleetrl.checkpoint import (
 )
 from fleetrl.config import Config
 from fleetrl.errors import CheckpointError, ConfigError
-from fleetrl.evaluate import Evaluator, plot_learning_curve
+from fleetrl.run.evaluate import Evaluator, plot_learning_curve
 from fleetrl.learners import Learner, make_learner
-from fleetrl.metrics import MetricLogger
-from fleetrl.run_control import ProgressBar, RunDir, StopOnSignal, default_run_dir
+from fleetrl.run.metrics import MetricLogger
+from fleetrl.run.run_control import ProgressBar, RunDir, StopOnSignal, default_run_dir
 from fleetrl.runtime import RayStart, ray_running
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.parse import config_to_dict, read_yaml_mapping
 from fleetrl.setup.resume import check_budget, check_resume_overrides
 from fleetrl.setup.verify import CheckedConfig, checked_config, resource_problems
-from fleetrl.tracking import RunEnd, Trackers
+from fleetrl.run.tracking import RunEnd, Trackers
 
 __all__ = ["Trainer"]
 
@@ -222,7 +222,7 @@ class Trainer:
 
         The metrics logged so far are put on disk first, so a resumed run finds
         every row up to the checkpoint. Older checkpoints are deleted only once
-        the new one has loaded back (:func:`~fleetrl.checkpoint.save_checkpoint`).
+        the new one has loaded back (:func:`~fleetrl.run.checkpoint.save_checkpoint`).
         """
         if self.learner is not None:
             collector = self.learner.collector_state()
@@ -326,7 +326,7 @@ class Trainer:
 
         ``on_iteration(row, checkpoint)`` is called after each iteration with its
         metrics row and the checkpoint written at its end (None: none); a sweep's
-        trial reports both to Ray Tune there (:mod:`fleetrl.sweep`).
+        trial reports both to Ray Tune there (:mod:`fleetrl.run.sweep`).
 
         The central learner stops at exactly ``total_frames``; gradient workers
         stop at the end of the first iteration at or past it.

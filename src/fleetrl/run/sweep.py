@@ -1,7 +1,7 @@
 """Hyperparameter sweeps on Ray Tune: each trial a fleetrl training run.
 
 :func:`tune` runs the config's ``tune`` section (:class:`~fleetrl.config.TuneConfig`):
-``samples`` trials, each a :class:`~fleetrl.trainer.Trainer` run of the rest of
+``samples`` trials, each a :class:`~fleetrl.run.trainer.Trainer` run of the rest of
 the config with the ``tune.search`` keys drawn from their distributions
 (:mod:`fleetrl.setup.search`), under a scheduler (``fifo``, ``asha``, ``pbt``)
 and a searcher (``random``, ``optuna``). The sweep directory holds:
@@ -69,11 +69,11 @@ from typing import Any
 import yaml
 
 from fleetrl.backends import end_idle_workers
-from fleetrl.checkpoint import checkpoint_frames, checkpoint_paths, latest_checkpoint
+from fleetrl.run.checkpoint import checkpoint_frames, checkpoint_paths, latest_checkpoint
 from fleetrl.config import Config, TuneMode, TuneScheduler, TuneSearcher
 from fleetrl.errors import ConfigError, Problem
-from fleetrl.metrics import read_metrics
-from fleetrl.report import wall_seconds
+from fleetrl.run.metrics import read_metrics
+from fleetrl.run.report import wall_seconds
 from fleetrl.runtime import start_ray
 from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.parse import config_to_dict, deep_copy, parse_config, read_yaml_mapping
@@ -405,7 +405,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], directory: str) -
     from ray import tune as ray_tune
 
     from fleetrl.runtime import pin_threads
-    from fleetrl.trainer import Trainer
+    from fleetrl.run.trainer import Trainer
 
     pin_threads(1)
     # one line per checkpoint kept, from every trial, is Tune's bookkeeping, not the user's
