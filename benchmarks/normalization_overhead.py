@@ -28,8 +28,8 @@ import torch
 from common import machine, print_table, write_json
 from fleetrl import SyncDataCollector
 from fleetrl.algorithms.models import make_actor
-from fleetrl.envs.spec import env_spec
 from fleetrl.collectors.normalization import ObservationNormalizer, RunningMoments
+from fleetrl.envs.spec import env_spec
 
 warnings.filterwarnings("ignore")
 ENV = "Pendulum-v1"

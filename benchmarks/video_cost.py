@@ -25,9 +25,9 @@ import torch
 from tensordict.nn import TensorDictModule
 
 from common import print_table, write_json
+from fleetrl.collectors.video import add_tensorboard_clip, record_video, video_env
 from fleetrl.envs.atari import AtariEnv
 from fleetrl.run.evaluate import evaluate
-from fleetrl.collectors.video import add_tensorboard_clip, record_video, video_env
 
 ENVS = {
     "CartPole-v1": "CartPole-v1",

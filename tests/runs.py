@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from fakes import PIXEL_ENV_ID
-from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 
 #: the repository's root (configs/, benchmarks/)
 ROOT = Path(__file__).resolve().parent.parent

@@ -127,6 +127,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         SyncDataCollector,
         episode_stats,
     )
+    from fleetrl.collectors.policies import RandomPolicy, as_policy
     from fleetrl.config import Config, EnvEngine
     from fleetrl.envs.atari import AtariEnv
     from fleetrl.envs.base import BatchedEnv
@@ -142,7 +143,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         WorkerError,
         WorkerLostError,
     )
-    from fleetrl.collectors.policies import RandomPolicy, as_policy
-    from fleetrl.setup.load import load_config
     from fleetrl.run.sweep import SweepResult, tune
     from fleetrl.run.trainer import Trainer
+    from fleetrl.setup.load import load_config

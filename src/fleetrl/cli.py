@@ -102,9 +102,9 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
     from fleetrl.runtime import pin_threads
 
     pin_threads(1)  # imports torch: after Ray's start has begun
+    from fleetrl.run.trainer import Trainer
     from fleetrl.setup.load import load_config
     from fleetrl.setup.resume import RunComplete
-    from fleetrl.run.trainer import Trainer
 
     if args.resume:
         try:
@@ -224,8 +224,8 @@ def _eval(args: argparse.Namespace) -> int:
     from torchrl.envs.utils import ExplorationType
 
     from fleetrl.algorithms.base import NetworkMisfit
-    from fleetrl.run.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
     from fleetrl.envs.make import create_env_fn
+    from fleetrl.run.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
     from fleetrl.run.evaluate import eval_exploration, evaluate
     from fleetrl.setup.build import make_algorithm, spec_of
     from fleetrl.setup.load import config_from_dict

@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from runs import DECOUPLED_DQN, DECOUPLED_TINY
 
 pytestmark = pytest.mark.usefixtures("ray_session")

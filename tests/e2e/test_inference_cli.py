@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from runs import ROOT, rows
 
 SERVER = [

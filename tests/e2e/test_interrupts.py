@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import fleetrl
-from fleetrl.run.checkpoint import checkpoint_paths, load_checkpoint
 from fleetrl.cli import main
+from fleetrl.run.checkpoint import checkpoint_paths, load_checkpoint
 from runs import ROOT
 
 FPB = 128

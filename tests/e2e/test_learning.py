@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fleetrl.setup.load import load_config
 from fleetrl.run.trainer import Trainer
+from fleetrl.setup.load import load_config
 from runs import ROOT
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.run.evaluate import EVAL_METRICS
 from fleetrl.learners.report import METRIC_COLUMNS
-from fleetrl.setup.load import load_config
+from fleetrl.run.evaluate import EVAL_METRICS
 from fleetrl.run.trainer import Trainer
+from fleetrl.setup.load import load_config
 from runs import ROOT
 
 pytestmark = pytest.mark.e2e

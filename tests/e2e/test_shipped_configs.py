@@ -22,9 +22,9 @@ import pytest
 import yaml
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl.cli import main
 from fleetrl.run import run_control
 from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
-from fleetrl.cli import main
 from fleetrl.run.evaluate import eval_exploration
 from fleetrl.setup.load import load_config
 from runs import ROOT, conv_shapes, rows

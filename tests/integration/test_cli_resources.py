@@ -9,8 +9,8 @@ import pytest
 
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError
-from fleetrl.setup.load import config_from_dict
 from fleetrl.run.trainer import Trainer
+from fleetrl.setup.load import config_from_dict
 from runs import ONE_UPDATE, ROOT
 
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")

@@ -14,10 +14,16 @@ import torch
 from PIL import Image
 
 from fleetrl.cli import main
+from fleetrl.collectors.video import (
+    DIR_MSG,
+    SUFFIX_MSG,
+    TB_VIDEO_TAG,
+    check_video_path,
+    record_video,
+)
 from fleetrl.errors import ConfigError, EnvError
 from fleetrl.run.evaluate import evaluate
 from fleetrl.setup.load import load_config
-from fleetrl.collectors.video import DIR_MSG, SUFFIX_MSG, TB_VIDEO_TAG, check_video_path, record_video
 from runs import ROOT
 
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")

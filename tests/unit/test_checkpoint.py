@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fleetrl.cli import main
+from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.run import checkpoint as ck
 from fleetrl.run.checkpoint import (
     CUSTOM_MODULES_HINT,
@@ -22,8 +24,6 @@ from fleetrl.run.checkpoint import (
     newest_checkpoint,
     save_checkpoint,
 )
-from fleetrl.cli import main
-from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.run.trainer import Trainer
 from runs import ROOT, assert_identical
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.run.checkpoint import latest_checkpoint
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError
-from fleetrl.setup.resume import COMPLETE_MSG, DONE_MSG, STOPPED_MSG, RunComplete
+from fleetrl.run.checkpoint import latest_checkpoint
 from fleetrl.run.trainer import RUN_EXISTS_MSG, Trainer
+from fleetrl.setup.resume import COMPLETE_MSG, DONE_MSG, STOPPED_MSG, RunComplete
 from runs import LOCAL, ONE_UPDATE, ROOT
 
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")

@@ -86,8 +86,8 @@ def test_eval_films_a_run_of_every_engine(family, engine, tmp_path, capsys):
 def test_a_video_of_an_env_it_cannot_rebuild_says_what_it_takes(tmp_path):
     import gymnasium as gym
 
-    from fleetrl.errors import EnvError
     from fleetrl.collectors.video import record_video
+    from fleetrl.errors import EnvError
 
     env = gym.make("CartPole-v1")
     with pytest.raises(

@@ -8,14 +8,19 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from fleetrl.collectors import SyncDataCollector
 from fleetrl.collectors.episodes import discounted_returns
+from fleetrl.collectors.normalization import (
+    EPS,
+    ObservationNormalizer,
+    RewardScaler,
+    RunningMoments,
+)
 from fleetrl.envs.spec import env_spec
 from fleetrl.errors import ConfigError
 from fleetrl.keys import DISCOUNTED_RETURN_KEY
-from fleetrl.collectors.normalization import EPS, ObservationNormalizer, RewardScaler, RunningMoments
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 from runs import NORMALIZED_TINY, ROOT, assert_identical, metric_rows

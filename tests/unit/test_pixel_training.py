@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from fakes import PIXEL_SHAPE
-from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.setup.resume import FROZEN_MSG
 from runs import PIXEL_FRAMES as FRAMES
 from runs import conv_shapes, rows

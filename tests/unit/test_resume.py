@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from fleetrl.run.checkpoint import CUSTOM_MODULES_HINT, latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
+from fleetrl.run.checkpoint import CUSTOM_MODULES_HINT, latest_checkpoint, load_checkpoint
 from runs import (
     LOCAL,
     PPO_LOCAL,
@@ -204,8 +204,8 @@ def test_resume_with_other_env_settings_says_it_is_approximate(tmp_path, caplog)
 def test_evaluation_leaves_the_training_random_state_alone(tmp_path):
     import numpy as np
 
-    from fleetrl.setup.load import load_config
     from fleetrl.run.trainer import Trainer
+    from fleetrl.setup.load import load_config
 
     cfg = load_config(ROOT / "configs" / "ppo_cartpole.yaml", [*PPO_LOCAL, "trainer.test_every=1"])
     trainer = Trainer(cfg, run_dir=tmp_path / "run")

@@ -22,8 +22,6 @@ from fleetrl.config import TuneScheduler
 from fleetrl.errors import ConfigError
 from fleetrl.run.evaluate import EVAL_METRICS
 from fleetrl.run.metrics import read_metrics
-from fleetrl.setup.parse import config_to_dict
-from fleetrl.setup.search import DISTRIBUTIONS_HELP, Distribution, parse_dimension
 from fleetrl.run.sweep import (
     EMPTY_SEARCH_MSG,
     MISSING_METRIC_MSG,
@@ -36,6 +34,8 @@ from fleetrl.run.sweep import (
     trial_config,
     tune,
 )
+from fleetrl.setup.parse import config_to_dict
+from fleetrl.setup.search import DISTRIBUTIONS_HELP, Distribution, parse_dimension
 from runs import ROOT
 
 CARTPOLE = str(ROOT / "configs" / "ppo_cartpole.yaml")

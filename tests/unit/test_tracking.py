@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 
 from fleetrl import ConfigError, Trainer, load_config
-from fleetrl.setup import parse_config
-from fleetrl.setup.verify import TRACKER_EXTRA_MSG
 from fleetrl.run.tracking import (
     BACKLOG_ROWS,
     MAX_SKIP,
@@ -37,6 +35,8 @@ from fleetrl.run.tracking import (
     Tracker,
     Trackers,
 )
+from fleetrl.setup import parse_config
+from fleetrl.setup.verify import TRACKER_EXTRA_MSG
 from runs import ROOT
 
 CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"

@@ -8,11 +8,11 @@ import re
 
 import torch
 
-from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import main
 from fleetrl.learners.update_worker import APPROX_GRAD_WORKERS_MSG
-from fleetrl.setup.load import load_config
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.run.trainer import Trainer
+from fleetrl.setup.load import load_config
 from runs import ROOT, rows
 
 TINY = [

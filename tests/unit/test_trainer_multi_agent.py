@@ -10,9 +10,9 @@ import re
 import pytest
 
 from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG
-from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.cli import GROUPED_VIDEO_MSG, main
 from fleetrl.errors import ConfigError
+from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.setup.load import load_config
 from fleetrl.setup.verify.env import MULTI_AGENT_MSG
 from runs import ROOT, rows
@@ -120,8 +120,8 @@ def test_keys_a_multi_agent_run_does_not_take_are_refused_by_name_all_at_once():
 def test_networks_passed_in_code_are_refused_for_a_multi_agent_run(tmp_path):
     from torch import nn
 
-    from fleetrl.setup.build import GROUPED_MODULES_MSG
     from fleetrl.run.trainer import Trainer
+    from fleetrl.setup.build import GROUPED_MODULES_MSG
 
     config = load_config(CONFIGS / "mappo_simple_spread.yaml", TINY)
     with pytest.raises(ConfigError) as err:

@@ -18,21 +18,21 @@ import yaml
 
 import fleetrl.envs.engine
 import fleetrl.envs.spec
+import fleetrl.run.trainer
 import fleetrl.setup.build
 import fleetrl.setup.load
 import fleetrl.setup.resume
 import fleetrl.setup.verify.checked
-import fleetrl.run.trainer
 from fleetrl.algorithms import PPOConfig
 from fleetrl.algorithms.models import ModelKind
 from fleetrl.cli import main
 from fleetrl.config import CollectorConfig, Config, EnvConfig, LoggingConfig, TrainerConfig
 from fleetrl.errors import ConfigError
+from fleetrl.run.trainer import Trainer
 from fleetrl.setup.load import load_config
 from fleetrl.setup.parse import config_to_dict, with_value
 from fleetrl.setup.resume import FROZEN_MSG, check_resume_overrides
 from fleetrl.setup.verify import CheckedConfig, check, check_config, checked_config, verified
-from fleetrl.run.trainer import Trainer
 from runs import ONE_UPDATE, ROOT
 
 PPO_CARTPOLE = str(ROOT / "configs" / "ppo_cartpole.yaml")

@@ -57,11 +57,11 @@ from fleetrl.algorithms.sequences import (
     is_recurrent,
     step_values,
 )
+from fleetrl.collectors.policies import to_device
 from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import DONE_KEY, MASK_KEY, REWARD_KEY, TERMINATED_KEY
-from fleetrl.collectors.policies import to_device
 
 __all__ = [
     "ActorCritic",

@@ -65,15 +65,15 @@ from torch import nn
 
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, to_learner_device
-from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
-from fleetrl.errors import ConfigError
-from fleetrl.keys import NestedKey
 from fleetrl.collectors.normalization import (
     Normalization,
     ObservationNormalizer,
     RewardScaler,
     find_normalizers,
 )
+from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
+from fleetrl.errors import ConfigError
+from fleetrl.keys import NestedKey
 from fleetrl.wire import ParamCodec
 
 __all__ = [

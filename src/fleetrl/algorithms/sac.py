@@ -32,6 +32,7 @@ from fleetrl.algorithms.heads import PolicyHead, StackedMLP, TensorNet
 from fleetrl.algorithms.models import make_actor
 from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
 from fleetrl.algorithms.sequences import refuse_recurrent
+from fleetrl.collectors.policies import to_device
 from fleetrl.config import Config, EvalActions
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
@@ -42,7 +43,6 @@ from fleetrl.keys import (
     REWARD_KEY,
     TERMINATED_KEY,
 )
-from fleetrl.collectors.policies import to_device
 
 __all__ = ["SAC", "SACConfig"]
 

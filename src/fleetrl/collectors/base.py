@@ -75,8 +75,8 @@ def check_common_arguments(
     p: Problems, *, policy: Any, postproc: Any, max_frames_per_traj: Any, init_random_frames: Any
 ) -> Any:
     """Checks every collector makes the same way; returns the acting policy (None: random)."""
-    from fleetrl.errors import PolicyError
     from fleetrl.collectors.policies import as_policy
+    from fleetrl.errors import PolicyError
 
     if max_frames_per_traj not in (None, -1):
         p.positive_int("max_frames_per_traj", max_frames_per_traj, allow_minus_one=True)

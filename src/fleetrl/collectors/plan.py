@@ -32,11 +32,11 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from fleetrl.collectors.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.torchrl_env import TorchRLEnv
 from fleetrl.errors import PolicyError
 from fleetrl.keys import ACTION_KEY, IS_INIT_KEY, NestedKey
-from fleetrl.collectors.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
 
 __all__ = [
     "ACTION_SHAPE_MSG",

@@ -50,6 +50,7 @@ from fleetrl.collectors.first_ready import FirstReady
 from fleetrl.collectors.inference.checks import check_server_resources
 from fleetrl.collectors.inference.options import InferenceOptions
 from fleetrl.collectors.inference.servers import InferenceServers
+from fleetrl.collectors.policies import as_weights, policy_weights
 from fleetrl.collectors.pool import CollectorSlot, WorkerPool
 from fleetrl.collectors.ray_checks import (
     check_added_collectors,
@@ -67,7 +68,6 @@ from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
 from fleetrl.errors import ConfigError, FleetError, Problem
-from fleetrl.collectors.policies import as_weights, policy_weights
 from fleetrl.runtime import ray_running, start_ray
 from fleetrl.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 

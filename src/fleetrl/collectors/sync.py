@@ -59,6 +59,7 @@ from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.inference.options import TRANSPORT
 from fleetrl.collectors.overlap import HalvedEnv, Overlap, SplitEnv, as_overlap, overlap_spec
 from fleetrl.collectors.plan import accelerate, initial_states, place_policy, plan_policy
+from fleetrl.collectors.policies import PerEnvPolicy, RandomPolicy, as_policy, as_weights
 from fleetrl.collectors.rollout import StepInput, alloc_batch, rollout
 from fleetrl.collectors.rules import Audience
 from fleetrl.collectors.timing import CollectTimes
@@ -76,7 +77,6 @@ from fleetrl.keys import (
     WORKER_ID_KEY,
     NestedKey,
 )
-from fleetrl.collectors.policies import PerEnvPolicy, RandomPolicy, as_policy, as_weights
 
 __all__ = ["SyncDataCollector"]
 

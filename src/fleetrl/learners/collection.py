@@ -38,10 +38,10 @@ from tensordict import TensorDictBase
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.config import Config
-from fleetrl.learners.records import Collected
 from fleetrl.collectors.normalization import Moments
 from fleetrl.collectors.policies import HostPolicy, module_device
+from fleetrl.config import Config
+from fleetrl.learners.records import Collected
 from fleetrl.setup.build import make_collector
 
 __all__ = ["Collection", "host_policy", "warmup_frames"]

@@ -41,9 +41,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetrl.collectors.video import output_file_problems
 from fleetrl.errors import ConfigError
 from fleetrl.run.metrics import read_metrics
-from fleetrl.collectors.video import output_file_problems
 
 __all__ = [
     "BETWEEN",

@@ -12,11 +12,11 @@ import torch
 
 from fleetrl.algorithms import ALGORITHMS, Algorithm
 from fleetrl.algorithms.models import ActionDistribution, make_actor_critic
+from fleetrl.collectors.normalization import ObservationNormalizer, RewardScaler, find_normalizers
 from fleetrl.config import Config
 from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
-from fleetrl.collectors.normalization import ObservationNormalizer, RewardScaler, find_normalizers
 from fleetrl.setup.verify.checked import resolved_env, verified
 from fleetrl.setup.verify.env import describe
 

@@ -9,9 +9,9 @@ import torch
 
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.cli import main
+from fleetrl.collectors.video import video_env
 from fleetrl.envs import GymId, PartialEnv, create_env_fn, make_env
 from fleetrl.setup.load import load_config
-from fleetrl.collectors.video import video_env
 from runs import rows
 
 #: CartPole's Sutton & Barto reward: 0 per step, -1 when the pole falls (episode returns

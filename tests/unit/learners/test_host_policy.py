@@ -10,9 +10,9 @@ from tensordict import TensorDict
 from torch import nn
 
 import fleetrl.learners.collection as collection_module
+from fleetrl.collectors.policies import HostPolicy
 from fleetrl.learners.collection import Collection, host_policy
 from fleetrl.learners.versions import batch_version
-from fleetrl.collectors.policies import HostPolicy
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 

@@ -177,8 +177,8 @@ def probe_batched(
         PolicyError: the policy acts on one env at a time.
     """
     from fleetrl.collectors.plan import initial_states, plan_policy
-    from fleetrl.envs.make import make_env
     from fleetrl.collectors.policies import PerEnvPolicy
+    from fleetrl.envs.make import make_env
 
     try:
         env = make_env(create_env_fn, num_envs, create_env_kwargs)
