@@ -977,6 +977,49 @@ def verdict_of(met: bool) -> str:
     return "met" if met else "not met"
 
 
+def shared_of(learn: dict) -> float | None:
+    """The shared return of the first seed (what the plot draws dashed)."""
+    per_seed = learn.get("per_seed") or [{}]
+    return per_seed[0].get("shared_return")
+
+
+def plot(curves: dict[str, list[list[list[float]]]], shared: float | None) -> Path | None:
+    """``results/marl.png``: each contestant's smoothed team return against frames and
+    against seconds from launch, one line per seed, with the shared return dashed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return None
+    colors = {"fleetrl": "C0", "torchrl": "C1", "rllib": "C2"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, seeds in curves.items():
+        for i, curve in enumerate(seeds):
+            points = smoothed(curve)
+            label = name if i == 0 else None
+            color = colors.get(name)
+            axes[0].plot([p[0] for p in points], [p[1] for p in points], color=color, label=label)
+            axes[1].plot([p[2] for p in points], [p[1] for p in points], color=color, label=label)
+    axes[0].xaxis.set_major_formatter(
+        matplotlib.ticker.FuncFormatter(lambda x, _: f"{x / 1000:.0f}k")
+    )
+    for ax, xlabel in zip(axes, ("env steps (team frames)", "seconds from launch")):
+        if shared is not None:
+            ax.axhline(shared, color="gray", linestyle="--", linewidth=1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("team return")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle("MAPPO on MPE simple_spread: one line per seed")
+    fig.tight_layout()
+    path = Path(__file__).resolve().parent / "results" / "marl.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def resummarize() -> None:
     """The learning summary and the targets of ``results/marl.json`` recomputed from its
     stored runs and curves, as this script now computes them; the file says so."""
@@ -992,6 +1035,7 @@ def resummarize() -> None:
     common.TABLES.clear()  # the page shows the tables the report prints
     data["targets"] = report(data["learning"], data["failed"], data["collection"], runs)
     data["tables"] = list(common.TABLES)
+    plot(data["curves"], shared_of(data["learning"]))
     data["resummarized"] = (
         f"learning summary and targets recomputed on {time.strftime('%Y-%m-%d')} from this "
         "run's stored curves (python marl.py --resummarize)"
@@ -1060,6 +1104,7 @@ def main() -> None:
             "targets": targets,
         },
     )
+    plot({n: [r["curve"] for r in rs] for n, rs in runs.items()}, shared_of(learn))
     print(f"\nwrote {path}")
 
 

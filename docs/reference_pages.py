@@ -524,8 +524,26 @@ def _memory_plot(png: Path) -> tuple[str, str]:
     return alt, "Recurrent PPO on CartPole without velocities: fleetrl, SB3-contrib, the floor"
 
 
+def _marl_plot(png: Path) -> tuple[str, str]:
+    """marl.png: each learner's smoothed team return against frames and against seconds."""
+    learn = load_result("marl")["learning"]
+    parts = []
+    for name, c in learn["contestants"].items():
+        reached = c.get("time_to_shared_s")
+        when = f"reaches it at {reached:.0f} s" if reached is not None else "does not reach it"
+        parts.append(f"{name} ends at {c['return']:.2f} and {when}")
+    shared = learn["per_seed"][0]["shared_return"]
+    alt = (
+        "Two panels of MAPPO learning curves on MPE simple_spread, one line per learner and "
+        "seed: the team return against env steps (left) and against seconds from launch "
+        f"(right), with the shared return {shared:.2f} as a dashed line; " + "; ".join(parts)
+    )
+    return alt, "MAPPO on simple_spread: fleetrl, torchrl's own loop, RLlib"
+
+
 #: the alt text and caption of each plot, by its results prefix: a plot is said in words
 PLOT_TEXT = {
+    "marl": _marl_plot,
     "memory": _memory_plot,
     "mujoco_learning": _mujoco_learning_plot,
     "collector_throughput": _collector_throughput_plot,
