@@ -47,8 +47,10 @@ __all__ = [
     "is_recurrent",
     "recurrent_cores",
     "refuse_recurrent",
+    "run_core",
     "sequence_log_prob",
     "step_values",
+    "unroll",
 ]
 
 #: True at the steps of a sequence that enter the loss (not padding, not burn-in)
@@ -136,15 +138,73 @@ class SharedTrunk:
         return cls(a[:n], a[n:], distribution, c[n:])
 
     def __call__(self, data: TensorDictBase) -> tuple[Any, TensorDictBase]:
-        """The actor's distribution, and ``data`` with the critic's outputs written."""
+        """The actor's distribution, and ``data`` with the critic's outputs written (a core
+        over ``[sequences, steps]`` data runs as :func:`run_core` runs it)."""
         for module in self.trunk:
-            data = module(data)
+            if isinstance(module, (LSTMModule, GRUModule)) and data.ndim == 2:
+                data = run_core(module, data)
+            else:
+                data = module(data)
         for module in self.actor_head:
             data = module(data)
         dist = self.distribution.get_dist(data)
         for module in self.critic_head:
             data = module(data)
         return dist, data
+
+
+def run_core(core: nn.Module, data: TensorDictBase) -> TensorDictBase:
+    """``core`` (an ``LSTMModule`` or ``GRUModule``) over ``data`` ``[sequences, steps]``
+    in recurrent mode, as torchrl's module computes it, on plain tensors: each stretch from
+    an ``is_init`` step (a sequence's first step counts as one) to the next runs from the
+    state stored at its first step; writes the output key only.
+
+    torchrl's recurrent mode splits the sequences into stretches and pads them through
+    TensorDicts, and writes the next states at every step; the loss reads neither, and that
+    bookkeeping cost more than a quarter of a small LSTM's update
+    (``benchmarks/learner_throughput.py``, case ``ppo_lstm_cartpole``).
+    """
+    keys = core.in_keys
+    rnn = core.lstm if isinstance(core, LSTMModule) else core.gru
+    x = data.get(keys[0])
+    states = [data.get(k) for k in keys[1:-1]]  # [B, T, layers, H] each: h (and c)
+    starts = data.get(keys[-1])[..., 0]
+    y = unroll(rnn, x, states, starts)
+    data.set(core.out_keys[0], y)
+    return data
+
+
+def unroll(
+    rnn: nn.Module, x: torch.Tensor, states: list[torch.Tensor], starts: torch.Tensor
+) -> torch.Tensor:
+    """The outputs ``[B, T, H]`` of ``rnn`` (batch first) over ``x`` ``[B, T, D]``, each
+    stretch of steps from a start (``starts`` ``[B, T]``; step 0 always is one) to the next
+    run from the stored state at its first step (``states``: ``[B, T, layers, H]`` each).
+
+    Without a start after step 0 the rows run as they are, in one call; otherwise each
+    stretch becomes a row of its own, packed with its length, and one call runs them all.
+    """
+    rows, steps = starts.shape
+    lstm = len(states) == 2
+    if not bool(starts[:, 1:].any()):
+        first = [s[:, 0].transpose(0, 1).contiguous() for s in states]
+        y, _ = rnn(x, tuple(first) if lstm else first[0])
+        return y
+    flat = starts.reshape(-1).clone()
+    flat[::steps] = True
+    stretch = flat.cumsum(0) - 1  # each step's stretch
+    first_step = flat.nonzero().squeeze(1)  # each stretch's first step
+    pos = torch.arange(flat.numel(), device=x.device) - first_step[stretch]
+    lengths = torch.bincount(stretch, minlength=first_step.numel())
+    padded = x.new_zeros(first_step.numel(), steps, x.shape[-1])
+    padded[stretch, pos] = x.reshape(-1, x.shape[-1])
+    first = [s.flatten(0, 1)[first_step].transpose(0, 1).contiguous() for s in states]
+    packed = nn.utils.rnn.pack_padded_sequence(
+        padded, lengths.cpu(), batch_first=True, enforce_sorted=False
+    )
+    out, _ = rnn(packed, tuple(first) if lstm else first[0])
+    y, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=steps)
+    return y[stretch, pos].reshape(rows, steps, -1)
 
 
 RECURRENT_REPLAY_MSG = (

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.modules import LSTMModule, ProbabilisticActor, ValueOperator
+from torchrl.modules import LSTMModule, ProbabilisticActor, ValueOperator, set_recurrent_mode
 
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import (
@@ -292,3 +292,32 @@ def test_replay_algorithms_refuse_a_recurrent_network_by_its_argument():
         SAC(SACConfig(), env_spec("Pendulum-v1"), actor=lstm)
     with pytest.raises(PolicyError, match=r"(?s)^qnet=.* is recurrent .*: dqn learns from single"):
         DQN(DQNConfig(), env_spec("CartPole-v1"), qnet=lstm)
+
+
+@pytest.mark.parametrize("model", ["lstm", "gru"])
+def test_the_cores_plain_tensor_run_equals_torchrls_recurrent_mode(model):
+    """run_core: the loss's run of a core over sequences gives torchrl's recurrent-mode
+    outputs and gradients (episodes starting inside the sequences included)."""
+    from fleetrl.algorithms.sequences import run_core
+
+    torch.manual_seed(0)
+    ppo = PPO(
+        PPOConfig(model=model, recurrent_size=16, seq_len=12, num_mini_batch=1),
+        env_spec("CartPole-v1"),
+    )
+    data = ppo.prepare(collected(ppo))
+    assert bool(data["is_init"][:, 1:].any())  # stretches inside sequences
+    torso, core = ppo.trunk.trunk
+    with torch.no_grad():  # the core's own gradients are compared
+        embedded = torso(data.clone())
+    outputs, grads = [], []
+    for run in (lambda td: run_core(core, td), core):
+        core.zero_grad()
+        with set_recurrent_mode(True):
+            out = run(embedded.clone()).get("memory")
+        out.pow(2).sum().backward()
+        outputs.append(out.detach())
+        grads.append([p.grad.clone() for p in core.parameters()])
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-6)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
