@@ -57,6 +57,33 @@ def gym_env(num_envs: int):
     return make_gym_vector_env(ENV_ID, num_envs)
 
 
+#: a timed benchmark run's settings: no evaluation inside it, one checkpoint at the end (for
+#: a later evaluation), and no progress bar, TensorBoard or plot
+QUIET_RUN = (
+    "trainer.test_every=0",
+    "trainer.checkpoint_every=0",
+    "logging.progress_bar=false",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+)
+
+
+def train_command(config: Path, run_dir: Path, *overrides: str) -> list[str]:
+    """``fleetrl train CONFIG OVERRIDES --run-dir RUN_DIR`` in a fresh interpreter of this
+    venv, with :data:`QUIET_RUN` before the overrides (an override may set one again)."""
+    return [
+        sys.executable,
+        "-m",
+        "fleetrl.cli",
+        "train",
+        str(config),
+        *QUIET_RUN,
+        *overrides,
+        "--run-dir",
+        str(run_dir),
+    ]
+
+
 def ensure_rllib_venv(extra: Sequence[str] = ()) -> Path:
     """RLlib's own virtualenv (``benchmarks/.rllib-venv``, git-ignored); its python.
 

@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import print_table, run_json, write_json
+from common import print_table, run_json, train_command, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -169,25 +169,15 @@ def first_reach(curve: list[list[float]], target: float) -> tuple[int, float] | 
 def run_fleetrl(who: str, seed: int, budget: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        cmd = [
-            sys.executable,
-            "-m",
-            "fleetrl.cli",
-            "train",
-            str(CONFIG),
+        cmd = train_command(
+            CONFIG,
+            run,
             f"trainer.seed={seed}",
             f"trainer.target_return={TARGET}",
             f"trainer.return_window={WINDOW}",
             f"trainer.total_frames={budget}",
-            "trainer.test_every=0",
-            "trainer.checkpoint_every=0",
-            "logging.progress_bar=false",
-            "logging.tensorboard=false",
-            "logging.plot=false",
             *fleetrl_overrides(who),
-            "--run-dir",
-            str(run),
-        ]
+        )
         start = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
         wall = time.perf_counter() - start

@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ensure_rllib_venv, machine, print_table, run_json, write_json
+from common import ensure_rllib_venv, machine, print_table, run_json, train_command, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -99,24 +99,14 @@ def run_fleetrl(algo: str, env_id: str, steps: int, seed: int, overrides: list[s
     """Train the shipped config in a fresh process; score, curve, wall time, throughput."""
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        cmd = [
-            sys.executable,
-            "-m",
-            "fleetrl.cli",
-            "train",
-            str(ROOT / "configs" / f"{algo}_mujoco.yaml"),
+        cmd = train_command(
+            ROOT / "configs" / f"{algo}_mujoco.yaml",
+            run,
             f"env.id={env_id}",
             f"trainer.seed={seed}",
             f"trainer.total_frames={steps}",
-            "trainer.test_every=0",  # no evaluation inside the timed run
-            "trainer.checkpoint_every=0",  # one checkpoint at the end, for the evaluation
-            "logging.progress_bar=false",
-            "logging.tensorboard=false",
-            "logging.plot=false",
             *overrides,
-            "--run-dir",
-            str(run),
-        ]
+        )
         print(f"fleetrl: {' '.join(cmd[3:])}", flush=True)
         start = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)

@@ -41,13 +41,12 @@ import csv
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import ensure_rllib_venv, machine, print_table, run_json, write_json
+from common import ensure_rllib_venv, machine, print_table, run_json, train_command, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 475.0
@@ -118,24 +117,14 @@ def run_fleetrl(
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         start = time.perf_counter()
-        cmd = [
-            sys.executable,
-            "-m",
-            "fleetrl.cli",
-            "train",
-            str(ROOT / "configs" / config),
+        cmd = train_command(
+            ROOT / "configs" / config,
+            run,
             f"trainer.seed={seed}",
             f"trainer.target_return={TARGET}",
             f"trainer.total_frames={budget}",
-            "trainer.test_every=0",
-            "trainer.checkpoint_every=0",
-            "logging.progress_bar=false",
-            "logging.tensorboard=false",
-            "logging.plot=false",
             *overrides,
-            "--run-dir",
-            str(run),
-        ]
+        )
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - start
         if out.returncode != 0:

@@ -11,6 +11,15 @@ from runs import ROOT
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
+#: no evaluation, checkpoint, bar, TensorBoard or plot: the run is judged by its returns
+QUIET = [
+    "trainer.test_every=0",
+    "trainer.checkpoint_every=0",
+    "logging.progress_bar=false",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+
 
 def test_ppo_learns_cartpole_past_200(tmp_path):
     torch.manual_seed(0)
@@ -19,11 +28,7 @@ def test_ppo_learns_cartpole_past_200(tmp_path):
         [
             "trainer.total_frames=81920",
             "trainer.target_return=200",
-            "trainer.test_every=0",
-            "trainer.checkpoint_every=0",
-            "logging.progress_bar=false",
-            "logging.tensorboard=false",
-            "logging.plot=false",
+            *QUIET,
         ],
     )
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
@@ -44,11 +49,7 @@ def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
             "env.num_envs=8",
             "trainer.total_frames=61440",
             "trainer.target_return=300",
-            "trainer.test_every=0",
-            "trainer.checkpoint_every=0",
-            "logging.progress_bar=false",
-            "logging.tensorboard=false",
-            "logging.plot=false",
+            *QUIET,
         ],
     )
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
