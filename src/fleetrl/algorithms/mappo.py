@@ -59,6 +59,7 @@ from fleetrl.algorithms.actor_critic import (
 )
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, flatten_valid
+from fleetrl.collectors.policies import to_device
 from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
@@ -543,7 +544,7 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
             env = env.groups
         self.layout = AgentGroupLayout.of(env, group, algo=self.name)
         actor, critic, policy = make_networks(self.layout, config, centralised=self.centralised)
-        actor.to(device)
+        to_device(actor, device)  # a TanhNormal's bounds too (continuous actions)
         critic.to(device)
         loss = self.loss_class(
             actor,

@@ -323,3 +323,18 @@ def test_unbounded_continuous_actions_are_refused_by_group_and_spec():
         "(unbounded continuous and OneHot actions are not built yet: bound them, e.g. with "
         "torchrl's ActionScaling or a clipping wrapper)"
     ]
+
+
+@pytest.mark.cuda
+def test_a_continuous_group_on_a_cuda_learner_keeps_its_bounds_with_its_networks():
+    mappo = MAPPO(MAPPOConfig(num_epochs=1, num_mini_batch=2), TargetEnv(), device="cuda")
+    bounds = [
+        v
+        for m in mappo.actor.modules()
+        for v in (getattr(m, "distribution_kwargs", None) or {}).values()
+    ]
+    assert bounds and all(b.device.type == "cuda" for b in bounds)
+    obs = TensorDict({"observation": torch.rand(4, 2, 1)}, [4, 2], device="cuda")
+    out = mappo.actor(TensorDict({"agents": obs}, [4], device="cuda"))
+    action = out.get(("agents", "action"))
+    assert action.device.type == "cuda" and action.min() >= 0 and action.max() <= 1
