@@ -5,20 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from common import QUIET_RUN  # benchmarks/common.py: a timed run's quiet settings
 from fleetrl.run.trainer import Trainer
 from fleetrl.setup.load import load_config
 from runs import ROOT
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-#: no evaluation, checkpoint, bar, TensorBoard or plot: the run is judged by its returns
-QUIET = [
-    "trainer.test_every=0",
-    "trainer.checkpoint_every=0",
-    "logging.progress_bar=false",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-]
 
 
 def test_ppo_learns_cartpole_past_200(tmp_path):
@@ -28,7 +20,7 @@ def test_ppo_learns_cartpole_past_200(tmp_path):
         [
             "trainer.total_frames=81920",
             "trainer.target_return=200",
-            *QUIET,
+            *QUIET_RUN,
         ],
     )
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
@@ -49,7 +41,7 @@ def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
             "env.num_envs=8",
             "trainer.total_frames=61440",
             "trainer.target_return=300",
-            *QUIET,
+            *QUIET_RUN,
         ],
     )
     trainer = Trainer(cfg, run_dir=tmp_path / "run")

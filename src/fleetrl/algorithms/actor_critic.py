@@ -42,10 +42,10 @@ from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid
 from fleetrl.algorithms.gae import generalized_advantage_estimate
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import (
-    TORSO_MODEL_MSG,
     ActionDistribution,
     ModelKind,
     TorsoKind,
+    core_only_problems,
     make_actor_critic,
 )
 from fleetrl.algorithms.sequences import (
@@ -129,23 +129,18 @@ class ActorCriticConfig(AlgorithmConfig):
         )
         model = getattr(self, "model", None)
         recurrent = isinstance(model, ModelKind) and model.recurrent
-        if not recurrent and TorsoKind(self.torso) is not TorsoKind.AUTO:
-            torso = TorsoKind(self.torso).value
-            check.say("torso", TORSO_MODEL_MSG.format(algo=config.algorithm, torso=torso))
         check(
             all(isinstance(h, int) and h > 0 for h in self.head_sizes),
             "head_sizes",
             self.head_sizes,
             "must be a list of positive layer widths",
         )
-        if not recurrent and self.head_sizes and not check.has("head_sizes"):
-            algo = config.algorithm
-            check.say(
-                "head_sizes",
-                f"{algo}.head_sizes={self.head_sizes} is read only under a recurrent core: set "
-                f"{algo}.model=lstm or gru, or set a feed-forward network's layers with "
-                f"{algo}.hidden_sizes",
-            )
+        if isinstance(model, ModelKind):
+            for key, text in core_only_problems(
+                config.algorithm, model, self.torso, self.head_sizes
+            ):
+                if not check.has(key):
+                    check.say(key, text)
         if recurrent:
             check(
                 not self.compile and not self.cudagraphs,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import Any
 
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
@@ -61,6 +62,7 @@ __all__ = [
     "TorsoKind",
     "check_default_actions",
     "conv_problems",
+    "core_only_problems",
     "make_actor",
     "make_actor_critic",
     "make_critic",
@@ -74,8 +76,8 @@ __all__ = [
 ]
 
 CONV_OBS_MSG = (
-    "{algo}.model={model!r} needs a 3-D (channels, height, width) observation, but env "
-    "{env_id!r} has observation shape {shape}; use {algo}.model=mlp (or auto)"
+    "{algo}.{key}={model!r} needs a 3-D (channels, height, width) observation, but env "
+    "{env_id!r} has observation shape {shape}; use {algo}.{key}=mlp (or auto)"
 )
 CONV_ACTIONS_MSG = (
     "{algo}.model={model!r} builds discrete-action heads, but env {env_id!r} has "
@@ -115,11 +117,42 @@ class TorsoKind(str, enum.Enum):
     IMPALA = "impala"
 
 
-TORSO_MODEL_MSG = (
-    "{algo}.torso={torso!r} is read only under a recurrent core: set {algo}.model=lstm or "
-    "gru, or for a feed-forward network choose it with {algo}.model={torso} (and leave "
-    "{algo}.torso=auto)"
+CORE_ONLY_MSG = (
+    "{algo}.{key}={value} is read only under a recurrent core: set {algo}.model=lstm or gru, "
+    "or {fix}"
 )
+#: how each key read only under a recurrent core says what a feed-forward network uses
+CORE_ONLY_FIX = {
+    "torso": "for a feed-forward network choose it with {algo}.model={value} (and leave "
+    "{algo}.torso=auto)",
+    "head_sizes": "set a feed-forward network's layers with {algo}.hidden_sizes",
+}
+
+
+def core_only_problems(
+    algo: str, model: str | ModelKind, torso: str | TorsoKind, head_sizes: Any
+) -> list[tuple[str, str]]:
+    """``(key, problem)`` for each key set that only a recurrent core reads, under a
+    feed-forward ``model``: the section's checks and the constructors say the same."""
+    if ModelKind(model).recurrent:
+        return []
+    found = []
+    if TorsoKind(torso) is not TorsoKind.AUTO:
+        found.append(("torso", repr(TorsoKind(torso).value), TorsoKind(torso).value))
+    if head_sizes:
+        found.append(("head_sizes", str(list(head_sizes)), None))
+    return [
+        (
+            key,
+            CORE_ONLY_MSG.format(
+                algo=algo,
+                key=key,
+                value=shown,
+                fix=CORE_ONLY_FIX[key].format(algo=algo, value=raw),
+            ),
+        )
+        for key, shown, raw in found
+    ]
 
 
 class ActionDistribution(str, enum.Enum):
@@ -145,14 +178,17 @@ def resolve_torso(torso: str | TorsoKind, info: EnvSpec) -> ModelKind:
 
 def torso_problems(algo: str, model: str, torso: str, env_id: str, info: EnvSpec) -> list[str]:
     """Why ``torso`` cannot serve under ``model`` on this env (empty when it can; a torso
-    set under a feed-forward ``model`` is the section's own check, :data:`TORSO_MODEL_MSG`)."""
+    set under a feed-forward ``model`` is the section's own check, :func:`core_only_problems`)."""
     if TorsoKind(torso) is TorsoKind.AUTO or not ModelKind(model).recurrent:
         return []
     kind = resolve_torso(torso, info)
     if kind is ModelKind.MLP or len(info.obs_shape) == 3:  # any action heads sit on the core
         return []
-    text = CONV_OBS_MSG.format(algo=algo, model=kind.value, env_id=env_id, shape=info.obs_shape)
-    return [text.replace(f"{algo}.model=", f"{algo}.torso=")]
+    return [
+        CONV_OBS_MSG.format(
+            algo=algo, key="torso", model=kind.value, env_id=env_id, shape=info.obs_shape
+        )
+    ]
 
 
 def conv_problems(algo: str, model: str, env_id: str, info: EnvSpec) -> list[str]:
@@ -163,7 +199,9 @@ def conv_problems(algo: str, model: str, env_id: str, info: EnvSpec) -> list[str
     problems = []
     if len(info.obs_shape) != 3:
         problems.append(
-            CONV_OBS_MSG.format(algo=algo, model=kind.value, env_id=env_id, shape=info.obs_shape)
+            CONV_OBS_MSG.format(
+                algo=algo, key="model", model=kind.value, env_id=env_id, shape=info.obs_shape
+            )
         )
     if not info.discrete and algo != "dqn":  # DQN's own check already says it needs discrete
         problems.append(CONV_ACTIONS_MSG.format(algo=algo, model=kind.value, env_id=env_id))
@@ -480,10 +518,11 @@ def make_actor_critic(
             torso=torso,
             head_sizes=head_sizes,
         )
-    if TorsoKind(torso) is not TorsoKind.AUTO:
+    unread = [key for key, _ in core_only_problems("", kind, torso, head_sizes)]
+    if unread:
         raise ValueError(
-            f"torso={TorsoKind(torso).value!r} is read only under a recurrent core "
-            f"(model 'lstm' or 'gru'), not with model={kind.value!r}"
+            f"{' and '.join(unread)}: read only under a recurrent core (model 'lstm' or "
+            f"'gru'), not with model={kind.value!r}"
         )
     if kind is ModelKind.MLP:
         cleanrl = not info.discrete and distribution == ActionDistribution.NORMAL

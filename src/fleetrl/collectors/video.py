@@ -98,8 +98,8 @@ MUJOCO_HINT = (
     "(e.g. apt-get install libegl1), or set MUJOCO_GL=osmesa with libosmesa6 installed"
 )
 VIDEO_ENV_MSG = (
-    "env={value!r} is invalid for a video: pass a gymnasium id, an AtariEnv or a MujocoEnv "
-    "(a run's env section always is one of these)"
+    "env={value!r} is invalid for a video: pass a gymnasium id, an AtariEnv, a MujocoEnv, a "
+    "PartialEnv or a GymId (a run's env section always is one of these)"
 )
 FRAME_SIZE_MSG = "env {env_id!r} rendered a frame of shape {got}; the video's frames are {want}"
 

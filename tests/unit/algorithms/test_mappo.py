@@ -112,10 +112,41 @@ def test_several_groups_refused_by_name_unless_one_is_chosen():
 # ------------------------------------------------------------------ learning
 
 
-class CueEnv(EnvBase):
+class OneStepEnv(EnvBase):
+    """One-step episodes in the stacked layout (``("agents", ...)`` with an agent dim) and a
+    team reward at the root: each step observes afresh (:meth:`_observe`, the agents'
+    observations) and pays :meth:`_reward` of the agents' actions."""
+
+    def _observe_agents(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _reward(self, action: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _observe(self) -> TensorDict:
+        obs = self._observe_agents()
+        done = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        agents = TensorDict({"observation": obs}, [*self.batch_size, self.n_agents])
+        return TensorDict({"agents": agents, "done": done, "terminated": done}, self.batch_size)
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDict:
+        return self._observe()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDict:
+        reward = self._reward(tensordict.get(("agents", "action")))
+        out = self._observe()
+        out.set("reward", reward)
+        out.set("done", torch.ones_like(out.get("done")))
+        out.set("terminated", torch.ones_like(out.get("done")))
+        return out
+
+    def _set_seed(self, seed: int | None) -> None:
+        torch.manual_seed(seed)
+
+
+class CueEnv(OneStepEnv):
     """Each agent sees a random one-hot cue of ``n_cues`` and earns 1 for the matching
-    action; one-step episodes, in the stacked layout (``("agents", ...)`` with an agent dim)
-    and a team reward at the root (the mean of the agents' hits)."""
+    action; the team reward is the mean of the agents' hits."""
 
     def __init__(self, n_agents: int = 2, n_cues: int = 3, batch: int = 32):
         super().__init__(batch_size=torch.Size([batch]))
@@ -132,26 +163,12 @@ class CueEnv(EnvBase):
         )
         self.reward_spec = Unbounded((batch, 1))
 
-    def _observe(self) -> TensorDict:
+    def _observe_agents(self) -> torch.Tensor:
         self.cue = torch.randint(self.n_cues, (*self.batch_size, self.n_agents))
-        obs = torch.nn.functional.one_hot(self.cue, self.n_cues).float()
-        done = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
-        agents = TensorDict({"observation": obs}, [*self.batch_size, self.n_agents])
-        return TensorDict({"agents": agents, "done": done, "terminated": done}, self.batch_size)
+        return torch.nn.functional.one_hot(self.cue, self.n_cues).float()
 
-    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDict:
-        return self._observe()
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDict:
-        hits = (tensordict.get(("agents", "action")) == self.cue).float().mean(-1, keepdim=True)
-        out = self._observe()
-        out.set("reward", hits)
-        out.set("done", torch.ones_like(out.get("done")))
-        out.set("terminated", torch.ones_like(out.get("done")))
-        return out
-
-    def _set_seed(self, seed: int | None) -> None:
-        torch.manual_seed(seed)
+    def _reward(self, action: torch.Tensor) -> torch.Tensor:
+        return (action == self.cue).float().mean(-1, keepdim=True)
 
 
 @pytest.mark.parametrize("cls,config_cls", [(MAPPO, MAPPOConfig), (IPPO, IPPOConfig)])
@@ -223,10 +240,10 @@ def test_a_state_critic_needs_an_env_with_a_state():
 # --- bounded continuous actions ------------------------------------------------------------
 
 
-class TargetEnv(EnvBase):
+class TargetEnv(OneStepEnv):
     """Each agent sees a target in [0, 1] and earns 1 - |action - target| for its continuous
-    action in [0, 1] (a Bounded spec); one-step episodes, a team reward at the root (the
-    agents' mean). ``bounded=False`` declares the actions Unbounded instead."""
+    action in [0, 1] (a Bounded spec); the team reward is the agents' mean.
+    ``bounded=False`` declares the actions Unbounded instead."""
 
     def __init__(self, n_agents: int = 2, batch: int = 32, bounded: bool = True):
         super().__init__(batch_size=torch.Size([batch]))
@@ -240,25 +257,12 @@ class TargetEnv(EnvBase):
         self.action_spec = Composite(agents=Composite(action=action, shape=shape), shape=(batch,))
         self.reward_spec = Unbounded((batch, 1))
 
-    def _observe(self) -> TensorDict:
+    def _observe_agents(self) -> torch.Tensor:
         self.target = torch.rand(*self.batch_size, self.n_agents, 1)
-        done = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
-        agents = TensorDict({"observation": self.target.clone()}, [*self.batch_size, self.n_agents])
-        return TensorDict({"agents": agents, "done": done, "terminated": done}, self.batch_size)
+        return self.target.clone()
 
-    def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDict:
-        return self._observe()
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDict:
-        miss = (tensordict.get(("agents", "action")) - self.target).abs()
-        out = self._observe()
-        out.set("reward", 1 - miss.mean(-2))
-        out.set("done", torch.ones_like(out.get("done")))
-        out.set("terminated", torch.ones_like(out.get("done")))
-        return out
-
-    def _set_seed(self, seed: int | None) -> None:
-        torch.manual_seed(seed)
+    def _reward(self, action: torch.Tensor) -> torch.Tensor:
+        return 1 - (action - self.target).abs().mean(-2)
 
 
 @pytest.mark.parametrize("cls,config_cls", [(MAPPO, MAPPOConfig), (IPPO, IPPOConfig)])

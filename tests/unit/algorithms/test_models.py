@@ -232,7 +232,7 @@ def test_conv_model_on_flat_observations_is_a_config_error(algo):
     with pytest.raises(ConfigError, match=r"needs a 3-D \(channels, height, width\)") as info:
         config_from_dict({"algorithm": algo, "env": {"id": "CartPole-v1"}}, [f"{algo}.model=cnn"])
     assert info.value.problems == [
-        CONV_OBS_MSG.format(algo=algo, model="cnn", env_id="CartPole-v1", shape=(4,))
+        CONV_OBS_MSG.format(algo=algo, key="model", model="cnn", env_id="CartPole-v1", shape=(4,))
     ]
 
 
@@ -240,7 +240,9 @@ def test_conv_model_on_continuous_actions_is_a_config_error():
     with pytest.raises(ConfigError) as info:
         config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, ["ppo.model=impala"])
     assert info.value.problems == [
-        CONV_OBS_MSG.format(algo="ppo", model="impala", env_id="Pendulum-v1", shape=(3,)),
+        CONV_OBS_MSG.format(
+            algo="ppo", key="model", model="impala", env_id="Pendulum-v1", shape=(3,)
+        ),
         CONV_ACTIONS_MSG.format(algo="ppo", model="impala", env_id="Pendulum-v1"),
     ]
 

@@ -177,3 +177,11 @@ def test_head_sizes_are_refused_with_a_feed_forward_model_and_when_not_positive(
     assert info.value.problems == [
         "ppo.head_sizes=[0] is invalid: must be a list of positive layer widths"
     ]
+
+
+def test_the_constructor_refuses_what_only_a_core_reads_under_a_feed_forward_model():
+    from fleetrl.algorithms.models import make_actor_critic
+
+    info = env_spec("CartPole-v1")
+    with pytest.raises(ValueError, match=r"^torso and head_sizes: read only under a recurrent"):
+        make_actor_critic("mlp", info, [64], torso="mlp", head_sizes=[8])

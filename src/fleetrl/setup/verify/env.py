@@ -287,11 +287,17 @@ def space_rules(config: Config, spec: EnvSpec, check: Problems) -> None:
     model = getattr(config.algo, "model", None)
     if isinstance(model, ModelKind):
         algo, torso = config.algorithm, getattr(config.algo, "torso", TorsoKind.AUTO)
-        for text in conv_problems(algo, model.value, config.env.id, spec):
-            check.say(f"{algo}.model", text)
-        for text in torso_problems(algo, model.value, torso, config.env.id, spec):
-            check.say(f"{algo}.torso", text)
-        if config.env.normalize_observation:
+        wrong_network = [
+            *((f"{algo}.model", t) for t in conv_problems(algo, model.value, config.env.id, spec)),
+            *(
+                (f"{algo}.torso", t)
+                for t in torso_problems(algo, model.value, torso, config.env.id, spec)
+            ),
+        ]
+        for key, text in wrong_network:
+            check.say(key, text)
+        # a network that cannot read this observation at all is the one problem to name
+        if config.env.normalize_observation and not wrong_network:
             kind = resolve_model(model, spec)
             if kind.recurrent:  # the torso under the core sees the observation
                 kind = resolve_torso(torso, spec)
