@@ -92,7 +92,8 @@ def test_a_video_of_an_env_it_cannot_rebuild_says_what_it_takes(tmp_path):
     env = gym.make("CartPole-v1")
     with pytest.raises(
         EnvError,
-        match=r"env=<.*CartPole.*> is invalid for a video: pass a gymnasium id, an AtariEnv or a MujocoEnv",
+        match=r"env=<.*CartPole.*> is invalid for a video: pass a gymnasium id, an AtariEnv, "
+        r"a MujocoEnv, a PartialEnv or a GymId",
     ):
         record_video(None, env, tmp_path / "v.mp4")
     env.close()
