@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo       run the main job (creates .venv if missing)
-#   make test       unit + integration tests and the docstring examples, ~7 min on 2 cores
+#   make test       unit + integration tests and the docstring examples, ~4 min on 2 cores
 #   make test-all   everything, the end-to-end tests too (what CI runs), ~22 min on 2 cores
 #   make docs       build the docs site into site/ (strict: a broken link or reference fails)
 #   make docs-serve serve the docs site at http://127.0.0.1:8000
@@ -23,19 +23,18 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/fleetrl train configs/ppo_cartpole.yaml
 
-# unit tests and doctests on both cores; the Ray tests in one process (one Ray instance)
+# the Ray tests in one process (one Ray instance), and beside them, at a lower priority, the
+# unit tests and doctests on two workers (tests/layers.py)
 test: venv
-	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests/unit src/fleetrl
-	$(BIN)/python -m pytest -q -m "not e2e" tests/integration
+	$(BIN)/python tests/layers.py
 
 test-unit: venv
 	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests/unit src/fleetrl
 
-# the unit tests on both cores, as in make test; then the Ray tests in one process (one Ray
-# instance), and the few slow unit tests (marker e2e) alone, as they time what they run
+# as make test, the end-to-end tests with the Ray tests; then the few slow unit tests
+# (marker e2e) alone, as they time what they run
 test-all: venv
-	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests/unit src/fleetrl
-	$(BIN)/python -m pytest -q tests/integration tests/e2e
+	$(BIN)/python tests/layers.py --all
 	$(BIN)/python -m pytest -q -m e2e tests/unit
 
 lint: venv
