@@ -19,7 +19,8 @@ With ``--compile``, each is also run compiled: fleetrl with
 ``--device cuda`` the learners run on the GPU (``trainer.device=cuda``) and
 ``--cudagraphs`` adds fleetrl's ``<algo>.cudagraphs=true`` rows.
 
-Paired rounds (the contestants alternate), medians; one torch thread, as the
+Paired rounds (the contestants alternate; each one's turn repeats its update for at
+least 0.25 s, ``--min-round-s``), medians; one torch thread, as the
 trainer uses. Prints milliseconds and optimizer steps per second for each
 contestant, and the ratio fleetrl/plain (steps/s over steps/s: 1.0 is as
 fast as plain PyTorch). Results go to ``benchmarks/results/learner_throughput.json``.
@@ -329,13 +330,24 @@ def build_mode(
     return contestants
 
 
-def measure(contestants: list[Any], rounds: int) -> dict[str, list[float]]:
-    """Paired rounds: every contestant once per round, the order reversed every other round."""
+#: a contestant's turn in a round repeats its update until this many seconds: A2C's and
+#: IMPALA's one 3 ms step per batch, timed alone, varies by 2x on a shared 2-core machine
+MIN_ROUND_S = 0.25
+
+
+def measure(
+    contestants: list[Any], rounds: int, min_round_s: float = MIN_ROUND_S
+) -> dict[str, list[float]]:
+    """Paired rounds: every contestant once per round (its update repeated until
+    ``min_round_s``), the order reversed every other round; ms per optimizer step."""
     ms: dict[str, list[float]] = {c.name: [] for c in contestants}
     for r in range(rounds):
         for c in contestants if r % 2 == 0 else reversed(contestants):
-            seconds, steps = c.run()
-            ms[c.name].append(1000 * seconds / max(1, steps))
+            total_s, total_steps = 0.0, 0
+            while total_s < min_round_s or total_steps == 0:
+                seconds, steps = c.run()
+                total_s, total_steps = total_s + seconds, total_steps + steps
+            ms[c.name].append(1000 * total_s / total_steps)
     return ms
 
 
@@ -343,6 +355,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--min-round-s",
+        type=float,
+        default=MIN_ROUND_S,
+        help="each contestant's turn in a round repeats its update until this many seconds",
+    )
     parser.add_argument("--compile", action="store_true", help="add compiled rows")
     parser.add_argument("--cudagraphs", action="store_true", help="add fleetrl's CUDA-graph rows")
     parser.add_argument("--device", default="cpu", help="the learners' device (cpu or cuda)")
@@ -361,7 +379,7 @@ def main() -> None:
             print(f"{name}: failed: {type(err).__name__}: {err}", flush=True)
             results["cases"][name] = {"error": f"{type(err).__name__}: {err}"}
             continue
-        ms = measure(contestants, args.rounds)
+        ms = measure(contestants, args.rounds, args.min_round_s)
         med = {k: statistics.median(v) for k, v in ms.items()}
         case: dict[str, Any] = {"ms_per_step": med, "rounds_ms": ms, "compile_s": {}}
         for c in contestants:

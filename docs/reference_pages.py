@@ -600,14 +600,20 @@ def _learner_table(data: dict) -> str:
             if k != "cudagraphs":
                 row.append(_num(ms.get(f"plain {k}")))
         for k in kinds:
+            # the benchmark's own ratio: the median over the paired rounds of plain's time
+            # over fleetrl's in the same round (files made before it was kept: the medians')
+            paired = c.get(f"ratio_{k}_vs_plain_eager")
             fast, plain = ms.get(f"fleetrl {k}"), ms.get("plain eager")
-            row.append(f"{plain / fast:.2f}x" if fast and plain else "-")
+            if paired is not None:
+                row.append(f"{paired:.2f}x")
+            else:
+                row.append(f"{plain / fast:.2f}x" if fast and plain else "-")
         rows.append(row)
     device = data.get("device", "cpu")
     return _table(
         {
-            "title": f"ms per optimizer step, device {device} (speed ratio: plain "
-            "eager time over fleetrl's)",
+            "title": f"ms per optimizer step (medians over rounds), device {device}; speed "
+            "ratio: the median over paired rounds of plain eager's time over fleetrl's",
             "header": header,
             "rows": rows,
         }

@@ -260,6 +260,7 @@ SETTINGS = {
     ("docs/benchmarks/gpu.md", "45 s"): "the GPU program's limit for one test",
     ("docs/benchmarks/gpu.md", "110 s"): "the GPU program's budget for its tests",
     ("docs/benchmarks/gpu.md", "30 s"): "how long the lent machine stays warm",
+    ("docs/benchmarks/learner_throughput.md", "0.25 s"): "the benchmark's --min-round-s",
 }
 
 

@@ -14,7 +14,10 @@ users' do):
 - :class:`PolicyHead`: a ``ProbabilisticActor`` of one such module and one
   ``ProbabilisticTensorDictModule``: observation in, distribution out;
 - :class:`ActorCriticHeads`: a policy head and a critic, with the pixel torso
-  they share (PPO's and A2C's default CNNs) run once for both.
+  they share (PPO's and A2C's default CNNs) run once for both;
+- :class:`LogitsCategorical`: torch's ``Categorical`` as the loss reads it (the
+  log-probability of the batch's actions and the entropy) in fewer operations, the
+  policy head's distribution where the actor's is torch's ``Categorical``.
 
 Each ``of(...)`` returns None for a module of another structure (a recurrent
 policy, several heads, a module that reads more than one key): the algorithm
@@ -38,7 +41,7 @@ from tensordict.nn import (
 )
 from torch import nn
 
-__all__ = ["ActorCriticHeads", "PolicyHead", "StackedMLP", "TensorNet"]
+__all__ = ["ActorCriticHeads", "LogitsCategorical", "PolicyHead", "StackedMLP", "TensorNet"]
 
 
 def _plain_tensordict_module(module: Any) -> bool:
@@ -76,6 +79,47 @@ class TensorNet:
         return out if isinstance(out, tuple) else (out,)
 
 
+class LogitsCategorical(torch.distributions.Categorical):
+    """torch's ``Categorical`` over logits, with what a loss reads in fewer operations.
+
+    The same distribution (its samples, mode and probabilities are torch's), but the
+    logits are normalized by one ``log_softmax`` (torch: ``logits - logsumexp``), the
+    log-probability of actions of the batch's shape is one ``gather`` (torch: a broadcast
+    first), and the entropy is ``-(p log p).sum()`` over the normalized logits. On the
+    256-sample minibatches of A2C on CartPole, the log-probability and the entropy with
+    their backward take 250 us instead of 380 us. The numbers agree with torch's to float
+    rounding (``tests/unit/algorithms/test_lean_losses.py``).
+
+    Examples:
+        >>> logits = torch.tensor([[0.0, 1.0], [2.0, 2.0]])
+        >>> fast = LogitsCategorical(logits=logits)
+        >>> slow = torch.distributions.Categorical(logits=logits)
+        >>> action = torch.tensor([1, 0])
+        >>> torch.allclose(fast.log_prob(action), slow.log_prob(action))
+        True
+        >>> torch.allclose(fast.entropy(), slow.entropy())
+        True
+    """
+
+    def __init__(self, logits: torch.Tensor, validate_args: bool | None = False) -> None:
+        self.logits = torch.log_softmax(logits, dim=-1)
+        self._param = self.logits
+        self._num_events = self.logits.size(-1)
+        torch.distributions.Distribution.__init__(
+            self, self.logits.shape[:-1], validate_args=validate_args
+        )
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        if value.shape != self.batch_shape:  # another shape: torch's broadcasting rules
+            return super().log_prob(value)
+        return self.logits.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        # a -inf logit (a masked action) counts as the lowest float: its p log p is 0
+        logits = self.logits.clamp(min=torch.finfo(self.logits.dtype).min)
+        return -(logits.exp() * logits).sum(-1)
+
+
 class PolicyHead:
     """A ``ProbabilisticActor`` of one plain module and its distribution, on tensors.
 
@@ -90,6 +134,8 @@ class PolicyHead:
         self.dist_keys = keys
         self.dist_class = prob.distribution_class
         self.dist_kwargs = dict(prob.distribution_kwargs or {})
+        if self.dist_class is torch.distributions.Categorical and keys == ["logits"]:
+            self.dist_class = LogitsCategorical  # the same distribution, its loss reads faster
         if _takes_validate_args(self.dist_class) and "validate_args" not in self.dist_kwargs:
             # torch's argument checks (a sync and a few ops per call) once per minibatch are
             # half of a Categorical's cost; the collectors' calls validate what enters a batch

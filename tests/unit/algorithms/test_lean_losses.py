@@ -30,7 +30,7 @@ from fleetrl.algorithms import (
     SACConfig,
 )
 from fleetrl.algorithms.base import flatten_valid
-from fleetrl.algorithms.heads import ActorCriticHeads, PolicyHead
+from fleetrl.algorithms.heads import ActorCriticHeads, LogitsCategorical, PolicyHead
 from fleetrl.envs.spec import env_spec
 from fleetrl.keys import TRANSITION_KEYS
 
@@ -185,3 +185,28 @@ def test_a_shared_pixel_torso_runs_once_and_gives_the_separate_networks_gradient
     separate = ppo.heads.policy.dist(obs)
     torch.testing.assert_close(dist.logits, separate.logits)
     torch.testing.assert_close(value, ppo.heads.value(obs))
+
+
+def test_the_policy_heads_categorical_is_torchs_to_float_rounding():
+    """LogitsCategorical: torch's log-probabilities, entropy and their gradients; a masked
+    action (-inf logit) has a finite entropy; values of another shape broadcast as torch's."""
+    torch.manual_seed(0)
+    raw = torch.randn(64, 5)
+    raw[::4, 2] = -float("inf")  # masked actions
+    action = torch.distributions.Categorical(logits=raw).sample()
+    got, want = raw.clone().requires_grad_(), raw.clone().requires_grad_()
+    fast = LogitsCategorical(logits=got)
+    slow = torch.distributions.Categorical(logits=want)
+    torch.testing.assert_close(fast.log_prob(action), slow.log_prob(action))
+    torch.testing.assert_close(fast.entropy(), slow.entropy())
+    assert torch.isfinite(fast.entropy()).all()
+    (fast.log_prob(action).sum() + fast.entropy().sum()).backward()
+    (slow.log_prob(action).sum() + slow.entropy().sum()).backward()
+    torch.testing.assert_close(got.grad, want.grad)
+    torch.testing.assert_close(fast.probs, slow.probs)
+    every = torch.arange(5).unsqueeze(-1)  # [5, 1]: each action's log-prob under every row
+    torch.testing.assert_close(fast.log_prob(every), slow.log_prob(every))
+    assert fast.log_prob(every).shape == (5, 64)
+    # the policy head of fleetrl's discrete actor builds it; a continuous one keeps its own
+    assert build("a2c").heads.policy.dist_class is LogitsCategorical
+    assert build("ppo-normal").heads.policy.dist_class is not LogitsCategorical
