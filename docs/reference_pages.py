@@ -758,7 +758,7 @@ def headline_rows() -> list[list[str]]:
     col = load_result("collector_throughput")
     ray = load_result("ray_throughput")
     atari = load_result("atari_throughput")
-    learner = load_result("learner_throughput")["cases"]["ppo_mujoco_tanh"]["ms_per_step"]
+    learner = load_result("learner_throughput")["cases"]["ppo_mujoco_tanh"]
     solve = load_result("time_to_solve")["results"]["ratios"]
     sweep = load_result("sweep_best")["ratios"]
     served = _served_pong(load_result("inference_server"))
@@ -800,7 +800,7 @@ def headline_rows() -> list[list[str]]:
         [
             "PPO optimizer step, MuJoCo shapes, eager",
             "plain PyTorch (steps/s)",
-            f"{learner['plain eager'] / learner['fleetrl eager']:.2f}x",
+            f"{learner['ratio_eager_vs_plain_eager']:.2f}x",  # the page's: paired rounds
         ],
         [
             "PPO to a return of 475 on CartPole, local",
