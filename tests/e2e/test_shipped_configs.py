@@ -512,8 +512,9 @@ def test_the_headers_suggest_other_envs_and_engines():
         "sac_mujoco.yaml env.engine=envpool",
         "dqn_atari.yaml dqn.buffer_size=1000000",
         "mappo_simple_spread.yaml mappo.critic_input=state",
+        "mappo_simple_spread.yaml env.id=mpe2:simple_tag_v3",
     } <= ids
-    assert len(ids) == len(SUGGESTIONS) == 30
+    assert len(ids) == len(SUGGESTIONS) == 31
 
 
 @pytest.mark.parametrize(("config", "overrides"), SUGGESTIONS)

@@ -68,6 +68,33 @@ def test_a_shipped_multi_agent_config_trains_resumes_and_evaluates(config, tmp_p
         assert re.search(re.escape(expected) + r"mean return -[\d.]+ \+- [\d.]+", out), out
 
 
+@pytest.mark.parametrize("critic", ["observations", "state"])
+def test_a_two_team_game_trains_each_team_resumes_and_evaluates(critic, tmp_path, capsys):
+    """simple_tag from the shipped config: both groups' networks train, each group's return
+    is a metrics column, the team return is their sum, and a resume continues both."""
+    run = tmp_path / "run"
+    args = [*TINY, "env.id=mpe2:simple_tag_v3", f"mappo.critic_input={critic}"]
+    args += ["mappo.num_epochs=1", "mappo.num_mini_batch=2", "--run-dir", str(run)]
+    assert main(["train", str(CONFIGS / "mappo_simple_spread.yaml"), *args]) == 0
+    assert _frames(run) == [500, 1000]
+    last = rows(run)[-1]
+    team = float(last["train/episode_return"])
+    adversary = float(last["train/group_return/adversary"])
+    prey = float(last["train/group_return/agent"])
+    # both teams' 25-step episodes end together: the team's return is their sum
+    assert team == pytest.approx(adversary + prey, rel=1e-5, abs=1e-5)
+    assert last["eval/return_mean"] != ""
+    state = load_checkpoint(latest_checkpoint(run))
+    groups = {name.split(".")[1] for name in state["algorithm"]["loss_module"]}
+    assert groups == {"adversary", "agent"}  # losses.<group>...: one set of networks each
+    assert main(["train", "--resume", str(run), "trainer.total_frames=1500"]) == 0
+    assert _frames(run) == [500, 1000, 1500]
+    assert load_checkpoint(latest_checkpoint(run))["algorithm"]["num_updates"] == 3 * 2
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "1"]) == 0
+    assert "mappo on mpe2:simple_tag_v3, 1 episodes" in capsys.readouterr().out
+
+
 def test_eval_refuses_a_video_of_a_multi_agent_run(tmp_path, capsys):
     run = tmp_path / "run"
     args = [*TINY, "trainer.total_frames=500", "trainer.test_every=0", "mappo.num_epochs=1"]

@@ -1,4 +1,4 @@
-"""MAPPO and IPPO: PPO for one agent group of a torchrl multi-agent env, on grouped batches.
+"""MAPPO and IPPO: PPO for the agent groups of a torchrl multi-agent env, on grouped batches.
 
 Reads top to bottom: the config (:class:`MAPPOConfig`, :class:`IPPOConfig`, with their
 checks), the agent group read from the env (:class:`AgentGroupLayout`), the networks
@@ -31,8 +31,14 @@ Actions: discrete (``Categorical``, a Categorical policy), ``Binary`` with one e
 Bernoulli policy) and bounded continuous (``Bounded`` floats, a PettingZoo ``Box``: a
 TanhNormal policy within the bounds, each agent's mean and scale from the actor's MLP).
 
-Not here (yet): several groups at once (refused, naming the groups: pass ``group=``),
-unbounded continuous and one-hot actions, and ``compile``/``cudagraphs``.
+Several groups (two teams, as MPE's ``simple_tag``: ``"adversary"`` and ``"agent"``): each
+group gets its own networks, GAE and torchrl loss, built as for one group; the policy runs
+every group's actor, and each optimizer step takes the sum of the groups' losses on the same
+env steps (:class:`GroupLosses`). The groups share nothing but the optimizer and the
+schedules (a group's gradients touch only its own parameters; ``max_grad_norm`` clips each
+group's gradients on their own). ``group=`` trains one group alone.
+
+Not here (yet): unbounded continuous and one-hot actions, and ``compile``/``cudagraphs``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from math import prod
 from typing import Any, ClassVar
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import Binary, Bounded, Categorical, OneHot
@@ -78,16 +84,15 @@ __all__ = [
     "MAPPO",
     "SINGLE_AGENT_MSG",
     "AgentGroupLayout",
+    "GroupLosses",
     "IPPOConfig",
     "MAPPOConfig",
     "MultiAgentPPO",
 ]
 
-SEVERAL_GROUPS_MSG = (
-    "{algo}: the env has several agent groups {groups}; one set of networks per group is "
-    "not built yet: from Python, pass group=<one of {groups}> to {algo_class} to train that "
-    "group (a config has no key for it yet: use an env with one agent group, such as "
-    "mpe2:simple_spread_v3)"
+NO_GROUPS_MSG = (
+    "{algo}: the env has no agent groups (no nested action keys, such as ('agents', "
+    "'action')); {algo} trains the agent groups of a multi-agent env: use PPO for this one"
 )
 UNKNOWN_GROUP_MSG = "{algo}: group={group!r} is not an agent group of the env; its groups: {groups}"
 OBSERVATION_MSG = (
@@ -270,15 +275,35 @@ class AgentGroupLayout:
         """Bounded continuous actions (a TanhNormal policy)."""
         return self.action_low is not None
 
+    @staticmethod
+    def groups_of(env: Any) -> list[str]:
+        """The env's agent groups (those its nested action keys name), in the env's order."""
+        return list(dict.fromkeys(k[0] for k in env.action_keys if isinstance(k, tuple)))
+
+    @classmethod
+    def every(
+        cls, env: Any, group: str | None = None, *, algo: str = "mappo"
+    ) -> list[AgentGroupLayout]:
+        """The layouts of every agent group of ``env`` (or of ``group`` alone), each group's
+        problems named together."""
+        groups = [group] if group is not None else cls.groups_of(env)
+        if not groups:
+            raise ConfigError([NO_GROUPS_MSG.format(algo=algo)])
+        layouts, problems = [], []
+        for name in groups:
+            try:
+                layouts.append(cls.of(env, name, algo=algo))
+            except ConfigError as err:
+                problems += err.problems
+        if problems:
+            raise ConfigError(problems)
+        return layouts
+
     @classmethod
     def of(cls, env: Any, group: str | None = None, *, algo: str = "mappo") -> AgentGroupLayout:
-        """Read the layout of ``group`` (None: the env's only group) from a torchrl env."""
-        groups = list(dict.fromkeys(k[0] for k in env.action_keys if isinstance(k, tuple)))
+        """Read the layout of ``group`` (None: the env's first group) from a torchrl env."""
+        groups = cls.groups_of(env)
         if group is None:
-            if len(groups) != 1:
-                raise ConfigError(
-                    [SEVERAL_GROUPS_MSG.format(algo=algo, algo_class=algo.upper(), groups=groups)]
-                )
             group = groups[0]
         if group not in groups:
             raise ConfigError([UNKNOWN_GROUP_MSG.format(algo=algo, group=group, groups=groups)])
@@ -510,16 +535,68 @@ def make_networks(
 # ------------------------------------------------------------------ the algorithm
 
 
+class GroupLosses(nn.Module):
+    """One torchrl loss per agent group, as one loss module: the sum of the groups' loss
+    terms on the same minibatch of env steps.
+
+    The groups' clip epsilon and coefficient buffers are one tensor each (the first
+    group's), so a schedule or ``update_algorithm_parameter`` changes every group's. What
+    is logged (the entropy, the KL estimate, the clipped fraction) is the mean over the
+    groups.
+    """
+
+    #: the buffers every group's loss shares
+    SHARED = ("clip_epsilon", "entropy_coeff", "critic_coeff")
+
+    def __init__(self, losses: dict[str, nn.Module]):
+        super().__init__()
+        self.losses = nn.ModuleDict(losses)
+        first, *others = self.losses.values()
+        for loss in others:
+            for name in self.SHARED:
+                if loss._buffers.get(name) is not None and first._buffers.get(name) is not None:
+                    loss._buffers[name] = first._buffers[name]
+
+    def _first(self) -> nn.Module:
+        return next(iter(self.losses.values()))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in GroupLosses.SHARED:  # the shared buffers, read through the first group
+            return getattr(self._first(), name)
+        return super().__getattr__(name)
+
+    @property
+    def entropy_bonus(self) -> bool:
+        return bool(self._first().entropy_bonus)
+
+    @entropy_bonus.setter
+    def entropy_bonus(self, on: bool) -> None:
+        for loss in self.losses.values():
+            loss.entropy_bonus = on
+
+    def forward(self, data: TensorDictBase) -> TensorDict:
+        outs = [loss(data) for loss in self.losses.values()]
+        out = {}
+        for key in ("loss_objective", "loss_critic", "loss_entropy"):
+            if all(key in o for o in outs):
+                out[key] = torch.stack([o.get(key) for o in outs]).sum()
+        for key in ("entropy", "kl_approx", "clip_fraction"):
+            if all(key in o for o in outs):
+                out[key] = torch.stack([o.get(key).detach().float().mean() for o in outs]).mean()
+        return TensorDict(out)
+
+
 class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
-    """PPO on one agent group (base of :class:`MAPPO` and :class:`IPPO`).
+    """PPO on the agent groups of a multi-agent env (base of :class:`MAPPO` and :class:`IPPO`).
 
     Args:
         config: hyperparameters (a :class:`MAPPOConfig` or :class:`IPPOConfig`).
-        env: the torchrl multi-agent env (or one like it) whose group is trained, or a run's
+        env: the torchrl multi-agent env (or one like it) whose groups are trained, or a run's
             :class:`~fleetrl.envs.EnvSpec` of one (its ``groups``: the env's torchrl specs).
 
     Keyword Args:
-        group: the agent group to train (None: the env's only one).
+        group: the one agent group to train (None: every group of the env, each with its
+            own networks).
         device: the learner's device (default: the CPU).
     """
 
@@ -542,10 +619,48 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
             if env.groups is None:
                 raise ConfigError([SINGLE_AGENT_MSG.format(algo=self.name, env_id=env.env_id)])
             env = env.groups
-        self.layout = AgentGroupLayout.of(env, group, algo=self.name)
-        actor, critic, policy = make_networks(self.layout, config, centralised=self.centralised)
-        to_device(actor, device)  # a TanhNormal's bounds too (continuous actions)
-        critic.to(device)
+        #: every trained group's layout, in the env's order
+        self.layouts = AgentGroupLayout.every(env, group, algo=self.name)
+        #: the first group's (the only one's, for an env of one group)
+        self.layout = self.layouts[0]
+        actors, critics, policies, losses, self.gaes = [], [], [], {}, []
+        for layout in self.layouts:
+            actor, critic, policy = make_networks(layout, config, centralised=self.centralised)
+            to_device(actor, device)  # a TanhNormal's bounds too (continuous actions)
+            critic.to(device)
+            loss, gae = self._group_loss(layout, config, actor, critic)
+            actors.append(actor)
+            critics.append(critic)
+            policies.append(policy)
+            losses[layout.group] = loss
+            self.gaes.append(gae)
+        if len(self.layouts) == 1:
+            actor, self.critic, self._policy = actors[0], critics[0], policies[0]
+            loss_module: nn.Module = losses[self.layout.group]
+        else:
+            actor = TensorDictSequential(*actors)
+            self.critic = TensorDictSequential(*critics)
+            self._policy = TensorDictSequential(*policies)
+            loss_module = GroupLosses(losses)
+        #: each group's trainable parameters (``max_grad_norm`` clips each group's alone)
+        self._group_params = [
+            [p for p in loss.parameters() if p.requires_grad] for loss in losses.values()
+        ]
+        super().__init__(
+            config,
+            loss_module,
+            actor,
+            adam_eps=1e-5,
+            num_epochs=config.num_epochs,
+            num_mini_batch=config.num_mini_batch,
+            device=device,
+        )
+        self.init_clip_epsilon()
+
+    def _group_loss(
+        self, layout: AgentGroupLayout, config: MultiAgentPPOConfig, actor: Any, critic: Any
+    ) -> tuple[nn.Module, MultiAgentGAE]:
+        """One group's torchrl loss and GAE, reading that group's keys."""
         loss = self.loss_class(
             actor,
             critic,
@@ -557,7 +672,6 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
             clip_value=config.clip_value,
             loss_critic_type="l2",
         )
-        layout = self.layout
         keys = {
             "action": layout.key(ACTION_KEY),
             "sample_log_prob": layout.key(ACTION_LOG_PROB_KEY),
@@ -569,24 +683,34 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
             "terminated": layout.terminated,
         }
         loss.set_keys(**keys)
-        self.gae = MultiAgentGAE(
+        gae = MultiAgentGAE(
             gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic, average_gae=False
         )
-        self.gae.set_keys(
-            **{k: v for k, v in keys.items() if k not in ("action", "sample_log_prob")}
-        )
-        self.critic = critic
-        self._policy = policy
-        super().__init__(
-            config,
-            loss,
-            actor,
-            adam_eps=1e-5,
-            num_epochs=config.num_epochs,
-            num_mini_batch=config.num_mini_batch,
-            device=device,
-        )
-        self.init_clip_epsilon()
+        gae.set_keys(**{k: v for k, v in keys.items() if k not in ("action", "sample_log_prob")})
+        return loss, gae
+
+    @property
+    def groups(self) -> list[str]:
+        """The agent groups trained, in the env's order."""
+        return [layout.group for layout in self.layouts]
+
+    @property
+    def gae(self) -> MultiAgentGAE:
+        """The first group's GAE (the only one's, for an env of one group)."""
+        return self.gaes[0]
+
+    def step(self) -> torch.Tensor | None:
+        """Clip each group's gradients on their own (``max_grad_norm``), then step the
+        optimizer; returns the largest group norm before clipping."""
+        if len(self._group_params) == 1 or self.max_grad_norm is None:
+            return super().step()
+        norms = [
+            nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
+            for params in self._group_params
+        ]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return torch.stack(norms).max()
 
     @property
     def policy(self) -> nn.Module:
@@ -596,27 +720,36 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
 
     # ------------------------------------------------------------ data
     def stack_signals(self, batch: TensorDictBase) -> TensorDictBase:
-        """A per-agent group's rewards and dones stacked under ``("next", group, ...)`` (a
+        """Each per-agent group's rewards and dones stacked under ``("next", group, ...)`` (a
         stacked group's, and the root's, are read as they are)."""
-        layout = self.layout
-        if layout.agents is None:
-            return batch
-        nxt = batch.get("next")
-        for key in (layout.reward, layout.done, layout.terminated):
-            if isinstance(key, tuple):
-                layout.stack(nxt, key[-1])
+        nxt = None
+        for layout in self.layouts:
+            if layout.agents is None:
+                continue
+            nxt = batch.get("next") if nxt is None else nxt
+            for key in (layout.reward, layout.done, layout.terminated):
+                if isinstance(key, tuple):
+                    layout.stack(nxt, key[-1])
         return batch
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """MultiAgentGAE advantages and value targets for the whole batch (``[*B, T, n_agents,
-        1]``, team rewards and dones broadcast over the agents), then its valid frames, flat."""
+        """MultiAgentGAE advantages and value targets for the whole batch, each group's
+        (``[*B, T, n_agents, 1]``, team rewards and dones broadcast over the agents), then
+        its valid frames, flat."""
         batch = self.on_device(self.stack_signals(batch))
-        with torch.no_grad():
-            self.gae(batch)
-        t = self.loss_module.tensor_keys
+        losses = (
+            list(self.loss_module.losses.values())
+            if isinstance(self.loss_module, GroupLosses)
+            else [self.loss_module]
+        )
         reads = dict.fromkeys([*self.policy.in_keys, *self.critic.in_keys])
-        keys = [*reads, t.action, t.sample_log_prob, t.advantage, t.value_target, t.value]
-        return self.on_device(flatten_valid(batch, keys))
+        with torch.no_grad():
+            for gae, loss in zip(self.gaes, losses):
+                gae(batch)
+                t = loss.tensor_keys
+                reads.update(dict.fromkeys([t.action, t.sample_log_prob, t.advantage]))
+                reads.update(dict.fromkeys([t.value_target, t.value]))
+        return self.on_device(flatten_valid(batch, list(reads)))
 
     def env_keys_read(self) -> set[NestedKey]:
         """What the actor and the critic read: a PettingZoo env from a config leaves its

@@ -11,11 +11,15 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import MarlGroupMapType
-from torchrl.testing.mocking_classes import MultiAgentCountingEnv, MultiKeyCountingEnv
+from torchrl.testing.mocking_classes import (
+    ContinuousActionVecMockEnv,
+    MultiAgentCountingEnv,
+    MultiKeyCountingEnv,
+)
 
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import IPPO, MAPPO, IPPOConfig, MAPPOConfig
-from fleetrl.algorithms.mappo import SEVERAL_GROUPS_MSG
+from fleetrl.algorithms.mappo import NO_GROUPS_MSG, GroupLosses
 
 N_AGENTS = 3
 
@@ -96,17 +100,75 @@ def test_bad_config_refused_by_key():
         IPPO(IPPOConfig(hidden_sizes=[]), counting_env())
 
 
-def test_several_groups_refused_by_name_unless_one_is_chosen():
+def test_every_group_gets_its_own_networks_and_one_group_may_be_chosen():
     env = MultiAgentCountingEnv(n_agents=2, group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT)
-    msg = SEVERAL_GROUPS_MSG.format(algo="mappo", algo_class="MAPPO", groups=["agent_0", "agent_1"])
-    with pytest.raises(ConfigError, match=re.escape(msg)):
-        MAPPO(MAPPOConfig(), env)
-    with pytest.raises(ConfigError, match="several agent groups"):
-        MAPPO(MAPPOConfig(), MultiKeyCountingEnv())
+    both = MAPPO(MAPPOConfig(hidden_sizes=[8]), env)
+    assert both.groups == ["agent_0", "agent_1"]
+    assert isinstance(both.loss_module, GroupLosses)
+    names = {n.split(".")[1] for n, _ in both.loss_module.named_parameters()}
+    assert names == {"agent_0", "agent_1"}  # losses.<group>.<network>...
+    # the policy writes every group's action; the critic reads every group's observation
+    assert set(both.policy.out_keys) >= {("agent_0", "agent_0", "action"),
+                                         ("agent_1", "agent_1", "action")}  # fmt: skip
+    assert set(both.env_keys_read()) == {
+        ("agent_0", "agent_0", "observation"),
+        ("agent_1", "agent_1", "observation"),
+    }
     with pytest.raises(ConfigError, match=r"group='nope' is not an agent group"):
         MAPPO(MAPPOConfig(), env, group="nope")
     chosen = MAPPO(MAPPOConfig(), env, group="agent_1")
-    assert (chosen.layout.group, chosen.layout.n_agents) == ("agent_1", 1)
+    assert chosen.groups == ["agent_1"] and chosen.layout.n_agents == 1
+    assert not isinstance(chosen.loss_module, GroupLosses)
+    # an env of three groups, two of them nested beside root keys
+    assert MAPPO(MAPPOConfig(), MultiKeyCountingEnv()).groups == ["nested_1", "nested_2"]
+    single = ContinuousActionVecMockEnv()
+    with pytest.raises(ConfigError, match=re.escape(NO_GROUPS_MSG.format(algo="ippo"))):
+        IPPO(IPPOConfig(), single)
+
+
+@pytest.mark.parametrize("cls", [MAPPO, IPPO])
+def test_several_groups_learn_together_each_on_its_own_gradients(cls):
+    """One step on a batch of two groups moves both groups' networks; a group's loss touches
+    only its own parameters; max_grad_norm clips each group's gradients on their own; the
+    shared clip epsilon and coefficients change for every group at once."""
+    make_env = lambda: MultiAgentCountingEnv(  # noqa: E731
+        n_agents=2, max_steps=4, group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT
+    )
+    config = cls.config_class(num_epochs=1, num_mini_batch=1, hidden_sizes=[8], max_grad_norm=1e-3)
+    algo = cls(config, make_env())
+    batch = collect(algo, make_env)
+    for group in ("agent_0", "agent_1"):
+        assert batch[group, group, "action"].shape == (2, 12, 1)  # the env's action shape
+    before = {n: p.detach().clone() for n, p in algo.loss_module.named_parameters()}
+    norms = []
+    step = algo.optimizer.step
+
+    def recorded_step(*args, **kwargs):
+        for params in algo._group_params:
+            grads = [p.grad for p in params if p.grad is not None]
+            norms.append(float(torch.stack([g.norm() for g in grads]).norm()))
+        return step(*args, **kwargs)
+
+    algo.optimizer.step = recorded_step
+    info = algo.learn(batch)
+    assert algo.num_updates == 1 and "loss/objective" in info
+    moved = {n.split(".")[1] for n, p in algo.loss_module.named_parameters()
+             if not torch.equal(p, before[n])}  # fmt: skip
+    assert moved == {"agent_0", "agent_1"}
+    assert len(norms) == 2 and all(n <= 1e-3 * (1 + 1e-4) for n in norms)  # each clipped
+    # one group's loss has no gradient in the other group's parameters
+    data = algo.prepare(collect(algo, make_env))
+    own = algo.loss_module.losses["agent_0"](data)
+    own["loss_objective"].backward()
+    grads = {n.split(".")[1] for n, p in algo.loss_module.named_parameters()
+             if p.grad is not None and p.grad.abs().sum() > 0}  # fmt: skip
+    assert grads == {"agent_0"}
+    algo.update_algorithm_parameter("clip_epsilon", 0.05)
+    algo.update_algorithm_parameter("entropy_coef", 0.0)
+    for loss in algo.loss_module.losses.values():
+        assert float(loss.clip_epsilon) == pytest.approx(0.05)
+        assert float(loss.entropy_coeff) == 0.0 and loss.entropy_bonus is False
+    assert algo.clip_epsilon == pytest.approx(0.05) and algo.entropy_coef == 0.0
 
 
 # ------------------------------------------------------------------ learning

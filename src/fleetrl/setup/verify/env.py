@@ -244,8 +244,8 @@ def grouped_rules(config: Config, spec: EnvSpec, check: Problems) -> None:
         )
         check.say("algorithm", text)
     else:
-        try:  # the group the networks are sized for: one group, one observation, discrete actions
-            AgentGroupLayout.of(spec.groups, algo=config.algorithm)
+        try:  # every group the networks are sized for: one observation each, supported actions
+            AgentGroupLayout.every(spec.groups, algo=config.algorithm)
         except ConfigError as err:
             for text in err.problems:
                 check.say("algorithm", text)
