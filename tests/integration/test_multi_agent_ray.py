@@ -189,3 +189,44 @@ def test_a_multi_agent_straggler_is_preempted_and_its_round_masked():
     for key in (("data", "states"), ("next", "data", "states"), ("next", "data", "reward")):
         assert (first[key][1][~mask[1]] == 0).all(), key
     assert first["data", "states"][1][mask[1]].shape == (slow, 3, 1)
+
+
+def test_a_server_acts_for_every_agent_of_every_worker_over_shared_memory():
+    """Central inference on a multi-agent env: each worker's step (every agent of its envs)
+    is one request, answered over shared memory; frames and version tags stay exact."""
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+
+    to_float = TensorDictModule(
+        lambda states: states.float(), in_keys=[("data", "states")], out_keys=[("data", "x")]
+    )
+    net = MultiAgentMLP(
+        n_agent_inputs=1, n_agent_outputs=1, n_agents=3, centralised=False, share_params=True
+    )
+    actor = ProbabilisticActor(
+        TensorDictSequential(
+            to_float, TensorDictModule(net, in_keys=[("data", "x")], out_keys=[("data", "logits")])
+        ),
+        in_keys={"logits": ("data", "logits")},
+        out_keys=[("data", "action")],
+        distribution_class=torch.distributions.Bernoulli,
+        return_log_prob=True,
+    )
+    with RayCollector(
+        _nested_env, actor, frames_per_batch=24, total_frames=72, num_collectors=2,
+        inference="server", sync=False,
+    ) as collector:  # fmt: skip
+        frames = 0
+        for batch in collector:
+            frames += frames_in(batch)
+            assert batch.get(("data", "action")).shape[-2:] == (3, 1)
+            # a Bernoulli's log-probability per entry, as the local actor writes it
+            assert (
+                batch.get(("data", "action_log_prob")).shape == batch.get(("data", "action")).shape
+            )
+            collector.update_policy_weights_()
+        server = collector.stats()["inference"]["servers"][0]
+        version = collector.policy_version
+    assert frames == 72 == server["observations"]  # one row per env step: its 3 agents in it
+    assert server["shm_requests"] > 0
+    assert 1 <= version <= 3

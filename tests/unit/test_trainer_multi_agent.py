@@ -95,6 +95,28 @@ def test_a_two_team_game_trains_each_team_resumes_and_evaluates(critic, tmp_path
     assert "mappo on mpe2:simple_tag_v3, 1 episodes" in capsys.readouterr().out
 
 
+def test_a_config_run_serves_both_teams_from_an_inference_server(tmp_path):
+    """collector.inference=server on a two-team game (collectors on the in-process backend):
+    frames exact, every step served, and the run trains both groups."""
+    run = tmp_path / "run"
+    args = [*TINY, "env.id=mpe2:simple_tag_v3", "mappo.num_epochs=1", "mappo.num_mini_batch=2"]
+    args += [
+        "collector.num_collectors=2",
+        "collector.inference=server",
+        "trainer.backend=inprocess",
+        "env.num_envs=2",  # 2 collectors x 2 envs x 125 steps: 500 frames a batch
+    ]
+    assert (
+        main(["train", str(CONFIGS / "mappo_simple_spread.yaml"), *args, "--run-dir", str(run)])
+        == 0
+    )
+    assert _frames(run) == [500, 1000]
+    last = rows(run)[-1]
+    assert last["train/group_return/adversary"] != "" and last["train/group_return/agent"] != ""
+    saved = load_config(run / "config.yaml")
+    assert (saved.collector.inference, saved.collector.num_collectors) == ("server", 2)
+
+
 def test_eval_refuses_a_video_of_a_multi_agent_run(tmp_path, capsys):
     run = tmp_path / "run"
     args = [*TINY, "trainer.total_frames=500", "trainer.test_every=0", "mappo.num_epochs=1"]
@@ -128,7 +150,7 @@ def test_keys_a_multi_agent_run_does_not_take_are_refused_by_name_all_at_once():
         "env.normalize_observation=true",
         "collector.overlap=on",
         "collector.num_collectors=2",
-        "collector.inference=server",
+        "collector.inference=server",  # taken: central inference serves agent groups
     ]
     with pytest.raises(ConfigError) as err:
         load_config(CONFIGS / "mappo_simple_spread.yaml", overrides)
@@ -138,8 +160,8 @@ def test_keys_a_multi_agent_run_does_not_take_are_refused_by_name_all_at_once():
         "env.normalize_reward",
         "env.normalize_observation",
         "collector.overlap",
-        "collector.inference",
     } <= keys
+    assert "collector.inference" not in keys
     said = "\n".join(err.value.problems)
     assert "env.max_episode_steps=50 is invalid with env.id='mpe2:simple_spread_v3'" in said
 

@@ -41,6 +41,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from fleetrl.collectors.episodes import EpisodeBook
+from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.grouped import GroupedEnv
 from fleetrl.errors import PolicyError, Problems
@@ -113,7 +114,7 @@ def check_grouped_arguments(**given: Any) -> None:
 
 
 #: the defaults of the arguments that :func:`check_grouped_arguments` checks (others: None)
-_DEFAULTS: dict[str, Any] = {"split_trajs": False, "set_truncated": False, "inference": "local"}
+_DEFAULTS: dict[str, Any] = {"split_trajs": False, "set_truncated": False}
 
 
 def check_grouped_policy(
@@ -196,6 +197,10 @@ class GroupedRollout:
             actions per agent from the env's action spec.
         exploration_type: set around every policy call.
         traj_id_start: the first trajectory id.
+        serve: central inference (:mod:`fleetrl.collectors.inference`): each step's policy
+            inputs (every agent of every env, one request) go to the server, which runs
+            the policy in one batched forward with other workers' requests; the policy here
+            is only probed. None: the policy acts here.
     """
 
     def __init__(
@@ -204,8 +209,12 @@ class GroupedRollout:
         policy: Any,
         exploration_type: ExplorationType,
         traj_id_start: int = 0,
+        serve: ServerClient | None = None,
     ):
         self.env = env
+        self.serve = None if policy is None else serve
+        #: what a server is sent each step: the policy's in-keys (every leaf where it has none)
+        self._served_keys = _leaf_in_keys(policy) if self.serve is not None else None
         self.random = env.random_policy()
         self.policy = self.random if policy is None else policy
         self.exploration_type = exploration_type
@@ -238,24 +247,35 @@ class GroupedRollout:
         times: CollectTimes | None = None,
     ) -> TensorDictBase:
         """``steps`` steps of every env, ``[*env_batch, steps]`` (fewer when ``should_stop``
-        is true from step ``stop_from`` on), with the episode columns filled."""
+        is true from step ``stop_from`` on), with the episode columns filled. With a
+        server, :attr:`versions` holds each step's policy version, as answered."""
         act = self.random if random else self.policy
+        serve = None if random else self.serve
         env, td = self.env, self.td
         ask_from = steps if should_stop is None or stop_from is None else stop_from
         clock = time.perf_counter
         policy_s = 0.0
         frames: list[TensorDictBase] = []
+        versions: list[int] = []
         loop_start = clock()
         with torch.inference_mode(), set_exploration_type(self.exploration_type):
             for t in range(steps):
                 started = clock()
-                td = act(td)
+                if serve is None:
+                    td = act(td)
+                else:
+                    keys = self._served_keys
+                    asked = serve.ask(td if keys is None else td.select(*keys, strict=False))
+                    td, version = serve.take(asked, td)
+                    versions.append(version)
                 policy_s += clock() - started
                 transition, td = env.step(td)
                 frames.append(transition)
                 if ask_from <= t + 1 < steps and should_stop():  # type: ignore[misc]
                     break
         self.td = td
+        #: each step's policy version, as the server answered (None: the policy acted here)
+        self.versions = versions if serve is not None else None
         if times is not None:
             times.policy_s = policy_s
             times.env_s = clock() - loop_start - policy_s
@@ -298,6 +318,12 @@ class GroupedRollout:
         """Restore the next free trajectory id; the envs were not saved, so their episodes
         start afresh."""
         self.team.load_state_dict(state, episodes=False)
+
+
+def _leaf_in_keys(policy: Any) -> list[NestedKey] | None:
+    """The keys a policy reads (its ``in_keys``), or None where it does not say."""
+    keys = getattr(policy, "in_keys", None)
+    return list(keys) if keys else None
 
 
 def _tuple(key: NestedKey) -> tuple[str, ...]:

@@ -121,7 +121,6 @@ def plan_collection(**given: Any) -> RayPlan:
     if probe_envs(args.env_fns, args.kwargs_list, build=args.native):
         # a multi-agent env: what its workers' grouped rollout would refuse, refused here
         check_grouped_arguments(
-            inference=inference.mode.value,
             trajs_per_batch=g["trajs_per_batch"],
             split_trajs=g["split_trajs"],
             max_frames_per_traj=None

@@ -293,7 +293,6 @@ class SyncDataCollector(DataCollectorBase):
             if isinstance(self.env, GroupedEnv):  # what its rollout does not take yet
                 check_grouped_arguments(
                     overlap=True if as_overlap(overlap, p) is Overlap.ON else None,
-                    inference_server=inference_server,
                     trajs_per_batch=trajs_per_batch, split_trajs=split_trajs,
                     max_frames_per_traj=self.max_frames_per_traj, return_discount=return_discount,
                     set_truncated=set_truncated, compile_policy=compile_policy,
@@ -305,7 +304,7 @@ class SyncDataCollector(DataCollectorBase):
             self._user_policy = user_policy
             if isinstance(self.env, GroupedEnv):  # probes the policy, starts the episodes
                 self._grouped = GroupedRollout(
-                    self.env, user_policy, self.exploration_type, traj_id_start
+                    self.env, user_policy, self.exploration_type, traj_id_start, self.server
                 )
                 self.policy, self._random_policy = self._grouped.policy, self._grouped.random
                 self._episodes = self._grouped.team
@@ -616,7 +615,11 @@ class SyncDataCollector(DataCollectorBase):
                 times.env_s += time.perf_counter() - reset_start
         if self._grouped is not None:
             batch = self._grouped.rollout(steps, random, min_steps, should_stop, times)
-            return self._tag_batch(batch, None)
+            served = self._grouped.versions
+            versions = None
+            if served is not None:  # each step's version, as its server answered
+                versions = np.repeat(np.asarray(served, dtype=np.int64)[None], self.num_envs, 0)
+            return self._tag_batch(batch, versions)
         env, plan = self.env, self._plan
         # Everything below is decided once per batch, not per step.
         random = random or self.policy is self._random_policy
@@ -686,7 +689,7 @@ class SyncDataCollector(DataCollectorBase):
             tags = torch.full(shape, self.policy_version, dtype=torch.int64)
             self.batch_version = self.policy_version
         else:  # central inference: each step as its server answered
-            tags = torch.from_numpy(versions[:, :steps])
+            tags = torch.from_numpy(versions[:, :steps]).reshape(shape)
             self.batch_version = int(tags.min())
             self.policy_version = max(self.policy_version, int(tags.max()))
         td.set(POLICY_VERSION_KEY, tags)

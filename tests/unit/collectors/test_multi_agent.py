@@ -261,10 +261,101 @@ def test_a_ray_collector_refuses_what_the_grouped_rollout_lacks_before_any_worke
             _mappo_actor(),
             frames_per_batch=12,
             backend="inprocess",
-            inference="server",
+            inference="server",  # taken: central inference serves multi-agent envs
             trajs_per_batch=2,
         )
     assert err.value.problems == [
-        "inference='server' is invalid: " + GROUPED_ARGUMENT_MSG.format(default="local"),
         "trajs_per_batch=2 is invalid: " + GROUPED_ARGUMENT_MSG.format(default=None),
     ]
+
+
+# ------------------------------------------------------------------ central inference
+
+
+def _servers(policy, count=1):
+    from torchrl.envs.utils import ExplorationType
+
+    from fleetrl.backends import make_backend
+    from fleetrl.collectors.inference import InferenceServers
+
+    backend = make_backend("inprocess")
+    return InferenceServers(
+        backend, backend.put(policy), count=count, device=None, max_batch=None, max_wait_ms=0.0,
+        exploration_type=ExplorationType.RANDOM, num_threads=None, clients=1,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["three_agents", "group_per_agent", "nested"])
+def test_a_served_policy_gives_the_batches_a_local_one_gives(name):
+    """Every agent of every env in one request a step: the server's batches are the local
+    policy's, bit for bit (an in-process server draws from the same generator)."""
+    from collecting import assert_same_batches
+    from fleetrl.algorithms import MAPPO, MAPPOConfig
+
+    make_env = ENVS[name]
+    policy = (
+        _mappo_actor()
+        if name == "nested"
+        else MAPPO(MAPPOConfig(hidden_sizes=[8]), make_env()).policy
+    )
+    num_envs = None if name == "nested" else 3  # NestedCountingEnv keeps its own batch (2,)
+    got, servers = {}, None
+    for served in (False, True):
+        servers = _servers(policy) if served else None
+        with SyncDataCollector(
+            make_env, policy, frames_per_batch=24, total_frames=48, num_envs=num_envs,
+            inference_server=None if servers is None else servers.for_worker(0),
+        ) as c:  # fmt: skip
+            c.set_seed(0)
+            torch.manual_seed(0)
+            got[served] = list(c)
+    assert_same_batches(got[True], got[False])
+    assert servers is not None and servers.stats()[0]["observations"] == 48  # env steps
+    assert servers.stats()[0]["requests"] == 48 // (3 if num_envs else 2)  # one a step
+
+
+def test_a_served_multi_agent_batch_is_tagged_with_the_version_that_acted():
+    from tensordict import TensorDict
+
+    from fleetrl.algorithms import MAPPO, MAPPOConfig
+    from fleetrl.wire import pack_weights
+
+    make_env = ENVS["three_agents"]
+    mappo = MAPPO(MAPPOConfig(hidden_sizes=[8]), make_env())
+    servers = _servers(mappo.policy)
+    with SyncDataCollector(
+        make_env, mappo.policy, frames_per_batch=12, num_envs=2,
+        inference_server=servers.for_worker(0),
+    ) as c:  # fmt: skip
+        for version in (2, 7):
+            weights = TensorDict.from_module(mappo.policy).data.clone()
+            servers.publish(servers.backend.put(pack_weights(weights)), version)
+            batch = c.next()
+            assert batch["collector", "policy_version"].unique().tolist() == [version]
+            assert batch["agents", "agent_0", "action"].shape == (2, 6, 1)
+            assert c.batch_version == version
+
+
+def test_a_ray_collector_serves_a_pettingzoo_team_and_counts_frames_exactly():
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_tag_v3
+
+    from fleetrl import RayCollector
+    from fleetrl.algorithms import MAPPO, MAPPOConfig
+    from fleetrl.envs.pettingzoo import PettingZooEnv
+
+    def make_tag():
+        return PettingZooEnv(simple_tag_v3.parallel_env, max_cycles=5)
+
+    mappo = MAPPO(MAPPOConfig(hidden_sizes=[8]), make_tag())
+    with RayCollector(
+        make_tag, mappo.policy, frames_per_batch=40, total_frames=120, num_collectors=2,
+        num_workers_per_collector=2, backend="inprocess", inference="server",
+    ) as c:  # fmt: skip
+        batches = list(c)
+        stats = c.stats()["inference"]
+    assert sum(b.numel() for b in batches) == 120
+    for batch in batches:
+        assert batch["adversary", "action"].shape[-1] == 3
+        assert batch["agent", "action_log_prob"].shape[-1] == 1
+    assert stats["observations"] == 120  # one observation row per env step: every agent in it

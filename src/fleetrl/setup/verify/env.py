@@ -273,9 +273,6 @@ def _grouped_keys(config: Config) -> list[tuple[str, object, bool, str, str]]:
          "set env.normalize_reward=false"),
         ("collector.overlap", c.overlap, overlap,
          "the grouped rollout steps every env at once", "set collector.overlap=auto or off"),
-        ("collector.inference", c.inference, c.inference == "server",
-         "inference servers serve single-agent collectors only (not built yet)",
-         "set collector.inference=local"),
     ]  # fmt: skip
 
 
