@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the unit layer's priority below the Ray layer's (``nice`` increment)
-UNIT_NICE = 10
+#: the unit layer's priority (``nice`` increment): below the Ray layer's workers, which Ray
+#: starts at nice 15 (its worker_niceness), so their process starts are not held back
+UNIT_NICE = 19
 
 
 def commands(everything: bool) -> tuple[list[str], list[str]]:

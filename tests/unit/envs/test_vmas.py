@@ -1,0 +1,93 @@
+"""VMAS (vectorized in torch) through torchrl's ``VmasEnv``, as a user builds it: collected in
+torchrl's grouped layout, trained by MAPPO, served by an inference server. VMAS steps its
+envs as one torch batch: the env keeps its own ``num_envs``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("vmas")
+
+from torchrl.collectors import Collector
+from torchrl.envs.libs.vmas import VmasEnv
+from torchrl.envs.utils import ExplorationType
+
+from fleetrl import SyncDataCollector, episode_stats
+from fleetrl.algorithms import MAPPO, MAPPOConfig
+from fleetrl.backends import make_backend
+from fleetrl.collectors.inference import InferenceServers
+from fleetrl.keys import EPISODE_END_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
+
+#: VMAS truncates every env after max_steps
+MAX_STEPS = 5
+
+
+def balance(num_envs: int = 4) -> VmasEnv:
+    """Three agents carrying a package (continuous forces), ``num_envs`` in one torch batch."""
+    return VmasEnv(
+        scenario="balance", num_envs=num_envs, continuous_actions=True, max_steps=MAX_STEPS, seed=0
+    )
+
+
+def _layout(batch) -> dict:
+    return {
+        k: (tuple(batch.get(k).shape), batch.get(k).dtype)
+        for k in batch.keys(include_nested=True, leaves_only=True)
+    }
+
+
+def _own(key) -> bool:
+    """fleetrl's additions to torchrl's batch: the tags and the episode columns."""
+    return key in (POLICY_VERSION_KEY, WORKER_ID_KEY) or any(
+        part.startswith(("episode_", "group_"))
+        for part in (key if isinstance(key, tuple) else (key,))
+    )
+
+
+def test_a_vmas_batch_is_torchrls_and_its_episodes_end_at_max_steps():
+    torchrl_collector = Collector(
+        balance, None, frames_per_batch=40, total_frames=40, auto_register_policy_transforms=False
+    )
+    want = _layout(next(iter(torchrl_collector)))
+    torchrl_collector.shutdown()
+    with SyncDataCollector(balance, None, frames_per_batch=40, total_frames=80) as c:
+        batches = list(c)
+        assert c.frames == 80  # a frame is an env step: 4 envs x 10 steps a batch
+    for batch in batches:
+        got = _layout(batch)
+        # torchrl's keys, and fleetrl's tags and episode columns beside them
+        assert {k: v for k, v in got.items() if not _own(k)} == want
+        assert batch["agents", "action"].shape == (4, 10, 3, 2)
+        assert batch["next", "agents", "reward"].shape == (4, 10, 3, 1)
+        # every env's episode ends at max_steps, twice a batch
+        assert batch[EPISODE_END_KEY].squeeze(-1).sum(-1).tolist() == [2, 2, 2, 2]
+        assert episode_stats(batch).lengths.tolist() == [MAX_STEPS] * 8
+
+
+def test_mappo_trains_a_vmas_team_and_a_server_acts_for_it():
+    torch.manual_seed(0)
+    mappo = MAPPO(MAPPOConfig(num_epochs=1, num_mini_batch=2, hidden_sizes=[16]), balance())
+    assert mappo.layout.continuous and mappo.layout.n_agents == 3
+    before = [p.detach().clone() for p in mappo.loss_module.parameters()]
+    with SyncDataCollector(balance, mappo.policy, frames_per_batch=40) as c:
+        batch = c.next()
+    low, high = mappo.layout.action_low, mappo.layout.action_high
+    action = batch["agents", "action"]
+    assert bool(((action >= low) & (action <= high)).all())  # TanhNormal within the bounds
+    info = mappo.learn(batch)
+    assert mappo.num_updates == 2 and "loss/objective" in info
+    assert any(not torch.equal(a, b) for a, b in zip(before, mappo.loss_module.parameters()))
+    # served: every agent of the 4 envs in one request a step
+    backend = make_backend("inprocess")
+    servers = InferenceServers(
+        backend, backend.put(mappo.policy), count=1, device=None, max_batch=None,
+        max_wait_ms=0.0, exploration_type=ExplorationType.RANDOM, num_threads=None, clients=1,
+    )  # fmt: skip
+    with SyncDataCollector(
+        balance, mappo.policy, frames_per_batch=40, inference_server=servers.for_worker(0)
+    ) as c:
+        served = c.next()
+    assert served["agents", "action"].shape == (4, 10, 3, 2)
+    assert served[POLICY_VERSION_KEY].unique().tolist() == [0]
+    assert servers.stats()[0]["requests"] == 10 and servers.stats()[0]["observations"] == 40
