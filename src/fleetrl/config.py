@@ -187,7 +187,8 @@ class AtariConfig:
 @dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
-    """gymnasium id of the training env (the test env uses the same id)."""
+    """id of the training env (the test env uses the same id): a gymnasium id, a PettingZoo
+    env as package:module (mpe2:simple_spread_v3) or a VMAS scenario (vmas:balance)."""
     num_envs: int = 8
     """envs stepped as one batch in each collector."""
     max_episode_steps: int | None = None
@@ -205,8 +206,9 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """the env's own arguments: gymnasium.make(id, **kwargs) for a gymnasium id (e.g.
     {continuous: true} for LunarLander-v3), parallel_env(**kwargs) for a PettingZoo id (e.g.
-    {continuous_actions: true, N: 4} for mpe2:simple_spread_v3), the MuJoCo env's arguments
-    in every engine; an ALE id takes env.atari instead. Training, evaluation and videos all
+    {continuous_actions: true, N: 4} for mpe2:simple_spread_v3), a VMAS scenario's and
+    VmasEnv's (max_steps, required; continuous_actions, n_agents, ...), the MuJoCo env's
+    arguments in every engine; an ALE id takes env.atari instead. Training, evaluation and videos all
     build the env with them."""
     normalize_observation: bool = False
     """normalize observations by running mean and variance merged from every collector's

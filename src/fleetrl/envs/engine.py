@@ -92,14 +92,18 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
     kwargs = dict(env.kwargs or {})
     if kwargs and kind is EnvKind.ATARI:
         problems.append(ATARI_KWARGS_MSG.format(value=kwargs, env_id=env.id))
-    if kind is EnvKind.PETTINGZOO:
-        problems.extend(_pettingzoo_problems(env))
+    if kind in (EnvKind.PETTINGZOO, EnvKind.VMAS):
+        problems.extend(_pettingzoo_problems(env, kind))
+        if kind is EnvKind.VMAS:
+            from fleetrl.envs.vmas import vmas_problems
+
+            problems.extend(vmas_problems(env.id, kwargs))
     elif registered and kind is EnvKind.MUJOCO:  # envpool steps MuJoCo ids too
         check_mujoco_engine(env.id, env.engine, "env.", problems)
     elif registered:
         atari = kind is EnvKind.ATARI
         check_atari_engine(env.id, env.engine, env.atari, "env.", problems, is_atari=atari)
-    if env.observation_indices is not None and kind is not EnvKind.PETTINGZOO:
+    if env.observation_indices is not None and kind not in (EnvKind.PETTINGZOO, EnvKind.VMAS):
         problems.extend(_indices_problems(env, kind, registered))
     built_by: Any = env.id  # another id stays an id: make_env builds it with gymnasium
     if problems:
@@ -108,6 +112,10 @@ def resolve_env(env: EnvConfig) -> ResolvedEnv:
         from fleetrl.envs.pettingzoo import PettingZooId
 
         built_by = PettingZooId(env.id, kwargs)
+    elif kind is EnvKind.VMAS:
+        from fleetrl.envs.vmas import VmasId
+
+        built_by = VmasId(env.id, kwargs)
     elif kind is EnvKind.ATARI:
         built_by = AtariEnv.checked(env.id, env.engine, env.atari)
     elif kind is EnvKind.MUJOCO and env.engine != EnvEngine.GYMNASIUM:
@@ -125,26 +133,36 @@ ATARI_KWARGS_MSG = (
     "Atari preprocessing of env.atari (frame_skip, repeat_action_probability, "
     "full_action_space, ...): set those keys there, and remove env.kwargs"
 )
-PETTINGZOO_ENGINE_MSG = (
-    "env.{key}={value!r} is invalid with env.id={env_id!r}: a PettingZoo env is stepped by "
-    "fleetrl's own adapter (fleetrl.envs.pettingzoo), {fix}"
-)
+PETTINGZOO_ENGINE_MSG = "env.{key}={value!r} is invalid with env.id={env_id!r}: {stepped}, {fix}"
+#: who steps a multi-agent id's env, for the message above
+STEPPED_BY = {
+    EnvKind.PETTINGZOO: "a PettingZoo env is stepped by fleetrl's own adapter "
+    "(fleetrl.envs.pettingzoo)",
+    EnvKind.VMAS: "a VMAS env is stepped by torchrl's VmasEnv, in torch",
+}
 
 
-def _pettingzoo_problems(env: EnvConfig) -> list[str]:
-    """The keys a PettingZoo id (``mpe2:simple_spread_v3``) cannot take: another engine than
-    ``gymnasium`` (the default), and ``env.observation_indices``."""
+def _pettingzoo_problems(env: EnvConfig, kind: EnvKind = EnvKind.PETTINGZOO) -> list[str]:
+    """The keys a multi-agent id (``mpe2:simple_spread_v3``, ``vmas:balance``) cannot take:
+    another engine than ``gymnasium`` (the default), and ``env.observation_indices``."""
     problems = []
+    stepped = STEPPED_BY[kind]
     if EnvEngine(env.engine) is not EnvEngine.GYMNASIUM:
         value = EnvEngine(env.engine).value
         fix = "so leave env.engine unset (gymnasium)"
         problems.append(
-            PETTINGZOO_ENGINE_MSG.format(key="engine", value=value, env_id=env.id, fix=fix)
+            PETTINGZOO_ENGINE_MSG.format(
+                key="engine", value=value, env_id=env.id, stepped=stepped, fix=fix
+            )
         )
     if env.observation_indices is not None:
         fix = "which keeps every agent's observation: remove the key (null)"
         key, value = "observation_indices", env.observation_indices
-        problems.append(PETTINGZOO_ENGINE_MSG.format(key=key, value=value, env_id=env.id, fix=fix))
+        problems.append(
+            PETTINGZOO_ENGINE_MSG.format(
+                key=key, value=value, env_id=env.id, stepped=stepped, fix=fix
+            )
+        )
     return problems
 
 

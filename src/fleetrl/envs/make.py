@@ -91,7 +91,11 @@ def make_env(
         from fleetrl.envs.pettingzoo import PettingZooId
 
         create_env_fn = PettingZooId(create_env_fn, kwargs)
-    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv, GymId)) or _is_pettingzoo_id(
+    elif kind is EnvKind.VMAS:
+        from fleetrl.envs.vmas import VmasId
+
+        create_env_fn = VmasId(create_env_fn, kwargs)
+    if isinstance(create_env_fn, (AtariEnv, MujocoEnv, PartialEnv, GymId)) or _is_id_of(
         create_env_fn
     ):
         return create_env_fn.make(num_envs or 1)
@@ -119,10 +123,10 @@ def make_env(
     raise EnvError(ENV_TYPE_MSG.format(value=create_env_fn))
 
 
-def _is_pettingzoo_id(obj: Any) -> bool:
-    return (
-        type(obj).__name__ == "PettingZooId" and type(obj).__module__ == "fleetrl.envs.pettingzoo"
-    )
+def _is_id_of(obj: Any) -> bool:
+    """A multi-agent env's id (its module imported only where one is used)."""
+    kind = (type(obj).__module__, type(obj).__name__)
+    return kind in (("fleetrl.envs.pettingzoo", "PettingZooId"), ("fleetrl.envs.vmas", "VmasId"))
 
 
 def _check_prebuilt_num_envs(num_envs: int | None, n: int, kind: str) -> None:

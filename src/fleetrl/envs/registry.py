@@ -55,6 +55,9 @@ class EnvKind(str, enum.Enum):
     """an env built already: a gymnasium ``Env`` or ``VectorEnv``, an envpool env"""
     TORCHRL = "torchrl"
     """a torchrl ``EnvBase``"""
+    VMAS = "vmas"
+    """a VMAS scenario named ``vmas:<scenario>`` (``vmas:balance``): built by
+    :class:`~fleetrl.envs.vmas.VmasId`"""
     PETTINGZOO = "pettingzoo"
     """a PettingZoo parallel env named ``package:module`` (``mpe2:simple_spread_v3``): built by
     :class:`~fleetrl.envs.pettingzoo.PettingZooId`"""
@@ -91,6 +94,8 @@ def lookup_id(env_id: str) -> tuple[EnvKind, bool]:
     """The kind of env ``env_id`` names and whether it is registered, in one look-up (ale-py's
     ids registered first where ``env_id`` is written like one; a PettingZoo id is registered
     where its module can be found, not imported)."""
+    if env_id.startswith("vmas:"):  # registered where VMAS is installed
+        return EnvKind.VMAS, importlib.util.find_spec("vmas") is not None
     if names_pettingzoo_env(env_id):
         package, _, module = env_id.partition(":")
         try:

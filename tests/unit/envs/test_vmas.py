@@ -91,3 +91,57 @@ def test_mappo_trains_a_vmas_team_and_a_server_acts_for_it():
     assert served["agents", "action"].shape == (4, 10, 3, 2)
     assert served[POLICY_VERSION_KEY].unique().tolist() == [0]
     assert servers.stats()[0]["requests"] == 10 and servers.stats()[0]["observations"] == 40
+
+
+# ------------------------------------------------------------------ from a config
+
+
+def test_a_vmas_id_builds_the_scenario_with_the_runs_num_envs():
+    from fleetrl.envs import make_env
+
+    env = make_env("vmas:balance", 3, {"max_steps": 4, "continuous_actions": True})
+    try:
+        assert env.num_envs == 3 and list(env.groups) == ["agents"]
+    finally:
+        env.close()
+
+
+def test_a_vmas_config_is_refused_by_key_without_an_episode_length_or_a_scenario():
+    from fleetrl.errors import ConfigError
+    from fleetrl.setup.load import load_config
+    from runs import ROOT
+
+    config = ROOT / "configs" / "mappo_simple_spread.yaml"
+    with pytest.raises(ConfigError) as err:
+        load_config(config, ["env.id=vmas:balance"])
+    assert {p.key for p in err.value.details} == {"env.kwargs.max_steps"}
+    assert "env.kwargs.max_steps=None is invalid with env.id='vmas:balance'" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(config, ["env.id=vmas:balanse", "env.kwargs.max_steps=10"])
+    assert {p.key for p in err.value.details} == {"env.id"}
+    assert "VMAS has no scenario 'balanse'" in str(err.value)
+
+
+def test_mappo_trains_resumes_and_evaluates_a_vmas_scenario_from_a_config(tmp_path, capsys):
+    from fleetrl.cli import main
+    from runs import ROOT, rows
+
+    run = tmp_path / "run"
+    args = [
+        "env.id=vmas:balance", "env.kwargs.max_steps=10", "env.kwargs.continuous_actions=true",
+        "env.num_envs=4", "collector.frames_per_batch=80", "trainer.total_frames=160",
+        "trainer.test_every=2", "trainer.num_test_episodes=2", "mappo.num_epochs=1",
+        "mappo.num_mini_batch=2", "logging.progress_bar=false", "logging.tensorboard=false",
+        "logging.plot=false",
+    ]  # fmt: skip
+    config = str(ROOT / "configs" / "mappo_simple_spread.yaml")
+    assert main(["train", config, *args, "--run-dir", str(run)]) == 0
+    last = rows(run)[-1]
+    assert int(float(last["train/frames"])) == 160
+    assert int(float(last["train/episodes"])) == 16  # 4 envs x 2 batches x 20 steps / 10
+    assert last["eval/return_mean"] != ""
+    assert main(["train", "--resume", str(run), "trainer.total_frames=240"]) == 0
+    assert int(float(rows(run)[-1]["train/frames"])) == 240
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert "mappo on vmas:balance, 2 episodes" in capsys.readouterr().out

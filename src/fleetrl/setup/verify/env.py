@@ -124,9 +124,11 @@ def describe(
 
 
 def resolved_problem_key(text: str) -> str:
-    """The key a problem of the resolved env names: env.observation_indices, env.kwargs, or
-    the engine."""
-    for key in ("env.observation_indices", "env.kwargs"):
+    """The key a problem of the resolved env names: env.observation_indices, env.kwargs
+    (or one of its keys), env.id, or the engine."""
+    if text.startswith("env.kwargs."):  # a key of the env's own arguments
+        return text.split("=", 1)[0]
+    for key in ("env.observation_indices", "env.kwargs", "env.id"):
         if text.startswith(key):
             return key
     return "env.engine"
