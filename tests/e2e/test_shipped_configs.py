@@ -115,6 +115,25 @@ def multi_agent_run(config: str, run: Path, capsys) -> None:
     evaluate(run, capsys, config)
 
 
+def two_team_run(config: str, run: Path, capsys) -> None:
+    """MAPPO on MPE's simple_tag from Ray collectors: both teams' networks train, each
+    team's return is a column and the team return their sum; resume and eval."""
+    tiny = ["collector.num_collectors=2", "env.num_envs=2", "trainer.num_test_episodes=2"]
+    fast = ["mappo.num_epochs=1", "mappo.num_mini_batch=2", "collector.frames_per_batch=200"]
+    train(config, run, *QUIET, *tiny, *fast, "trainer.total_frames=400", "trainer.test_every=2")
+    assert frames_of(run) == [200, 400]
+    last = rows(run)[-1]
+    team = float(last["train/episode_return"])
+    adversary, prey = (float(last[f"train/group_return/{g}"]) for g in ("adversary", "agent"))
+    assert team == pytest.approx(adversary + prey, rel=1e-5, abs=1e-5)
+    assert last["eval/return_mean"] != ""
+    state = load_checkpoint(latest_checkpoint(run))
+    assert {k.split(".")[1] for k in state["algorithm"]["loss_module"]} == {"adversary", "agent"}
+    resume(run, 600)
+    assert frames_of(run) == [200, 400, 600]
+    evaluate(run, capsys, config)
+
+
 def recurrent_run(config: str, run: Path, capsys) -> None:
     """The POMDP with an LSTM: trained, resumed and evaluated as any algorithm's config
     (Ray collectors carry the recurrent state), then filmed: the policy sees the kept
@@ -420,6 +439,7 @@ FAMILIES: dict[str, Callable[[str, Path, object], None]] = {
     "ppo_lstm_cartpole_novel.yaml": recurrent_run,
     "mappo_simple_spread.yaml": multi_agent_run,
     "ippo_simple_spread.yaml": multi_agent_run,
+    "mappo_simple_tag.yaml": two_team_run,
     **{f"ppo_cartpole_{m}.yaml": scheme_run for m in ("parallel", "async", "decentralized")},
     "impala_cartpole.yaml": first_ready_run,
     "appo_cartpole.yaml": first_ready_run,
@@ -513,8 +533,9 @@ def test_the_headers_suggest_other_envs_and_engines():
         "dqn_atari.yaml dqn.buffer_size=1000000",
         "mappo_simple_spread.yaml mappo.critic_input=state",
         "mappo_simple_spread.yaml env.id=mpe2:simple_tag_v3",
+        "mappo_simple_tag.yaml mappo.critic_input=state",
     } <= ids
-    assert len(ids) == len(SUGGESTIONS) == 31
+    assert len(ids) == len(SUGGESTIONS) == 32
 
 
 @pytest.mark.parametrize(("config", "overrides"), SUGGESTIONS)
