@@ -141,18 +141,11 @@ def core_only_problems(
         found.append(("torso", repr(TorsoKind(torso).value), TorsoKind(torso).value))
     if head_sizes:
         found.append(("head_sizes", str(list(head_sizes)), None))
-    return [
-        (
-            key,
-            CORE_ONLY_MSG.format(
-                algo=algo,
-                key=key,
-                value=shown,
-                fix=CORE_ONLY_FIX[key].format(algo=algo, value=raw),
-            ),
-        )
-        for key, shown, raw in found
-    ]
+    problems = []
+    for key, shown, raw in found:
+        fix = CORE_ONLY_FIX[key].format(algo=algo, value=raw)
+        problems.append((key, CORE_ONLY_MSG.format(algo=algo, key=key, value=shown, fix=fix)))
+    return problems
 
 
 class ActionDistribution(str, enum.Enum):

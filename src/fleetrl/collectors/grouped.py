@@ -274,8 +274,13 @@ class GroupedRollout:
                 if ask_from <= t + 1 < steps and should_stop():  # type: ignore[misc]
                     break
         self.td = td
-        #: each step's policy version, as the server answered (None: the policy acted here)
-        self.versions = versions if serve is not None else None
+        #: each env's and step's policy version, ``[num_envs, steps]``, as the server answered
+        #: (None: the policy acted here)
+        self.versions = (
+            None
+            if serve is None
+            else np.repeat(np.asarray(versions, dtype=np.int64)[None], env.num_envs, 0)
+        )
         if times is not None:
             times.policy_s = policy_s
             times.env_s = clock() - loop_start - policy_s

@@ -615,11 +615,7 @@ class SyncDataCollector(DataCollectorBase):
                 times.env_s += time.perf_counter() - reset_start
         if self._grouped is not None:
             batch = self._grouped.rollout(steps, random, min_steps, should_stop, times)
-            served = self._grouped.versions
-            versions = None
-            if served is not None:  # each step's version, as its server answered
-                versions = np.repeat(np.asarray(served, dtype=np.int64)[None], self.num_envs, 0)
-            return self._tag_batch(batch, versions)
+            return self._tag_batch(batch, self._grouped.versions)
         env, plan = self.env, self._plan
         # Everything below is decided once per batch, not per step.
         random = random or self.policy is self._random_policy

@@ -62,7 +62,7 @@ class AgentGroup:
 class GroupedSpecs:
     """The torchrl specs of one grouped env, read once where a run describes its env
     (:func:`fleetrl.envs.env_spec`): what a multi-agent algorithm sizes its networks from
-    (:meth:`fleetrl.algorithms.mappo.AgentGroupLayout.of` reads these attributes as it reads a
+    (:meth:`fleetrl.algorithms.agent_groups.AgentGroupLayout.of` reads these attributes as it reads a
     torchrl env's), without building an env again. Picklable, so it travels with a run's
     :class:`~fleetrl.envs.EnvSpec` to gradient workers.
 

@@ -19,7 +19,8 @@ from torchrl.testing.mocking_classes import (
 
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import IPPO, MAPPO, IPPOConfig, MAPPOConfig
-from fleetrl.algorithms.mappo import NO_GROUPS_MSG, GroupLosses
+from fleetrl.algorithms.agent_groups import NO_GROUPS_MSG
+from fleetrl.algorithms.mappo import GroupLosses
 
 N_AGENTS = 3
 

@@ -32,7 +32,8 @@ import importlib.util
 import math
 
 from fleetrl.algorithms import MULTI_AGENT_ALGORITHMS
-from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG, AgentGroupLayout
+from fleetrl.algorithms.agent_groups import AgentGroupLayout
+from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG
 from fleetrl.algorithms.models import (
     NORMALIZE_CONV_MSG,
     ModelKind,
