@@ -12,7 +12,9 @@ collection) is learned from by two contestants:
   the sampled steps);
 - **plain**: the same update written from the equations in
   ``benchmarks/plain_learners.py``, on plain tensors, with the same networks
-  (copies), data, schedule, optimizer and clipping.
+  (copies), data, schedule, optimizer and clipping. MAPPO's and IPPO's plain update
+  (``benchmarks/plain_multiagent.py``) works on one agent group's tensors
+  ``[envs, time, n_agents, ...]``.
 
 With ``--compile``, each is also run compiled: fleetrl with
 ``<algo>.compile=true``, plain with ``torch.compile`` of its step. With
@@ -53,6 +55,8 @@ from plain_learners import (
     PlainSAC,
     PlainVTrace,
 )
+from plain_multiagent import PlainMAPPO, group_data, group_networks
+from plain_multiagent import parity as multiagent_parity
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -75,6 +79,8 @@ CASES: dict[str, Case] = {
     "appo_cartpole": Case("appo_cartpole.yaml"),
     "ppo_atari": Case("ppo_atari.yaml"),
     "ppo_lstm_cartpole": Case("ppo_lstm_cartpole_novel.yaml"),
+    "mappo_simple_spread": Case("mappo_simple_spread.yaml"),
+    "ippo_simple_spread": Case("ippo_simple_spread.yaml"),
 }
 
 
@@ -188,6 +194,8 @@ def plain_learner(config: Any, algorithm: Any, device: str) -> Any:
     from fleetrl.envs import create_env_fn, env_spec
 
     name, algo = config.algorithm, config.algo
+    if name in ("mappo", "ippo"):  # one group of agents stacked on a dim (MPE's)
+        return PlainMAPPO(*group_networks(algorithm), algo, device=device)
     info = env_spec(create_env_fn(config.env))
     if getattr(algorithm, "sequences", None) is not None:  # model: lstm
         if name != "ppo":
@@ -314,10 +322,13 @@ def build_mode(
     plain = None
     if mode != "cudagraphs":  # the plain update has no CUDA-graph row
         learner = plain_learner(cfg, algorithm, args.device)
-        plain = PlainContestant(f"plain {mode}", learner, plain_data(batch), mode == "compiled")
+        multiagent = isinstance(learner, PlainMAPPO)
+        data = group_data(batch, algo.layout.group) if multiagent else plain_data(batch)
+        plain = PlainContestant(f"plain {mode}", learner, data, mode == "compiled")
         contestants.append(plain)
-        if isinstance(learner, PlainRecurrentPPO) and mode == "eager":
-            plain.parity = recurrent_parity(algo, learner, batch)  # before either updates
+        if mode == "eager" and (multiagent or isinstance(learner, PlainRecurrentPPO)):
+            check = multiagent_parity if multiagent else recurrent_parity
+            plain.parity = check(algo, learner, batch)  # before either updates
             print(f"  parity: {plain.parity}", flush=True)
     if not algo.on_policy:  # replay: both buffers filled past learning_starts first
         prefill(algo, batch, plain.learner if plain else None, max(algo.learning_starts, 4096))

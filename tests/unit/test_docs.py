@@ -28,7 +28,13 @@ from fleetrl.setup.load import load_config
 from fleetrl.setup.parse import config_to_dict, parse_config
 from fleetrl.setup.reference import config_keys
 
-HELPER_SCRIPTS = {"common", "plain_learners", "rllib_atari_sampler", "rllib_peer"}
+HELPER_SCRIPTS = {
+    "common",
+    "plain_learners",
+    "plain_multiagent",
+    "rllib_atari_sampler",
+    "rllib_peer",
+}
 
 
 # --- the config reference ----------------------------------------------------------------

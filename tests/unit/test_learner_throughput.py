@@ -61,3 +61,30 @@ def test_plain_recurrent_ppo_has_fleetrls_loss_and_gradients(overrides):
     assert parity["plain_loss"] == pytest.approx(parity["fleetrl_loss"], rel=1e-5)
     assert parity["plain_grad_norm"] == pytest.approx(parity["fleetrl_grad_norm"], rel=1e-5)
     assert parity["advantage_max_abs_diff"] < 1e-4
+
+
+@pytest.mark.parametrize("case", ["mappo_simple_spread", "ippo_simple_spread"])
+def test_plain_mappo_has_fleetrls_loss_gradients_and_advantages(case):
+    """The plain MAPPO / IPPO update computes fleetrl's on a real MPE batch (a shorter one
+    than the config's), on the first minibatch, before either updates."""
+    pytest.importorskip("mpe2")
+    from fleetrl.setup.build import make_algorithm
+    from plain_multiagent import PlainMAPPO, group_data
+    from plain_multiagent import parity as multiagent_parity
+
+    config = load(CASES[case], ["collector.frames_per_batch=400"])
+    algorithm = make_algorithm(config, seed=0)
+    batch = collected_batch(config, algorithm.policy)
+    torch.manual_seed(1)
+    with torch.no_grad():  # ratios away from 1: the clip acts in both
+        key = ("agents", "action_log_prob")
+        batch.set(key, batch.get(key) + 0.3 * torch.randn_like(batch.get(key)))
+    plain = plain_learner(config, algorithm, "cpu")
+    assert isinstance(plain, PlainMAPPO)
+    assert group_data(batch, "agents")["obs"].shape == (8, 50, 3, 18)
+
+    parity = multiagent_parity(algorithm, plain, batch)
+
+    assert parity["plain_loss"] == pytest.approx(parity["fleetrl_loss"], rel=1e-5)
+    assert parity["plain_grad_norm"] == pytest.approx(parity["fleetrl_grad_norm"], rel=1e-5)
+    assert parity["advantage_max_abs_diff"] < 1e-5

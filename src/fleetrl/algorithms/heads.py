@@ -11,8 +11,11 @@ users' do):
 
 - :class:`TensorNet`: a ``TensorDictModule`` (or ``ValueOperator``) of one
   ``nn.Module``: its in-keys' tensors in, its out-keys' tensors out;
-- :class:`PolicyHead`: a ``ProbabilisticActor`` of one such module and one
-  ``ProbabilisticTensorDictModule``: observation in, distribution out;
+- :class:`TensorChain`: a ``TensorDictSequential`` of such modules (the multi-agent
+  networks: the group's observations stacked, then a ``MultiAgentMLP``), each fed the
+  tensors of the keys it reads;
+- :class:`PolicyHead`: a ``ProbabilisticActor`` of one such module (or, asked for, one
+  chain) and one ``ProbabilisticTensorDictModule``: observation in, distribution out;
 - :class:`ActorCriticHeads`: a policy head and a critic, with the pixel torso
   they share (PPO's and A2C's default CNNs) run once for both;
 - :class:`LogitsCategorical`: torch's ``Categorical`` as the loss reads it (the
@@ -38,10 +41,18 @@ from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
+    TensorDictSequential,
 )
 from torch import nn
 
-__all__ = ["ActorCriticHeads", "LogitsCategorical", "PolicyHead", "StackedMLP", "TensorNet"]
+__all__ = [
+    "ActorCriticHeads",
+    "LogitsCategorical",
+    "PolicyHead",
+    "StackedMLP",
+    "TensorChain",
+    "TensorNet",
+]
 
 
 def _plain_tensordict_module(module: Any) -> bool:
@@ -77,6 +88,54 @@ class TensorNet:
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.net(*inputs)
         return out if isinstance(out, tuple) else (out,)
+
+
+class TensorChain:
+    """A ``TensorDictSequential`` of plain ``TensorDictModule`` s, called on tensors: each
+    module gets the tensors of the keys it reads (the chain's inputs, or what a module
+    before it wrote), and the chain returns those of ``out_keys``.
+
+    Examples:
+        >>> seq = TensorDictSequential(
+        ...     TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["hidden"]),
+        ...     TensorDictModule(nn.Linear(4, 1), in_keys=["hidden"], out_keys=["value"]),
+        ... )
+        >>> chain = TensorChain.of(seq, out_keys=["value"])
+        >>> chain.in_keys, chain(torch.zeros(5, 3))[0].shape
+        (['observation'], torch.Size([5, 1]))
+    """
+
+    def __init__(self, nets: list[TensorNet], in_keys: list[Any], out_keys: list[Any]):
+        self.nets, self.in_keys, self.out_keys = nets, in_keys, out_keys
+
+    @classmethod
+    def of(cls, module: Any, out_keys: Sequence[Any] | None = None) -> TensorChain | None:
+        """The tensor view of ``module`` (a plain TensorDictModule, or a TensorDictSequential
+        of them that selects no outputs), returning ``out_keys`` (default: the last
+        module's); None for a module of another structure."""
+        if isinstance(module, TensorDictSequential):
+            if type(module).forward is not TensorDictSequential.forward or getattr(
+                module, "partial_tolerant", False
+            ):
+                return None
+            nets = [TensorNet.of(m) for m in module.module]
+        else:
+            nets = [TensorNet.of(module)]
+        if not nets or any(net is None for net in nets):
+            return None
+        written: set[Any] = set()
+        for net in nets:
+            written.update(net.out_keys)
+        out = list(out_keys) if out_keys is not None else list(nets[-1].out_keys)
+        if any(key not in written for key in out):
+            return None
+        return cls(nets, list(module.in_keys), out)
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        values = dict(zip(self.in_keys, inputs))
+        for net in self.nets:
+            values.update(zip(net.out_keys, net(*(values[k] for k in net.in_keys))))
+        return tuple(values[k] for k in self.out_keys)
 
 
 class LogitsCategorical(torch.distributions.Categorical):
@@ -127,7 +186,7 @@ class PolicyHead:
     builds from a TensorDict holding ``inputs`` at :attr:`in_keys`.
     """
 
-    def __init__(self, net: TensorNet, prob: ProbabilisticTensorDictModule):
+    def __init__(self, net: TensorNet | TensorChain, prob: ProbabilisticTensorDictModule):
         self.net = net
         self.in_keys = net.in_keys
         keys = [k[-1] if isinstance(k, tuple) else k for k in prob.dist_keys]
@@ -142,16 +201,21 @@ class PolicyHead:
             self.dist_kwargs["validate_args"] = False
 
     @classmethod
-    def of(cls, actor: Any) -> PolicyHead | None:
-        """The tensor view of ``actor``, or None when it has another structure."""
+    def of(cls, actor: Any, chains: bool = False) -> PolicyHead | None:
+        """The tensor view of ``actor``, or None when it has another structure (with
+        ``chains``, its network may also be a :class:`TensorChain`)."""
         if not isinstance(actor, ProbabilisticTensorDictSequential):
             return None
         modules = list(actor.module)
         if len(modules) != 2 or getattr(actor, "return_composite", False):
             return None
         first, prob = modules
-        net = TensorNet.of(first)
-        if net is None or not isinstance(prob, ProbabilisticTensorDictModule):
+        if not isinstance(prob, ProbabilisticTensorDictModule):
+            return None
+        net: TensorNet | TensorChain | None = TensorNet.of(first)
+        if net is None and chains:
+            net = TensorChain.of(first, out_keys=list(prob.in_keys))
+        if net is None:
             return None
         if list(prob.in_keys) != net.out_keys:  # the distribution reads exactly what the net wrote
             return None

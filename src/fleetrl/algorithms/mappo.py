@@ -38,6 +38,16 @@ env steps (:class:`GroupLosses`). The groups share nothing but the optimizer and
 schedules (a group's gradients touch only its own parameters; ``max_grad_norm`` clips each
 group's gradients on their own). ``group=`` trains one group alone.
 
+The loss runs on tensors (:meth:`MultiAgentPPO.loss`): each group's networks are called
+on the minibatch's tensors (:class:`~fleetrl.algorithms.heads.TensorChain`) and the terms are
+PPO's (``clipped_objective``, ``critic_loss``, ``entropy_of``), with the advantages
+standardized per agent; torchrl's ``MAPPOLoss`` / ``IPPOLoss`` hold the coefficients and keys
+and are the reference it matches (``tests/unit/algorithms/test_multiagent_loss_parity.py``).
+On the minibatches of ``configs/mappo_simple_spread.yaml`` the loss module's own forward
+(which swaps the parameters in, clones the minibatch and builds the distribution from a
+TensorDict) was most of an optimizer step. Networks of another structure (or
+another distribution) go through torchrl's forward.
+
 Not here (yet): unbounded continuous and one-hot actions, and ``compile``/``cudagraphs``.
 """
 
@@ -50,6 +60,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torch import nn
+from torchrl.modules import TanhNormal
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 from torchrl.objectives.value import MultiAgentGAE
 
@@ -58,6 +69,9 @@ from fleetrl.algorithms.actor_critic import (
     LossCoefficients,
     PPOFields,
     check_clipping,
+    clipped_objective,
+    critic_loss,
+    entropy_of,
     torchrl_loss_terms,
 )
 from fleetrl.algorithms.agent_groups import (
@@ -66,6 +80,7 @@ from fleetrl.algorithms.agent_groups import (
 )
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, flatten_valid
+from fleetrl.algorithms.heads import LogitsCategorical, PolicyHead, TensorChain
 from fleetrl.collectors.policies import to_device
 from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
@@ -318,6 +333,10 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
             device=device,
         )
         self.init_clip_epsilon()
+        #: each group's torchrl loss (holding its coefficients and keys), in the env's order
+        self.group_losses = list(losses.values())
+        #: each group's policy and critic on tensors (None: torchrl's forward for every group)
+        self.heads = group_heads(actors, critics, self.device)
 
     def _group_loss(
         self, layout: AgentGroupLayout, config: MultiAgentPPOConfig, actor: Any, critic: Any
@@ -419,10 +438,90 @@ class MultiAgentPPO(ClipEpsilon, LossCoefficients, Algorithm):
         return {*self.policy.in_keys, *self.critic.in_keys}
 
     # ------------------------------------------------------------ the loss
-    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """torchrl's MAPPOLoss / IPPOLoss: the clipped surrogate + ``critic_coef`` x the value
-        loss - ``entropy_coef`` x the entropy, advantages standardized per agent."""
+    def torchrl_loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The groups' torchrl losses' own forward: what :meth:`loss` computes on tensors."""
         return torchrl_loss_terms(self.loss_module, data)
+
+    def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The sum over the groups of MAPPO's / IPPO's loss: the clipped surrogate +
+        ``critic_coef`` x the value loss (clipped with ``clip_value``) - ``entropy_coef`` x
+        the entropy, advantages standardized per agent. What is logged: the objective and
+        critic terms summed over the groups, the entropy, KL and clip fraction averaged.
+        On tensors (the module docstring), or through torchrl's forward."""
+        if self.heads is None:
+            return self.torchrl_loss(data)
+        totals, terms = [], []
+        for (policy, critic), loss in zip(self.heads, self.group_losses):
+            total, info = self._group_terms(policy, critic, loss, data)
+            totals.append(total)
+            terms.append(info)
+        info = {}
+        for key in terms[0]:
+            stacked = torch.stack([t[key] for t in terms])
+            summed = key in ("loss/objective", "loss/critic")
+            info[key] = stacked.sum() if summed else stacked.mean()
+        return torch.stack(totals).sum() if len(totals) > 1 else totals[0], info
+
+    def _group_terms(
+        self, policy: PolicyHead, critic: TensorChain, loss: nn.Module, data: TensorDictBase
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One group's loss and logged terms, as its torchrl loss computes them."""
+        t = loss.tensor_keys
+        dist = policy.dist(*(data.get(k) for k in policy.in_keys))
+        log_prob = dist.log_prob(data.get(t.action))
+        value = critic(*(data.get(k) for k in critic.in_keys))[0]
+        advantage = data.get(t.advantage)
+        if self.config.normalize_advantage and advantage.numel() > 1:
+            advantage = standardized_per_agent(advantage)
+        behaviour = data.get(t.sample_log_prob)
+        if log_prob.dim() == advantage.dim():  # a Bernoulli's keeps the action's dim of 1
+            log_prob, behaviour = log_prob.squeeze(-1), behaviour.squeeze(-1)
+        objective, info = clipped_objective(log_prob, behaviour, advantage, loss.clip_epsilon)
+        clip_value = loss.clip_value
+        old_value = data.get(t.value) if clip_value is not None else None
+        value_loss = loss.critic_coeff * critic_loss(
+            value, data.get(t.value_target), old_value, clip_value
+        )
+        info.update({"loss/objective": objective.detach(), "loss/critic": value_loss.detach()})
+        total = objective + value_loss
+        if loss.entropy_bonus:
+            entropy = entropy_of(dist).mean()
+            info["loss/entropy"] = entropy.detach()
+            total = total - loss.entropy_coeff * entropy
+        return total, info
+
+
+def standardized_per_agent(advantage: torch.Tensor) -> torch.Tensor:
+    """``advantage`` ``[*B, n_agents, 1]`` at zero mean and unit std over every dim but the
+    agent dim (torchrl's ``_standardize`` with ``exclude_dims=(-2,)``: std floored at 1e-6)."""
+    agent_dim = advantage.dim() - 2
+    dims = tuple(d for d in range(advantage.dim()) if d != agent_dim)
+    mean = advantage.mean(dim=dims, keepdim=True)
+    std = advantage.std(dim=dims, keepdim=True)
+    return (advantage - mean) / std.clamp_min(torch.finfo(torch.float).resolution)
+
+
+#: the distributions the tensor loss reads (a log-probability per agent; a Bernoulli's keeps
+#: the action's last dim of 1, dropped before the ratio)
+TENSOR_LOSS_DISTRIBUTIONS = (LogitsCategorical, torch.distributions.Bernoulli, TanhNormal)
+
+
+def group_heads(
+    actors: list[Any], critics: list[Any], device: torch.device
+) -> list[tuple[PolicyHead, TensorChain]] | None:
+    """Each group's policy and critic on tensors, or None when any group's networks have
+    another structure or another distribution (then torchrl's forward runs every group)."""
+    heads = []
+    for actor, critic in zip(actors, critics):
+        policy = PolicyHead.of(actor, chains=True)
+        value = TensorChain.of(critic)
+        if policy is None or value is None or len(value.out_keys) != 1:
+            return None
+        if policy.dist_class not in TENSOR_LOSS_DISTRIBUTIONS:
+            return None
+        policy.to(device)
+        heads.append((policy, value))
+    return heads
 
 
 class MAPPO(MultiAgentPPO):

@@ -405,3 +405,74 @@ def test_a_continuous_group_on_a_cuda_learner_keeps_its_bounds_with_its_networks
     out = mappo.actor(TensorDict({"agents": obs}, [4], device="cuda"))
     action = out.get(("agents", "action"))
     assert action.device.type == "cuda" and action.min() >= 0 and action.max() <= 1
+
+
+# --- the loss on tensors is torchrl's MAPPOLoss / IPPOLoss ----------------------------------
+
+
+def tag_env():
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_tag_v3
+
+    from fleetrl.envs.pettingzoo import PettingZooEnv
+
+    return PettingZooEnv(simple_tag_v3.parallel_env, max_cycles=5)
+
+
+#: every action kind and layout the tensor loss takes: Categorical (stacked agents), Binary
+#: (one sub-TensorDict per agent), bounded continuous (TanhNormal: a sampled entropy), a
+#: critic on the global state, two groups, value clipping, unnormalized advantages
+LOSS_CASES = {
+    "mappo-categorical": (MAPPO, dict(), lambda: CueEnv(batch=8)),
+    "ippo-categorical-per-agent-params-clip-value": (
+        IPPO,
+        dict(share_params=False, clip_value=0.1),
+        lambda: CueEnv(batch=8),
+    ),
+    "mappo-binary-per-agent-keys": (MAPPO, dict(normalize_advantage=False), counting_env),
+    "ippo-tanh-normal": (IPPO, dict(), lambda: TargetEnv(batch=8)),
+    "mappo-state-critic": (MAPPO, dict(critic_input="state"), spread_env),
+    "mappo-two-groups": (MAPPO, dict(clip_value=0.2), tag_env),
+}
+
+
+def loss_and_grads(algo, data, torchrl: bool):
+    torch.manual_seed(11)  # a TanhNormal's entropy is sampled: the same draw both ways
+    algo.optimizer.zero_grad(set_to_none=True)
+    loss, info = algo.torchrl_loss(data) if torchrl else algo.loss(data)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in algo.loss_module.named_parameters()
+             if p.grad is not None}  # fmt: skip
+    return loss.detach(), {k: float(v) for k, v in info.items()}, grads
+
+
+@pytest.mark.parametrize("name", list(LOSS_CASES))
+def test_the_loss_on_tensors_is_torchrls_multi_agent_loss(name):
+    """The groups' networks called on tensors and PPO's terms written once
+    (``MultiAgentPPO.loss``) give torchrl's MAPPOLoss / IPPOLoss forward: the same loss,
+    the same gradient of every parameter, the same logged values."""
+    cls, overrides, make_env = LOSS_CASES[name]
+    torch.manual_seed(3)
+    config = cls.config_class(entropy_coef=0.01, hidden_sizes=[16], **overrides)
+    algo = cls(config, make_env())
+    assert algo.heads is not None and len(algo.heads) == len(algo.layouts)
+    batched = isinstance(make_env(), OneStepEnv)  # already a batch of 8 envs
+    data = algo.prepare(collect(algo, make_env, frames=32, num_envs=None if batched else 2))
+    with torch.no_grad():  # ratios away from 1, so that clipping acts
+        for loss in algo.group_losses:
+            key = loss.tensor_keys.sample_log_prob
+            data.set(key, data.get(key) + 0.3 * torch.randn_like(data.get(key)))
+    lean, lean_info, lean_grads = loss_and_grads(algo, data.clone(), torchrl=False)
+    reference, ref_info, ref_grads = loss_and_grads(algo, data.clone(), torchrl=True)
+    torch.testing.assert_close(lean, reference, rtol=1e-5, atol=1e-6)
+    assert lean_grads.keys() == ref_grads.keys() and lean_grads
+    for key in lean_grads:
+        torch.testing.assert_close(lean_grads[key], ref_grads[key], rtol=1e-4, atol=1e-5)
+    assert lean_info.keys() == ref_info.keys()
+    assert 0 < ref_info["loss/clip_fraction"] < 1
+    for key in ref_info:
+        assert lean_info[key] == pytest.approx(ref_info[key], rel=1e-4, abs=1e-5), key
+    # the comparison can fail: another clip epsilon on one side is told apart
+    algo.update_algorithm_parameter("clip_epsilon", 0.01)
+    clipped, _, _ = loss_and_grads(algo, data.clone(), torchrl=True)
+    assert not torch.allclose(lean, clipped)
