@@ -8,8 +8,9 @@ on the first step (torch's generator untouched) and returns a
 :class:`PolicyPlan`: what it writes (its output keys, shapes and dtypes, which
 the rollout buffers are allocated from), how it must be fed (the env batch, or
 one env at a time as torchrl feeds an unbatched env's policy), the recurrent
-states it carries from step to step, and how its action reaches the env (as
-is, moved to the CPU, one-hot to index, reshaped to the spec). A pure function:
+states it carries from step to step, how its action reaches the env (as
+is, moved to the CPU, one-hot to index, reshaped to the spec), and whether it
+acts on tensors (:mod:`fleetrl.collectors.acting`). A pure function:
 it reads the env and the step, and writes nothing of the collector's.
 :func:`accelerate` compiles (or CUDA-graphs) the plan's call when asked.
 
@@ -32,6 +33,7 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from fleetrl.collectors.acting import tensor_actor
 from fleetrl.collectors.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.torchrl_env import TorchRLEnv
@@ -142,6 +144,8 @@ def plan_policy(
     out_keys = [k for k in _leaf_keys(out) if k not in in_keys]
     if ACTION_KEY not in out_keys:
         raise PolicyError(NO_ACTION_MSG.format(policy=policy, keys=out_keys))
+    if act is policy:  # on the env batch: on tensors where that is exactly the same call
+        act = tensor_actor(policy, step, out_keys, exploration_type) or act
     action_to_env = _check_action(policy, env, out.get(ACTION_KEY))
     # ("next", k) outputs whose k the policy reads are carried to the next step (recurrent state)
     state_keys = [k for k in _leaf_keys(step) if k not in env.observation_spec]
