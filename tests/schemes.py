@@ -134,3 +134,26 @@ def run_learner(cfg, iterations=3, tags=None):
         return results
     finally:
         scheme.shutdown()
+
+
+# ----------------------------------------------------------- teams of agents
+
+
+def team_scheme_config(backend: str = "ray", **scheme):
+    """MAPPO on MPE's simple_tag (two teams: one set of networks per group) with 2 gradient
+    workers (each collecting locally) on ``backend``."""
+    return config_from_dict(
+        {
+            "algorithm": "mappo",
+            "env": {"id": "mpe2:simple_tag_v3", "num_envs": 4},
+            "collector": {"num_collectors": 0, "frames_per_batch": FPB},
+            "scheme": {"num_grad_workers": 2, **scheme},
+            "trainer": {"total_frames": 4096, "seed": 3, "backend": backend},
+            "mappo": {"num_epochs": 2, "num_mini_batch": 2, "hidden_sizes": [16]},
+        }
+    )
+
+
+def group_weights_moved(before: TensorDict, after: TensorDict) -> set[str]:
+    """The agent groups (``losses.<group>...`` keys) whose weights differ."""
+    return {k[1] for k in after.keys(True, True) if not torch.equal(before.get(k), after.get(k))}

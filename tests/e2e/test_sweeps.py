@@ -251,3 +251,39 @@ def test_trials_that_fail_are_reported_with_their_error(ray4, tmp_path):
             error_file.read_text()
         )
     assert not (tmp_path / "bad" / "best.yaml").exists()
+
+
+def test_a_team_sweep_ranks_trials_on_one_groups_return(ray4, tmp_path):
+    """MAPPO on simple_tag (two teams), a grid over the learning rate, ranked on the
+    predators' own return column: each trial's best is that column's maximum."""
+    pytest.importorskip("mpe2")
+    fpb, total, metric = 200, 800, "train/group_return/adversary"
+    config = load_config(
+        ROOT / "configs" / "mappo_simple_tag.yaml",
+        [
+            "collector.num_collectors=0",
+            "env.num_envs=4",
+            f"collector.frames_per_batch={fpb}",
+            "mappo.num_epochs=2",
+            f"trainer.total_frames={total}",
+            "trainer.test_every=0",
+            "logging.tensorboard=false",
+            "logging.plot=false",
+            "tune.search={mappo.lr: 'grid(1e-3, 3e-4)'}",
+            "tune.samples=1",
+            f"tune.metric={metric}",
+            f"tune.dir={tmp_path / 'teams'}",
+        ],
+    )
+    result = tune(config)
+    assert not result.interrupted and len(result.trials) == 2
+    assert {t.params["mappo.lr"] for t in result.trials} == {1e-3, 3e-4}
+    for trial in result.trials:
+        assert trial.status == "completed" and trial.frames == total
+        rows = read_metrics(trial.run_dir / "metrics.csv")
+        assert [int(r["train/frames"]) for r in rows] == list(range(fpb, total + 1, fpb))
+        assert trial.best == max(r[metric] for r in rows)
+        assert {"train/group_return/adversary", "train/group_return/agent"} <= set(rows[0])
+    bests = [t.best for t in result.trials]
+    assert bests == sorted(bests, reverse=True)
+    assert load_config(result.best_config).algo.lr == result.best.params["mappo.lr"]

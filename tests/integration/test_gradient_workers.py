@@ -16,9 +16,11 @@ from fleetrl.workers import GAVE_UP_MSG
 from schemes import (
     FPB,
     dying_critic,
+    group_weights_moved,
     replay_config,
     scheme_config,
     states_equal,
+    team_scheme_config,
     weights_equal,
 )
 
@@ -88,6 +90,22 @@ def test_decentralized_replicas_stay_identical(update_worker):
     state = uw.state_dict()  # rank 0's, with its optimizer state
     assert state["num_updates"] == uw.version
     assert state["optimizer"]["state"]
+
+
+@pytest.mark.e2e  # two more gradient workers with MPE: about 10 s
+def test_decentralized_team_replicas_stay_identical(update_worker):
+    """MAPPO on simple_tag (two groups, each with its own networks and clipping): the
+    all-reduced replicas stay bit-identical and both teams learn."""
+    pytest.importorskip("mpe2")
+    uw = update_worker(team_scheme_config(update="decentralized"))
+    initial = uw.algorithm.get_weights()
+    for _ in range(2):
+        assert uw.run_iteration().frames == 2 * FPB
+    assert uw.version == 2 * uw.algorithm.steps_per_batch
+    replicas = uw.replica_weights()
+    assert weights_equal(replicas[0], replicas[1])
+    assert weights_equal(replicas[0], uw.algorithm.get_weights())
+    assert group_weights_moved(initial, replicas[0]) == {"adversary", "agent"}
 
 
 def test_too_many_gradient_workers_refused_before_any_actor_starts():
