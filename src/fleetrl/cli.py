@@ -144,9 +144,9 @@ STATE_MISFIT = (
     "built from its own config ({reason}); pass a checkpoint written by fleetrl train"
 )
 GROUPED_VIDEO_MSG = (
-    "--video={video!r} is invalid with env.id={env_id!r}, a multi-agent env: videos film "
-    "single-agent envs only (not built for agent groups yet); leave out --video to evaluate "
-    "the team return"
+    "--video={video!r} is invalid with env.id={env_id!r}: videos film gymnasium envs and "
+    "PettingZoo envs (mpe2:...), not VMAS scenarios yet (VMAS draws through pyglet); leave "
+    "out --video to evaluate the team return"
 )
 
 
@@ -225,9 +225,10 @@ def _eval(args: argparse.Namespace) -> int:
 
     from fleetrl.algorithms.base import NetworkMisfit
     from fleetrl.envs.make import create_env_fn
+    from fleetrl.envs.registry import EnvKind, lookup_id
     from fleetrl.run.checkpoint import CUSTOM_MODULES_HINT, load_checkpoint, newest_checkpoint
     from fleetrl.run.evaluate import eval_exploration, evaluate
-    from fleetrl.setup.build import make_algorithm, spec_of
+    from fleetrl.setup.build import make_algorithm
     from fleetrl.setup.load import config_from_dict
 
     video = None
@@ -245,7 +246,7 @@ def _eval(args: argparse.Namespace) -> int:
         config = config_from_dict(state["config"])
     except ConfigError as err:  # e.g. a key renamed since the run: say whose config it is
         raise ConfigError([f"the config in checkpoint {path}: {p}" for p in err.problems]) from None
-    if video is not None and spec_of(config).grouped:  # before any episode is played
+    if video is not None and lookup_id(str(config.env.id))[0] is EnvKind.VMAS:  # before any episode
         raise ConfigError([GROUPED_VIDEO_MSG.format(video=str(video), env_id=config.env.id)])
     spec = create_env_fn(config.env)  # an Atari run evaluates with its engine and preprocessing
     exploration = eval_exploration(config, args.actions)  # default: the run's trainer.eval_actions

@@ -117,18 +117,42 @@ def test_a_config_run_serves_both_teams_from_an_inference_server(tmp_path):
     assert (saved.collector.inference, saved.collector.num_collectors) == ("server", 2)
 
 
-def test_eval_refuses_a_video_of_a_multi_agent_run(tmp_path, capsys):
+def test_a_team_is_filmed_at_its_evaluations_and_by_eval(tmp_path, capsys):
+    """simple_tag's two teams on video: a run films its evaluations (logging.video_every),
+    and `fleetrl eval --video` films the episodes it scores, with the same team returns as
+    the evaluation without a video (deterministic actions, the same seeds)."""
     run = tmp_path / "run"
-    args = [*TINY, "trainer.total_frames=500", "trainer.test_every=0", "mappo.num_epochs=1"]
+    args = [*TINY, "env.id=mpe2:simple_tag_v3", "env.kwargs={max_cycles: 10}"]
+    args += ["mappo.num_epochs=1", "logging.video_every=1", "logging.video_episodes=2"]
     assert (
         main(["train", str(CONFIGS / "mappo_simple_spread.yaml"), *args, "--run-dir", str(run)])
         == 0
     )
-    video = tmp_path / "eval.mp4"
+    films = sorted((run / "videos").glob("*.mp4"))
+    assert [f.name for f in films] == ["eval_000000001000.mp4"] and films[0].stat().st_size > 0
     capsys.readouterr()
-    assert main(["eval", str(run), "--video", str(video)]) == 2
-    text = GROUPED_VIDEO_MSG.format(video=str(video), env_id="mpe2:simple_spread_v3")
-    assert text in capsys.readouterr().err and not video.exists()
+    assert main(["eval", str(run), "--episodes", "3"]) == 0
+    scored = capsys.readouterr().out
+    video = tmp_path / "eval.mp4"
+    assert main(["eval", str(run), "--episodes", "3", "--video", str(video)]) == 0
+    filmed = capsys.readouterr().out
+    mean = re.compile(r"mean return (\S+ \+- \S+)")
+    assert mean.search(filmed).group(1) == mean.search(scored).group(1)
+    assert "33 frames (700x700, 10 fps), episode lengths [10, 10, 10]" in filmed
+    assert video.stat().st_size > 0
+
+
+def test_a_vmas_run_refuses_videos_by_key():
+    pytest.importorskip("vmas")
+    overrides = ["env.id=vmas:balance", "env.kwargs={max_steps: 5}", "logging.video_every=1"]
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIGS / "mappo_simple_spread.yaml", overrides)
+    said = "\n".join(err.value.problems)
+    assert "logging.video_every=1 is invalid with env.id='vmas:balance'" in said
+    assert "not VMAS scenarios yet" in said
+    assert GROUPED_VIDEO_MSG.format(video="v.mp4", env_id="vmas:balance").startswith(
+        "--video='v.mp4' is invalid with env.id='vmas:balance'"
+    )
 
 
 def test_algorithm_and_env_must_both_be_multi_agent_or_neither():

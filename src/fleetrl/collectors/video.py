@@ -179,19 +179,28 @@ def check_video_path(path: str | Path, key: str = "--video") -> Path:
     return path
 
 
-def video_env(env_id: Any) -> tuple[gym.Env, float]:
+def video_env(env_id: Any) -> tuple[Any, float]:
     """One env that renders rgb_array frames, and its real-time frame rate.
 
     ``env_id``: a gymnasium id, an :class:`fleetrl.envs.AtariEnv` (built in the
     gymnasium engine with its preprocessing, whatever its engine) or a
     :class:`fleetrl.envs.MujocoEnv` (gymnasium's env of its id, with its arguments and
     step limit, whatever its engine) or a :class:`fleetrl.envs.PartialEnv` (the policy
-    sees the kept observation entries; the frames show the whole env).
+    sees the kept observation entries; the frames show the whole env), or a
+    :class:`fleetrl.envs.pettingzoo.PettingZooId` (its PettingZoo parallel env, built
+    with ``render_mode="rgb_array"``: MPE draws the whole arena).
     """
     from fleetrl.envs.atari import AtariEnv, gym_atari, is_atari_id
     from fleetrl.envs.mujoco import MujocoEnv
     from fleetrl.envs.partial import GymId, PartialEnv
+    from fleetrl.envs.pettingzoo import PettingZooId
 
+    if isinstance(env_id, PettingZooId):
+        try:
+            pz = env_id.factory()(render_mode="rgb_array", **env_id.kwargs)
+        except TypeError as err:  # a parallel_env without render_mode
+            raise EnvError(RENDER_MSG.format(env_id=env_id.env_id, err=err, hint="")) from None
+        return pz, float(pz.metadata.get("render_fps") or 30)
     if isinstance(env_id, str) and is_atari_id(env_id):
         env_id = AtariEnv(env_id)
     if isinstance(env_id, AtariEnv):
@@ -225,7 +234,7 @@ def rendering_problem(env_id: Any) -> str | None:
         env, _ = video_env(env_id)
     except EnvError as err:
         return str(err)
-    recorder = _FrameRecorder(env, getattr(env_id, "env_id", env_id), 1, None, False, 1.0)
+    recorder = _recorder(env, env_id, 1, None, False)
     try:
         recorder.reset(seed=0)
     except EnvError as err:
@@ -233,6 +242,18 @@ def rendering_problem(env_id: Any) -> str | None:
     finally:
         env.close()
     return None
+
+
+def _recorder(
+    env: Any, env_id: Any, num_episodes: int, writer: _Mp4Writer | None, clip: bool
+) -> Any:
+    """``env`` (from :func:`video_env`) filmed: a gymnasium wrapper, or a PettingZoo one."""
+    from fleetrl.envs.pettingzoo import PettingZooId
+
+    name = getattr(env_id, "env_id", env_id)
+    if isinstance(env_id, PettingZooId):
+        return _team_recorder(env, name, num_episodes, writer, clip)
+    return _FrameRecorder(env, name, num_episodes, writer, clip)
 
 
 def record_video(
@@ -251,7 +272,9 @@ def record_video(
     Args:
         policy: a TensorDict policy (``None``: random actions).
         env_id: a gymnasium id, an :class:`fleetrl.envs.AtariEnv` or a
-            :class:`fleetrl.envs.MujocoEnv`, in any engine (see :func:`video_env`).
+            :class:`fleetrl.envs.MujocoEnv`, in any engine, or a PettingZoo env's
+            :class:`~fleetrl.envs.pettingzoo.PettingZooId` (see :func:`video_env`; a team's
+            return is the sum over its groups of each group's mean agent reward).
         path: the mp4 to write (replaced atomically; checked with :func:`check_video_path`).
         num_episodes: episodes in the video, one after the other on one env.
         seed: episode ``i`` is seeded ``seed + i``.
@@ -272,13 +295,18 @@ def record_video(
     path = check_video_path(path, "path")
     if not isinstance(num_episodes, int) or num_episodes < 1:
         raise ConfigError([f"num_episodes={num_episodes!r} is invalid: must be an int >= 1"])
+    from fleetrl.envs.pettingzoo import PettingZooEnv, PettingZooId
+
     env, fps = video_env(env_id)
-    name = getattr(env_id, "env_id", env_id)
     tmp = path.with_name(f".{path.stem}.partial.mp4")
-    recorder = _FrameRecorder(env, name, num_episodes, _Mp4Writer(tmp, fps), clip, fps)
+    recorder = _recorder(env, env_id, num_episodes, _Mp4Writer(tmp, fps), clip)
+    film = recorder.film
+    played = recorder
+    if isinstance(env_id, PettingZooId):  # the grouped layout the team's policy reads
+        played = PettingZooEnv(recorder, state=env_id.state)
     try:
         with SyncDataCollector(
-            recorder,
+            played,
             policy,
             frames_per_batch=32,  # at most 31 steps past the last episode, none rendered
             exploration_type=exploration_type,
@@ -287,23 +315,23 @@ def record_video(
             collector.set_seed(seed)
             if exploration_type is not ExplorationType.DETERMINISTIC:
                 torch.manual_seed(seed)  # sampled actions: the same video for the same seed
-            while not recorder.done:
+            while not film.done:
                 collector.next()
-        recorder.writer.close()
+        film.writer.close()
         os.replace(tmp, path)
     finally:
-        recorder.writer.close()
+        film.writer.close()
         tmp.unlink(missing_ok=True)
-    h, w = recorder.writer.size
+    h, w = film.writer.size
     return Video(
         path=path,
-        frames=recorder.writer.frames,
-        lengths=recorder.lengths,
-        returns=recorder.returns,
+        frames=film.writer.frames,
+        lengths=film.lengths,
+        returns=film.returns,
         fps=fps,
         height=h,
         width=w,
-        clip=recorder.clip,
+        clip=film.clip,
     )
 
 
@@ -377,26 +405,28 @@ class _Mp4Writer:
             self._gen = None
 
 
-class _FrameRecorder(gym.Wrapper):
-    """Renders a frame at each episode's start and after each step, until ``num_episodes`` end.
+class _Film:
+    """The frames and episodes of one recording: a frame at each episode's start and after
+    each step, until ``num_episodes`` end.
 
     A reset frame is held back until the episode's first step, so a reset that
     is followed by another reset (the collector's, then its seeded one) leaves
-    no frame. Episode ``i`` after a seeded reset is seeded ``seed + i``.
+    no frame. Episode ``i`` after a seeded reset is seeded ``seed + i``. The env's
+    recorder (:class:`_FrameRecorder`, :class:`_TeamFrameRecorder`) calls
+    :meth:`before_reset`, :meth:`after_reset` and :meth:`after_step`.
     """
 
     def __init__(
         self,
-        env: gym.Env,
+        render: Any,
         env_id: Any,
         num_episodes: int,
         writer: _Mp4Writer | None,
         clip: bool,
-        fps: float,
+        mujoco: bool = False,
     ):
-        super().__init__(env)
-        self.env_id, self.num_episodes, self.writer = env_id, num_episodes, writer
-        self.keep_clip = clip
+        self.render_env, self.env_id, self.num_episodes = render, env_id, num_episodes
+        self.writer, self.keep_clip, self.mujoco = writer, clip, mujoco
         self.clip: list[np.ndarray] = []
         self.lengths: list[int] = []
         self.returns: list[float] = []
@@ -412,37 +442,35 @@ class _FrameRecorder(gym.Wrapper):
     def done(self) -> bool:
         return len(self.lengths) >= self.num_episodes
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def before_reset(self, seed: int | None) -> tuple[bool, int | None]:
+        """Whether the episode that starts is filmed, and the seed to reset it with."""
         if seed is not None:  # the collector's set_seed: episodes count from here
             self._base, self._started = seed, 0
         elif self._steps > 0 and not self.done:
             self.lengths.append(self._steps)
             self.returns.append(self._return)
         if self.done:
-            return self.env.reset(options=options)
-        if self._base is not None:
-            seed = self._base + self._started
-        out = self.env.reset(seed=seed, options=options)
+            return False, None
+        return True, (self._base + self._started if self._base is not None else seed)
+
+    def after_reset(self) -> None:
         self._started += 1
         self._steps, self._return = 0, 0.0
         self._pending = self._render()
-        return out
 
-    def step(self, action: Any):
-        out = self.env.step(action)
+    def after_step(self, reward: float) -> None:
         if self.done:
-            return out
+            return
         if self._pending is not None:
             self._emit(self._pending)
             self._pending = None
         self._emit(self._render())
         self._steps += 1
-        self._return += float(out[1])
-        return out
+        self._return += reward
 
     def _render(self) -> np.ndarray:
         try:
-            frame = self.env.render()
+            frame = self.render_env()
         except Exception as err:  # GL and display errors come in many types
             raise EnvError(self._render_problem(err)) from err
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
@@ -463,6 +491,68 @@ class _FrameRecorder(gym.Wrapper):
             self.clip.append(np.ascontiguousarray(frame[::s, ::s]))
 
     def _render_problem(self, err: Any) -> str:
-        mujoco = "mujoco" in type(self.env.unwrapped).__module__
-        hint = MUJOCO_HINT.format(gl=os.environ.get("MUJOCO_GL")) if mujoco else ""
+        hint = MUJOCO_HINT.format(gl=os.environ.get("MUJOCO_GL")) if self.mujoco else ""
         return RENDER_MSG.format(env_id=self.env_id, err=err, hint=hint)
+
+
+class _FrameRecorder(gym.Wrapper):
+    """A gymnasium env filmed (:class:`_Film`): its reward is the episode's return."""
+
+    def __init__(
+        self,
+        env: gym.Env,
+        env_id: Any,
+        num_episodes: int,
+        writer: _Mp4Writer | None,
+        clip: bool,
+    ):
+        super().__init__(env)
+        mujoco = "mujoco" in type(env.unwrapped).__module__
+        self.film = _Film(env.render, env_id, num_episodes, writer, clip, mujoco)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        filmed, seed = self.film.before_reset(seed)
+        if not filmed:
+            return self.env.reset(options=options)
+        out = self.env.reset(seed=seed, options=options)
+        self.film.after_reset()
+        return out
+
+    def step(self, action: Any):
+        out = self.env.step(action)
+        self.film.after_step(float(out[1]))
+        return out
+
+
+def _team_recorder(
+    pz: Any, env_id: Any, num_episodes: int, writer: _Mp4Writer | None, clip: bool
+) -> Any:
+    """A PettingZoo parallel env filmed (:class:`_Film`): its reward is the team's, the sum
+    over the agent groups of each group's mean agent reward (the return the grouped rollout
+    and ``evaluate`` report)."""
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    from fleetrl.envs.pettingzoo import default_group_map
+
+    class TeamFrameRecorder(BaseParallelWrapper):
+        def __init__(self, env: Any):
+            super().__init__(env)
+            self.film = _Film(env.render, env_id, num_episodes, writer, clip)
+            self.groups = list(default_group_map(env).values())
+
+        def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
+            filmed, seed = self.film.before_reset(seed)
+            if not filmed:
+                return self.env.reset(options=options)
+            out = self.env.reset(seed=seed, options=options)
+            self.film.after_reset()
+            return out
+
+        def step(self, actions: dict[str, Any]):
+            out = self.env.step(actions)
+            rewards = out[1]
+            team = sum(sum(float(rewards[a]) for a in g) / len(g) for g in self.groups)
+            self.film.after_step(team)
+            return out
+
+    return TeamFrameRecorder(pz)

@@ -46,6 +46,7 @@ from fleetrl.algorithms.models import (
 from fleetrl.config import AtariConfig, Config
 from fleetrl.envs.engine import EnvKind, ResolvedEnv, resolve_env
 from fleetrl.envs.partial import PartialEnv
+from fleetrl.envs.registry import lookup_id
 from fleetrl.envs.spec import EnvSpec, env_spec
 from fleetrl.errors import ConfigError, Problem, Problems
 from fleetrl.runtime import human_bytes, physical_memory
@@ -209,7 +210,7 @@ def video_rules(
             "needs pip install 'fleetrl[video]' (No module named 'imageio_ffmpeg')",
         )
         return
-    if env_spec is None or env_spec.grouped:  # a multi-agent env's: grouped_rules says it
+    if env_spec is None or (env_spec.grouped and env.kind is EnvKind.VMAS):  # grouped_rules
         return
     problem = _rendering_problem(env)
     check(problem is None, "logging.video_every", every, problem or "")
@@ -264,13 +265,14 @@ def _grouped_keys(config: Config) -> list[tuple[str, object, bool, str, str]]:
     """(key, value, refused, why, fix) of each key a multi-agent run does not take yet."""
     e, c, every = config.env, config.collector, config.logging.video_every
     overlap = c.overlap in ("on", True)
+    vmas = lookup_id(str(e.id))[0] is EnvKind.VMAS
     return [
         ("env.max_episode_steps", e.max_episode_steps, e.max_episode_steps is not None,
          "the grouped rollout keeps the env's own episode limit",
          "remove the key (null): MPE's parallel_env has max_cycles=25"),
-        ("logging.video_every", every, isinstance(every, int) and every > 0,
-         "videos film single-agent envs only (not built for agent groups yet)",
-         "remove the key (null): evaluations (trainer.test_every) still run"),
+        ("logging.video_every", every, isinstance(every, int) and every > 0 and vmas,
+         "videos film gymnasium and PettingZoo envs, not VMAS scenarios yet (VMAS draws "
+         "through pyglet)", "remove the key (null): evaluations (trainer.test_every) still run"),
         ("env.normalize_reward", e.normalize_reward, bool(e.normalize_reward),
          "rewards are per agent group, and reward scaling reads one reward per env",
          "set env.normalize_reward=false"),
