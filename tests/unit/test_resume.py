@@ -29,6 +29,20 @@ from runs import (
 
 #: config, total frames N (split at N/2), overrides
 ALGOS = {
+    # two teams on MPE (episodes of 7 steps across batches of 10: the envs are saved
+    # mid-episode, with every group's episodes in progress)
+    "mappo": (
+        "mappo_simple_tag.yaml",
+        160,
+        [
+            "env.num_envs=4",
+            "env.kwargs={max_cycles: 7}",
+            "collector.frames_per_batch=40",
+            "mappo.num_epochs=2",
+            "mappo.num_mini_batch=2",
+            "trainer.test_every=2",
+        ],
+    ),
     "ppo": (
         "ppo_cartpole.yaml",
         1024,
@@ -127,6 +141,8 @@ def filled(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("algo", sorted(ALGOS))
 def test_resume_is_bit_exact_for_the_central_learner_with_local_collection(tmp_path, algo, caplog):
+    if algo == "mappo":
+        pytest.importorskip("mpe2")
     config, total, extra = ALGOS[algo]
     path = str(ROOT / "configs" / config)
     straight, split = tmp_path / "straight", tmp_path / "split"
@@ -141,7 +157,7 @@ def test_resume_is_bit_exact_for_the_central_learner_with_local_collection(tmp_p
     )
     half = load_checkpoint(latest_checkpoint(split))
     assert half["frames"] == total // 2
-    assert half["collector"]["env"] is not None  # classic control: the envs were saved
+    assert half["collector"]["env"] is not None  # classic control or MPE: the envs were saved
     with caplog.at_level(logging.WARNING):
         assert main(["train", "--resume", str(split), f"trainer.total_frames={total}"]) == 0
     assert not [r for r in caplog.records if "approximate" in r.getMessage()]

@@ -316,13 +316,22 @@ class GroupedRollout:
         batch.set(TRAJ_IDS_KEY, torch.from_numpy(traj_ids).reshape(batch.shape))
 
     def state_dict(self) -> dict[str, Any]:
-        """The team's trajectory-id counter and episodes in progress (the env is not saved)."""
-        return self.team.state_dict()
+        """Each group's episodes in progress and the step the policy reads next, as tensors
+        and plain values (the team's episodes are saved with the collector's own)."""
+        step = [
+            [list(_tuple(key)), value.clone()]
+            for key, value in self.td.items(include_nested=True, leaves_only=True)
+        ]
+        return {"groups": {n: b.state_dict() for n, b in self.groups.items()}, "step": step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the next free trajectory id; the envs were not saved, so their episodes
-        start afresh."""
-        self.team.load_state_dict(state, episodes=False)
+        """Restore :meth:`state_dict`, with the envs saved with it (their episodes go on)."""
+        for name, book in self.groups.items():
+            book.load_state_dict(state["groups"][name])
+        td = self.td.clone()
+        for key, value in state["step"]:
+            td.set(tuple(key), value)
+        self.td = td
 
 
 def _leaf_in_keys(policy: Any) -> list[NestedKey] | None:

@@ -468,6 +468,8 @@ class SyncDataCollector(DataCollectorBase):
             **(self._step.state_dict() if self._grouped is None else {}),
             "env": self.env.state_dict(),
         }
+        if self._grouped is not None and state["env"] is not None:  # the groups' episodes too
+            state["grouped"] = self._grouped.state_dict()
         if isinstance(self.policy, nn.Module) and self.policy is not self._random_policy:
             state["policy_state_dict"] = self.policy.state_dict()
         return state
@@ -483,7 +485,10 @@ class SyncDataCollector(DataCollectorBase):
         self._episodes.load_state_dict(state, episodes=saved_envs)
         if saved_envs:
             self.env.load_state_dict(state["env"])
-            self._step.load_state_dict(state)
+            if self._grouped is not None:
+                self._grouped.load_state_dict(state["grouped"])
+            else:
+                self._step.load_state_dict(state)
 
     def collect(
         self,

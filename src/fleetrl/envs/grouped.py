@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from fleetrl.errors import EnvError
 from fleetrl.keys import NestedKey
 
 __all__ = ["AgentGroup", "GroupedEnv", "GroupedSpecs", "is_grouped"]
@@ -175,9 +176,19 @@ class GroupedEnv:
         """Seed the random actions: torchrl's specs sample from torch's global generator."""
         torch.manual_seed(seed)
 
-    def state_dict(self) -> None:
-        """None: a torchrl env's state cannot be saved (its episodes start afresh on resume)."""
-        return None
+    def state_dict(self) -> dict[str, Any] | None:
+        """The env's own saved state where it has one (fleetrl's PettingZoo adapter on MPE's
+        saved scenarios: :meth:`~fleetrl.envs.pettingzoo.PettingZooEnv.saved_state`); None
+        for any other torchrl env (its episodes start afresh on resume)."""
+        saved_state = getattr(self.env, "saved_state", None)
+        return saved_state() if callable(saved_state) else None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (only called with a saved state)."""
+        load = getattr(self.env, "load_saved_state", None)
+        if not callable(load):
+            raise EnvError(f"{type(self.env).__name__} cannot restore a saved env state")
+        load(state)
 
     def close(self) -> None:
         if not self.env.is_closed:

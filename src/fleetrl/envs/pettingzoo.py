@@ -482,6 +482,35 @@ class PettingZooEnv(EnvBase):
         # env i of the batch takes seed + i at its next reset
         self._seeds = [None if seed is None else seed + i for i in range(len(self._envs))]
 
+    def saved_state(self) -> dict[str, Any] | None:
+        """Every copy's state (:func:`~fleetrl.envs.mpe_state.mpe_state`), the latest
+        observations and the pending seeds, as tensors and plain values; None where a copy
+        cannot be saved (another env than MPE's saved scenarios)."""
+        from fleetrl.envs.mpe_state import mpe_state
+
+        envs = [mpe_state(pz) for pz in self._envs]
+        if any(state is None for state in envs):
+            return None
+        return {
+            "envs": envs,
+            "last": {k: torch.from_numpy(v.copy()) for k, v in self._last.items()},
+            "seeds": list(self._seeds),
+        }
+
+    def load_saved_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`saved_state` into an adapter built the same way."""
+        from fleetrl.envs.mpe_state import load_mpe_state
+
+        if len(state["envs"]) != len(self._envs):
+            raise EnvError(
+                f"env state of {len(state['envs'])} env copies from the checkpoint does not fit "
+                f"the env built now ({len(self._envs)}); resume with the run's env.num_envs"
+            )
+        for pz, saved in zip(self._envs, state["envs"]):
+            load_mpe_state(pz, saved)
+        self._last = {k: v.numpy().copy() for k, v in state["last"].items()}
+        self._seeds = list(state["seeds"])
+
     def render(self) -> Any:
         """The (first) env's ``render()``: an ``rgb_array`` frame where it was built with that
         mode."""

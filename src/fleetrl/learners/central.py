@@ -36,8 +36,8 @@ APPROX_RAY_MSG = (
     "not saved; only collector.num_collectors=0 resumes exactly"
 )
 APPROX_ENV_MSG = (
-    "env.id={env!r} cannot be saved (only gymnasium classic-control envs can): its envs are "
-    "reseeded and start new episodes"
+    "env.id={env!r} cannot be saved (only gymnasium classic-control envs and MPE's simple, "
+    "simple_spread and simple_tag can): its envs are reseeded and start new episodes"
 )
 APPROX_NO_STATE_MSG = "the checkpoint holds no collector state: the envs are reseeded"
 APPROX_MISMATCH_MSG = "{err}; the envs are reseeded instead"
