@@ -97,7 +97,11 @@ FROZEN_ON_RESUME = {
 
 class EnvEngine(str, enum.Enum):
     """What steps the envs (``env.engine``): any of the three for Atari games; gymnasium or
-    envpool for MuJoCo; gymnasium for every other env (:mod:`fleetrl.envs`)."""
+    envpool for MuJoCo; gymnasium for every other env (:mod:`fleetrl.envs`).
+
+    Examples:
+        >>> EnvEngine("envpool") is EnvEngine.ENVPOOL, [e.value for e in EnvEngine]
+        (True, ['gymnasium', 'ale_vector', 'envpool'])"""
 
     GYMNASIUM = "gymnasium"
     ALE_VECTOR = "ale_vector"
@@ -548,10 +552,16 @@ class Config:
     ``algo`` is the section of ``algorithm`` (a ``PPOConfig`` for ``"ppo"``):
     :func:`fleetrl.setup.load_config` builds it from the YAML's ``ppo:`` section, and a
     config built in code passes it (:func:`fleetrl.setup.verify` says when it does not fit).
+
+    Examples:
+        >>> from fleetrl.setup.load import config_from_dict
+        >>> config = config_from_dict({"algorithm": "a2c", "env": {"id": "CartPole-v1"}})
+        >>> config.algorithm, type(config.algo).__name__, config.env.num_envs
+        ('a2c', 'A2CConfig', 8)
     """
 
     algorithm: str = "ppo"
-    """which algorithm trains: ppo, a2c, dqn, sac, impala or appo."""
+    """which algorithm trains: ppo, a2c, dqn, sac, impala, appo, mappo or ippo."""
     env: EnvConfig = field(default_factory=EnvConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

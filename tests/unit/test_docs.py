@@ -508,3 +508,19 @@ def test_the_readme_links_to_files_of_the_repository():
     assert local
     missing = [link for link in local if not (ROOT / link).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_every_public_class_and_function_has_a_runnable_example():
+    """Each class and function of ``fleetrl.__all__`` shows a doctest example (run by the
+    doctest modules of the unit tier), as its reference page shows it."""
+    import inspect
+
+    import fleetrl
+
+    missing = [
+        name
+        for name in fleetrl.__all__
+        if (inspect.isclass(obj := getattr(fleetrl, name)) or inspect.isfunction(obj))
+        and ">>>" not in (inspect.getdoc(obj) or "")
+    ]
+    assert missing == []

@@ -25,7 +25,13 @@ __all__ = ["A2C", "A2CConfig"]
 
 @dataclass
 class A2CConfig(ActorCriticConfig):
-    """The ``a2c`` section of a config (checks: :class:`ActorCriticConfig`'s)."""
+    """The ``a2c`` section of a config (checks: :class:`ActorCriticConfig`'s).
+
+    Examples:
+        >>> from fleetrl.envs.spec import env_spec
+        >>> a2c = A2C(A2CConfig(lr=1e-3, hidden_sizes=[32]), env_spec("CartPole-v1"))
+        >>> a2c.steps_per_batch, a2c.optimizer.param_groups[0]["lr"]
+        (1, 0.001)"""
 
     lr: float = 7e-4
     """Adam learning rate."""

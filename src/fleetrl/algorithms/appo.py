@@ -30,7 +30,13 @@ __all__ = ["APPO", "APPOConfig"]
 
 @dataclass
 class APPOConfig(VTraceConfig):
-    """The ``appo`` section of a config (Sample Factory's APPO defaults where they apply)."""
+    """The ``appo`` section of a config (Sample Factory's APPO defaults where they apply).
+
+    Examples:
+        >>> from fleetrl.envs.spec import env_spec
+        >>> appo = APPO(APPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
+        >>> appo.steps_per_batch, appo.config.clip_epsilon
+        (8, 0.1)"""
 
     lr: float = 3e-4
     """Adam learning rate."""

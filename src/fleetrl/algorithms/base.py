@@ -166,6 +166,19 @@ class Algorithm(abc.ABC):
     layout, :attr:`codec`, built here once: gradients and weights cross Ray
     as one ``float32`` vector in that order (:mod:`fleetrl.wire`).
 
+    Examples:
+        >>> from fleetrl import SyncDataCollector
+        >>> from fleetrl.algorithms import PPO, PPOConfig
+        >>> from fleetrl.envs.spec import env_spec
+        >>> ppo = PPO(PPOConfig(num_epochs=1, num_mini_batch=2), env_spec("CartPole-v1"))
+        >>> isinstance(ppo, Algorithm), ppo.steps_per_batch
+        (True, 2)
+        >>> with SyncDataCollector("CartPole-v1", ppo.policy, frames_per_batch=64,
+        ...                        num_envs=2) as collector:
+        ...     info = ppo.learn(collector.next())
+        >>> ppo.num_updates, "loss/objective" in info
+        (2, True)
+
     Args:
         config: the algorithm's config section (``lr``, ``gamma``,
             ``max_grad_norm``, ``lr_schedule``, ``compile``, ``cudagraphs``...).

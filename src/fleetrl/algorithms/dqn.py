@@ -46,7 +46,13 @@ __all__ = ["DQN", "DQNConfig"]
 
 @dataclass
 class DQNConfig(ReplayConfig):
-    """The ``dqn`` section of a config."""
+    """The ``dqn`` section of a config.
+
+    Examples:
+        >>> from fleetrl.envs.spec import env_spec
+        >>> dqn = DQN(DQNConfig(batch_size=32, hidden_sizes=[32]), env_spec("CartPole-v1"))
+        >>> dqn.on_policy, dqn.learning_starts, dqn.config.double_dqn
+        (False, 2000, True)"""
 
     lr: float = 5e-4
     """Adam learning rate."""

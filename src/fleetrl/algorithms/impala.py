@@ -26,7 +26,13 @@ __all__ = ["IMPALA", "IMPALAConfig"]
 
 @dataclass
 class IMPALAConfig(VTraceConfig):
-    """The ``impala`` section of a config (checks: :class:`VTraceConfig`'s)."""
+    """The ``impala`` section of a config (checks: :class:`VTraceConfig`'s).
+
+    Examples:
+        >>> from fleetrl.envs.spec import env_spec
+        >>> impala = IMPALA(IMPALAConfig(hidden_sizes=[32]), env_spec("CartPole-v1"))
+        >>> impala.steps_per_batch, impala.on_policy
+        (1, True)"""
 
 
 class IMPALA(VTraceActorCritic):

@@ -34,7 +34,13 @@ __all__ = ["PPO", "PPOConfig"]
 
 @dataclass
 class PPOConfig(PPOFields, ActorCriticConfig):
-    """The ``ppo`` section of a config."""
+    """The ``ppo`` section of a config.
+
+    Examples:
+        >>> from fleetrl.envs.spec import env_spec
+        >>> ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
+        >>> ppo.steps_per_batch, ppo.config.clip_epsilon
+        (8, 0.2)"""
 
     # lr to max_grad_norm (the clip and epoch keys): PPOFields's
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])

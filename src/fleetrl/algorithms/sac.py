@@ -55,7 +55,13 @@ SAC_CUDAGRAPHS_MSG = (
 
 @dataclass
 class SACConfig(ReplayConfig):
-    """The ``sac`` section of a config."""
+    """The ``sac`` section of a config.
+
+    Examples:
+        >>> from fleetrl.envs.spec import env_spec
+        >>> sac = SAC(SACConfig(hidden_sizes=[32, 32]), env_spec("Pendulum-v1"))
+        >>> sac.on_policy, sac.config.tau
+        (False, 0.005)"""
 
     lr: float = 3e-4
     """Adam learning rate (actor, Q networks, temperature)."""

@@ -98,7 +98,15 @@ def check_common_arguments(
 
 
 class DataCollectorBase(abc.ABC):
-    """Lifecycle, frame budget and iteration shared by every collector."""
+    """Lifecycle, frame budget and iteration shared by every collector.
+
+    Examples:
+        >>> from fleetrl import SyncDataCollector
+        >>> with SyncDataCollector("CartPole-v1", None, frames_per_batch=8, total_frames=16,
+        ...                        num_envs=2) as collector:
+        ...     sizes = [batch.numel() for batch in collector]
+        >>> isinstance(collector, DataCollectorBase), sizes, collector.frames
+        (True, [8, 8], 16)"""
 
     frames_per_batch: int
     total_frames: int
@@ -211,6 +219,16 @@ class EpisodeStats:
 
     For a multi-agent env (:mod:`fleetrl.collectors.grouped`), ``returns`` are the
     team's and ``group_returns`` each agent group's (its agents' mean return).
+
+    Examples:
+        >>> from fleetrl import SyncDataCollector
+        >>> with SyncDataCollector("CartPole-v1", None, frames_per_batch=400,
+        ...                        num_envs=2) as collector:
+        ...     stats = episode_stats(collector.next())
+        >>> stats.count > 0, bool((stats.lengths > 0).all())
+        (True, True)
+        >>> stats.mean_return() == float(stats.returns.float().mean())
+        True
     """
 
     returns: torch.Tensor

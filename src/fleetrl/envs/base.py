@@ -46,7 +46,17 @@ class StepResult:
 
 
 class BatchedEnv(abc.ABC):
-    """N environments stepped as one batch; numpy in, numpy out."""
+    """N environments stepped as one batch; numpy in, numpy out.
+
+    :func:`~fleetrl.envs.make_env` builds one from what a user passes (an id, a factory,
+    a vector env); the collectors step it.
+
+    Examples:
+        >>> from fleetrl.envs import make_env
+        >>> env = make_env("CartPole-v1", num_envs=2)
+        >>> isinstance(env, BatchedEnv), env.num_envs, env.num_actions
+        (True, 2, 2)
+        >>> env.close()"""
 
     num_envs: int
     #: env batch dims as the user sees them ([N] for vector envs, [] for a torchrl env with no batch)

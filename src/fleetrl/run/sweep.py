@@ -133,7 +133,24 @@ class TrialSummary:
 
 @dataclass
 class SweepResult:
-    """What a sweep found: its trials, best first, and where it wrote."""
+    """What a sweep found: its trials, best first, and where it wrote.
+
+    :func:`tune` returns one; a sweep run end to end is in the sweeps guide
+    (``docs/guides/sweeps.md``, whose examples run in the tests).
+
+    Examples:
+        >>> from fleetrl.config import TuneMode
+        >>> trials = [
+        ...     TrialSummary("t1", {"ppo.lr": 1e-3}, 480.0, 8192, 9.5, "completed", Path("t1")),
+        ...     TrialSummary("t0", {"ppo.lr": 1e-4}, 95.0, 2048, 2.5, "stopped early", Path("t0")),
+        ... ]
+        >>> result = SweepResult(Path("sweep"), "train/episode_return", TuneMode.MAX, trials)
+        >>> result.best.trial_id, result.best_config.name, result.errors
+        ('t1', 'best.yaml', [])
+        >>> print(result.table())
+        trial  ppo.lr  best train/episode_return  frames  wall s  status
+        t1     0.001   480                        8,192   9.5     completed
+        t0     0.0001  95                         2,048   2.5     stopped early"""
 
     directory: Path
     metric: str
@@ -172,7 +189,10 @@ class SweepResult:
             for t in self.trials
         ]
         widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-        lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [head, *rows]]
+        lines = [
+            "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+            for r in [head, *rows]
+        ]
         return "\n".join(lines)
 
 
@@ -188,6 +208,17 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
     Returns:
         The trials (best first); ``best.yaml``, ``trials.csv`` and ``learning_curves.png``
         are written in the sweep directory.
+
+    A config is checked before any trial starts (a real sweep, end to end, is in the sweeps
+    guide, ``docs/guides/sweeps.md``, whose examples run in the tests):
+
+    Examples:
+        >>> from fleetrl import Config, ConfigError
+        >>> try:
+        ...     tune(Config())  # no tune.search: nothing to sweep
+        ... except ConfigError as err:
+        ...     print(err.problems[0].split(":")[0])
+        tune.search={} is invalid
     """
     _check_installed(config)
     if (config is None) == (resume is None):
