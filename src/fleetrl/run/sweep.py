@@ -190,8 +190,7 @@ class SweepResult:
         ]
         widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
         lines = [
-            "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-            for r in [head, *rows]
+            "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]
         ]
         return "\n".join(lines)
 
