@@ -8,7 +8,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-all lint bench docs docs-serve venv clean
+.PHONY: demo test test-unit test-all lint bench docs docs-serve docs-deploy venv clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,14 @@ lint: venv
 # the site's reference pages are generated from the code at build time (docs/hooks.py)
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# publish the site to the gh-pages branch of origin: GitHub serves it at
+# https://<owner>.github.io/<repo>/ (docs/deploy_address.py prints the address it uses)
+docs-deploy: venv
+	@addr="$$($(BIN)/python docs/deploy_address.py)" || exit 2; eval "$$addr"; \
+	export FLEETRL_SITE_URL FLEETRL_REPO_URL; \
+	echo "docs-deploy: publishing to $$FLEETRL_SITE_URL (the gh-pages branch of origin)"; \
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs gh-deploy --strict --force
 
 docs-serve: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve

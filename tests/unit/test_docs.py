@@ -491,9 +491,9 @@ def test_the_install_page_lists_every_extra():
 
 def test_the_site_copies_no_python_file():
     import pathspec
-    import yaml
+    from mkdocs.utils.yaml import yaml_load  # reads the !ENV tags of site_url and repo_url
 
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = yaml_load((ROOT / "mkdocs.yml").read_text())
     spec = pathspec.GitIgnoreSpec.from_lines(config["exclude_docs"].splitlines())
     for path in DOCS.rglob("*.py"):
         uri = path.relative_to(DOCS).as_posix()
@@ -524,3 +524,70 @@ def test_every_public_class_and_function_has_a_runnable_example():
         and ">>>" not in (inspect.getdoc(obj) or "")
     ]
     assert missing == []
+
+
+# --- where make docs-deploy publishes ------------------------------------------------------
+
+
+def _deploy_address():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "deploy_address", ROOT / "docs" / "deploy_address.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "git@github.com:fleet-rl/fleetrl.git",
+        "https://github.com/fleet-rl/fleetrl",
+        "https://github.com/fleet-rl/fleetrl.git\n",
+        "ssh://git@github.com/fleet-rl/fleetrl.git",
+    ],
+)
+def test_docs_deploy_publishes_to_the_github_pages_of_origin(remote):
+    deploy = _deploy_address()
+    assert deploy.addresses(remote) == (
+        "https://fleet-rl.github.io/fleetrl/",
+        "https://github.com/fleet-rl/fleetrl",
+    )
+
+
+def test_docs_deploy_without_a_github_origin_says_what_to_set(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    deploy = _deploy_address()
+    with pytest.raises(ValueError, match="set FLEETRL_SITE_URL"):
+        deploy.addresses("https://gitlab.com/a/b.git")
+    monkeypatch.delenv("FLEETRL_SITE_URL", raising=False)
+    monkeypatch.delenv("FLEETRL_REPO_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    assert deploy.main() == 2
+    assert deploy.NO_REMOTE_MSG in capsys.readouterr().err
+    subprocess.run(["git", "remote", "add", "origin", "git@github.com:o/r.git"], check=True)
+    assert deploy.main() == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "FLEETRL_SITE_URL=https://o.github.io/r/",
+        "FLEETRL_REPO_URL=https://github.com/o/r",
+    ]
+
+
+def test_the_site_and_repository_addresses_reach_mkdocs(monkeypatch):
+    from mkdocs.config import load_config as load_mkdocs
+
+    monkeypatch.setenv("FLEETRL_SITE_URL", "https://o.github.io/r/")
+    monkeypatch.setenv("FLEETRL_REPO_URL", "https://github.com/o/r")
+    config = load_mkdocs(str(ROOT / "mkdocs.yml"))
+    assert (config["site_url"], config["repo_url"]) == (
+        "https://o.github.io/r/",
+        "https://github.com/o/r",
+    )
+    monkeypatch.delenv("FLEETRL_SITE_URL")
+    monkeypatch.delenv("FLEETRL_REPO_URL")
+    config = load_mkdocs(str(ROOT / "mkdocs.yml"))
+    assert config["site_url"] is None and config["repo_url"] is None
