@@ -41,7 +41,7 @@ __all__ = [
 class FleetError(Exception):
     """Root of every error raised by fleetrl.
 
-    Example:
+    Examples:
         >>> from fleetrl import FleetError, load_config
         >>> try:
         ...     load_config("configs/ppo_cartpole.yaml", ["env.num_envs=0"])
@@ -57,7 +57,7 @@ class ConfigError(FleetError, ValueError):
     ``details`` holds each :class:`Problem` (key, value, what is allowed);
     ``problems`` their messages.
 
-    Example:
+    Examples:
         >>> from fleetrl import ConfigError, load_config
         >>> try:
         ...     load_config("configs/ppo_cartpole.yaml", ["ppo.lr=-1", "env.num_envs=0"])
@@ -84,7 +84,7 @@ class CheckpointError(ConfigError):
     A ConfigError because the file is an input to ``--resume`` or ``fleetrl eval``;
     its message is one line naming the file or folder.
 
-    Example:
+    Examples:
         >>> from fleetrl.run.checkpoint import load_checkpoint
         >>> try:
         ...     load_checkpoint("no/such/checkpoint.pt")
@@ -100,7 +100,7 @@ class CheckpointError(ConfigError):
 class EnvError(FleetError, ValueError):
     """An environment cannot be built or does not fit the collector.
 
-    Example:
+    Examples:
         >>> from fleetrl import EnvError, make_env
         >>> try:
         ...     make_env("NoSuchEnv-v0")
@@ -116,7 +116,7 @@ class PolicyError(FleetError, ValueError):
     Raised by the collectors' constructors, which run the policy once on the env's first
     observation, before any worker starts.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> from fleetrl import SyncDataCollector
         >>> try:  # CartPole has 2 discrete actions; this policy writes 3 floats
@@ -130,7 +130,7 @@ class PolicyError(FleetError, ValueError):
 class CollectorClosedError(FleetError, RuntimeError):
     """The collector was used after ``shutdown()``.
 
-    Example:
+    Examples:
         >>> from fleetrl import CollectorClosedError, SyncDataCollector
         >>> collector = SyncDataCollector("CartPole-v1", None, frames_per_batch=8, total_frames=8)
         >>> collector.shutdown()
@@ -145,7 +145,7 @@ class CollectorClosedError(FleetError, RuntimeError):
 class WorkerError(FleetError, RuntimeError):
     """A remote worker raised. Carries the worker id and the remote traceback.
 
-    Example:
+    Examples:
         >>> err = WorkerError(3, "ZeroDivisionError: division by zero")
         >>> print(err)
         collector worker 3 raised:
@@ -165,7 +165,7 @@ class WorkerLostError(WorkerError):
     ``attempts`` is how many replacements were tried in a row; ``cause`` ends
     with the last death's cause.
 
-    Example:
+    Examples:
         >>> err = WorkerLostError(1, "killed by the OOM killer", attempts=3)
         >>> isinstance(err, WorkerError), err.worker_id, err.attempts
         (True, 1, 3)

@@ -591,3 +591,17 @@ def test_the_site_and_repository_addresses_reach_mkdocs(monkeypatch):
     monkeypatch.delenv("FLEETRL_REPO_URL")
     config = load_mkdocs(str(ROOT / "mkdocs.yml"))
     assert config["site_url"] is None and config["repo_url"] is None
+
+
+def test_docstring_examples_use_the_section_the_reference_renders_as_code():
+    """mkdocstrings renders a Google ``Examples:`` section's doctest as highlighted code, but a
+    singular ``Example:`` as an admonition of plain text (its lines run together)."""
+    import re
+
+    singular = re.compile(r"^\s*Example:\s*$", re.M)
+    found = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "src" / "fleetrl").rglob("*.py")
+        if singular.search(path.read_text())
+    ]
+    assert found == []

@@ -103,7 +103,7 @@ class InfoMean:
     """The mean of each logged value over optimizer steps: the one way every learner
     averages loss info (one batch's steps, several workers' steps, an iteration's).
 
-    Example:
+    Examples:
         >>> info = InfoMean()
         >>> info.add({"loss": 1.0, "grad_norm": 3.0})
         >>> info.add({"loss": 2.0}, weight=3)  # a report that stands for 3 steps

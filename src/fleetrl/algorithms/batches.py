@@ -86,7 +86,7 @@ def to_learner_device(data: TensorDictBase, device: torch.device) -> TensorDictB
     copy runs while the host goes on, and the learner's stream orders it before the work
     that reads it.
 
-    Example:
+    Examples:
         >>> from tensordict import TensorDict
         >>> batch = TensorDict({"obs": torch.zeros(4, 2)}, [4])
         >>> to_learner_device(batch, torch.device("cpu")) is batch

@@ -86,7 +86,7 @@ def recurrent_cores(*modules: nn.Module | None) -> list[nn.Module]:
 def is_recurrent(module: nn.Module | None) -> bool:
     """Whether ``module`` holds a torchrl ``LSTMModule`` or ``GRUModule``.
 
-    Example:
+    Examples:
         >>> is_recurrent(LSTMModule(input_size=3, hidden_size=4, in_key="x", out_key="y"))
         True
         >>> is_recurrent(nn.Linear(3, 4))
@@ -103,7 +103,7 @@ class SharedTrunk:
     distribution and the critic's value as each network alone computes them, at half the
     recurrent work (forward and backward).
 
-    Example:
+    Examples:
         >>> from fleetrl.algorithms.models import ModelKind, make_recurrent_actor_critic
         >>> from fleetrl.envs.spec import EnvSpec
         >>> info = EnvSpec(4, 2, 1, None, None, (4,), torch.float32)
@@ -220,7 +220,7 @@ def refuse_recurrent(algo: str, **modules: nn.Module | None) -> None:
     name) is recurrent: an algorithm without sequence minibatches (DQN, SAC) would train it
     one step at a time from stored states, which is not training a memory.
 
-    Example:
+    Examples:
         >>> refuse_recurrent("sac", actor=nn.Linear(3, 2))  # feed-forward: accepted
     """
     for name, module in modules.items():
@@ -243,7 +243,7 @@ class Sequences:
             out of the loss (>= 0 and < ``seq_len``).
         algo: the config section's name, for messages.
 
-    Example:
+    Examples:
         >>> batch = TensorDict({"x": torch.arange(10.0).reshape(2, 5)}, [2, 5])
         >>> seqs = Sequences(seq_len=2).split(batch)
         >>> seqs.shape, seqs["x"][:3].tolist()

@@ -182,7 +182,7 @@ def discounted_returns(
         One vectorized update per step, after the rollout: about 3 us a step, paid only
         where reward scaling is on.
 
-    Example:
+    Examples:
         >>> g, carry = discounted_returns(
         ...     np.ones((1, 3)), np.array([[False, True, False]]), np.zeros(1), 0.5)
         >>> g.tolist(), carry.tolist()

@@ -101,7 +101,7 @@ def Collector(
             default).
         **kwargs: the collector's arguments (``frames_per_batch``, ``total_frames``, ...).
 
-    Example:
+    Examples:
         >>> from fleetrl import Collector
         >>> collector = Collector("CartPole-v1", None, frames_per_batch=8, total_frames=16)
         >>> type(collector).__name__, [batch.numel() for batch in collector]

@@ -46,7 +46,7 @@ Choices: the variance is the population variance (M2 / count); before any
 frame, a normalizer is the identity (mean 0, variance 1); ``eps`` is 1e-8,
 as gymnasium's wrappers.
 
-Example:
+Examples:
     >>> import torch
     >>> a, b = torch.randn(100, 3, dtype=torch.float64), torch.randn(50, 3, dtype=torch.float64)
     >>> m = RunningMoments.of(a)
@@ -88,7 +88,7 @@ class RunningMoments:
     Args:
         shape: the shape of one sample (``()``: scalars).
 
-    Example:
+    Examples:
         >>> m = RunningMoments.of(torch.tensor([1.0, 2.0, 3.0, 4.0]))
         >>> m.count.item(), m.mean.item(), m.var.item()
         (4.0, 2.5, 1.25)
@@ -161,7 +161,7 @@ class ObservationNormalizer(nn.Module):
         clip: clip the normalized observation to ``[-clip, clip]`` (None: off).
         in_key: the batch key whose values the statistics are merged from.
 
-    Example:
+    Examples:
         >>> norm = ObservationNormalizer((2,), clip=10.0)
         >>> norm.merge_(RunningMoments.of(torch.tensor([[0.0, 10.0], [2.0, 30.0]])))
         >>> norm(torch.tensor([[1.0, 20.0]]))
@@ -226,7 +226,7 @@ class RewardScaler:
     Args:
         clip: clip the scaled reward to ``[-clip, clip]`` (None: off).
 
-    Example:
+    Examples:
         >>> from tensordict import TensorDict
         >>> batch = TensorDict({("next", "reward"): torch.ones(4, 1),
         ...                     ("next", "discounted_return"): torch.tensor([[1.0], [3.0]] * 2)}, [4])

@@ -79,7 +79,7 @@ class RandomPolicy(TensorDictModuleBase):
         sample: a callable returning a batch of random actions (the env's
             ``random_action``); sampling happens on the CPU.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from fleetrl import RandomPolicy
@@ -162,7 +162,7 @@ class HostPolicy:
     Args:
         policy: the policy (an ``nn.Module``); it is not changed.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> policy = nn.Linear(3, 2)
         >>> host = HostPolicy(policy)

@@ -95,7 +95,7 @@ class CollectTimes:
         """One batch collected by several workers at once (a sync round): each part the mean
         over them, frames their sum, one batch.
 
-        Example:
+        Examples:
             >>> m = CollectTimes.mean([CollectTimes(env_s=1.0, frames=8, batches=1),
             ...                        CollectTimes(env_s=3.0, frames=8, batches=1)])
             >>> m.env_s, m.frames, m.batches

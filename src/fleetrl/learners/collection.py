@@ -52,7 +52,7 @@ def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> in
     ``random_start``; then this learner's part of ``learning_starts`` (a ``share``-th, rounded
     up, when ``share`` learners collect) less the frames it ``collected`` already.
 
-    Example:
+    Examples:
         >>> from types import SimpleNamespace
         >>> sac = SimpleNamespace(random_start=True, learning_starts=1000)
         >>> warmup_frames(sac, collected=0), warmup_frames(sac, collected=300, share=3)

@@ -81,7 +81,7 @@ def allowed_updates(
 ) -> int:
     """The optimizer steps the ratio allows after ``frames`` frames written.
 
-    Example:
+    Examples:
         >>> [allowed_updates(f, start=100, updates_per_batch=4, frames_per_batch=8)
         ...  for f in (0, 99, 100, 101, 102, 116)]
         [0, 0, 0, 0, 1, 8]

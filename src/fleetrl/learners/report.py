@@ -103,7 +103,7 @@ UNKNOWN_COLUMNS_MSG = (
 def metrics_row(values: Mapping[str, float]) -> dict[str, float]:
     """Every column of :data:`METRIC_COLUMNS`, in order: ``values``'s, NaN for the rest.
 
-    Example:
+    Examples:
         >>> row = metrics_row({"train/policy_version": 4})
         >>> row["train/policy_version"], math.isnan(row["time/grad_s"]), len(row)
         (4.0, True, 23)
@@ -123,7 +123,7 @@ class IterationReport:
             measured whole and split into ``prepare_s`` and ``optimize_s``, and its
             ``grad_s``, ``update_s`` and ``grad_workers_restarted`` are NaN).
 
-    Example:
+    Examples:
         >>> it = IterationReport(workers=0)
         >>> it.add_collection(0, Collected(frames=8, returns=[2.0], lengths=[4], collect_s=0.5))
         >>> it.info.add({"loss": 1.0})

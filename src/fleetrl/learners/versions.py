@@ -59,7 +59,7 @@ def batch_version(batch: TensorDictBase) -> int:
 class PolicyLag:
     """The policy lag of one iteration's optimizer steps, as running aggregates.
 
-    Example:
+    Examples:
         >>> lag = PolicyLag()
         >>> lag.add(first_version=8, steps=4, batch_version=4)  # steps at versions 8..11
         >>> lag.metrics()
@@ -97,7 +97,7 @@ def too_stale(version: int, batch_version: int, max_learn_lag: int | None) -> bo
     """Whether a batch tagged ``batch_version`` is past the bound when the learner is at
     ``version`` (None: no bound).
 
-    Example:
+    Examples:
         >>> too_stale(10, 7, 3), too_stale(10, 6, 3), too_stale(10, 0, None)
         (False, True, False)
     """
@@ -111,7 +111,7 @@ class StaleBatchFilter:
         max_learn_lag: the most optimizer steps a batch may be behind the learner when it
             arrives (None: every batch is admitted).
 
-    Example:
+    Examples:
         >>> from tensordict import TensorDict
         >>> import torch
         >>> stale = StaleBatchFilter(max_learn_lag=2)

@@ -45,7 +45,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     Every problem is reported at once, each naming its key, the value and what is allowed
     (one :class:`~fleetrl.errors.ConfigError`), before anything starts.
 
-    Example:
+    Examples:
         >>> from fleetrl import ConfigError, load_config
         >>> config = load_config("configs/ppo_cartpole.yaml", ["ppo.lr=3e-4", "env.num_envs=4"])
         >>> config.algorithm, config.env.id, config.env.num_envs, config.algo.lr
