@@ -495,7 +495,7 @@ def test_the_site_copies_no_python_file():
 
     config = yaml_load((ROOT / "mkdocs.yml").read_text())
     spec = pathspec.GitIgnoreSpec.from_lines(config["exclude_docs"].splitlines())
-    for path in DOCS.rglob("*.py"):
+    for path in [*DOCS.rglob("*.py"), *DOCS.rglob("*.sh")]:
         uri = path.relative_to(DOCS).as_posix()
         assert spec.match_file(uri), f"mkdocs.yml's exclude_docs lets docs/{uri} into the site"
 
