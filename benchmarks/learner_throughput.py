@@ -54,6 +54,7 @@ from plain_learners import (
     PlainRecurrentPPO,
     PlainSAC,
     PlainVTrace,
+    grad_norm,
 )
 from plain_multiagent import PlainMAPPO, group_data, group_networks
 from plain_multiagent import parity as multiagent_parity
@@ -256,13 +257,10 @@ def recurrent_parity(algorithm: Any, plain: PlainRecurrentPPO, batch: Any) -> di
     idx = torch.arange(data.shape[0]).tensor_split(algorithm.num_mini_batch)[0]
     fleet_loss, _ = algorithm.loss(data[idx])
     plain_loss = plain.loss(*(seqs[k][idx] for k in plain.KEYS))
-    norms = []
-    for loss, params in (
-        (fleet_loss, algorithm.optimizer.param_groups[0]["params"]),
-        (plain_loss, plain.params),
-    ):
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-        norms.append(float(torch.stack([g.norm() for g in grads if g is not None]).norm()))
+    norms = [
+        grad_norm(fleet_loss, algorithm.optimizer.param_groups[0]["params"]),
+        grad_norm(plain_loss, plain.params),
+    ]
     mask = seqs["mask"]
     fleet_adv = data.get("advantage").squeeze(-1)[mask]
     return {

@@ -128,6 +128,52 @@ def clip_and_step(params: list[torch.Tensor], opt: torch.optim.Optimizer, max_no
     opt.step()
 
 
+#: what one flat PPO minibatch holds, in ``step``'s order
+PPO_KEYS = ("obs", "action", "logp", "adv", "ret", "value")
+
+
+def shuffled_epochs(
+    flat: dict[str, torch.Tensor], keys: tuple[str, ...], cfg: Any, step: Callable[..., Any]
+) -> int:
+    """``cfg.num_epochs`` passes of ``cfg.num_mini_batch`` shuffled minibatches of the
+    rows of ``flat`` (``step`` called with ``keys``' tensors); returns the steps taken."""
+    n = flat[keys[0]].shape[0]
+    size = n // cfg.num_mini_batch
+    steps = 0
+    for _ in range(cfg.num_epochs):
+        perm = torch.randperm(n, device=flat[keys[0]].device)
+        for i in range(cfg.num_mini_batch):
+            idx = perm[i * size : (i + 1) * size]
+            step(*(flat[k][idx] for k in keys))
+            steps += 1
+    return steps
+
+
+def grad_norm(loss: torch.Tensor, params: list[torch.Tensor]) -> float:
+    """The norm of ``loss``'s gradient in ``params`` (``autograd.grad``: ``.grad`` untouched)."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return float(torch.stack([g.norm() for g in grads if g is not None]).norm())
+
+
+class LossStep:
+    """One optimizer step of a learner's ``loss`` (``self.opt``, ``self.params``, ``self.cfg``):
+    backward, the gradient-norm clip, Adam."""
+
+    opt: torch.optim.Optimizer
+    params: list[torch.Tensor]
+    cfg: Any
+
+    def loss(self, *minibatch: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def step(self, *minibatch: torch.Tensor) -> torch.Tensor:
+        loss = self.loss(*minibatch)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_and_step(self.params, self.opt, self.cfg.max_grad_norm)
+        return loss.detach()
+
+
 # ------------------------------------------------------------------ on-policy
 
 
@@ -281,19 +327,9 @@ class PlainPPO(OnPolicyBase):
         return loss.detach()
 
     def learn(self, data: dict[str, torch.Tensor], step: Callable[..., Any] | None = None) -> int:
-        step = step or self.step
-        c = self.cfg
-        flat = self.prepare(self.to_device(data))
-        n = flat["adv"].shape[0]
-        size = n // c.num_mini_batch
-        steps = 0
-        for _ in range(c.num_epochs):
-            perm = torch.randperm(n, device=self.device)
-            for i in range(c.num_mini_batch):
-                idx = perm[i * size : (i + 1) * size]
-                step(*(flat[k][idx] for k in ("obs", "action", "logp", "adv", "ret", "value")))
-                steps += 1
-        return steps
+        return shuffled_epochs(
+            self.prepare(self.to_device(data)), PPO_KEYS, self.cfg, step or self.step
+        )
 
 
 class PlainA2C(OnPolicyBase):
@@ -605,7 +641,7 @@ def unroll(
     return y, h_n[:, last].transpose(0, 1), c_n[:, last].transpose(0, 1)
 
 
-class PlainRecurrentPPO:
+class PlainRecurrentPPO(LossStep):
     """PPO with an LSTM trained through time, from the equations (the update of
     ``model: lstm``), on copies of fleetrl's networks: the MLP torso, an ``nn.LSTM``
     with the weights of torchrl's ``LSTMModule``, the policy and value heads.
@@ -751,13 +787,6 @@ class PlainRecurrentPPO:
         if entropy is not None:
             loss = loss - cfg.entropy_coef * entropy.mean()
         return loss
-
-    def step(self, *minibatch: torch.Tensor) -> torch.Tensor:
-        loss = self.loss(*minibatch)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_and_step(self.params, self.opt, self.cfg.max_grad_norm)
-        return loss.detach()
 
     def learn(self, data: dict[str, torch.Tensor], step: Callable[..., Any] | None = None) -> int:
         step = step or self.step

@@ -29,10 +29,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from plain_learners import categorical_logp_entropy, clip_and_step, gae
+from plain_learners import (
+    PPO_KEYS,
+    LossStep,
+    categorical_logp_entropy,
+    gae,
+    grad_norm,
+    shuffled_epochs,
+)
 
-#: the minibatch tensors :meth:`PlainMAPPO.step` takes, in order
-KEYS = ("obs", "action", "logp", "adv", "ret", "value")
+#: the minibatch tensors :meth:`PlainMAPPO.step` takes, in order (PPO's)
+KEYS = PPO_KEYS
 
 
 def standardized_per_agent(adv: torch.Tensor) -> torch.Tensor:
@@ -41,7 +48,7 @@ def standardized_per_agent(adv: torch.Tensor) -> torch.Tensor:
     return (adv - adv.mean(0)) / adv.std(0).clamp_min(eps)
 
 
-class PlainMAPPO:
+class PlainMAPPO(LossStep):
     """MAPPO (a centralised critic) or IPPO (each agent's own): the critic module decides.
 
     Args:
@@ -98,27 +105,10 @@ class PlainMAPPO:
             loss = loss - c.entropy_coef * entropy.mean()
         return loss
 
-    def step(self, *minibatch: torch.Tensor) -> torch.Tensor:
-        loss = self.loss(*minibatch)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_and_step(self.params, self.opt, self.cfg.max_grad_norm)
-        return loss.detach()
-
     def learn(self, data: dict[str, torch.Tensor], step: Callable[..., Any] | None = None) -> int:
-        step = step or self.step
-        c = self.cfg
-        flat = self.prepare(self.to_device(data))
-        n = flat["adv"].shape[0]
-        size = n // c.num_mini_batch
-        steps = 0
-        for _ in range(c.num_epochs):
-            perm = torch.randperm(n, device=self.device)
-            for i in range(c.num_mini_batch):
-                idx = perm[i * size : (i + 1) * size]
-                step(*(flat[k][idx] for k in KEYS))
-                steps += 1
-        return steps
+        return shuffled_epochs(
+            self.prepare(self.to_device(data)), KEYS, self.cfg, step or self.step
+        )
 
 
 def group_data(batch: Any, group: str) -> dict[str, torch.Tensor]:
@@ -160,13 +150,10 @@ def parity(algorithm: Any, plain: PlainMAPPO, batch: Any) -> dict[str, float]:
     idx = torch.arange(data.shape[0]).tensor_split(algorithm.num_mini_batch)[0]
     fleet_loss, _ = algorithm.loss(data[idx])
     plain_loss = plain.loss(*(flat[k][idx] for k in KEYS))
-    norms = []
-    for loss, params in (
-        (fleet_loss, algorithm.optimizer.param_groups[0]["params"]),
-        (plain_loss, plain.params),
-    ):
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-        norms.append(float(torch.stack([g.norm() for g in grads if g is not None]).norm()))
+    norms = [
+        grad_norm(fleet_loss, algorithm.optimizer.param_groups[0]["params"]),
+        grad_norm(plain_loss, plain.params),
+    ]
     fleet_adv = data.get((group, "advantage")).squeeze(-1)
     return {
         "fleetrl_loss": float(fleet_loss.detach()),

@@ -23,6 +23,22 @@ def categorical_actor(obs_dim: int = 4, num_actions: int = 2) -> ProbabilisticAc
     )
 
 
+def two_network_actor(obs_dim: int = 4, num_actions: int = 2) -> ProbabilisticActor:
+    """A categorical actor whose logits come from two TensorDictModules in a sequence (a
+    structure the learners' and collectors' tensor paths leave to the actor itself)."""
+    from tensordict.nn import TensorDictSequential
+
+    return ProbabilisticActor(
+        TensorDictSequential(
+            TensorDictModule(nn.Linear(obs_dim, 8), in_keys=["observation"], out_keys=["hidden"]),
+            TensorDictModule(nn.Linear(8, num_actions), in_keys=["hidden"], out_keys=["logits"]),
+        ),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+
+
 class ConstantAction(nn.Module):
     """Always action ``value``; carries one parameter so weight updates are visible."""
 

@@ -8,6 +8,11 @@ policy sees the env's own observation, preprocessed as in training (an Atari
 policy its 84x84 grey frame stack); the video shows the raw RGB frame the env
 renders (Atari: the 210x160 screen at every agent step).
 
+A PettingZoo env (a run's ``env.id: mpe2:...``, :class:`~fleetrl.envs.pettingzoo.PettingZooId`)
+is filmed the same way: its ``parallel_env`` built with ``render_mode="rgb_array"``, in
+fleetrl's adapter, the team's policy acting for every group; an episode's return is the
+team's (the sum over the groups of each group's mean agent reward).
+
 Frames: one for each episode's reset and one after each of its steps, so an
 episode of ``L`` steps gives ``L + 1`` frames and the file holds
 ``sum(L_i + 1)``. Episode ``i`` is seeded ``seed + i``, as
@@ -412,8 +417,8 @@ class _Film:
     A reset frame is held back until the episode's first step, so a reset that
     is followed by another reset (the collector's, then its seeded one) leaves
     no frame. Episode ``i`` after a seeded reset is seeded ``seed + i``. The env's
-    recorder (:class:`_FrameRecorder`, :class:`_TeamFrameRecorder`) calls
-    :meth:`before_reset`, :meth:`after_reset` and :meth:`after_step`.
+    recorder (:class:`_FrameRecorder`, or :func:`_team_recorder`'s) calls :meth:`reset`
+    and :meth:`after_step`.
     """
 
     def __init__(
@@ -452,6 +457,16 @@ class _Film:
         if self.done:
             return False, None
         return True, (self._base + self._started if self._base is not None else seed)
+
+    def reset(self, reset: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
+        """The env's ``reset`` (gymnasium's or PettingZoo's signature), filmed: seeded as
+        episode ``i`` is, and its frame held back for the episode's first step."""
+        filmed, seed = self.before_reset(seed)
+        if not filmed:
+            return reset(options=options)
+        out = reset(seed=seed, options=options)
+        self.after_reset()
+        return out
 
     def after_reset(self) -> None:
         self._started += 1
@@ -511,12 +526,7 @@ class _FrameRecorder(gym.Wrapper):
         self.film = _Film(env.render, env_id, num_episodes, writer, clip, mujoco)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        filmed, seed = self.film.before_reset(seed)
-        if not filmed:
-            return self.env.reset(options=options)
-        out = self.env.reset(seed=seed, options=options)
-        self.film.after_reset()
-        return out
+        return self.film.reset(self.env.reset, seed, options)
 
     def step(self, action: Any):
         out = self.env.step(action)
@@ -541,12 +551,7 @@ def _team_recorder(
             self.groups = list(default_group_map(env).values())
 
         def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
-            filmed, seed = self.film.before_reset(seed)
-            if not filmed:
-                return self.env.reset(options=options)
-            out = self.env.reset(seed=seed, options=options)
-            self.film.after_reset()
-            return out
+            return self.film.reset(self.env.reset, seed, options)
 
         def step(self, actions: dict[str, Any]):
             out = self.env.step(actions)

@@ -33,6 +33,7 @@ from fleetrl.algorithms.base import flatten_valid
 from fleetrl.algorithms.heads import ActorCriticHeads, LogitsCategorical, PolicyHead
 from fleetrl.envs.spec import env_spec
 from fleetrl.keys import TRANSITION_KEYS
+from policies import two_network_actor
 
 CASES = {
     "ppo-categorical": (PPO, lambda: PPOConfig(entropy_coef=0.01), "CartPole-v1"),
@@ -129,7 +130,6 @@ def test_the_comparison_can_fail():
 def test_networks_of_another_structure_go_through_the_torchrl_loss():
     """A critic that writes two keys, or an actor of three modules, has no tensor path:
     the torchrl loss module's own forward runs it, and learning works the same."""
-    from tensordict.nn import TensorDictSequential
     from torchrl.modules import ProbabilisticActor
 
     net = TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"])
@@ -140,16 +140,7 @@ def test_networks_of_another_structure_go_through_the_torchrl_loss():
         return_log_prob=True,
     )
     assert PolicyHead.of(plain_actor) is not None
-    three = ProbabilisticActor(
-        TensorDictSequential(
-            TensorDictModule(nn.Linear(4, 8), in_keys=["observation"], out_keys=["hidden"]),
-            TensorDictModule(nn.Linear(8, 2), in_keys=["hidden"], out_keys=["logits"]),
-        ),
-        in_keys=["logits"],
-        distribution_class=torch.distributions.Categorical,
-        return_log_prob=True,
-    )
-    assert PolicyHead.of(three) is None
+    assert PolicyHead.of(two_network_actor()) is None
     critic = TensorDictModule(_TwoOut(), in_keys=["observation"], out_keys=["state_value", "h"])
     assert ActorCriticHeads.of(plain_actor, critic) is None
     ppo = PPO(PPOConfig(), env_spec("CartPole-v1"), actor=plain_actor, critic=critic)

@@ -20,7 +20,7 @@ from torchrl.modules import ProbabilisticActor, TanhNormal
 from fleetrl import SyncDataCollector
 from fleetrl.collectors import acting
 from fleetrl.collectors.acting import TensorActor, tensor_actor
-from policies import categorical_actor, mlp
+from policies import categorical_actor, mlp, two_network_actor
 
 
 def tanh_normal_actor(obs_dim: int = 3, act_dim: int = 1, **kwargs) -> ProbabilisticActor:
@@ -99,20 +99,6 @@ class OwnForward(ProbabilisticActor):
         return out
 
 
-def _three_modules() -> ProbabilisticActor:
-    from tensordict.nn import TensorDictSequential
-
-    return ProbabilisticActor(
-        TensorDictSequential(
-            TensorDictModule(nn.Linear(4, 8), in_keys=["observation"], out_keys=["hidden"]),
-            TensorDictModule(nn.Linear(8, 2), in_keys=["hidden"], out_keys=["logits"]),
-        ),
-        in_keys=["logits"],
-        distribution_class=torch.distributions.Categorical,
-        return_log_prob=True,
-    )
-
-
 def _with_hook() -> ProbabilisticActor:
     policy = categorical_actor()
     policy.module[0].register_forward_hook(lambda module, args, out: out)
@@ -151,7 +137,7 @@ def _not_probabilistic() -> TensorDictModule:
         pytest.param("CartPole-v1", _with_hook, id="a-forward-hook"),
         pytest.param("CartPole-v1", _own_forward, id="a-subclass-forward"),
         pytest.param("CartPole-v1", _no_log_prob, id="no-log-prob"),
-        pytest.param("CartPole-v1", _three_modules, id="two-networks"),
+        pytest.param("CartPole-v1", two_network_actor, id="two-networks"),
         pytest.param("CartPole-v1", _not_probabilistic, id="not-probabilistic"),
     ],
 )
