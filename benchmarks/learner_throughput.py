@@ -55,6 +55,7 @@ from plain_learners import (
     PlainSAC,
     PlainVTrace,
     grad_norm,
+    parity_record,
 )
 from plain_multiagent import PlainMAPPO, group_data, group_networks
 from plain_multiagent import parity as multiagent_parity
@@ -264,13 +265,7 @@ def recurrent_parity(algorithm: Any, plain: PlainRecurrentPPO, batch: Any) -> di
     mask = seqs["mask"]
     fleet_adv = data.get("advantage").squeeze(-1)[mask]
     return {
-        "fleetrl_loss": float(fleet_loss.detach()),
-        "plain_loss": float(plain_loss.detach()),
-        "loss_abs_diff": abs(float(fleet_loss.detach() - plain_loss.detach())),
-        "fleetrl_grad_norm": norms[0],
-        "plain_grad_norm": norms[1],
-        "grad_norm_abs_diff": abs(norms[0] - norms[1]),
-        "advantage_max_abs_diff": float((fleet_adv - seqs["adv"][mask]).abs().max()),
+        **parity_record(fleet_loss, plain_loss, norms, fleet_adv - seqs["adv"][mask]),
         "loss_mask_differences": int((data.get(LOSS_MASK_KEY) != mask).sum()),
     }
 

@@ -155,6 +155,22 @@ def grad_norm(loss: torch.Tensor, params: list[torch.Tensor]) -> float:
     return float(torch.stack([g.norm() for g in grads if g is not None]).norm())
 
 
+def parity_record(
+    fleet_loss: torch.Tensor, plain_loss: torch.Tensor, norms: list[float], adv_diff: torch.Tensor
+) -> dict[str, float]:
+    """What a parity check of fleetrl's loss against a plain learner's reports: both losses,
+    both gradient norms, their differences and the largest advantage difference."""
+    return {
+        "fleetrl_loss": float(fleet_loss.detach()),
+        "plain_loss": float(plain_loss.detach()),
+        "loss_abs_diff": abs(float(fleet_loss.detach() - plain_loss.detach())),
+        "fleetrl_grad_norm": norms[0],
+        "plain_grad_norm": norms[1],
+        "grad_norm_abs_diff": abs(norms[0] - norms[1]),
+        "advantage_max_abs_diff": float(adv_diff.abs().max()),
+    }
+
+
 class LossStep:
     """One optimizer step of a learner's ``loss`` (``self.opt``, ``self.params``, ``self.cfg``):
     backward, the gradient-norm clip, Adam."""
@@ -225,6 +241,26 @@ def vtrace(
     vs_next = torch.where(done, next_value, vs_next)
     adv = rho_c * (reward + discount * vs_next - value)
     return adv, vs
+
+
+def clipped_surrogate(
+    logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """PPO's clipped objective, ``-min(r A, clip(r, 1 - eps, 1 + eps) A)``, averaged."""
+    ratio = (logp - logp_old).exp()
+    return -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
+
+
+def value_loss(
+    value: torch.Tensor, ret: torch.Tensor, value_old: torch.Tensor, clip_value: Any
+) -> torch.Tensor:
+    """The squared value error, averaged; with ``clip_value``, the larger of it and the
+    error of the value clipped to within ``clip_value`` of ``value_old``."""
+    loss = (value - ret) ** 2
+    if clip_value:
+        clipped = value_old + (value - value_old).clamp(-clip_value, clip_value)
+        loss = torch.max(loss, (clipped - ret) ** 2)
+    return loss.mean()
 
 
 def normalized(x: torch.Tensor) -> torch.Tensor:
@@ -311,14 +347,8 @@ class PlainPPO(OnPolicyBase):
         logp, entropy = self.policy.logp_entropy(out, action, self.entropy)
         if c.normalize_advantage:
             adv = normalized(adv)
-        ratio = (logp - logp_old).exp()
-        eps = c.clip_epsilon
-        objective = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
-        v_loss = (value - ret) ** 2
-        if c.clip_value:
-            clipped = value_old + (value - value_old).clamp(-c.clip_value, c.clip_value)
-            v_loss = torch.max(v_loss, (clipped - ret) ** 2)
-        loss = objective + c.critic_coef * v_loss.mean()
+        objective = clipped_surrogate(logp, logp_old, adv, c.clip_epsilon)
+        loss = objective + c.critic_coef * value_loss(value, ret, value_old, c.clip_value)
         if entropy is not None:
             loss = loss - c.entropy_coef * entropy.mean()
         self.opt.zero_grad(set_to_none=True)
@@ -376,17 +406,11 @@ class PlainVTrace(OnPolicyBase):
         if self.clipped:
             if c.normalize_advantage:
                 adv = normalized(adv)
-            ratio = (logp - logp_old).exp()
-            eps = c.clip_epsilon
-            objective = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
+            objective = clipped_surrogate(logp, logp_old, adv, c.clip_epsilon)
         else:
             objective = -(logp * adv).mean()
-        v_loss = (value - ret) ** 2
         clip_value = getattr(c, "clip_value", None)
-        if clip_value:
-            clipped = value_old + (value - value_old).clamp(-clip_value, clip_value)
-            v_loss = torch.max(v_loss, (clipped - ret) ** 2)
-        loss = objective + c.critic_coef * v_loss.mean()
+        loss = objective + c.critic_coef * value_loss(value, ret, value_old, clip_value)
         if entropy is not None:
             loss = loss - c.entropy_coef * entropy.mean()
         self.opt.zero_grad(set_to_none=True)
@@ -776,14 +800,8 @@ class PlainRecurrentPPO(LossStep):
         value = self.value_head(y).squeeze(-1)
         if cfg.normalize_advantage:
             adv = normalized(adv)
-        ratio = (logp - logp_old).exp()
-        eps = cfg.clip_epsilon
-        objective = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
-        v_loss = (value - ret) ** 2
-        if cfg.clip_value:
-            clipped = value_old + (value - value_old).clamp(-cfg.clip_value, cfg.clip_value)
-            v_loss = torch.max(v_loss, (clipped - ret) ** 2)
-        loss = objective + cfg.critic_coef * v_loss.mean()
+        objective = clipped_surrogate(logp, logp_old, adv, cfg.clip_epsilon)
+        loss = objective + cfg.critic_coef * value_loss(value, ret, value_old, cfg.clip_value)
         if entropy is not None:
             loss = loss - cfg.entropy_coef * entropy.mean()
         return loss

@@ -33,9 +33,12 @@ from plain_learners import (
     PPO_KEYS,
     LossStep,
     categorical_logp_entropy,
+    clipped_surrogate,
     gae,
     grad_norm,
+    parity_record,
     shuffled_epochs,
+    value_loss,
 )
 
 #: the minibatch tensors :meth:`PlainMAPPO.step` takes, in order (PPO's)
@@ -93,14 +96,8 @@ class PlainMAPPO(LossStep):
         value = self.value(obs)
         if c.normalize_advantage:
             adv = standardized_per_agent(adv)
-        ratio = (logp - logp_old).exp()
-        eps = c.clip_epsilon
-        objective = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
-        v_loss = (value - ret) ** 2
-        if c.clip_value:
-            clipped = value_old + (value - value_old).clamp(-c.clip_value, c.clip_value)
-            v_loss = torch.max(v_loss, (clipped - ret) ** 2)
-        loss = objective + c.critic_coef * v_loss.mean()
+        objective = clipped_surrogate(logp, logp_old, adv, c.clip_epsilon)
+        loss = objective + c.critic_coef * value_loss(value, ret, value_old, c.clip_value)
         if c.entropy_coef > 0:
             loss = loss - c.entropy_coef * entropy.mean()
         return loss
@@ -155,12 +152,4 @@ def parity(algorithm: Any, plain: PlainMAPPO, batch: Any) -> dict[str, float]:
         grad_norm(plain_loss, plain.params),
     ]
     fleet_adv = data.get((group, "advantage")).squeeze(-1)
-    return {
-        "fleetrl_loss": float(fleet_loss.detach()),
-        "plain_loss": float(plain_loss.detach()),
-        "loss_abs_diff": abs(float(fleet_loss.detach() - plain_loss.detach())),
-        "fleetrl_grad_norm": norms[0],
-        "plain_grad_norm": norms[1],
-        "grad_norm_abs_diff": abs(norms[0] - norms[1]),
-        "advantage_max_abs_diff": float((fleet_adv - flat["adv"]).abs().max()),
-    }
+    return parity_record(fleet_loss, plain_loss, norms, fleet_adv - flat["adv"])
