@@ -316,20 +316,24 @@ class GroupedRollout:
         batch.set(TRAJ_IDS_KEY, torch.from_numpy(traj_ids).reshape(batch.shape))
 
     def state_dict(self) -> dict[str, Any]:
-        """Each group's episodes in progress and the step the policy reads next, as tensors
-        and plain values (the team's episodes are saved with the collector's own)."""
+        """What the collector's state adds for this rollout, under ``"grouped"``: each
+        group's episodes in progress and the step the policy reads next, as tensors and
+        plain values (the team's episodes are :attr:`team`'s, saved by the collector)."""
         step = [
             [list(_tuple(key)), value.clone()]
             for key, value in self.td.items(include_nested=True, leaves_only=True)
         ]
-        return {"groups": {n: b.state_dict() for n, b in self.groups.items()}, "step": step}
+        groups = {n: b.state_dict() for n, b in self.groups.items()}
+        return {"grouped": {"groups": groups, "step": step}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`, with the envs saved with it (their episodes go on)."""
+        """Restore :meth:`state_dict` from the collector's ``state``, with the envs saved
+        with it (their episodes go on)."""
+        saved = state["grouped"]
         for name, book in self.groups.items():
-            book.load_state_dict(state["groups"][name])
+            book.load_state_dict(saved["groups"][name])
         td = self.td.clone()
-        for key, value in state["step"]:
+        for key, value in saved["step"]:
             td.set(tuple(key), value)
         self.td = td
 

@@ -4,12 +4,11 @@ The collector is made of parts that each own their state:
 
 - the envs (:mod:`fleetrl.envs`), or their two halves for overlapped
   collection (:mod:`fleetrl.collectors.overlap`);
-- a :class:`~fleetrl.collectors.plan.PolicyPlan`: how the policy is called and
-  what it writes, from a pure probe when the collector is built;
-- the policy's step input (:class:`~fleetrl.collectors.rollout.StepInput`);
-- the episode bookkeeping (:class:`~fleetrl.collectors.episodes.EpisodeBook`);
-- the rollout loop (:func:`~fleetrl.collectors.rollout.rollout`), one loop over
-  env groups whatever the layout.
+- one rollout, decided when the collector is built:
+  :class:`~fleetrl.collectors.single.SingleRollout` (the policy's plan, its step
+  input, the episode bookkeeping and the numpy loop) or, for a torchrl env with
+  agent groups, :class:`~fleetrl.collectors.grouped.GroupedRollout`;
+- the budget, the policy version and weights, and the tags every batch gets.
 
 Batches use torchrl's keys and layout, so torchrl loss modules and value
 estimators run on them unchanged: batch dims ``[*env_batch, time]``,
@@ -21,8 +20,7 @@ running ``("next", "episode_return")`` / ``("next", "episode_length")`` that
 :func:`fleetrl.episode_stats` reads.
 
 A torchrl env with agent groups (a multi-agent env) is collected in torchrl's
-grouped layout by :mod:`fleetrl.collectors.grouped` instead, decided once when
-the collector is built.
+grouped layout (:mod:`fleetrl.collectors.grouped`).
 """
 
 from __future__ import annotations
@@ -40,43 +38,28 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
-from fleetrl.collectors.arguments import (
-    check_env,
-    check_feature_arguments,
-    check_weight_update,
-    compile_options,
-)
+from fleetrl.collectors.arguments import check_env, check_feature_arguments, check_weight_update
 from fleetrl.collectors.base import (
     DataCollectorBase,
     as_device,
     as_exploration_type,
     check_common_arguments,
 )
-from fleetrl.collectors.episodes import EpisodeBook
 from fleetrl.collectors.grouped import GroupedRollout, check_grouped_arguments
-from fleetrl.collectors.inference.checks import PER_ENV_MSG, SERVER_WEIGHTS_MSG, check_served
+from fleetrl.collectors.inference.checks import SERVER_WEIGHTS_MSG, check_served
 from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.inference.options import TRANSPORT
 from fleetrl.collectors.overlap import HalvedEnv, Overlap, SplitEnv, as_overlap, overlap_spec
-from fleetrl.collectors.plan import accelerate, initial_states, place_policy, plan_policy
-from fleetrl.collectors.policies import PerEnvPolicy, RandomPolicy, as_policy, as_weights
-from fleetrl.collectors.rollout import StepInput, alloc_batch, rollout
+from fleetrl.collectors.policies import as_policy, as_weights
 from fleetrl.collectors.rules import Audience
+from fleetrl.collectors.single import SingleRollout
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.grouped import GroupedEnv
 from fleetrl.envs.make import make_env
-from fleetrl.errors import ConfigError, PolicyError, Problems, bad_value
-from fleetrl.keys import (
-    ACTION_KEY,
-    DISCOUNTED_RETURN_KEY,
-    DONE_KEY,
-    POLICY_VERSION_KEY,
-    TRUNCATED_KEY,
-    WORKER_ID_KEY,
-    NestedKey,
-)
+from fleetrl.errors import ConfigError, Problems, bad_value
+from fleetrl.keys import POLICY_VERSION_KEY, WORKER_ID_KEY, NestedKey
 
 __all__ = ["SyncDataCollector"]
 
@@ -281,8 +264,6 @@ class SyncDataCollector(DataCollectorBase):
         self.overlap = isinstance(self.env, SplitEnv)
         #: central inference: the oldest version in the last batch (the lag it is served with)
         self.batch_version = 0
-        #: a multi-agent env's rollout (None: the single-agent loop)
-        self._grouped: GroupedRollout | None = None
         try:
             check_env(
                 self.env,
@@ -302,61 +283,32 @@ class SyncDataCollector(DataCollectorBase):
             if policy_factory is not None:  # built here, where it acts (torchrl's meaning)
                 user_policy = as_policy(policy_factory())
             self._user_policy = user_policy
-            if isinstance(self.env, GroupedEnv):  # probes the policy, starts the episodes
-                self._grouped = GroupedRollout(
+            #: the rollout: the policy's plan and the episodes in progress (probes the
+            #: policy, resets the envs)
+            self._rolling: SingleRollout | GroupedRollout
+            if isinstance(self.env, GroupedEnv):
+                self._rolling = GroupedRollout(
                     self.env, user_policy, self.exploration_type, traj_id_start, self.server
                 )
-                self.policy, self._random_policy = self._grouped.policy, self._grouped.random
-                self._episodes = self._grouped.team
             else:
-                self._build_single(
-                    user_policy, traj_id_start, return_discount, compile_policy, cudagraph_policy
+                self._rolling = SingleRollout(
+                    self.env,
+                    user_policy,
+                    self.exploration_type,
+                    policy_device=self.policy_device,
+                    traj_id_start=traj_id_start,
+                    return_discount=return_discount,
+                    compile_policy=compile_policy,
+                    cudagraph_policy=cudagraph_policy,
+                    serve=self.server,
+                    max_frames_per_traj=self.max_frames_per_traj,
+                    set_truncated=set_truncated,
                 )
+                self.policy_device = self._rolling.policy_device
+            self.policy = self._rolling.policy
         except Exception:
             self.env.close()
             raise
-
-    # ------------------------------------------------------------------ setup
-    def _build_single(
-        self,
-        user_policy: Any,
-        traj_id_start: int,
-        return_discount: float | None,
-        compile_policy: bool | dict[str, Any] | None,
-        cudagraph_policy: bool | dict[str, Any] | None,
-    ) -> None:
-        """The single-agent parts: the policy's plan and step input, the episodes."""
-        self._random_policy = RandomPolicy(self.env.random_action)
-        states: dict[NestedKey, torch.Tensor] = {}
-        if user_policy is None:
-            self.policy: Any = self._random_policy
-        else:
-            self.policy, self.policy_device = place_policy(user_policy, self.policy_device)
-            states = initial_states(self.policy, self.env.num_envs)
-        #: what the policy reads at each step: the observation and the states it carries
-        self._step = StepInput(self.env, states)
-        self._step.set_obs(self.env.reset())
-        plan = plan_policy(
-            self.policy,
-            self.env,
-            self._step.for_policy(self.policy_device),
-            self.exploration_type,
-        )
-        if self.server is not None and isinstance(plan.act, PerEnvPolicy):
-            raise PolicyError(PER_ENV_MSG.format(policy=user_policy))
-        if self.policy is not self._random_policy:
-            plan = accelerate(
-                plan,
-                self.policy,
-                compile_options=compile_options(compile_policy),
-                cudagraph_options=compile_options(cudagraph_policy),
-                device=self.policy_device,
-            )
-        #: how the policy is called and what it writes
-        self._plan = plan
-        #: the episodes in progress and the trajectory ids
-        self._episodes = EpisodeBook(self.env.num_envs, traj_id_start, return_discount)
-        self._start_episodes()
 
     # ----------------------------------------------------------- public API
     @property
@@ -376,7 +328,7 @@ class SyncDataCollector(DataCollectorBase):
         multi-agent env, whose groups end episodes of their own; a subclass
         that changes batches after the rollout must return an empty list.
         """
-        if self.split_trajs or self.postproc is not None or self._grouped is not None:
+        if self.split_trajs or self.postproc is not None or isinstance(self.env, GroupedEnv):
             return []
         return list(self.env.observation_spec)
 
@@ -464,13 +416,11 @@ class SyncDataCollector(DataCollectorBase):
         state: dict[str, Any] = {
             "frames": self._frames,
             "policy_version": self.policy_version,
-            **self._episodes.state_dict(),
-            **(self._step.state_dict() if self._grouped is None else {}),
+            **self._rolling.team.state_dict(),
+            **self._rolling.state_dict(),
             "env": self.env.state_dict(),
         }
-        if self._grouped is not None and state["env"] is not None:  # the groups' episodes too
-            state["grouped"] = self._grouped.state_dict()
-        if isinstance(self.policy, nn.Module) and self.policy is not self._random_policy:
+        if isinstance(self.policy, nn.Module) and self.policy is not self._rolling.random:
             state["policy_state_dict"] = self.policy.state_dict()
         return state
 
@@ -482,13 +432,10 @@ class SyncDataCollector(DataCollectorBase):
         if "policy_state_dict" in state:
             self.policy.load_state_dict(state["policy_state_dict"])
         saved_envs = state.get("env") is not None
-        self._episodes.load_state_dict(state, episodes=saved_envs)
+        self._rolling.team.load_state_dict(state, episodes=saved_envs)
         if saved_envs:
             self.env.load_state_dict(state["env"])
-            if self._grouped is not None:
-                self._grouped.load_state_dict(state["grouped"])
-            else:
-                self._step.load_state_dict(state)
+            self._rolling.load_state_dict(state)
 
     def collect(
         self,
@@ -593,13 +540,7 @@ class SyncDataCollector(DataCollectorBase):
         """Start fresh episodes in every env (after a full reset, whose ``obs`` the policy
         sees next; None: the current observation). A multi-agent env's ``obs`` is the
         TensorDict its reset returned."""
-        if self._grouped is not None:
-            self._grouped.start_episodes(obs)
-            return
-        if obs is not None:
-            self._step.set_obs(obs)
-        self._step.start_episodes()
-        self._episodes.start_all()
+        self._rolling.start_episodes(obs)
 
     def _rollout(
         self,
@@ -618,69 +559,8 @@ class SyncDataCollector(DataCollectorBase):
             self._start_episodes(self.env.reset())
             if times is not None:
                 times.env_s += time.perf_counter() - reset_start
-        if self._grouped is not None:
-            batch = self._grouped.rollout(steps, random, min_steps, should_stop, times)
-            return self._tag_batch(batch, self._grouped.versions)
-        env, plan = self.env, self._plan
-        # Everything below is decided once per batch, not per step.
-        random = random or self.policy is self._random_policy
-        if random:
-            act, out_keys, to_env, carried = self._random_policy, [ACTION_KEY], None, []
-        else:
-            act, out_keys = plan.act, plan.out_keys
-            to_env, carried = plan.action_to_env, plan.carried
-        groups = env.groups if self.overlap and not random else [(env, slice(None))]
-        device = self.policy_device
-        on_device = device is not None and device.type != "cpu" and not random
-        specs = {k: plan.out_specs[k] for k in out_keys}
-        td, views = alloc_batch(env, self._step, specs, plan.state_keys, steps)
-        serve = None if random else self.server
-        versions = None if serve is None else np.empty((env.num_envs, steps), dtype=np.int64)
-        max_len = self.max_frames_per_traj
-        taken = rollout(
-            groups,
-            self._step,
-            td,
-            views,
-            act=act,
-            out_keys=out_keys,
-            state_keys=plan.state_keys,
-            carried=carried,
-            uses_is_init=plan.uses_is_init,
-            to_env=to_env,
-            device=device if on_device else None,
-            exploration_type=self.exploration_type,
-            ages=self._episodes.lengths.copy() if max_len is not None else None,
-            max_len=max_len,
-            stop_from=min_steps if should_stop is not None else None,
-            should_stop=should_stop,
-            times=times,
-            serve=serve,
-            versions=versions,
-        )
-        return self._finish_batch(td, views, steps, taken, versions)
-
-    def _finish_batch(
-        self,
-        td: TensorDict,
-        views: dict[NestedKey, np.ndarray],
-        steps: int,
-        done_steps: int,
-        versions: np.ndarray | None = None,
-    ) -> TensorDictBase:
-        """Episode bookkeeping, version and worker tags, names and device of a rollout's batch."""
-        if done_steps < steps:  # preempted: keep the steps collected
-            td = td[:, :done_steps]
-            views = {k: v[:, :done_steps] for k, v in views.items()}
-            steps = done_steps
-        # once per batch with numpy cumulative sums, not five writes per step in the hot loop
-        g = self._episodes.fill(views)
-        if g is not None:
-            td.set(DISCOUNTED_RETURN_KEY, torch.from_numpy(g.astype(np.float32)[..., None]))
-        if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
-            views[TRUNCATED_KEY][:, -1] = True
-            views[DONE_KEY][:, -1] = True
-        return self._tag_batch(td, versions)
+        batch = self._rolling.rollout(steps, random, min_steps, should_stop, times)
+        return self._tag_batch(batch, self._rolling.versions)
 
     def _tag_batch(self, td: TensorDict, versions: np.ndarray | None) -> TensorDictBase:
         """Version and worker tags, env batch dims, names and device of a batch, given

@@ -42,7 +42,7 @@ def collect(env_id, policy, num_envs, fast: bool, monkeypatch, batches: int = 2)
         torch.manual_seed(0)
         with SyncDataCollector(env_id, policy, frames_per_batch=64, num_envs=num_envs) as c:
             c.set_seed(1)
-            acts_on_tensors = isinstance(c._plan.act, TensorActor)
+            acts_on_tensors = isinstance(c._rolling.plan.act, TensorActor)
             out = [c.next() for _ in range(batches)]
     return acts_on_tensors, out
 
@@ -144,7 +144,7 @@ def _not_probabilistic() -> TensorDictModule:
 def test_other_structures_act_through_the_actor(env_id, make_policy):
     assert TensorActor.of(make_policy()) is None
     with SyncDataCollector(env_id, make_policy(), frames_per_batch=8, num_envs=2) as c:
-        assert not isinstance(c._plan.act, TensorActor)
+        assert not isinstance(c._rolling.plan.act, TensorActor)
         assert c.next().numel() == 8
 
 
