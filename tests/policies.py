@@ -25,7 +25,8 @@ def categorical_actor(obs_dim: int = 4, num_actions: int = 2) -> ProbabilisticAc
 
 def two_network_actor(obs_dim: int = 4, num_actions: int = 2) -> ProbabilisticActor:
     """A categorical actor whose logits come from two TensorDictModules in a sequence (a
-    structure the learners' and collectors' tensor paths leave to the actor itself)."""
+    structure the learners' tensor path leaves to the actor itself; the collectors act
+    on it on tensors, as on the multi-agent actors' chains)."""
     from tensordict.nn import TensorDictSequential
 
     return ProbabilisticActor(

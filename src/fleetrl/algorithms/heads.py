@@ -13,7 +13,8 @@ users' do):
   ``nn.Module``: its in-keys' tensors in, its out-keys' tensors out;
 - :class:`TensorChain`: a ``TensorDictSequential`` of such modules (the multi-agent
   networks: the group's observations stacked, then a ``MultiAgentMLP``), each fed the
-  tensors of the keys it reads;
+  tensors of the keys it reads (both live in :mod:`fleetrl.collectors.acting`, where
+  the collectors act through them too);
 - :class:`PolicyHead`: a ``ProbabilisticActor`` of one such module (or, asked for, one
   chain) and one ``ProbabilisticTensorDictModule``: observation in, distribution out;
 - :class:`ActorCriticHeads`: a policy head and a critic, with the pixel torso
@@ -40,10 +41,10 @@ import torch
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
-    TensorDictModule,
-    TensorDictSequential,
 )
 from torch import nn
+
+from fleetrl.collectors.acting import TensorChain, TensorNet
 
 __all__ = [
     "ActorCriticHeads",
@@ -53,89 +54,6 @@ __all__ = [
     "TensorChain",
     "TensorNet",
 ]
-
-
-def _plain_tensordict_module(module: Any) -> bool:
-    """A TensorDictModule whose forward is TensorDictModule's own (ValueOperator's too)."""
-    return (
-        isinstance(module, TensorDictModule)
-        and type(module).forward is TensorDictModule.forward
-        and isinstance(module.module, nn.Module)
-        and not isinstance(module.module, TensorDictModule)
-    )
-
-
-class TensorNet:
-    """The ``nn.Module`` of a plain ``TensorDictModule``, called on tensors.
-
-    Examples:
-        >>> from torchrl.modules import ValueOperator
-        >>> net = TensorNet.of(ValueOperator(nn.Linear(3, 1), in_keys=["observation"]))
-        >>> net.in_keys, net.out_keys, net(torch.zeros(5, 3))[0].shape
-        (['observation'], ['state_value'], torch.Size([5, 1]))
-    """
-
-    def __init__(self, module: TensorDictModule):
-        self.net = module.module
-        self.in_keys = list(module.in_keys)
-        self.out_keys = list(module.out_keys)
-
-    @classmethod
-    def of(cls, module: Any) -> TensorNet | None:
-        """The tensor view of ``module``, or None when it is not a plain TensorDictModule."""
-        return cls(module) if _plain_tensordict_module(module) else None
-
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.net(*inputs)
-        return out if isinstance(out, tuple) else (out,)
-
-
-class TensorChain:
-    """A ``TensorDictSequential`` of plain ``TensorDictModule`` s, called on tensors: each
-    module gets the tensors of the keys it reads (the chain's inputs, or what a module
-    before it wrote), and the chain returns those of ``out_keys``.
-
-    Examples:
-        >>> seq = TensorDictSequential(
-        ...     TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["hidden"]),
-        ...     TensorDictModule(nn.Linear(4, 1), in_keys=["hidden"], out_keys=["value"]),
-        ... )
-        >>> chain = TensorChain.of(seq, out_keys=["value"])
-        >>> chain.in_keys, chain(torch.zeros(5, 3))[0].shape
-        (['observation'], torch.Size([5, 1]))
-    """
-
-    def __init__(self, nets: list[TensorNet], in_keys: list[Any], out_keys: list[Any]):
-        self.nets, self.in_keys, self.out_keys = nets, in_keys, out_keys
-
-    @classmethod
-    def of(cls, module: Any, out_keys: Sequence[Any] | None = None) -> TensorChain | None:
-        """The tensor view of ``module`` (a plain TensorDictModule, or a TensorDictSequential
-        of them that selects no outputs), returning ``out_keys`` (default: the last
-        module's); None for a module of another structure."""
-        if isinstance(module, TensorDictSequential):
-            if type(module).forward is not TensorDictSequential.forward or getattr(
-                module, "partial_tolerant", False
-            ):
-                return None
-            nets = [TensorNet.of(m) for m in module.module]
-        else:
-            nets = [TensorNet.of(module)]
-        if not nets or any(net is None for net in nets):
-            return None
-        written: set[Any] = set()
-        for net in nets:
-            written.update(net.out_keys)
-        out = list(out_keys) if out_keys is not None else list(nets[-1].out_keys)
-        if any(key not in written for key in out):
-            return None
-        return cls(nets, list(module.in_keys), out)
-
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        values = dict(zip(self.in_keys, inputs))
-        for net in self.nets:
-            values.update(zip(net.out_keys, net(*(values[k] for k in net.in_keys))))
-        return tuple(values[k] for k in self.out_keys)
 
 
 class LogitsCategorical(torch.distributions.Categorical):

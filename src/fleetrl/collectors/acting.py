@@ -8,7 +8,16 @@ step. :class:`TensorActor` acts as the same actor on tensors: its network called
 the step's observation tensor, torch's distribution built from the outputs,
 sampled and scored by torchrl's own ``sample_and_log_prob`` (or the sample and the
 log-probability tensordict's module takes), the same outputs returned under the
-same keys.
+same keys. The network part may be one module or a chain of them
+(:class:`TensorChain`: a multi-agent actor's stacked observations, then torchrl's
+``MultiAgentMLP``), and :class:`TeamActor` acts for a sequence of such actors (one per
+agent group). The multi-agent rollout (:mod:`fleetrl.collectors.grouped`) writes the
+outputs into its step; on MPE ``simple_spread`` with MAPPO's actor, a step's policy
+call went from 866 us to 560 us, against 494 us for the network and torch's
+``Categorical`` alone.
+
+The learners' updates call the same :class:`TensorNet` and :class:`TensorChain`
+(:mod:`fleetrl.algorithms.heads`).
 
 Taken only where the structure makes the two calls the same function (:meth:`of`), and
 only after a probe (:func:`tensor_actor`): from the same generator states, the two calls
@@ -18,6 +27,7 @@ type than sampling, at evaluation) goes to the actor itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,6 +37,7 @@ from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
+    TensorDictSequential,
 )
 from tensordict.nn.probabilistic import interaction_type
 from torch import nn
@@ -36,7 +47,15 @@ from torchrl.modules.tensordict_module.probabilistic import SafeProbabilisticMod
 
 from fleetrl.keys import NestedKey
 
-__all__ = ["PROBES", "TensorActor", "tensor_actor"]
+__all__ = [
+    "PROBES",
+    "TeamActor",
+    "TensorActor",
+    "TensorChain",
+    "TensorNet",
+    "plain_tensordict_module",
+    "tensor_actor",
+]
 
 #: probes of the two calls, each from its own generator state: a sampled action of a
 #: 2-action policy that came from another generator would agree with chance 1/2 per probe
@@ -47,6 +66,89 @@ def _no_hooks(module: nn.Module) -> bool:
     return not (module._forward_hooks or module._forward_pre_hooks)
 
 
+def plain_tensordict_module(module: Any) -> bool:
+    """A TensorDictModule whose forward is TensorDictModule's own (ValueOperator's too)."""
+    return (
+        isinstance(module, TensorDictModule)
+        and type(module).forward is TensorDictModule.forward
+        and isinstance(module.module, nn.Module)
+        and not isinstance(module.module, TensorDictModule)
+    )
+
+
+class TensorNet:
+    """The ``nn.Module`` of a plain ``TensorDictModule``, called on tensors.
+
+    Examples:
+        >>> from torchrl.modules import ValueOperator
+        >>> net = TensorNet.of(ValueOperator(nn.Linear(3, 1), in_keys=["observation"]))
+        >>> net.in_keys, net.out_keys, net(torch.zeros(5, 3))[0].shape
+        (['observation'], ['state_value'], torch.Size([5, 1]))
+    """
+
+    def __init__(self, module: TensorDictModule):
+        self.net = module.module
+        self.in_keys = list(module.in_keys)
+        self.out_keys = list(module.out_keys)
+
+    @classmethod
+    def of(cls, module: Any) -> TensorNet | None:
+        """The tensor view of ``module``, or None when it is not a plain TensorDictModule."""
+        return cls(module) if plain_tensordict_module(module) else None
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.net(*inputs)
+        return out if isinstance(out, tuple) else (out,)
+
+
+class TensorChain:
+    """A ``TensorDictSequential`` of plain ``TensorDictModule`` s, called on tensors: each
+    module gets the tensors of the keys it reads (the chain's inputs, or what a module
+    before it wrote), and the chain returns those of ``out_keys``.
+
+    Examples:
+        >>> seq = TensorDictSequential(
+        ...     TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["hidden"]),
+        ...     TensorDictModule(nn.Linear(4, 1), in_keys=["hidden"], out_keys=["value"]),
+        ... )
+        >>> chain = TensorChain.of(seq, out_keys=["value"])
+        >>> chain.in_keys, chain(torch.zeros(5, 3))[0].shape
+        (['observation'], torch.Size([5, 1]))
+    """
+
+    def __init__(self, nets: list[TensorNet], in_keys: list[Any], out_keys: list[Any]):
+        self.nets, self.in_keys, self.out_keys = nets, in_keys, out_keys
+
+    @classmethod
+    def of(cls, module: Any, out_keys: Sequence[Any] | None = None) -> TensorChain | None:
+        """The tensor view of ``module`` (a plain TensorDictModule, or a TensorDictSequential
+        of them that selects no outputs), returning ``out_keys`` (default: the last
+        module's); None for a module of another structure."""
+        if isinstance(module, TensorDictSequential):
+            if type(module).forward is not TensorDictSequential.forward or getattr(
+                module, "partial_tolerant", False
+            ):
+                return None
+            nets = [TensorNet.of(m) for m in module.module]
+        else:
+            nets = [TensorNet.of(module)]
+        if not nets or any(net is None for net in nets):
+            return None
+        written: set[Any] = set()
+        for net in nets:
+            written.update(net.out_keys)
+        out = list(out_keys) if out_keys is not None else list(nets[-1].out_keys)
+        if any(key not in written for key in out):
+            return None
+        return cls(nets, list(module.in_keys), out)
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        values = dict(zip(self.in_keys, inputs))
+        for net in self.nets:
+            values.update(zip(net.out_keys, net(*(values[k] for k in net.in_keys))))
+        return tuple(values[k] for k in self.out_keys)
+
+
 class TensorActor:
     """A ``ProbabilisticActor`` of one plain ``TensorDictModule`` and its distribution, as
     one call on tensors that returns the actor's outputs (``{key: tensor}``).
@@ -55,15 +157,18 @@ class TensorActor:
         actor: the actor (use :meth:`of`, which checks its structure).
     """
 
-    def __init__(self, actor: ProbabilisticTensorDictSequential):
-        first, prob = actor.module
+    def __init__(self, actor: ProbabilisticTensorDictSequential, net: TensorChain):
+        prob = actor.module[1]
         self.actor = actor
-        self.net: nn.Module = first.module
-        self.in_keys: list[NestedKey] = list(first.in_keys)
-        self.net_keys: list[NestedKey] = list(first.out_keys)
+        #: the network part (one module, or a chain of them), on tensors
+        self.net = net
+        self.in_keys: list[NestedKey] = list(net.in_keys)
+        self.net_keys: list[NestedKey] = list(net.out_keys)
         self.dist_class = prob.distribution_class
         self.dist_kwargs = dict(prob.distribution_kwargs or {})
+        #: the distribution's keywords, and the keys of the network outputs they take
         self.dist_keys = [k[-1] if isinstance(k, tuple) else k for k in prob.dist_keys]
+        self.dist_in_keys: list[NestedKey] = list(prob.in_keys)
         self.default_type = prob.default_interaction_type
         self.action_key: NestedKey = prob.dist_sample_keys[0]
         self.log_prob_key: NestedKey = prob.log_prob_key
@@ -73,23 +178,23 @@ class TensorActor:
     @classmethod
     def of(cls, policy: Any) -> TensorActor | None:
         """The tensor call of ``policy``, or None where its structure is another: exactly
-        (a plain ``TensorDictModule`` of one ``nn.Module``, a probabilistic module with
-        the module's forward, reading what the first wrote, sampling one action and
-        writing its log-probability), with no hooks on the TensorDict modules, no sample
-        count, no generator of its own and no composite distribution."""
+        (a plain ``TensorDictModule`` of one ``nn.Module``, or a ``TensorDictSequential``
+        of such modules, as the multi-agent actors' stacked observations and
+        ``MultiAgentMLP``; then a probabilistic module with the module's forward, reading
+        what the first part wrote, sampling one action and writing its log-probability),
+        with no hooks on the TensorDict modules, no sample count, no generator of its own
+        and no composite distribution."""
         if not isinstance(policy, ProbabilisticTensorDictSequential):
             return None
         modules = list(policy.module)
         if len(modules) != 2 or getattr(policy, "return_composite", False):
             return None
         first, prob = modules
-        plain = (
-            isinstance(first, TensorDictModule)
-            and type(first).forward is TensorDictModule.forward
-            and isinstance(first.module, nn.Module)
-            and not isinstance(first.module, TensorDictModule)
-        )
-        if not plain or not isinstance(prob, ProbabilisticTensorDictModule):
+        if not isinstance(prob, ProbabilisticTensorDictModule):
+            return None
+        parts = list(first.module) if isinstance(first, TensorDictSequential) else [first]
+        net = TensorChain.of(first, out_keys=list(first.out_keys))
+        if net is None:
             return None
         if type(prob).forward not in (
             SafeProbabilisticModule.forward,
@@ -98,7 +203,7 @@ class TensorActor:
             return None
         if not type(policy).forward.__module__.startswith(("tensordict.", "torchrl.")):
             return None  # a user's subclass with a forward of its own
-        if not all(_no_hooks(m) for m in (policy, first, prob)):
+        if not all(_no_hooks(m) for m in (policy, first, *parts, prob)):
             return None  # e.g. torchrl's safe=True projection of the action onto its spec
         if (
             not prob.return_log_prob
@@ -106,26 +211,75 @@ class TensorActor:
             or getattr(prob, "_generator", None) is not None
             or getattr(prob, "_generator_key", None) is not None
             or len(prob.dist_sample_keys) != 1
-            or list(prob.in_keys) != list(first.out_keys)
+            or not set(prob.in_keys) <= set(net.out_keys)
         ):
             return None
-        return cls(policy)
+        return cls(policy, net)
 
     def __call__(self, td: TensorDictBase) -> Any:
         kind = interaction_type() or self.default_type
         if kind is not InteractionType.RANDOM:
             return self.actor(td)  # the actor itself: a mode or a mean, at evaluation
-        params = self.net(*(td.get(k) for k in self.in_keys))
-        params = params if isinstance(params, tuple) else (params,)
-        dist = self.dist_class(**dict(zip(self.dist_keys, params)), **self.dist_kwargs)
+        return self.act(*(td.get(k) for k in self.in_keys))
+
+    def act(self, *inputs: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
+        """A sampled action and its log-probability, with the network's outputs, from the
+        tensors of :attr:`in_keys`."""
+        out = dict(zip(self.net_keys, self.net(*inputs)))
+        params = {name: out[key] for name, key in zip(self.dist_keys, self.dist_in_keys)}
+        dist = self.dist_class(**params, **self.dist_kwargs)
         if self.atomic:
             action, log_prob = sample_and_log_prob(dist, reparameterize=dist.has_rsample)
         else:
             action = dist.rsample() if dist.has_rsample else dist.sample()
             log_prob = dist.log_prob(action)
-        out = dict(zip(self.net_keys, params))
         out[self.action_key] = action
         out[self.log_prob_key] = log_prob
+        return out
+
+
+class TeamActor:
+    """A ``TensorDictSequential`` of actors that each act on tensors (one per agent group,
+    as MAPPO's policy for an env of several groups), as one call that returns every
+    actor's outputs (``{key: tensor}``); an actor reads what one before it wrote.
+
+    Args:
+        policy: the sequence (use :meth:`of`, which checks its structure).
+        actors: each module's :class:`TensorActor`.
+    """
+
+    def __init__(self, policy: TensorDictSequential, actors: list[TensorActor]):
+        self.policy = policy
+        self.actors = actors
+
+    @classmethod
+    def of(cls, policy: Any) -> TeamActor | None:
+        """The tensor call of ``policy``, or None where it is not exactly a plain
+        ``TensorDictSequential`` (its own forward, no hooks) of actors that
+        :meth:`TensorActor.of` takes. A sequence that selects some of its outputs is
+        refused by the probe (:func:`tensor_actor`), whose keys differ."""
+        if (
+            not isinstance(policy, TensorDictSequential)
+            or isinstance(policy, ProbabilisticTensorDictSequential)
+            or type(policy).forward is not TensorDictSequential.forward
+            or getattr(policy, "partial_tolerant", False)
+            or not _no_hooks(policy)
+        ):
+            return None
+        actors = [TensorActor.of(m) for m in policy.module]
+        if not actors or any(a is None for a in actors):
+            return None
+        return cls(policy, actors)  # type: ignore[arg-type]
+
+    def __call__(self, td: TensorDictBase) -> Any:
+        if any(
+            (interaction_type() or a.default_type) is not InteractionType.RANDOM
+            for a in self.actors
+        ):
+            return self.policy(td)  # the policy itself: modes or means, at evaluation
+        out: dict[NestedKey, torch.Tensor] = {}
+        for actor in self.actors:
+            out.update(actor.act(*(out[k] if k in out else td.get(k) for k in actor.in_keys)))
         return out
 
 
@@ -134,12 +288,12 @@ def tensor_actor(
     step: TensorDictBase,
     out_keys: list[NestedKey],
     exploration_type: ExplorationType,
-) -> TensorActor | None:
-    """:class:`TensorActor` of ``policy`` where, from the same generator states, it gives
+) -> TensorActor | TeamActor | None:
+    """:class:`TensorActor` (or :class:`TeamActor`) of ``policy`` where, from the same generator states, it gives
     exactly the policy's outputs on ``step`` (:data:`PROBES` times): the same keys
     (``out_keys``, what the policy writes), dtypes, shapes and values. Torch's generator
     is left as it was."""
-    fast = TensorActor.of(policy)
+    fast = TensorActor.of(policy) or TeamActor.of(policy)
     if fast is None:
         return None
     want_keys = set(out_keys)

@@ -40,6 +40,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from fleetrl.collectors.acting import TeamActor, TensorActor, tensor_actor
 from fleetrl.collectors.episodes import EpisodeBook
 from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.timing import CollectTimes
@@ -119,9 +120,12 @@ _DEFAULTS: dict[str, Any] = {"split_trajs": False, "set_truncated": False}
 
 def check_grouped_policy(
     policy: Any, env: GroupedEnv, td: TensorDictBase, exploration_type: ExplorationType
-) -> None:
+) -> list[NestedKey]:
     """Run ``policy`` once on a copy of the first step (torch's generator untouched) and
     refuse it unless it writes every action key of the env in its spec's shape.
+
+    Returns:
+        the leaf keys the policy wrote (those the step did not hold).
 
     Raises:
         PolicyError: a root ``"action"`` for an env whose actions are per group, a missing
@@ -173,6 +177,8 @@ def check_grouped_policy(
             raise PolicyError(
                 GROUP_ACTION_SHAPE_MSG.format(policy=policy, key=key, got=got, want=want)
             )
+    given = set(td.keys(include_nested=True, leaves_only=True))
+    return [k for k in written if k not in given]
 
 
 def observation_keys(env: GroupedEnv) -> list[NestedKey]:
@@ -225,8 +231,17 @@ class GroupedRollout:
         self.groups = {name: EpisodeBook(n) for name in env.groups}
         #: what the policy reads next
         self.td: TensorDictBase = env.reset()
+        #: the policy's call per step: on tensors where that is exactly the same call
+        self._act: Callable[[TensorDictBase], TensorDictBase] = self.policy
         if policy is not None:
-            check_grouped_policy(policy, env, self.td, exploration_type)
+            written = check_grouped_policy(policy, env, self.td, exploration_type)
+            fast = (
+                None
+                if self.serve is not None
+                else tensor_actor(policy, self.td, written, exploration_type)
+            )
+            if fast is not None:
+                self._act = _WrittenIntoStep(fast)
         self.start_episodes()
 
     def start_episodes(self, td: TensorDictBase | None = None) -> None:
@@ -249,7 +264,7 @@ class GroupedRollout:
         """``steps`` steps of every env, ``[*env_batch, steps]`` (fewer when ``should_stop``
         is true from step ``stop_from`` on), with the episode columns filled. With a
         server, :attr:`versions` holds each step's policy version, as answered."""
-        act = self.random if random else self.policy
+        act = self.random if random else self._act
         serve = None if random else self.serve
         env, td = self.env, self.td
         ask_from = steps if should_stop is None or stop_from is None else stop_from
@@ -336,6 +351,23 @@ class GroupedRollout:
         for key, value in saved["step"]:
             td.set(tuple(key), value)
         self.td = td
+
+
+class _WrittenIntoStep:
+    """A :class:`~fleetrl.collectors.acting.TensorActor` (or ``TeamActor``) as the policy's call: its outputs
+    written into the step, which it returns (at evaluation, where it is the actor itself,
+    the actor's own TensorDict)."""
+
+    def __init__(self, fast: TensorActor | TeamActor):
+        self.fast = fast
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        out = self.fast(td)
+        if not isinstance(out, dict):
+            return out
+        for key, value in out.items():
+            td.set(key, value)
+        return td
 
 
 def _leaf_in_keys(policy: Any) -> list[NestedKey] | None:

@@ -19,7 +19,7 @@ from torchrl.modules import ProbabilisticActor, TanhNormal
 
 from fleetrl import SyncDataCollector
 from fleetrl.collectors import acting
-from fleetrl.collectors.acting import TensorActor, tensor_actor
+from fleetrl.collectors.acting import TeamActor, TensorActor, tensor_actor
 from policies import categorical_actor, mlp, two_network_actor
 
 
@@ -53,6 +53,7 @@ def collect(env_id, policy, num_envs, fast: bool, monkeypatch, batches: int = 2)
         ("CartPole-v1", categorical_actor, 1),
         ("CartPole-v1", categorical_actor, 4),
         ("Pendulum-v1", tanh_normal_actor, 2),
+        ("CartPole-v1", two_network_actor, 2),  # a chain of networks before the distribution
     ],
 )
 def test_batches_acted_on_tensors_equal_the_actors_own_bit_for_bit(
@@ -105,6 +106,12 @@ def _with_hook() -> ProbabilisticActor:
     return policy
 
 
+def _hook_in_the_chain() -> ProbabilisticActor:
+    policy = two_network_actor()
+    policy.module[0].module[1].register_forward_hook(lambda module, args, out: out)
+    return policy
+
+
 def _safe_projection() -> ProbabilisticActor:
     return tanh_normal_actor(spec=Bounded(-1.0, 1.0, (1,)), safe=True)
 
@@ -137,7 +144,7 @@ def _not_probabilistic() -> TensorDictModule:
         pytest.param("CartPole-v1", _with_hook, id="a-forward-hook"),
         pytest.param("CartPole-v1", _own_forward, id="a-subclass-forward"),
         pytest.param("CartPole-v1", _no_log_prob, id="no-log-prob"),
-        pytest.param("CartPole-v1", two_network_actor, id="two-networks"),
+        pytest.param("CartPole-v1", _hook_in_the_chain, id="a-forward-hook-in-a-chain"),
         pytest.param("CartPole-v1", _not_probabilistic, id="not-probabilistic"),
     ],
 )
@@ -164,3 +171,39 @@ def test_a_probe_that_disagrees_keeps_the_actor(monkeypatch):
     monkeypatch.setattr(TensorActor, "__call__", other_draw)
     assert acting.PROBES >= 8
     assert tensor_actor(policy, td, keys, ExplorationType.RANDOM) is None
+
+
+def _grouped_batches(make_env, policy, fast: bool, monkeypatch, fast_kind=TensorActor):
+    with monkeypatch.context() as m:
+        if not fast:
+            m.setattr("fleetrl.collectors.grouped.tensor_actor", lambda *a: None)
+        with SyncDataCollector(
+            make_env, policy, frames_per_batch=24, total_frames=48, num_envs=3
+        ) as c:
+            c.set_seed(0)
+            torch.manual_seed(0)
+            acts_on_tensors = isinstance(getattr(c._rolling._act, "fast", None), fast_kind)
+            return acts_on_tensors, list(c)
+
+
+@pytest.mark.parametrize(
+    "env_id", ["mpe2:simple_spread_v3", "mpe2:simple_tag_v3"], ids=["one-group", "two-groups"]
+)
+def test_a_team_acts_on_tensors_with_the_actors_batches_bit_for_bit(env_id, monkeypatch):
+    """MAPPO's actors (the group's observations stacked, then torchrl's MultiAgentMLP and a
+    Categorical) act on tensors in the grouped rollout, every group's outputs written as
+    the actor writes them: the same keys, and the same values from the same draws."""
+    from collecting import assert_same_batches
+    from fleetrl import load_config
+    from fleetrl.setup.build import make_algorithm
+
+    config = load_config("configs/mappo_simple_spread.yaml", [f"env.id={env_id}"])
+    policy = make_algorithm(config, seed=0).policy
+    make_env = config.env.id
+    kind = TensorActor if env_id.endswith("spread_v3") else TeamActor  # an actor per group
+    fast, got = _grouped_batches(make_env, policy, True, monkeypatch, kind)
+    slow, want = _grouped_batches(make_env, policy, False, monkeypatch, kind)
+    assert fast and not slow
+    assert_same_batches(got, want)
+    for group in {k[0] for k in want[0].keys(True, True) if k[-1] == "action"}:
+        assert (group, "action_log_prob") in want[0].keys(True, True)
