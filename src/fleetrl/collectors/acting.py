@@ -12,9 +12,7 @@ same keys. The network part may be one module or a chain of them
 (:class:`TensorChain`: a multi-agent actor's stacked observations, then torchrl's
 ``MultiAgentMLP``), and :class:`TeamActor` acts for a sequence of such actors (one per
 agent group). The multi-agent rollout (:mod:`fleetrl.collectors.grouped`) writes the
-outputs into its step; on MPE ``simple_spread`` with MAPPO's actor, a step's policy
-call went from 866 us to 560 us, against 494 us for the network and torch's
-``Categorical`` alone.
+outputs into its step.
 
 The learners' updates call the same :class:`TensorNet` and :class:`TensorChain`
 (:mod:`fleetrl.algorithms.heads`).
