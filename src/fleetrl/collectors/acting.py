@@ -287,10 +287,10 @@ def tensor_actor(
     out_keys: list[NestedKey],
     exploration_type: ExplorationType,
 ) -> TensorActor | TeamActor | None:
-    """:class:`TensorActor` (or :class:`TeamActor`) of ``policy`` where, from the same generator states, it gives
-    exactly the policy's outputs on ``step`` (:data:`PROBES` times): the same keys
-    (``out_keys``, what the policy writes), dtypes, shapes and values. Torch's generator
-    is left as it was."""
+    """:class:`TensorActor` (or :class:`TeamActor`) of ``policy`` where, from the same
+    generator states, it gives exactly the policy's outputs on ``step`` (:data:`PROBES`
+    times): the same keys (``out_keys``, what the policy writes), dtypes, shapes and
+    values. Torch's generator is left as it was."""
     fast = TensorActor.of(policy) or TeamActor.of(policy)
     if fast is None:
         return None

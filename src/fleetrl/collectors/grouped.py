@@ -354,9 +354,9 @@ class GroupedRollout:
 
 
 class _WrittenIntoStep:
-    """A :class:`~fleetrl.collectors.acting.TensorActor` (or ``TeamActor``) as the policy's call: its outputs
-    written into the step, which it returns (at evaluation, where it is the actor itself,
-    the actor's own TensorDict)."""
+    """A :class:`~fleetrl.collectors.acting.TensorActor` (or ``TeamActor``) as the
+    policy's call: its outputs written into the step, which it returns (at evaluation,
+    where it is the actor itself, the actor's own TensorDict)."""
 
     def __init__(self, fast: TensorActor | TeamActor):
         self.fast = fast
