@@ -370,6 +370,35 @@ def plot_collector_throughput(results: list[dict], out: Path = RESULTS_DIR) -> P
     return _save(fig, plt, out / "collector_throughput.png")
 
 
+def plot_ray_scaling(rows: list[dict], out: Path = RESULTS_DIR) -> Path | None:
+    """``ray_throughput.png``: first-ready frames/s against the number of collectors, one
+    line per contestant (the raw loops, fleetrl's and torchrl's ``RayCollector``), from
+    ``ray_throughput.json``'s ``results.scaling``."""
+    plt = _pyplot()
+    if plt is None or not rows:
+        return None
+    counts = [r["collectors"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (
+        ("limit_fps", "raw loops, one per process (the limit)"),
+        ("fleetrl_async_fps", "fleetrl RayCollector, first ready"),
+        ("torchrl_async_fps", "torchrl RayCollector, first ready"),
+    ):
+        points = [(k, r.get(key)) for k, r in zip(counts, rows, strict=True)]
+        points = [(k, y) for k, y in points if y is not None]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=label)
+    ax.set_xticks(counts, [str(k) for k in counts])
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(lambda y, _: f"{y / 1000:,.0f}k")
+    ax.set_xlabel("collectors (64 CartPole-v1 envs each)")
+    ax.set_ylabel("frames/s (median of paired rounds)")
+    ax.set_title("Ray throughput against collectors")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _save(fig, plt, out / "ray_throughput.png")
+
+
 def plot_learner_ratios(
     cases: dict[str, dict], name: str = "learner_throughput", out: Path = RESULTS_DIR
 ) -> Path | None:
@@ -421,6 +450,10 @@ def redraw(out: Path = RESULTS_DIR) -> list[Path]:
                 "learner_throughput_compiled",
                 "learner_throughput_recurrent",
             )
+        ),
+        plot_ray_scaling(
+            json.loads((out / "ray_throughput.json").read_text())["results"].get("scaling", []),
+            out,
         ),
     ]
     return [p for p in drawn if p is not None]

@@ -488,6 +488,28 @@ def _collector_throughput_plot(png: Path) -> tuple[str, str]:
     return alt, "Collector throughput against envs (CartPole-v1)"
 
 
+def _ray_throughput_plot(png: Path) -> tuple[str, str]:
+    """ray_throughput.png: first-ready frames/s against collectors, from
+    ``ray_throughput.json``'s ``results.scaling``."""
+    rows = load_result("ray_throughput")["results"].get("scaling")
+    if not rows:
+        raise MarkerError("benchmarks/results/ray_throughput.json has no scaling series")
+    counts = ", ".join(str(r["collectors"]) for r in rows)
+    parts = [
+        f"{r['collectors']} collector{'s' if r['collectors'] > 1 else ''}: fleetrl at "
+        + (f"{r['fleetrl_vs_limit']:.2f}x" if r.get("fleetrl_vs_limit") else "no figure")
+        + " the raw loops"
+        + (f", {r['fleetrl_vs_torchrl']:.1f}x torchrl's" if r.get("fleetrl_vs_torchrl") else "")
+        for r in rows
+    ]
+    alt = (
+        f"Frames per second against the number of Ray collectors ({counts}) for as many raw "
+        "loops in as many processes, fleetrl's RayCollector and torchrl's, both first "
+        "ready; " + "; ".join(parts)
+    )
+    return alt, "Ray throughput against collectors (CartPole-v1, 64 envs each, first ready)"
+
+
 def _learner_plot(png: Path) -> tuple[str, str]:
     """learner_throughput*.png: fleetrl's step against plain PyTorch's, per case."""
     name = png.stem
@@ -547,6 +569,7 @@ PLOT_TEXT = {
     "memory": _memory_plot,
     "mujoco_learning": _mujoco_learning_plot,
     "collector_throughput": _collector_throughput_plot,
+    "ray_throughput": _ray_throughput_plot,
     "learner_throughput": _learner_plot,
 }
 
