@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Screenshots of four pages of the built site in headless Chromium, into screenshots/:
-# the home page, the PPO-over-a-RayCollector tutorial, a benchmark page and a page of the
-# Python API reference (what a new user reads first, and the three tasks the docs serve).
+# Screenshots of five pages of the built site in headless Chromium, into screenshots/:
+# the home page, the PPO-over-a-RayCollector tutorial, two benchmark pages (a table of
+# ratios, a plot of a series) and a page of the Python API reference (what a new user reads first, and the three tasks the docs serve).
 #
 #   apt-get install chromium    # Debian's; any Chromium or Chrome on PATH as CHROMIUM
 #   bash docs/screenshots.sh
@@ -16,7 +16,7 @@ port=8765
 server=$!
 sleep 1
 mkdir -p screenshots
-for page in "" tutorials/ppo-ray-collector/ benchmarks/learner_throughput/ reference/api/collectors/; do
+for page in "" tutorials/ppo-ray-collector/ benchmarks/learner_throughput/ benchmarks/ray_throughput/ reference/api/collectors/; do
   name="$(echo "${page:-home}" | tr '/' '_' | sed 's/_$//')"
   "$browser" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync \
