@@ -11,7 +11,9 @@ At every build:
   ``benchmarks/results/NAME.json`` with the machine it ran on, and each
   ``<!-- plots: PREFIX -->`` line the PNGs ``benchmarks/results/PREFIX*.png`` as figures;
   what the page holds under the marker, down to ``<!-- /results -->`` (the same figures,
-  committed for a code host: ``python docs/reference_pages.py pages``), is replaced.
+  committed for a code host: ``python docs/reference_pages.py pages``), is replaced;
+- where the site has a repository address (``repo_url``), the install page's clone line
+  shows it.
 
 A result file that is missing, or a page marker that names none, fails the build, and so
 does a page that still shows a Sphinx role (``:class:`...```) where a docstring's role
@@ -44,6 +46,7 @@ def on_files(files: Files, config) -> Files:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    markdown = reference_pages.repository_address(markdown, config.get("repo_url"))
     try:
         return reference_pages.fill_markers(markdown, page.file.src_uri)
     except reference_pages.MarkerError as err:

@@ -306,6 +306,26 @@ def api_page() -> str:
 # --- the benchmark pages ----------------------------------------------------------------
 
 
+#: what the install page says where the site has no repository address (``repo_url``)
+CLONE_PLACEHOLDER = "<the fleetrl repository>"
+
+
+def repository_address(markdown: str, repo_url: str | None) -> str:
+    """The page with the repository's clone address in place of :data:`CLONE_PLACEHOLDER`,
+    where the site knows it (``repo_url``: ``FLEETRL_REPO_URL``, set by ``make
+    docs-deploy``); unchanged where it does not (a local build, a code host's view).
+
+    Examples:
+        >>> repository_address("git clone <the fleetrl repository> fleetrl", "https://github.com/o/r/")
+        'git clone https://github.com/o/r.git fleetrl'
+        >>> repository_address("git clone <the fleetrl repository> fleetrl", None)
+        'git clone <the fleetrl repository> fleetrl'
+    """
+    if not repo_url:
+        return markdown
+    return markdown.replace(CLONE_PLACEHOLDER, repo_url.rstrip("/") + ".git")
+
+
 def fill_markers(markdown: str, page: str) -> str:
     """Replace the results and plots markers of a page, with the tables committed under
     each, by what the result files hold: the page as the site shows it."""

@@ -8,7 +8,11 @@ import functools
 
 import pytest
 import torch
-from torchrl.testing.mocking_classes import NestedCountingEnv
+from torchrl.testing.mocking_classes import (
+    MultiAgentCountingEnv,
+    MultiKeyCountingEnv,
+    NestedCountingEnv,
+)
 
 from fleetrl import RayCollector, SyncDataCollector, episode_stats
 from fleetrl.collectors import frames_in
@@ -85,6 +89,43 @@ def test_first_ready_serves_each_workers_grouped_batch_exactly(compress):
         assert _layout(batch, 0) == want  # one worker's batch, as a local collector yields it
         (worker,) = batch.get(WORKER_ID_KEY).unique().tolist()
         workers.add(worker)
+    assert workers == {0, 1}
+
+
+#: torchrl's other mock team envs, beside the nested one: three agents in one group, and
+#: two groups beside root keys (torchrl classes: workers import them, not tests/)
+_TEAMS = {
+    "three_agents": functools.partial(MultiAgentCountingEnv, n_agents=3),
+    "two_groups": functools.partial(MultiKeyCountingEnv, batch_size=(2,)),
+}
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "first-ready"])
+@pytest.mark.parametrize("name", sorted(_TEAMS))
+def test_torchrls_other_team_envs_keep_the_local_layout_on_ray(name, sync):
+    """A worker's batch holds the local collector's leaf keys, shapes and dtypes, which are
+    torchrl's Collector's (tests/unit/collectors/test_multi_agent.py), stacked in front in
+    sync mode; frames exact."""
+    make_env = _TEAMS[name]
+    with SyncDataCollector(make_env, None, frames_per_batch=12, total_frames=12) as local:
+        want = _layout(local.next(), 0)
+    with RayCollector(
+        make_env,
+        None,
+        frames_per_batch=24 if sync else 12,
+        total_frames=48,
+        num_collectors=2,
+        sync=sync,
+    ) as collector:
+        batches = list(collector)
+        frames = collector.stats()["frames"]
+    assert frames == 48 and sum(frames_in(b) for b in batches) == 48
+    assert len(batches) == (2 if sync else 4)
+    workers = set()
+    for batch in batches:
+        got = _layout(batch, 1 if sync else 0)
+        assert {k: v for k, v in got.items() if k != ("collector", "mask")} == want
+        workers |= set(batch.get(WORKER_ID_KEY).unique().tolist())
     assert workers == {0, 1}
 
 

@@ -593,6 +593,31 @@ def test_the_site_and_repository_addresses_reach_mkdocs(monkeypatch):
     assert config["site_url"] is None and config["repo_url"] is None
 
 
+@pytest.mark.parametrize(
+    ("repo_url", "clone"),
+    [
+        ("https://github.com/o/r", "git clone https://github.com/o/r.git fleetrl"),
+        (None, "git clone <the fleetrl repository> fleetrl"),
+    ],
+)
+def test_the_install_page_clones_the_repository_the_site_names(repo_url, clone, monkeypatch):
+    import types
+
+    from mkdocs.config import load_config as load_mkdocs
+
+    import hooks
+
+    if repo_url:
+        monkeypatch.setenv("FLEETRL_REPO_URL", repo_url)
+    else:
+        monkeypatch.delenv("FLEETRL_REPO_URL", raising=False)
+    config = load_mkdocs(str(ROOT / "mkdocs.yml"))
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="getting-started/install.md"))
+    text = (DOCS / "getting-started" / "install.md").read_text()
+    shown = hooks.on_page_markdown(text, page, config, None)
+    assert f"{clone} && cd fleetrl" in shown
+
+
 def test_docstring_examples_use_the_section_the_reference_renders_as_code():
     """mkdocstrings renders a Google ``Examples:`` section's doctest as highlighted code, but a
     singular ``Example:`` as an admonition of plain text (its lines run together)."""
