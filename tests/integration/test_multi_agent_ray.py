@@ -33,24 +33,29 @@ def _layout(batch, lead: int):
     }
 
 
-def _local_layout():
-    """The layout of one batch of 2 envs x 6 steps from a local collector."""
-    with SyncDataCollector(_nested_env, None, frames_per_batch=12, total_frames=12) as local:
+def _local_layout(make_env=_nested_env):
+    """The layout of one 12-frame batch from a local collector (the nested env: 2 envs x 6
+    steps)."""
+    with SyncDataCollector(make_env, None, frames_per_batch=12, total_frames=12) as local:
         return _layout(local.next(), 0)
+
+
+def _on_ray(make_env, frames_per_batch: int, sync: bool, total_frames: int = 48):
+    """Every batch of a 2-worker RayCollector, and the frames it counted."""
+    with RayCollector(
+        make_env,
+        None,
+        frames_per_batch=frames_per_batch,
+        total_frames=total_frames,
+        num_collectors=2,
+        sync=sync,
+    ) as collector:
+        return list(collector), collector.stats()["frames"]
 
 
 def test_sync_mode_carries_grouped_batches_exactly():
     want = _local_layout()
-    with RayCollector(
-        _nested_env,
-        None,
-        frames_per_batch=24,
-        total_frames=48,
-        num_collectors=2,
-        sync=True,
-    ) as collector:
-        batches = list(collector)
-        frames = collector.stats()["frames"]
+    batches, frames = _on_ray(_nested_env, 24, sync=True)
     assert frames == 48
     assert [b.batch_size for b in batches] == [torch.Size([2, 2, 6])] * 2
     for batch in batches:
@@ -106,19 +111,8 @@ def test_torchrls_other_team_envs_keep_the_local_layout_on_ray(name, sync):
     """A worker's batch holds the local collector's leaf keys, shapes and dtypes, which are
     torchrl's Collector's (tests/unit/collectors/test_multi_agent.py), stacked in front in
     sync mode; frames exact."""
-    make_env = _TEAMS[name]
-    with SyncDataCollector(make_env, None, frames_per_batch=12, total_frames=12) as local:
-        want = _layout(local.next(), 0)
-    with RayCollector(
-        make_env,
-        None,
-        frames_per_batch=24 if sync else 12,
-        total_frames=48,
-        num_collectors=2,
-        sync=sync,
-    ) as collector:
-        batches = list(collector)
-        frames = collector.stats()["frames"]
+    want = _local_layout(_TEAMS[name])
+    batches, frames = _on_ray(_TEAMS[name], 24 if sync else 12, sync=sync)
     assert frames == 48 and sum(frames_in(b) for b in batches) == 48
     assert len(batches) == (2 if sync else 4)
     workers = set()
