@@ -29,7 +29,9 @@ wall times, and the time fleetrl took to reach RLlib's final score against
 RLlib's whole run.
 
 Writes ``benchmarks/results/mujoco_learning.json`` (after every run, merged into
-the results already there, so runs of a few algorithms or envs at a time add up)
+the results already there, so runs of a few algorithms or envs at a time add up;
+each run records its date and processor, as the file's machine record is the
+last run's)
 and one learning-curve PNG per env (``mujoco_learning_<algo>_<env>.png``:
 training return against env steps, RLlib's curve on the same axes). A run with
 other steps, seed or overrides than the targets' is kept under its own name
@@ -270,6 +272,12 @@ def main() -> None:
 
     results: dict[str, dict] = {}
 
+    def stamped(run: dict) -> dict:
+        """A run with when and where it ran (merged rows come from different runs)."""
+        run["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        run["cpu_model"] = machine()["cpu_model"]
+        return run
+
     def save() -> None:
         """Merge this invocation's results into the file's; written after every run."""
         merged = json.loads(path.read_text())["results"] if path.exists() else {}
@@ -289,11 +297,11 @@ def main() -> None:
             tags += args.overrides
             suffix = f" [{' '.join(tags)}]" if tags else ""
             r["algo"], r["env_id"], r["suffix"] = algo, env_id, suffix
-            results[f"fleetrl {algo} {env_id}{suffix}"] = r
+            results[f"fleetrl {algo} {env_id}{suffix}"] = stamped(r)
             save()  # kept even if the RLlib run below fails
             if args.rllib and algo == "ppo" and env_id == RLLIB_ENV:
                 rl = run_rllib(ensure_rllib_venv(["gymnasium[mujoco]"]), env_id, steps, args.seed)
-                results[f"rllib ppo {env_id}{suffix}"] = rl
+                results[f"rllib ppo {env_id}{suffix}"] = stamped(rl)
                 save()
             print(f"{algo} {env_id}: score {r['score']:.1f} in {r['wall_s']:.0f} s", flush=True)
     print()

@@ -422,7 +422,9 @@ def machine_line(data: dict) -> str:
 
 def results_markdown(name: str, page: str = "") -> str:
     data = load_result(name)
-    if data.get("tables"):
+    if name == "mujoco_learning":  # its rows are merged runs; the printed table is one run's
+        body = [_mujoco_table(data)]
+    elif data.get("tables"):
         body = [_table(t) for t in data["tables"]]
         ratios = data.get("ratios")
         if isinstance(ratios, dict) and all(isinstance(v, (int, float)) for v in ratios.values()):
@@ -432,8 +434,6 @@ def results_markdown(name: str, page: str = "") -> str:
                 body.append(_table({"title": None, "header": ["ratio", "value"], "rows": rows}))
     elif name.startswith("learner_throughput"):
         body = [_learner_table(data)]
-    elif name == "mujoco_learning":
-        body = [_mujoco_table(data)]
     elif name == "time_to_solve":
         body = _time_to_solve_tables(data)
     elif name == "startup":
@@ -676,14 +676,16 @@ def _mujoco_table(data: dict) -> str:
                 _num(r.get("wall_s"), "s"),
                 _num(r.get("frames_per_s")),
                 _num(r.get("updates_per_s")),
+                f"{r['date']}, {r['cpu_model']}" if r.get("date") else "earlier, not recorded",
             ]
         )
     return _table(
         {
             "title": "score: mean training return of the last 20 episodes at the end "
-            "of the budget; eval: 10 episodes of `fleetrl eval` on the final checkpoint "
-            "(the committed figures were measured with deterministic actions, before PPO's "
-            "evaluations sampled its policy: see the changelog)",
+            "of the budget; eval: 10 episodes of `fleetrl eval` on the final checkpoint, "
+            "acting as the algorithm evaluates (PPO samples, SAC is deterministic; the "
+            "earlier rows' PPO evaluation was deterministic: see the changelog); each row is "
+            "a run of its own, merged into the file",
             "header": [
                 "run",
                 "env steps",
@@ -693,6 +695,7 @@ def _mujoco_table(data: dict) -> str:
                 "wall time",
                 "frames/s",
                 "updates/s",
+                "when, where",
             ],
             "rows": rows,
         }

@@ -367,6 +367,35 @@ def test_no_result_shows_a_table_twice(path):
     assert len(tables) == len(set(tables)), f"{path.name}: a table is shown twice"
 
 
+def test_merged_mujoco_rows_each_say_when_and_where_they_ran(monkeypatch):
+    """mujoco_learning.json merges runs of several sittings: its table is built from every
+    merged row (not the last run's printed table), each with its date and processor."""
+    data = {
+        "results": {
+            "fleetrl ppo Hopper-v5": {"frames": 10, "score": 1.0, "wall_s": 2.0},
+            "rllib ppo HalfCheetah-v5": {
+                "frames": 10,
+                "score": 3.0,
+                "wall_s": 4.0,
+                "date": "2026-11-27 22:54 UTC",
+                "cpu_model": "AMD EPYC",
+            },
+        },
+        "tables": [{"title": None, "header": ["run"], "rows": [["the last run only"]]}],
+        "machine": {"cpu_model": "AMD EPYC", "cores": 2},
+    }
+    monkeypatch.setattr(reference_pages, "load_result", lambda name: data)
+    shown = reference_pages.results_markdown("mujoco_learning")
+    assert "the last run only" not in shown
+    rows = [
+        line
+        for line in shown.splitlines()
+        if line.startswith("| fleetrl") or line.startswith("| rllib")
+    ]
+    assert rows[0].endswith("| earlier, not recorded |")
+    assert rows[1].endswith("| 2026-11-27 22:54 UTC, AMD EPYC |")
+
+
 def test_the_sweep_page_shows_its_ratios_once():
     shown = reference_pages.results_markdown("sweep_best")
     assert shown.count("| best / the sweep's base, median wall | 0.95x |") == 1
@@ -603,9 +632,8 @@ def test_the_site_and_repository_addresses_reach_mkdocs(monkeypatch):
 def test_the_install_page_clones_the_repository_the_site_names(repo_url, clone, monkeypatch):
     import types
 
-    from mkdocs.config import load_config as load_mkdocs
-
     import hooks
+    from mkdocs.config import load_config as load_mkdocs
 
     if repo_url:
         monkeypatch.setenv("FLEETRL_REPO_URL", repo_url)
