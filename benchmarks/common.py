@@ -287,9 +287,11 @@ def paired_ratio(a: Sequence[float] | None, b: Sequence[float] | None) -> float 
 TABLES: list[dict] = []
 
 
-def write_json(name: str, payload: dict) -> Path:
+def write_json(name: str, payload: dict, tables: bool = True) -> Path:
     """Save ``payload`` as ``benchmarks/results/<name>.json``, with the machine, the date and
-    every table printed so far (the docs' benchmark pages are generated from these files)."""
+    every table printed so far (the docs' benchmark pages are generated from these files).
+    ``tables=False`` for a file whose results merge several runs: the tables printed are
+    this run's only, and the page builds its table from the merged results instead."""
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     path = out / f"{name}.json"
@@ -300,7 +302,7 @@ def write_json(name: str, payload: dict) -> Path:
         "command": " ".join(
             ["python", *[Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)]]
         ),
-        "tables": list(TABLES),
+        **({"tables": list(TABLES)} if tables else {}),
     }
     path.write_text(json.dumps(payload, indent=2))
     return path

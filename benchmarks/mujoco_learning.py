@@ -265,8 +265,9 @@ def main() -> None:
         if given or args.overrides:
             parser.error(f"--report runs nothing, so {given + args.overrides} would be ignored")
         saved = json.loads(path.read_text())
+        saved.pop("tables", None)  # a file from before runs were merged without them
         report(saved["results"])
-        write_json("mujoco_learning", saved)
+        write_json("mujoco_learning", saved, tables=False)
         print(f"wrote {path}")
         return
 
@@ -282,7 +283,11 @@ def main() -> None:
         """Merge this invocation's results into the file's; written after every run."""
         merged = json.loads(path.read_text())["results"] if path.exists() else {}
         merged.update(results)
-        write_json("mujoco_learning", {"machine": machine(), "args": vars(args), "results": merged})
+        write_json(
+            "mujoco_learning",
+            {"machine": machine(), "args": vars(args), "results": merged},
+            tables=False,  # the merged rows: the page builds its table from them
+        )
 
     for algo in args.algos:
         for env_id in args.envs or DEFAULT_ENVS[algo]:

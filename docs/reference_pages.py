@@ -422,9 +422,7 @@ def machine_line(data: dict) -> str:
 
 def results_markdown(name: str, page: str = "") -> str:
     data = load_result(name)
-    if name == "mujoco_learning":  # its rows are merged runs; the printed table is one run's
-        body = [_mujoco_table(data)]
-    elif data.get("tables"):
+    if data.get("tables"):
         body = [_table(t) for t in data["tables"]]
         ratios = data.get("ratios")
         if isinstance(ratios, dict) and all(isinstance(v, (int, float)) for v in ratios.values()):
@@ -434,6 +432,8 @@ def results_markdown(name: str, page: str = "") -> str:
                 body.append(_table({"title": None, "header": ["ratio", "value"], "rows": rows}))
     elif name.startswith("learner_throughput"):
         body = [_learner_table(data)]
+    elif name == "mujoco_learning":  # merged runs: no one run's printed table
+        body = [_mujoco_table(data)]
     elif name == "time_to_solve":
         body = _time_to_solve_tables(data)
     elif name == "startup":
