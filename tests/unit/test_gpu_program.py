@@ -6,9 +6,9 @@
   call carries everything where the tree and the wheels fit 64 MiB, two where they do not
   (Ray split, its parts joining back to the same bytes), a plan even two cannot carry is
   refused with its sizes, and a missing wheel is named;
-- the program on the CPU (``GPU_PROGRAM_DRY=1``): its setup, tests and learner parts here in
-  seconds, each result file and status where the summary says; every part, Ray's included,
-  in the e2e variant.
+- the program on the CPU (``GPU_PROGRAM_DRY=1``): its setup and learner parts here in
+  seconds, each result file and status where the summary says; every part, the CUDA tests'
+  and Ray's included, in ``tests/e2e/test_gpu_program_dry_run.py``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "benchmarks" / "gpu_program.sh"
+from dry_program import CPU_ONLY, PROGRAM, ROOT, run_program
+
 PREPARE = ROOT / "benchmarks" / "gpu_prepare.sh"
 #: what the device machine lacks, and the program's call carries
 CARRIED = [
@@ -196,41 +195,18 @@ def test_a_wheel_missing_offline_is_named(whl):
     assert "run without --offline to download it" in done.stderr
 
 
-def run_program(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
-    out = tmp_path / "out"
-    environ = {
-        **os.environ,
-        "GPU_PROGRAM_DRY": "1",
-        "GPU_PYTHON": sys.executable,
-        "OUT": str(out),
-        "GPU_SCRATCH": str(tmp_path / "scratch"),
-        **env,
-    }
-    done = subprocess.run(
-        ["bash", str(PROGRAM)], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=900
-    )
-    summary = json.loads((out / "summary.json").read_text())
-    return done, summary
-
-
-CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is the CPU path")
-
-
 @CPU_ONLY
-def test_the_program_runs_its_setup_tests_and_learner_parts_on_the_cpu(tmp_path):
+def test_the_program_runs_its_setup_and_learner_parts_on_the_cpu(tmp_path):
     results = ROOT / "benchmarks" / "results"
     before = sorted(results.iterdir())
-    done, summary = run_program(tmp_path, GPU_PARTS="tests learner")
+    done, summary = run_program(tmp_path, GPU_PARTS="learner")
     assert done.returncode == 0, done.stdout[-3000:]
     assert summary["dry"] is True
     parts = {p["name"]: p for p in summary["parts"]}
-    assert list(parts) == ["setup", "tests", "learner"]
+    assert list(parts) == ["setup", "learner"]
     assert {p["status"] for p in parts.values()} == {"ok"}
     assert summary["machine"]["imports"] == "ok"
     assert summary["machine"]["cuda_available"] is False
-    tests = parts["tests"]["detail"]  # the CUDA tests, skipped here ("needs CUDA")
-    assert tests["tests"] == tests["skipped"] >= 3 and tests["failures"] == tests["errors"] == 0
-    assert "tests/integration/test_cuda.py" in parts["tests"]["command"]
     assert set(parts["learner"]["detail"]["appo_cartpole"]) == {"fleetrl eager", "plain eager"}
     assert summary["files"] == [
         "extras.tgz",
@@ -245,27 +221,3 @@ def test_the_program_runs_its_setup_tests_and_learner_parts_on_the_cpu(tmp_path)
     ]
     assert "== learner: ok" in (tmp_path / "out" / "program.log").read_text()
     assert sorted(results.iterdir()) == before  # the benchmarks ran on copies
-
-
-@CPU_ONLY
-@pytest.mark.e2e
-def test_the_program_runs_every_part_on_the_cpu(tmp_path):
-    done, summary = run_program(tmp_path, GPU_INFERENCE_S="240")
-    assert done.returncode == 0, done.stdout[-3000:]
-    parts = {p["name"]: p for p in summary["parts"]}
-    assert list(parts) == ["setup", "tests", "learner", "inference_w1", "appo"]
-    assert {p["status"] for p in parts.values()} == {"ok"}
-    rows = parts["inference_w1"]["detail"]
-    assert {"raw", "local", "server-cpu", "server-cpu (ray calls)"} <= set(rows)
-    appo = parts["appo"]["detail"]
-    assert appo["rows"] >= 1 and int(appo["train/frames"]) == 64 * appo["rows"]
-    assert parts["appo"]["exit"] == 124  # stopped at its budget, by SIGINT, cleanly
-    assert summary["files"] == [
-        "appo_learning_curve.png",
-        "appo_metrics.csv",
-        "extras.tgz",
-        "inference_scaling.json",
-        "learner_throughput.json",
-        "program.log",
-        "summary.json",
-    ]
