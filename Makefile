@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo       run the main job (creates .venv if missing)
-#   make test       unit + integration tests and the docstring examples, ~5 min on 2 cores
-#   make test-all   everything, the end-to-end tests too (what CI runs), ~22 min on 2 cores
+#   make test       unit + integration tests and the docstring examples, ~3.5 min on 2 cores
+#   make test-all   everything, the end-to-end tests too (what CI runs), ~11.5 min on 2 cores
 #   make docs       build the docs site into site/ (strict: a broken link or reference fails)
 #   make docs-serve serve the docs site at http://127.0.0.1:8000
 PY ?= python3
@@ -31,11 +31,10 @@ test: venv
 test-unit: venv
 	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests/unit src/fleetrl
 
-# as make test, the end-to-end tests with the Ray tests; then the few slow unit tests
-# (marker e2e) alone, as they time what they run
+# as make test, the end-to-end tests too: the slow unit tests (marker e2e) in the unit layer,
+# tests/e2e with the Ray tests
 test-all: venv
 	$(BIN)/python tests/layers.py --all
-	$(BIN)/python -m pytest -q -m e2e tests/unit
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

@@ -28,10 +28,18 @@ TESTS = Path(__file__).parent
 UNIT, INTEGRATION, E2E = TESTS / "unit", TESTS / "integration", TESTS / "e2e"
 NO_RAY = "tests/unit run without Ray: a test that needs it belongs in tests/integration"
 NEEDS_CUDA = pytest.mark.skip(reason="needs CUDA")
+STANDALONE_WITH_RAY = (
+    "a test marked standalone runs beside the Ray tests and may not use the session's Ray "
+    "(ray_session): remove the marker, or start a Ray of its own in its processes"
+)
 
 
 def _under(item, folder: Path) -> bool:
     return folder in Path(str(item.fspath)).parents
+
+
+def _fixtures(item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
 
 
 def pytest_collection_modifyitems(items):
@@ -41,10 +49,15 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
         if not cuda and item.get_closest_marker("cuda") is not None:
             item.add_marker(NEEDS_CUDA)
+    # make test-all runs the standalone tests in a process of their own, beside the Ray
+    # layer: one that used the session's Ray there would start a second instance
+    for item in items:
+        if item.get_closest_marker("standalone") and "ray_session" in _fixtures(item):
+            raise pytest.UsageError(f"{item.nodeid}: {STANDALONE_WITH_RAY}")
     # the tests that need fresh worker processes end the warm ones (cold_workers): run them
     # last, so that the tests after them do not start those processes again (~5.8 s of CPU
     # each: importing torch, tensordict and torchrl)
-    cold = [i for i in items if "cold_workers" in getattr(i, "fixturenames", ())]
+    cold = [i for i in items if "cold_workers" in _fixtures(i)]
     if cold:
         items[:] = [i for i in items if i not in cold] + cold
 

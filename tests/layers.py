@@ -6,7 +6,11 @@ The unit layer (``tests/unit`` and the docstring examples, on ``-n 2`` workers) 
 Ray. Run one after the other, the suite takes their sum. Here both start at once: the Ray
 layer streams its report as it runs, the unit layer runs at a lower priority (``nice``), so
 it takes what the Ray layer leaves idle and the Ray layer keeps its pace, and its report
-follows. The exit status is non-zero if either layer fails.
+follows. ``make test-all`` adds the end-to-end tests to the Ray layer, the slow unit tests
+to the unit layer, and runs the end-to-end tests marked ``standalone`` (they need no session Ray: a CLI, a
+cluster or the GPU program's dry run starts its own, or none is used) in a third process
+beside both, at the unit layer's priority: they fill the time the Ray layer waits.
+The exit status is non-zero if any layer fails.
 
 Usage::
 
@@ -17,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -30,21 +35,19 @@ ROOT = Path(__file__).resolve().parent.parent
 UNIT_NICE = 19
 
 
-def commands(everything: bool) -> tuple[list[str], list[str]]:
-    """The unit layer's and the Ray layer's pytest command lines."""
+def commands(everything: bool) -> tuple[list[str], list[str], list[str] | None]:
+    """The unit layer's, the Ray layer's and (``everything``) the own-Ray layer's pytest
+    command lines: the end-to-end tests marked ``standalone`` need no session Ray (their processes
+    start their own, or use none) and need not wait for the session's Ray tests."""
     pytest = [sys.executable, "-m", "pytest", "-q"]
+    if everything:
+        unit = [*pytest, "-n", "2", "tests/unit", "src/fleetrl"]
+        ray = [*pytest, "-m", "not standalone", "tests/integration", "tests/e2e"]
+        own = [*pytest, "-p", "no:cacheprovider", "-m", "standalone", "tests/e2e"]
+        return unit, ray, own
     unit = [*pytest, "-n", "2", "-m", "not e2e", "tests/unit", "src/fleetrl"]
-    ray = (
-        [*pytest, "tests/integration", "tests/e2e"]
-        if everything
-        else [
-            *pytest,
-            "-m",
-            "not e2e",
-            "tests/integration",
-        ]
-    )
-    return unit, ray
+    ray = [*pytest, "-m", "not e2e", "tests/integration"]
+    return unit, ray, None
 
 
 def _lower_priority() -> None:
@@ -55,43 +58,45 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--all", action="store_true", help="the end-to-end tests too")
     args = parser.parse_args(argv)
-    unit_cmd, ray_cmd = commands(args.all)
+    unit_cmd, ray_cmd, own_cmd = commands(args.all)
     print(
         "unit tests (tests/unit and the docstring examples, 2 workers) run beside the Ray "
         "tests (tests/integration"
-        + (" and tests/e2e" if args.all else "")
-        + "); the Ray tests' report comes first, the unit tests' follows",
+        + (" and tests/e2e; the standalone e2e tests beside both" if args.all else "")
+        + "); the Ray tests' report comes first, the others' follow",
         flush=True,
     )
     start = time.monotonic()
-    with tempfile.TemporaryFile("w+") as unit_log:
-        unit = subprocess.Popen(
-            unit_cmd,
-            cwd=ROOT,
-            stdout=unit_log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_lower_priority,
-        )
+    beside = [("unit tests", unit_cmd, _lower_priority)]
+    if own_cmd is not None:
+        beside.append(("standalone e2e tests", own_cmd, _lower_priority))
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in beside]
+        procs = [
+            subprocess.Popen(
+                cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec
+            )
+            for (_, cmd, preexec), log in zip(beside, logs)
+        ]
         try:
             ray_rc = subprocess.call(ray_cmd, cwd=ROOT)
             ray_s = time.monotonic() - start
-            unit_rc = unit.wait()
+            rcs = [p.wait() for p in procs]
         except KeyboardInterrupt:
-            unit.terminate()
-            unit.wait()
+            for p in procs:
+                p.terminate()
+                p.wait()
             raise
-        unit_log.seek(0)
-        print(f"\n---- unit tests ({' '.join(unit_cmd[2:])}) ----", flush=True)
-        sys.stdout.write(unit_log.read())
+        verdict = {0: "passed"}
+        summary = [f"Ray tests: {verdict.get(ray_rc, f'failed (exit {ray_rc})')} in {ray_s:.0f} s"]
+        for (name, cmd, _), log, rc in zip(beside, logs, rcs):
+            log.seek(0)
+            print(f"\n---- {name} ({' '.join(cmd[2:])}) ----", flush=True)
+            sys.stdout.write(log.read())
+            summary.append(f"{name}: {verdict.get(rc, f'failed (exit {rc})')}")
     total = time.monotonic() - start
-    verdict = {0: "passed"}
-    print(
-        f"\nRay tests: {verdict.get(ray_rc, f'failed (exit {ray_rc})')} in {ray_s:.0f} s; "
-        f"unit tests: {verdict.get(unit_rc, f'failed (exit {unit_rc})')}; "
-        f"both in {total:.0f} s",
-        flush=True,
-    )
-    return 0 if ray_rc == unit_rc == 0 else 1
+    print(f"\n{'; '.join(summary)}; all in {total:.0f} s", flush=True)
+    return 0 if ray_rc == 0 and all(rc == 0 for rc in rcs) else 1
 
 
 if __name__ == "__main__":

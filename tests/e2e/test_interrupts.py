@@ -23,6 +23,8 @@ from fleetrl.cli import main
 from fleetrl.run.checkpoint import checkpoint_paths, load_checkpoint
 from runs import ROOT
 
+pytestmark = pytest.mark.standalone  # local collection: no Ray
+
 FPB = 128
 LOCAL = [
     "collector.num_collectors=0",

@@ -10,9 +10,8 @@ from fleetrl.run.trainer import Trainer
 from fleetrl.setup.load import load_config
 from runs import ROOT
 
-pytestmark = pytest.mark.usefixtures("ray_session")
 
-
+@pytest.mark.usefixtures("ray_session")  # the config's 2 Ray collectors
 def test_ppo_learns_cartpole_past_200(tmp_path):
     torch.manual_seed(0)
     cfg = load_config(
@@ -29,6 +28,7 @@ def test_ppo_learns_cartpole_past_200(tmp_path):
     assert trainer.frames <= 81920
 
 
+@pytest.mark.standalone  # collects in this process: no Ray
 def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
     """The POMDP config (the velocities removed, an LSTM trained through time) reaches a mean
     return of 300 within 60k frames; a feed-forward policy stays near 60 on it

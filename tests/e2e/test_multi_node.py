@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = pytest.mark.standalone  # the script starts its own two-node cluster
 
 
 # ------------------------------------------------------------ multi-node

@@ -173,11 +173,15 @@ def test_pbt_copies_a_better_trial_and_perturbs_its_values(ray4, tmp_path):
     assert after and not math.isclose(after[0], before[-1], rel_tol=1e-3)
 
 
+@pytest.mark.standalone  # the CLI starts its own Ray
 def test_a_sweep_stopped_by_ctrl_c_resumes_and_completes(tmp_path):
     sweep = tmp_path / "sweep"
     src = str(Path(fleetrl.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": src}
-    total = 400 * FPB
+    # long enough that neither trial ends before both have a checkpoint Tune kept (trial
+    # actors start seconds apart), short enough to finish after the resume: a trial of 400
+    # batches trained in 15 s alone on this machine; a checkpoint every 4 batches (not 2)
+    total = 240 * FPB
     args = [
         sys.executable,
         "-m",
@@ -186,6 +190,7 @@ def test_a_sweep_stopped_by_ctrl_c_resumes_and_completes(tmp_path):
         CARTPOLE,
         *TINY,
         f"trainer.total_frames={total}",
+        "trainer.checkpoint_every=4",
         "--search",
         "ppo.lr=grid(1e-3, 3e-4)",
         "--samples",

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import functools
 
+import pytest
+
 from boundaries import assert_episode_contract, exact_starts, exact_successor
 from fakes import BOUNDARY_FNS, torchrl_boundary_env
 from fleetrl import SyncDataCollector
+
+pytestmark = pytest.mark.standalone  # no Ray
 
 
 def test_a_torchrl_parallel_env_keeps_the_contract():
