@@ -353,10 +353,7 @@ def _new_tuner(config: Config, directory: Path, trainable: Any) -> Any:
             scheduler=scheduler,
             search_alg=searcher,
             max_concurrent_trials=t.max_concurrent,
-            # a trial's process goes on to the next trial of the same resources (PBT's
-            # pauses and copies, ASHA's next sample) instead of a new process importing torch
-            # again; a trial that does not end within Tune's wait gets a new process
-            reuse_actors=True,
+            reuse_actors=True,  # PBT's copies, ASHA's next trials: no new process, no new import
         ),
         run_config=ray_tune.RunConfig(
             name=directory.name,
