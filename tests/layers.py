@@ -7,10 +7,10 @@ Ray. Run one after the other, the suite takes their sum. Here both start at once
 layer streams its report as it runs, the unit layer runs at a lower priority (``nice``), so
 it takes what the Ray layer leaves idle and the Ray layer keeps its pace, and its report
 follows. ``make test-all`` adds the end-to-end tests to the Ray layer, the slow unit tests
-to the unit layer, and runs the end-to-end tests marked ``standalone`` (they need no session Ray: a CLI, a
-cluster or the GPU program's dry run starts its own, or none is used) in a third process
-beside both, at the unit layer's priority: they fill the time the Ray layer waits.
-The exit status is non-zero if any layer fails.
+to the unit layer, and runs the end-to-end tests marked ``standalone`` (they need no
+session Ray: a CLI, a cluster or the GPU program's dry run starts its own, or none is
+used) in a third process beside both, at the unit layer's priority: they fill the time
+the Ray layer waits. The exit status is non-zero if any layer fails.
 
 Usage::
 
@@ -36,15 +36,15 @@ UNIT_NICE = 19
 
 
 def commands(everything: bool) -> tuple[list[str], list[str], list[str] | None]:
-    """The unit layer's, the Ray layer's and (``everything``) the own-Ray layer's pytest
-    command lines: the end-to-end tests marked ``standalone`` need no session Ray (their processes
-    start their own, or use none) and need not wait for the session's Ray tests."""
+    """The unit layer's, the Ray layer's and (``everything``) the standalone layer's pytest
+    command lines: the end-to-end tests marked ``standalone`` need no session Ray (their
+    processes start their own, or use none) and need not wait for the session's Ray tests."""
     pytest = [sys.executable, "-m", "pytest", "-q"]
     if everything:
         unit = [*pytest, "-n", "2", "tests/unit", "src/fleetrl"]
         ray = [*pytest, "-m", "not standalone", "tests/integration", "tests/e2e"]
-        own = [*pytest, "-p", "no:cacheprovider", "-m", "standalone", "tests/e2e"]
-        return unit, ray, own
+        standalone = [*pytest, "-p", "no:cacheprovider", "-m", "standalone", "tests/e2e"]
+        return unit, ray, standalone
     unit = [*pytest, "-n", "2", "-m", "not e2e", "tests/unit", "src/fleetrl"]
     ray = [*pytest, "-m", "not e2e", "tests/integration"]
     return unit, ray, None
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--all", action="store_true", help="the end-to-end tests too")
     args = parser.parse_args(argv)
-    unit_cmd, ray_cmd, own_cmd = commands(args.all)
+    unit_cmd, ray_cmd, standalone_cmd = commands(args.all)
     print(
         "unit tests (tests/unit and the docstring examples, 2 workers) run beside the Ray "
         "tests (tests/integration"
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     start = time.monotonic()
     beside = [("unit tests", unit_cmd, _lower_priority)]
-    if own_cmd is not None:
-        beside.append(("standalone e2e tests", own_cmd, _lower_priority))
+    if standalone_cmd is not None:
+        beside.append(("standalone e2e tests", standalone_cmd, _lower_priority))
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in beside]
         procs = [
