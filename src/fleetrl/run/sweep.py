@@ -79,6 +79,7 @@ from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.parse import config_to_dict, deep_copy, parse_config, read_yaml_mapping
 from fleetrl.setup.search import Dimension, Distribution, parse_dimension
 from fleetrl.setup.verify.checked import check_config
+from fleetrl.setup.verify.resources import check_trial_resources
 
 __all__ = [
     "EMPTY_SEARCH_MSG",
@@ -208,8 +209,7 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
         The trials (best first); ``best.yaml``, ``trials.csv`` and ``learning_curves.png``
         are written in the sweep directory.
 
-    A config is checked before any trial starts (a real sweep, end to end, is in the sweeps
-    guide, ``docs/guides/sweeps.md``, whose examples run in the tests):
+    A config is checked before any trial starts (a real sweep: ``docs/guides/sweeps.md``):
 
     Examples:
         >>> from fleetrl import Config, ConfigError
@@ -239,12 +239,12 @@ def tune(config: Config | None = None, *, resume: str | Path | None = None) -> S
                 ]
             )
     directory = directory.resolve()
-    # trials checkpoint every few iterations by design: Tune's warning that its state is
-    # saved often is about that, not something the user can act on
+    # Tune's warning that its state is saved often: trials checkpoint often, by design
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = start_ray({"address": config.collector.address})
     end_idle_workers()  # Tune's placement groups cannot end idle warm workers for room
     try:
+        check_trial_resources(config, trial_bundles(config))
         from ray import tune as ray_tune
         from ray.tune import ExperimentAnalysis
 

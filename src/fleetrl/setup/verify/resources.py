@@ -10,7 +10,7 @@ each problem in config keys with the arithmetic and the fix.
 from __future__ import annotations
 
 from fleetrl.config import Config
-from fleetrl.errors import Problem, Problems
+from fleetrl.errors import ConfigError, Problem, Problems
 from fleetrl.runtime import resource_shortfalls
 
 __all__ = [
@@ -19,6 +19,8 @@ __all__ = [
     "NODE_MSG",
     "RESOURCES_MSG",
     "SERVER_CPUS_MSG",
+    "TRIAL_MSG",
+    "check_trial_resources",
     "resource_problems",
 ]
 
@@ -48,6 +50,41 @@ GRAD_WORKER_RESOURCES_MSG = (
     "scheme.grad_worker_resources={value!r} is invalid: {g} gradient workers x {amount:g} "
     "{name!r} need {need:g}; the Ray cluster has {have:g}"
 )
+
+
+TRIAL_MSG = (
+    "each trial of the sweep is a placement group of {asked:g} {name} (1 CPU for the trial's "
+    "learner, then its workers': collector.num_collectors={count} x collector.num_cpus_per_collector="
+    "{cpus:g}{more}) and the Ray cluster has {have:g}, so no trial would ever start; lower "
+    "collector.num_cpus_per_collector (e.g. 0), collect in the trial (collector.num_collectors=0), "
+    "or attach to a bigger cluster with collector.address"
+)
+
+
+def check_trial_resources(config: Config, bundles: list[dict[str, float]]) -> None:
+    """A sweep's trial (``bundles``: ``fleetrl.run.sweep.trial_bundles``) that the running
+    cluster can never place is refused before Tune waits on it forever."""
+    c = config.collector
+    more = " and the inference servers'" if c.inference == "server" and c.num_collectors else ""
+    if config.scheme.num_grad_workers > 1:
+        more += f" for each of scheme.num_grad_workers={config.scheme.num_grad_workers}"
+    problems = [
+        Problem(
+            "collector.num_cpus_per_collector",
+            text=TRIAL_MSG.format(
+                asked=short.asked,
+                name=short.resource,
+                count=c.num_collectors,
+                cpus=c.num_cpus_per_collector,
+                more=more,
+                have=short.have,
+            ),
+        )
+        for short in resource_shortfalls(bundles)
+        if short.request is None  # the trial's total: its bundles may spread over nodes
+    ]
+    if problems:
+        raise ConfigError(problems)
 
 
 def resource_problems(config: Config) -> list[Problem]:
