@@ -12,13 +12,15 @@
 #    of the machine (nvidia-smi, torch and CUDA, cores, memory, versions) are recorded;
 # 1. tests: pytest -m cuda over the test files that carry the marker
 #    (tests/integration/test_cuda.py, and any other);
-# 2. learner: benchmarks/learner_throughput.py --device cuda, in two runs: eager and CUDA
-#    graphs on the cases that need no MuJoCo (ppo_atari first: the CNN is where a GPU
-#    tells), then --compile on ppo_atari and appo_cartpole (compiling takes tens of seconds
-#    a contestant: a run of its own, so that it cannot cost the first its figures);
-# 3. inference: benchmarks/inference_server.py on Pong with 1, 2, 4, 8 and 14 env workers,
-#    one run each (local inference, CPU and CUDA servers, N raw loops);
-# 4. appo: fleetrl train configs/appo_atari.yaml with a CUDA learner and 14 CPU collectors,
+# 2. learner: benchmarks/learner_throughput.py --device cuda: eager and CUDA graphs on the
+#    cases that need no MuJoCo (ppo_atari first: the CNN is where a GPU tells);
+# 3. inference: benchmarks/inference_server.py on Pong with 8, 14, 4, 2 and 1 env workers
+#    (the target's counts first), one run each under its own cap, N raw loops against local
+#    inference and a CUDA server;
+# 4. learner_compiled: the learner benchmark again with --compile on ppo_atari (compiling
+#    takes tens of seconds a contestant: a run of its own, so that it cannot cost the first
+#    its figures);
+# 5. appo: fleetrl train configs/appo_atari.yaml with a CUDA learner and 14 CPU collectors,
 #    for the time left, then stopped by SIGINT (a checkpoint, metrics.csv, the curve).
 #
 # Each part runs under its own time budget (timeout), and a part runs whatever the one
@@ -54,6 +56,7 @@ if [[ $DRY == 1 ]]; then
     TOTAL=${GPU_PROGRAM_BUDGET_S:-360}
     TESTS_S=${GPU_TESTS_S:-60} LEARNER_S=${GPU_LEARNER_S:-60}
     INFERENCE_S=${GPU_INFERENCE_S:-130} APPO_MAX_S=${GPU_APPO_S:-100}
+    INFERENCE_RUN_S=${GPU_INFERENCE_RUN_S:-130}
     LEARNER_ARGS=${GPU_LEARNER_ARGS:---cases appo_cartpole --rounds 1}
     COMPILED_S=${GPU_COMPILED_S:-120}  # compiling on 2 cores: minutes
     COMPILED_ARGS=${GPU_COMPILED_ARGS:---compile --cases appo_cartpole --rounds 1}
@@ -64,15 +67,22 @@ if [[ $DRY == 1 ]]; then
     APPO_ARGS=${GPU_APPO_ARGS:-env.num_envs=2 collector.frames_per_batch=64}
 else
     DEVICE=cuda
-    PARTS=${GPU_PARTS-tests learner learner_compiled inference appo}
+    # the order: what has no figure yet first (inference), what has two runs' last (appo)
+    PARTS=${GPU_PARTS-tests learner inference learner_compiled appo}
     TOTAL=${GPU_PROGRAM_BUDGET_S:-540}
-    TESTS_S=${GPU_TESTS_S:-110} LEARNER_S=${GPU_LEARNER_S:-60} COMPILED_S=${GPU_COMPILED_S:-80}
-    INFERENCE_S=${GPU_INFERENCE_S:-140} APPO_MAX_S=${GPU_APPO_S:-600}
-    LEARNER_ARGS=${GPU_LEARNER_ARGS:---cudagraphs --rounds 5 --cases ppo_atari appo_cartpole dqn_cartpole ppo_cartpole impala_cartpole a2c_cartpole}
-    COMPILED_ARGS=${GPU_COMPILED_ARGS:---compile --rounds 5 --cases ppo_atari appo_cartpole}
+    # budgets from the H200 runs: tests 47 s; the learner's 4 cases x 3 rounds 41 s (6 x 5
+    # did not finish in 45 s); compiling ppo_atari 65 s (appo_cartpole never finished in 80)
+    TESTS_S=${GPU_TESTS_S:-90} LEARNER_S=${GPU_LEARNER_S:-80} COMPILED_S=${GPU_COMPILED_S:-90}
+    INFERENCE_S=${GPU_INFERENCE_S:-240} APPO_MAX_S=${GPU_APPO_S:-600}
+    LEARNER_ARGS=${GPU_LEARNER_ARGS:---cudagraphs --rounds 3 --cases ppo_atari appo_cartpole dqn_cartpole ppo_cartpole impala_cartpole a2c_cartpole}
+    COMPILED_ARGS=${GPU_COMPILED_ARGS:---compile --rounds 3 --cases ppo_atari}
     WORKLOAD=${GPU_INFERENCE_WORKLOAD:-pong}
-    WORKERS=${GPU_INFERENCE_WORKERS:-14 8 4 2 1}
-    INFERENCE_ARGS=${GPU_INFERENCE_ARGS:---envs 8 --steps 32 --batches 4 --rounds 3 --trips 500}
+    # the target's counts first (>= 2x local at 8+ workers), then the curve's other points
+    WORKERS=${GPU_INFERENCE_WORKERS:-8 14 4 2 1}
+    INFERENCE_RUN_S=${GPU_INFERENCE_RUN_S:-120}  # one worker count at most
+    # the target's contestants (raw loops, local inference, a CUDA server over shared
+    # memory); the CPU server and Ray-call rows are the CPU page's (inference_server.md)
+    INFERENCE_ARGS=${GPU_INFERENCE_ARGS:---modes local server-cuda --envs 8 --steps 32 --batches 4 --rounds 3 --trips 200}
     COLLECTORS=${GPU_APPO_COLLECTORS:-14}  # 16 cores: 14 collectors, the learner, the rest
     APPO_ARGS=${GPU_APPO_ARGS:-}
 fi
@@ -331,10 +341,12 @@ learner_compiled() { learner_run learner_compiled "$COMPILED_S" "$COMPILED_ARGS"
 
 # ---------------------------------------------------------------- 3. inference
 inference() {
-    local bench=$SCRATCH/tree/benchmarks until=$((SECONDS + INFERENCE_S)) n
-    for n in $WORKERS; do  # a run per worker count, most first: a timeout loses the fewest
+    local bench=$SCRATCH/tree/benchmarks until=$((SECONDS + INFERENCE_S)) n budget
+    for n in $WORKERS; do  # a run per worker count, each capped: one slow count costs itself
+        budget=$((until - SECONDS))
+        ((budget > INFERENCE_RUN_S)) && budget=$INFERENCE_RUN_S
         # shellcheck disable=SC2086
-        part "inference_w$n" $((until - SECONDS)) 15 TERM "$PY" "$bench/inference_server.py" \
+        part "inference_w$n" "$budget" 15 TERM "$PY" "$bench/inference_server.py" \
             --workloads "$WORKLOAD" --workers "$n" --no-torchrl --tag "_gpu_w$n" $INFERENCE_ARGS
         SCRATCH=$SCRATCH OUT=$OUT "$PY" - <<'PYEOF'
 import json, os

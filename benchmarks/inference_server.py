@@ -106,6 +106,11 @@ class ParallelRaw:
         self.barrier.wait()
         return sum(self.queue.get() for _ in self.procs)
 
+    def warm(self) -> bool:
+        """A warm-up round: the processes are up and their loops have run once."""
+        self.run()
+        return True
+
     def stats(self) -> dict:
         return {}
 
@@ -120,7 +125,11 @@ class Collecting:
     def __init__(self, collector, batches: int):
         self.collector, self.batches = collector, batches
         self.it = iter(collector)
+
+    def warm(self) -> bool:
+        """The first batch: the workers are up, their envs made and their policies run."""
         next(self.it)
+        return True
 
     def run(self) -> float:
         start = time.perf_counter()
@@ -264,24 +273,28 @@ def transport_probe(payload_bytes: int, trips: int) -> dict:
 
 
 # ------------------------------------------------------------------ one setting
-def fleet_modes() -> list[str]:
-    """fleetrl's contestants: local inference, then the servers (CUDA ones where a GPU is)."""
-    modes = ["local", "server-cpu", "server-cpu (ray calls)"]
-    if torch.cuda.is_available():
-        modes += ["server-cuda", "server-cuda (ray calls)"]
-    return modes
+#: every fleetrl contestant, in the order they run (the CUDA ones where torch sees a GPU)
+MODES = ("local", "server-cpu", "server-cpu (ray calls)", "server-cuda", "server-cuda (ray calls)")
+
+
+def fleet_modes(chosen: list[str] | None = None) -> list[str]:
+    """fleetrl's contestants: ``chosen`` (all by default), less the CUDA ones without a GPU."""
+    cuda = torch.cuda.is_available()
+    return [m for m in chosen or MODES if cuda or "cuda" not in m]
 
 
 def measure(args, name: str, workers: int, errors: dict) -> dict:
     steps = args.steps
     made: dict[str, object] = {}
     rounds = args.rounds
+    # every contestant is built first and warmed up after: their processes (the raw loops',
+    # the collectors' actors, the servers) start together instead of one contestant's after
+    # the last's, which on a 16-core machine was most of a run's time
+    start = time.perf_counter()
     made["raw"] = guarded(
         f"{name}/raw", lambda: ParallelRaw(name, workers, args.envs, steps, rounds + 1), errors
     )
-    if made["raw"] is not None:
-        made["raw"].run()  # warm-up round
-    for mode in fleet_modes():
+    for mode in fleet_modes(args.modes):
         made[mode] = guarded(
             f"{name}/{mode}",
             lambda mode=mode: fleet(name, mode, workers, args.envs, steps, args.batches),
@@ -293,6 +306,13 @@ def measure(args, name: str, workers: int, errors: dict) -> dict:
             lambda: torchrl_peer(name, workers, args.envs, steps, args.batches),
             errors,
         )
+    print(f"   built {len(made)} contestants in {time.perf_counter() - start:.1f} s", flush=True)
+    for label, contestant in made.items():
+        if contestant is not None and guarded(f"{name}/{label}", contestant.warm, errors) is None:
+            contestant.shutdown()  # it could not collect: the others still run
+            made[label] = None
+        state = "not run" if made[label] is None else "ready"
+        print(f"   {label}: {state} at {time.perf_counter() - start:.1f} s", flush=True)
     live = {k: v for k, v in made.items() if v is not None}
     runs: dict[str, list[float]] = {k: [] for k in live}
     for _ in range(rounds):
@@ -328,6 +348,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32, help="steps per batch")
     parser.add_argument("--batches", type=int, default=4, help="batches timed per round")
     parser.add_argument("--rounds", type=int, default=3, help="median over this many rounds")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        default=None,
+        help="fleetrl's contestants (default: all; the CUDA ones only where a GPU is)",
+    )
     parser.add_argument("--no-torchrl", dest="torchrl", action="store_false")
     parser.add_argument("--tag", default="", help="suffix of the result file's name")
     parser.add_argument("--trips", type=int, default=2000, help="transport probe round trips")
@@ -340,7 +367,7 @@ def main() -> None:
         address="local",
         # logical CPUs: every contestant's workers stay up at once (paired rounds), a CPU
         # each, while only one contestant collects at a time
-        num_cpus=max(os.cpu_count() or 1, len(fleet_modes()) * max(args.workers) + 2),
+        num_cpus=max(os.cpu_count() or 1, len(fleet_modes(args.modes)) * max(args.workers) + 2),
         include_dashboard=False,
         logging_level="ERROR",
         log_to_driver=False,
