@@ -45,6 +45,7 @@ import statistics
 import time
 import traceback
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -287,19 +288,27 @@ def measure(args, name: str, workers: int, errors: dict) -> dict:
     steps = args.steps
     made: dict[str, object] = {}
     rounds = args.rounds
-    # every contestant is built first and warmed up after: their processes (the raw loops',
-    # the collectors' actors, the servers) start together instead of one contestant's after
-    # the last's, which on a 16-core machine was most of a run's time
+    # every contestant is built first, all at once, and warmed up after: their processes (the
+    # raw loops', the collectors' actors, the servers) start together instead of one
+    # contestant's after the last's, which on a 16-core machine was most of a run's time
     start = time.perf_counter()
     made["raw"] = guarded(
         f"{name}/raw", lambda: ParallelRaw(name, workers, args.envs, steps, rounds + 1), errors
     )
-    for mode in fleet_modes(args.modes):
-        made[mode] = guarded(
+
+    def build(mode: str):
+        built = guarded(
             f"{name}/{mode}",
-            lambda mode=mode: fleet(name, mode, workers, args.envs, steps, args.batches),
+            lambda: fleet(name, mode, workers, args.envs, steps, args.batches),
             errors,
         )
+        print(f"   {mode}: built at {time.perf_counter() - start:.1f} s", flush=True)
+        return built
+
+    # a collector's constructor waits for its workers to start: one thread each
+    modes = fleet_modes(args.modes)
+    with ThreadPoolExecutor(max_workers=len(modes) or 1) as pool:
+        made.update(zip(modes, pool.map(build, modes)))
     if args.torchrl:
         made["torchrl"] = guarded(
             f"{name}/torchrl",
