@@ -446,6 +446,40 @@ class ProcessProbe:
         self.shut = True
 
 
+class OtherProbe:
+    """A second kind of worker, with a method in the ``control`` concurrency group (as a
+    collector's ``preempt``): a kept process hosts it after a :class:`ProcessProbe`."""
+
+    def __init__(self, tag: str):
+        self.tag = tag
+        self.gate = None
+
+    def pid(self) -> tuple[str, int]:
+        return self.tag, os.getpid()
+
+    def block(self, seconds: float) -> str:
+        """Occupy the default group until :meth:`release` is called (or ``seconds`` pass)."""
+        import threading
+
+        self.gate = threading.Event()
+        return "released" if self.gate.wait(seconds) else "timed out"
+
+    def release(self) -> bool:
+        while self.gate is None:
+            time.sleep(0.01)
+        self.gate.set()
+        return True
+
+
+def _control(method):
+    import ray
+
+    return ray.method(concurrency_group="control")(method)
+
+
+OtherProbe.release = _control(OtherProbe.release)
+
+
 def slow_nested_counting(delay: float, batch_size: tuple[int, ...] = (2,)):
     """A factory of torchrl's ``NestedCountingEnv`` (a multi-agent group with an agent dim)
     that sleeps ``delay`` seconds a step: a straggler for preemption tests."""

@@ -208,19 +208,15 @@ class RayBackend(Backend):
     def __reduce__(self) -> Any:  # travels to workers as a fresh, empty backend
         return (RayBackend, ())
 
-    def _remote_class(self, cls: type, groups: Any, kept: bool = False) -> Any:
-        """The Ray actor class, made once per class (Ray exports a class once per definition);
-        ``kept``: the class whose processes can build the next worker (warm workers)."""
-        key = (cls, groups, kept)
+    def _remote_class(self, cls: type, groups: Any) -> Any:
+        """The Ray actor class, made once per class (Ray exports a class once per definition)."""
+        key = (cls, groups)
         if key not in self._classes:
             import ray
 
-            actor_cls = warm.warm_class(cls) if kept else cls
             self._classes[key] = _RAY_CLASSES.setdefault(
                 key,
-                ray.remote(concurrency_groups=dict(groups))(actor_cls)
-                if groups
-                else ray.remote(actor_cls),
+                ray.remote(concurrency_groups=dict(groups))(cls) if groups else ray.remote(cls),
             )
         return self._classes[key]
 
@@ -234,18 +230,19 @@ class RayBackend(Backend):
         options.setdefault("max_task_retries", 0)
         held = _held(options)
         key = warm.WarmPool.key(cls, groups, options) if warm.POOL.enabled else None
-        if key is not None:
-            handle = warm.POOL.take(key, args, kwargs)
-            if handle is None:
-                # Ray starts the new worker as soon as they are gone: no wait here
-                warm.POOL.end(warm.POOL.make_room(key, held))
-                warm.POOL.started += 1
-        if key is None or handle is None:
-            remote = self._remote_class(cls, groups, kept=key is not None)
-            handle = remote.options(**options).remote(*args, **kwargs)
-        if key is not None:
-            warm.POOL.started_one(handle, held)
-        return Actor(self, handle, held=held, warm_key=key)
+        if key is None:
+            if warm.POOL.enabled:  # a worker never kept still needs room the idle ones hold
+                warm.POOL.end(warm.POOL.make_room(None, held))
+            handle = self._remote_class(cls, groups).options(**options).remote(*args, **kwargs)
+            return Actor(self, handle, held=held)
+        host = warm.POOL.take(key, cls, args, kwargs)
+        if host is None:
+            # Ray starts the new worker as soon as they are gone: no wait here
+            warm.POOL.end(warm.POOL.make_room(key, held))
+            warm.POOL.started += 1
+            host = warm.host_class().options(**options).remote(cls, *args, **kwargs)
+        warm.POOL.started_one(host, held)
+        return Actor(self, warm.Hosted(host, cls), held=held, warm_key=key)
 
     def call(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         return getattr(actor.handle, method).remote(*args, **kwargs)
@@ -279,11 +276,11 @@ class RayBackend(Backend):
         if actor is None:
             return
         if actor.warm_key is not None:
-            warm.POOL.ended(actor.handle)
+            warm.POOL.ended(warm.ray_handle(actor.handle))
         import ray
 
         with contextlib.suppress(Exception):  # already gone, or Ray shut down
-            ray.kill(actor.handle)
+            ray.kill(warm.ray_handle(actor.handle))
 
     def kill_all(self, actors: Sequence[Actor | None]) -> None:
         """``ray.kill`` only starts an actor's end: an actor started right after would find
@@ -297,7 +294,7 @@ class RayBackend(Backend):
         live = [a for a in actors if a is not None]
         if warm.POOL.enabled:
             for actor in [a for a in live if a.warm_key is not None]:
-                warm.POOL.keep(actor.warm_key, actor.handle, actor.held)
+                warm.POOL.keep(actor.warm_key, warm.ray_handle(actor.handle), actor.held)
                 live.remove(actor)
         self._kill_and_wait(live)
 
@@ -497,9 +494,9 @@ def _text(err: BaseException) -> str:
 
 
 def warm_workers(enabled: bool | None = None) -> bool:
-    """Keep the processes of Ray workers that end normally, and build the next worker of
-    the same class and Ray options in one of them (:mod:`fleetrl.warm`: what a kept process
-    gives back first, and what it holds while idle). For a driver that starts workers again
+    """Keep the processes of Ray workers that end normally, and build the next worker with
+    the same Ray options, of any class, in one of them (:mod:`fleetrl.warm`: what a kept
+    process gives back first, what it holds while idle, and which workers are never kept). For a driver that starts workers again
     and again: a notebook, a test suite. Applies to workers started from now on; returns
     the previous setting (the current one when called without an argument). Turning it off
     ends the idle processes, and returns once what they held is free.

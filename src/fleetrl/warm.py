@@ -2,12 +2,15 @@
 
 Starting a Ray actor costs a new Python process that imports torch, tensordict and
 torchrl: about 4.5 s of CPU on this project's 2-core machine, where building the worker
-itself takes milliseconds. A driver that starts collectors again and again (a notebook, a
+itself takes milliseconds. A driver that starts workers again and again (a notebook, a
 test suite, evaluation between runs) pays it every time. With warm workers on
-(:func:`fleetrl.backends.warm_workers`), :class:`~fleetrl.backends.RayBackend` does not kill a worker that
+(:func:`fleetrl.backends.warm_workers`), :class:`~fleetrl.backends.RayBackend` starts each
+worker that can be kept in a host process (:func:`host_class`) and does not kill it when it
 ends normally (``kill_all``, what every shutdown calls): it asks the process to drop the
 worker and return to the state it started in, and keeps it. The next worker started with
-the same class and the same Ray options is built in that process, in milliseconds.
+the same Ray options, of any class (a collector's worker after a gradient worker), is
+built in that process, in milliseconds. Its handle (:class:`Hosted`) is called as the
+worker's own Ray handle would be: ``handle.method.remote(...)``.
 
 What a reused process gives back before it is reused, or else it is killed:
 
@@ -21,24 +24,28 @@ with gymnasium, compiled graphs. A worker killed (a death, ``Backend.kill``) is 
 Warm workers hold the resources they were started with while idle (Ray's resources belong
 to the actor), so a start that finds none of its kind first ends the idle ones that hold
 resources, and :func:`idle_held` tells resource checks what idle workers hold. Off by
-default; workers in placement groups and named ones are never kept.
+default. Never kept: workers in placement groups, named ones, ones Ray restarts (a restart
+would rebuild the process's first worker, not its last), and classes whose methods run in
+concurrency groups other than :data:`HOST_GROUPS`.
 
 Examples:
     >>> class Doubler:
     ...     def double(self, x):
     ...         return 2 * x
-    >>> cls = warm_class(Doubler)
-    >>> cls.__name__, [c.__name__ for c in cls.__mro__[1:3]]
-    ('WarmDoubler', ['WarmWorker', 'Doubler'])
     >>> WarmPool.key(Doubler, None, {"num_cpus": 1}) is not None  # kept when it ends
     True
+    >>> WarmPool.key(Doubler, None, {"num_cpus": 1}) == WarmPool.key(dict, None, {"num_cpus": 1})
+    True
     >>> WarmPool.key(Doubler, None, {"name": "board"}) is None  # a named actor: never
+    True
+    >>> WarmPool.key(Doubler, None, {"max_restarts": -1}) is None  # Ray restarts it: never
     True
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -48,13 +55,17 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["POOL", "WarmPool", "WarmWorker", "idle_held", "warm_class"]
+__all__ = ["HOST_GROUPS", "POOL", "Hosted", "WarmPool", "host_class", "idle_held"]
 
 #: how long a start waits for an ended worker's process to finish dropping it
 RETURN_WAIT_S = 2.0
 #: Ray options under which a process is never kept: it is bound to a bundle or a name (a
 #: ``runtime_env`` is part of the kind: only a process started with the same one is reused)
 NOT_KEPT = ("placement_group", "scheduling_strategy", "name", "lifetime")
+#: the concurrency groups every host process defines: a worker whose methods run in these
+#: (or in none) can be built in any host (fleetrl's collectors answer ``preempt`` in
+#: ``control`` beside a rollout)
+HOST_GROUPS = {"control": 1}
 
 
 # ------------------------------------------------------------------ in the worker
@@ -101,38 +112,126 @@ class _Baseline:
 _BASELINE: _Baseline | None = None
 
 
-class WarmWorker:
-    """The mixin of a kept worker's Ray class: ``type(name, (WarmWorker, cls), {})``."""
+class WarmHost:
+    """A kept process's worker: it builds a worker of any class in its process, calls its
+    methods for the handle (:class:`Hosted`), and drops it when it ends. Its Ray class is
+    :func:`host_class`'s."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    # the arguments travel as the worker's own would, at the top level of the call, where
+    # Ray resolves object references (nested in a tuple, they would arrive as references)
+    def __init__(self, fleetrl_cls: type, /, *args: Any, **kwargs: Any) -> None:
         global _BASELINE
         if _BASELINE is None:
             _BASELINE = _Baseline()
-        super().__init__(*args, **kwargs)
+        self._worker = fleetrl_cls(*args, **kwargs)
 
-    def fleetrl_rebuild(self, *args: Any, **kwargs: Any) -> bool:
-        """Build the next worker in this process (arguments as the constructor's)."""
+    def fleetrl_rebuild(self, fleetrl_cls: type, /, *args: Any, **kwargs: Any) -> bool:
+        """Build the next worker in this process."""
         assert _BASELINE is not None
         _BASELINE.restore()
-        super().__init__(*args, **kwargs)
+        self._worker = fleetrl_cls(*args, **kwargs)
         return True
+
+    def fleetrl_call(self, fleetrl_method: str, /, *args: Any, **kwargs: Any) -> Any:
+        """``worker.method(*args, **kwargs)``: the handle's calls of the default group."""
+        return getattr(self._worker, fleetrl_method)(*args, **kwargs)
 
     def fleetrl_release(self) -> list[str]:
         """Drop this worker; returns what it left behind (empty: the process can be reused)."""
+        worker = self.__dict__.pop("_worker", None)
         for name in ("shutdown", "close"):
-            end = getattr(self, name, None)
+            end = getattr(worker, name, None)
             if callable(end):
                 end()
                 break
-        self.__dict__.clear()
+        del worker
         gc.collect()
         assert _BASELINE is not None
         return _BASELINE.leftovers()
 
 
-def warm_class(cls: type) -> type:
-    """``cls`` with :class:`WarmWorker`'s methods, under a name of its own."""
-    return type(f"Warm{cls.__name__}", (WarmWorker, cls), {"__module__": __name__})
+_HOST_CLASS: Any = None
+
+
+def host_class() -> Any:
+    """The Ray actor class of kept processes, made once (Ray exports a class once): a
+    :class:`WarmHost` with :data:`HOST_GROUPS` and ``fleetrl_call_control``, the calls of
+    methods that run in the ``control`` group."""
+    global _HOST_CLASS
+    if _HOST_CLASS is None:
+        import ray
+
+        def fleetrl_call_control(self, fleetrl_method: str, /, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self._worker, fleetrl_method)(*args, **kwargs)
+
+        body = {
+            "__module__": __name__,
+            "fleetrl_call_control": ray.method(concurrency_group="control")(fleetrl_call_control),
+        }
+        cls = type("WarmHost", (WarmHost,), body)
+        _HOST_CLASS = ray.remote(concurrency_groups=dict(HOST_GROUPS))(cls)
+    return _HOST_CLASS
+
+
+@functools.cache
+def _groups_of(cls: type) -> frozenset[str]:
+    """The concurrency groups ``cls``'s methods run in (``ray.method``'s mark)."""
+    return frozenset(
+        group
+        for name in dir(cls)
+        if (group := getattr(getattr(cls, name, None), "__ray_concurrency_group__", None))
+    )
+
+
+class _Method:
+    """``handle.method`` of a hosted worker: ``.remote(...)`` calls it in its host."""
+
+    __slots__ = ("name", "via")
+
+    def __init__(self, via: Any, name: str) -> None:
+        self.via, self.name = via, name
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.via.remote(self.name, *args, **kwargs)
+
+    def options(self, **options: Any) -> _Method:
+        return _Method(self.via.options(**options), self.name)
+
+
+class Hosted:
+    """The handle of a worker built in a host process: its methods are called as on the
+    worker's own Ray handle (``handle.method.remote(...)``); ``actor_handle`` is the host's
+    Ray handle (what ``ray.kill`` takes)."""
+
+    __slots__ = ("actor_handle", "cls")
+
+    def __init__(self, actor_handle: Any, cls: type) -> None:
+        self.actor_handle, self.cls = actor_handle, cls
+
+    def __getattr__(self, name: str) -> _Method:
+        if name.startswith("__") or name in Hosted.__slots__:
+            raise AttributeError(name)
+        method = getattr(self.cls, name)  # AttributeError, as Ray's handle raises
+        group = getattr(method, "__ray_concurrency_group__", None)
+        via = "fleetrl_call_control" if group == "control" else "fleetrl_call"
+        return _Method(getattr(self.actor_handle, via), name)
+
+    def __reduce__(self) -> Any:
+        return (Hosted, (self.actor_handle, self.cls))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hosted) and other.actor_handle == self.actor_handle
+
+    def __hash__(self) -> int:
+        return hash(self.actor_handle)
+
+    def __repr__(self) -> str:
+        return f"Hosted({self.cls.__name__}, {self.actor_handle!r})"
+
+
+def ray_handle(handle: Any) -> Any:
+    """The Ray actor handle behind ``handle`` (a :class:`Hosted` worker's host's)."""
+    return handle.actor_handle if isinstance(handle, Hosted) else handle
 
 
 # ------------------------------------------------------------------ in the driver
@@ -147,7 +246,7 @@ class _Kept:
 
 @dataclass
 class WarmPool:
-    """The processes kept in this driver, by (class, concurrency groups, Ray options)."""
+    """The processes kept in this driver, by their Ray options (:meth:`key`)."""
 
     enabled: bool = False
     idle: dict[Any, list[_Kept]] = field(default_factory=dict)
@@ -166,11 +265,16 @@ class WarmPool:
 
     @staticmethod
     def key(cls: type, groups: Any, options: dict[str, Any]) -> Any | None:
-        """The pool key of a start, or None where such a worker is never kept."""
-        if NOT_KEPT_KEYS & options.keys():
+        """The pool key of a start (its Ray options: any class that can be hosted shares
+        it), or None where such a worker is never kept."""
+        if NOT_KEPT_KEYS & options.keys() or options.get("max_restarts") not in (None, 0):
+            return None
+        if not set(dict(groups or ())) | _groups_of(cls) <= HOST_GROUPS.keys():
+            return None  # a concurrency group the hosts do not define
+        if any(dict(groups or ()).get(g, n) != n for g, n in HOST_GROUPS.items()):
             return None
         canonical = [(k, _number(v)) for k, v in sorted(options.items())]  # 1 and 1.0 alike
-        return (cls, groups, repr(canonical))
+        return repr(canonical)
 
     def _current(self) -> None:
         """Forget processes of a Ray instance that is gone (a new ``ray.init``)."""
@@ -183,35 +287,34 @@ class WarmPool:
             self.job = job
             _refresh_held(self)
 
-    def take(self, key: Any, args: tuple, kwargs: dict[str, Any]) -> Any | None:
-        """A kept process of ``key`` with the next worker built in it, or None."""
+    def take(self, key: Any, cls: type, args: tuple, kwargs: dict[str, Any]) -> Any | None:
+        """A kept process of ``key`` (the one kept last first) with the next worker, of
+        ``cls``, built in it, or None."""
         import ray
 
         self._current()
         kept = self.idle.get(key, [])
         while kept:
-            ready, _ = ray.wait([k.released for k in kept], num_returns=1, timeout=RETURN_WAIT_S)
-            if not ready:  # still busy with what it was given before: not worth the wait
-                self.refused["busy"] = self.refused.get("busy", 0) + len(kept)
-                self.end(kept)
-                break
-            one = next(k for k in kept if k.released == ready[0])
-            kept.remove(one)
+            one = kept.pop()
             _refresh_held(self)
+            ready, _ = ray.wait([one.released], timeout=RETURN_WAIT_S)
+            if not ready:  # still busy with what it was given before: not worth the wait
+                self._count("busy")
+                self.end([one])
+                continue
             try:
                 left = ray.get(one.released)
                 if left:
                     raise RuntimeError(f"left {', '.join(left)}")
-                ray.get(one.handle.fleetrl_rebuild.remote(*args, **kwargs))
+                ray.get(one.handle.fleetrl_rebuild.remote(cls, *args, **kwargs))
             except Exception as err:  # a dead or unclean process, or a constructor that raised
                 reason = _reason(err)
-                self.refused[reason] = self.refused.get(reason, 0) + 1
+                self._count(reason)
                 logger.debug("a kept worker is not reused: %s", reason)
                 self.end([one])
                 continue
             self.reused += 1
-            name = key[0].__name__
-            self.reused_by[name] = self.reused_by.get(name, 0) + 1
+            self.reused_by[cls.__name__] = self.reused_by.get(cls.__name__, 0) + 1
             return one.handle
         return None
 

@@ -1,13 +1,14 @@
-"""Warm workers (fleetrl.warm): an ended worker's process builds the next worker of its
-kind, given back as a fresh process would be, and never when it is not clean or killed.
-The session runs with warm workers on (tests/conftest.py); other tests' idle processes
-may be around, so these tests count their own kinds (ProcessProbe's) only."""
+"""Warm workers (fleetrl.warm): an ended worker's process builds the next worker started
+with the same Ray options, of any class, given back as a fresh process would be, and never
+when it is not clean or killed. The session runs with warm workers on (tests/conftest.py);
+other tests' idle processes may be around (of the same options too), so these tests count
+what changes, and the process kept last is the one taken first."""
 
 from __future__ import annotations
 
 import pytest
 
-from fakes import ProcessProbe
+from fakes import OtherProbe, ProcessProbe
 from fleetrl import warm
 from fleetrl.backends import RayBackend, WorkerDied, warm_workers
 from fleetrl.runtime import resource_waits
@@ -16,7 +17,7 @@ ONE_CPU = {"num_cpus": 1}
 
 
 def idle(options: dict) -> int:
-    """How many idle ProcessProbe processes started with ``options`` are kept."""
+    """How many idle processes started with ``options`` are kept (any class's)."""
     key = warm.WarmPool.key(
         ProcessProbe, None, {"max_restarts": 0, "max_task_retries": 0, **options}
     )
@@ -94,10 +95,44 @@ def test_turning_warm_workers_off_ends_the_idle_ones_and_frees_their_cpus(backen
     one = backend.start(ProcessProbe, "a", options=ONE_CPU)
     one.ask("info")
     backend.kill_all([one])
-    assert idle(ONE_CPU) == 1 and warm.idle_held()["CPU"] >= 1
+    assert idle(ONE_CPU) >= 1 and warm.idle_held()["CPU"] >= 1
     try:
         warm_workers(False)
         assert warm.idle_held() == {} and idle(ONE_CPU) == 0
         assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"]
     finally:
         warm_workers(True)
+
+
+def test_a_kept_process_builds_a_worker_of_another_class_and_its_handle_calls_it(backend):
+    import pickle
+
+    import ray
+
+    probe = backend.start(ProcessProbe, "a", options=ONE_CPU)
+    pid = probe.ask("info")["pid"]
+    backend.kill_all([probe])
+    reused = warm.POOL.reused_by.get("OtherProbe", 0)
+    other = backend.start(OtherProbe, "b", options=ONE_CPU)
+    assert other.ask("pid") == ("b", pid)  # the process kept last, another class in it
+    assert warm.POOL.reused_by["OtherProbe"] == reused + 1
+    # its handle is called as the class's own Ray handle, also once it has travelled
+    handle = pickle.loads(pickle.dumps(other.handle))
+    assert ray.get(handle.pid.remote()) == ("b", pid)
+    with pytest.raises(AttributeError):
+        other.handle.no_such_method  # noqa: B018
+    # a method in the control group answers while the default group is busy
+    blocked = other.call("block", 30.0)
+    assert other.ask("release") is True
+    assert backend.get(blocked) == "released"
+    backend.kill_all([other])
+
+
+def test_a_worker_ray_restarts_is_never_kept(backend):
+    assert warm.WarmPool.key(ProcessProbe, None, {**ONE_CPU, "max_restarts": -1}) is None
+    started = warm.POOL.started
+    one = backend.start(ProcessProbe, "a", options={**ONE_CPU, "max_restarts": 1})
+    assert one.ask("info")["tag"] == "a"
+    assert one.warm_key is None and warm.POOL.started == started
+    backend.kill_all([one])
+    assert warm.POOL.started == started

@@ -430,7 +430,9 @@ def buffer_actor(replay_buffer: Any) -> Actor | TorchRLBufferWriter | None:
         from ray.actor import ActorHandle
     except ImportError:  # pragma: no cover - ray is a dependency
         return None
-    if isinstance(replay_buffer, ActorHandle):
+    from fleetrl.warm import Hosted
+
+    if isinstance(replay_buffer, ActorHandle | Hosted):  # Hosted: a kept process's worker
         return Actor(RayBackend(), replay_buffer)
     return None
 
