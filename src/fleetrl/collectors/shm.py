@@ -200,8 +200,9 @@ class ShmEndpoint:
             return
         try:
             outputs, version, at = self.serve(channel.request())
+            with self._lock:  # counted before the worker holds its answer (and reads stats)
+                self.requests += 1
             channel.answer(outputs, version, at)
-            self.requests += 1
         except Exception:  # the worker sees no answer, finds the server alive, and waits;
             # a policy that raises is raised again by the Ray call the worker then makes
             channel.header[1] = -1.0
