@@ -240,6 +240,7 @@ class RayBackend(Backend):
             # Ray starts the new worker as soon as they are gone: no wait here
             warm.POOL.end(warm.POOL.make_room(key, held))
             warm.POOL.started += 1
+            warm.POOL.started_by[cls.__name__] = warm.POOL.started_by.get(cls.__name__, 0) + 1
             host = warm.host_class().options(**options).remote(cls, *args, **kwargs)
         warm.POOL.started_one(host, held)
         return Actor(self, warm.Hosted(host, cls), held=held, warm_key=key)

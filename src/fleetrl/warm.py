@@ -256,8 +256,9 @@ class WarmPool:
     #: workers started in a new process that can be kept, and workers built in a kept one
     started: int = 0
     reused: int = 0
-    #: workers built in a kept process, by class name
+    #: workers built in a kept process, and workers that started a new one, by class name
     reused_by: dict[str, int] = field(default_factory=dict)
+    started_by: dict[str, int] = field(default_factory=dict)
     #: kept processes ended to make room for a worker of another kind
     evicted: int = 0
     #: why kept processes were ended instead of reused, and how often

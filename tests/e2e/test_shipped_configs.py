@@ -349,9 +349,9 @@ ATARI_ALGO = {
 
 
 def collector_workers() -> int:
-    """CollectorWorkers this Ray session has started, live or gone: the actors created (a
-    warm worker's class is WarmCollectorWorker) and the workers built in kept processes
-    (tests/conftest.py turns warm workers on).
+    """CollectorWorkers this Ray session has started, live or gone: the actors of their own
+    class, and those built in warm workers' host processes, new or kept (tests/conftest.py
+    turns warm workers on).
 
     Ray's public state API needs the dashboard, which the session's Ray does not start.
     """
@@ -359,9 +359,9 @@ def collector_workers() -> int:
 
     from fleetrl import warm
 
-    names = ("CollectorWorker", "WarmCollectorWorker")
-    created = sum(a["ActorClassName"] in names for a in state.actors().values())
-    return created + warm.POOL.reused_by.get("CollectorWorker", 0)
+    created = sum(a["ActorClassName"] == "CollectorWorker" for a in state.actors().values())
+    hosted = warm.POOL.started_by.get("CollectorWorker", 0)
+    return created + hosted + warm.POOL.reused_by.get("CollectorWorker", 0)
 
 
 def atari_run(config: str, run: Path, capsys) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
+from fleetrl import warm
 from fleetrl.backends import Backend
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
 from fleetrl.collectors.first_ready import FirstReady
@@ -672,9 +673,10 @@ class RayCollector(DataCollectorBase):
         return [] if self._servers is None else [s.handle for s in self._servers.servers]
 
     def worker_handles(self) -> list[Any]:
-        """The backend's handles of the workers, by worker id (Ray actor handles; the worker
+        """The backend's handles of the workers, by worker id (Ray actor handles, which
+        ``ray.kill`` takes; with warm workers on, each worker's host process's; the worker
         objects in process; None for a dead one), for inspection and fault-injection tests."""
-        return self._pool.handles()
+        return [warm.ray_handle(h) for h in self._pool.handles()]
 
     def _shutdown(self) -> None:
         if self.backend.name == "ray" and not ray_running():
