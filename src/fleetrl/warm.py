@@ -270,10 +270,11 @@ class WarmPool:
         it), or None where such a worker is never kept."""
         if NOT_KEPT_KEYS & options.keys() or options.get("max_restarts") not in (None, 0):
             return None
-        if not set(dict(groups or ())) | _groups_of(cls) <= HOST_GROUPS.keys():
-            return None  # a concurrency group the hosts do not define
-        if any(dict(groups or ()).get(g, n) != n for g, n in HOST_GROUPS.items()):
-            return None
+        if not (
+            dict(groups or ()).items() <= HOST_GROUPS.items()
+            and _groups_of(cls) <= HOST_GROUPS.keys()
+        ):
+            return None  # a concurrency group (or a size of one) the hosts do not define
         canonical = [(k, _number(v)) for k, v in sorted(options.items())]  # 1 and 1.0 alike
         return repr(canonical)
 
