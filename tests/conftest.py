@@ -54,12 +54,6 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("standalone") and "ray_session" in _fixtures(item):
             raise pytest.UsageError(f"{item.nodeid}: {STANDALONE_WITH_RAY}")
-    # the tests that need fresh worker processes end the warm ones (cold_workers): run them
-    # last, so that the tests after them do not start those processes again (~5.8 s of CPU
-    # each: importing torch, tensordict and torchrl)
-    cold = [i for i in items if "cold_workers" in _fixtures(i)]
-    if cold:
-        items[:] = [i for i in items if i not in cold] + cold
 
 
 @pytest.fixture(autouse=True)
@@ -119,17 +113,6 @@ def ray_session():
         )
     warm_workers(False)
     ray.shutdown()
-
-
-@pytest.fixture
-def cold_workers(ray_session):
-    """Fresh worker processes for one test (it looks at what a new process has: its
-    threads, the resources a shutdown frees), and no idle kept ones around it."""
-    from fleetrl.backends import warm_workers
-
-    warm_workers(False)
-    yield
-    warm_workers(True)
 
 
 @pytest.fixture
