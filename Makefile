@@ -24,7 +24,7 @@ demo: venv
 	$(BIN)/fleetrl train configs/ppo_cartpole.yaml
 
 # the Ray tests in one process (one Ray instance), and beside them, at a lower priority, the
-# unit tests and doctests on two workers (tests/layers.py)
+# unit tests and doctests in two processes, each over half of their files (tests/layers.py)
 test: venv
 	$(BIN)/python tests/layers.py
 
