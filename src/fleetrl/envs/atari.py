@@ -37,7 +37,7 @@ import numpy as np
 from fleetrl.config import AtariConfig, EnvEngine
 from fleetrl.envs.base import ENGINE_MSG, BatchedEnv
 from fleetrl.envs.cpp import EnvPoolEnv, NextStepEnv
-from fleetrl.envs.gymnasium import GymVectorEnv
+from fleetrl.envs.gymnasium import GymVectorEnv, gym_spec
 from fleetrl.envs.registry import EnvKind, lookup_id, register_ale
 from fleetrl.errors import ConfigError, EnvError
 from fleetrl.keys import OBSERVATION_KEY, NestedKey
@@ -246,7 +246,7 @@ def check_atari_engine(
 
 
 def _game(env_id: str) -> str:
-    return gym.spec(env_id).kwargs["game"]  # e.g. "montezuma_revenge"
+    return gym_spec(env_id).kwargs["game"]  # e.g. "montezuma_revenge"
 
 
 def _envpool_task(env_id: str) -> str:

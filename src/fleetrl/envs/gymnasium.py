@@ -23,6 +23,7 @@ component. Random actions are stored the same way.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import gymnasium as gym
@@ -40,6 +41,7 @@ __all__ = [
     "GymVectorEnv",
     "action_start",
     "autoreset_mode",
+    "gym_spec",
     "make_gym_vector_env",
     "next_step_problem",
     "space_spec",
@@ -271,10 +273,27 @@ class GymVectorEnv(BatchedEnv):
         self.env.close()
 
 
+def gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """gymnasium's spec of ``env_id``, also in the ``module:Id`` form gymnasium's ``make``
+    takes (``my_envs:Maze-v0``): the module is imported first, and registers the id.
+    Raises ``gymnasium.error.Error`` for an id nothing registers, or a module that cannot
+    be imported (with the reason)."""
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise gym.error.Error(
+                f"the module {module!r} that {env_id!r} names cannot be imported here: {err}"
+            ) from None
+        env_id = name
+    return gym.spec(env_id)
+
+
 def make_gym_vector_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
     """Build a gymnasium sync vector env with same-step autoreset."""
     try:
-        gym.spec(env_id)
+        gym_spec(env_id)
     except gym.error.Error as err:
         raise EnvError(UNKNOWN_ID_MSG.format(value=env_id, err=err)) from None
     return gym.make_vec(

@@ -45,7 +45,7 @@ import gymnasium as gym
 from fleetrl.config import EnvEngine
 from fleetrl.envs.base import ENGINE_MSG, BatchedEnv
 from fleetrl.envs.cpp import EnvPoolEnv
-from fleetrl.envs.gymnasium import GymVectorEnv, make_gym_vector_env
+from fleetrl.envs.gymnasium import GymVectorEnv, gym_spec, make_gym_vector_env
 from fleetrl.errors import ConfigError
 
 __all__ = ["MujocoEnv", "check_mujoco_engine", "is_mujoco_id"]
@@ -83,7 +83,7 @@ MUJOCO_ENGINES = (EnvEngine.GYMNASIUM, EnvEngine.ENVPOOL)
 def is_mujoco_id(env_id: str) -> bool:
     """Whether ``env_id`` is a registered gymnasium MuJoCo env (``Hopper-v5``, ...)."""
     try:
-        spec = gym.spec(env_id)
+        spec = gym_spec(env_id)
     except gym.error.Error:
         return False
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""

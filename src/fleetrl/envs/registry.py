@@ -7,6 +7,11 @@ with one registry look-up: the id's :class:`EnvKind` and whether anything is
 registered under it. :func:`fleetrl.envs.engine.resolve_env` builds on it for a
 config's whole ``env`` section.
 
+An id may name the module that registers it, in gymnasium's ``module:Id`` form
+(``my_envs:Maze-v0``): :func:`~fleetrl.envs.gymnasium.gym_spec` imports the module first, in whichever process
+reads the id, so one's own env reaches Ray workers by its id (the module must be
+importable there: installed, or on their ``PYTHONPATH``).
+
 Examples:
     >>> lookup_id("CartPole-v1")
     (<EnvKind.GYMNASIUM: 'gymnasium'>, True)
@@ -23,6 +28,7 @@ import importlib.util
 
 import gymnasium as gym
 
+from fleetrl.envs.gymnasium import gym_spec
 from fleetrl.envs.mujoco import _MUJOCO_ENTRY_POINT
 
 __all__ = [
@@ -106,7 +112,7 @@ def lookup_id(env_id: str) -> tuple[EnvKind, bool]:
     if names_ale_game(env_id):
         register_ale()
     try:
-        spec = gym.spec(env_id)
+        spec = gym_spec(env_id)
     except gym.error.Error:
         return EnvKind.GYMNASIUM, False
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""

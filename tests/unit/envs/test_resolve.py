@@ -12,13 +12,15 @@ import sys
 import gymnasium as gym
 import pytest
 
+from fleetrl.collectors import SyncDataCollector
 from fleetrl.config import AtariConfig, EnvConfig, EnvEngine
 from fleetrl.envs.atari import NOT_ENVPOOL_ID_MSG, AtariEnv, is_atari_id
 from fleetrl.envs.engine import EnvKind, ResolvedEnv, engine_problems, env_kind, resolve_env
 from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.mujoco import MUJOCO_ENGINE_MSG, MujocoEnv
 from fleetrl.envs.registry import lookup_id, names_ale_game
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, EnvError
+from fleetrl.setup.load import config_from_dict
 
 try:
     import envpool  # noqa: F401
@@ -38,6 +40,65 @@ def test_a_gymnasium_id_resolves_to_itself():
         (),
     )
     assert create_env_fn(env) == create_env_fn(EnvConfig(id="CartPole-v1")) == "CartPole-v1"
+
+
+def test_an_id_that_names_its_module_imports_it_first_in_every_lookup(
+    tmp_path, monkeypatch, request
+):
+    """gymnasium's ``module:Id`` form: the module registers the id when imported, in any
+    process that reads the id (a Ray worker too); the id stays as written."""
+    (tmp_path / "my_maze_envs.py").write_text(
+        "import gymnasium as gym\n"
+        "gym.register('FleetrlMaze-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
+        " max_episode_steps=7)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    request.addfinalizer(lambda: gym.registry.pop("FleetrlMaze-v0", None))
+    request.addfinalizer(lambda: sys.modules.pop("my_maze_envs", None))
+    env = resolve_env(EnvConfig(id="my_maze_envs:FleetrlMaze-v0", num_envs=2))
+    assert (env.kind, env.registered, env.create_env_fn, env.problems) == (
+        EnvKind.GYMNASIUM,
+        True,
+        "my_maze_envs:FleetrlMaze-v0",
+        (),
+    )
+    assert "FleetrlMaze-v0" in gym.registry  # registered by the import
+    assert lookup_id("fakes:FleetrlFakePixel-v0") == (EnvKind.GYMNASIUM, True)
+    assert lookup_id("fakes:NoSuchFake-v0") == (EnvKind.GYMNASIUM, False)
+    assert lookup_id("no_such_module_here:Maze-v0") == (EnvKind.GYMNASIUM, False)
+    with SyncDataCollector(
+        "my_maze_envs:FleetrlMaze-v0", None, frames_per_batch=14, num_envs=2
+    ) as collector:
+        batch = collector.next()
+    assert batch.batch_size == (2, 7)
+    assert batch["next", "truncated"][:, -1].all()  # the registered 7-step limit acts
+
+
+def test_an_unknown_module_id_says_what_failed():
+    with pytest.raises(EnvError) as info:
+        SyncDataCollector("no_such_module_here:Maze-v0", None, frames_per_batch=8)
+    assert str(info.value).startswith(
+        "create_env_fn='no_such_module_here:Maze-v0' is not a registered gymnasium id (the "
+        "module 'no_such_module_here' that 'no_such_module_here:Maze-v0' names cannot be "
+        "imported here: No module named 'no_such_module_here')"
+    )
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"algorithm": "ppo", "env": {"id": "no_such_module_here:Maze-v0"}})
+    assert info.value.problems == [
+        "env.id='no_such_module_here:Maze-v0' is invalid: no gymnasium env is registered under "
+        "that id; its module 'no_such_module_here' cannot be imported (No module named "
+        "'no_such_module_here'): install it, or put it on the PYTHONPATH of this process and "
+        "of the Ray workers"
+    ]
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"algorithm": "ppo", "env": {"id": "fakes:FleetrlFakePixl-v0"}})
+    assert (
+        "is invalid: no gymnasium env is registered under that id; did you mean "
+        "'fakes:FleetrlFakePixel-v0'" in info.value.problems[0]
+    )
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"algorithm": "ppo", "env": {"id": "fakes:Zzzzzzzz-v0"}})
+    assert info.value.problems[0].endswith("importing 'fakes' registers no env named 'Zzzzzzzz-v0'")
 
 
 def test_an_ale_id_resolves_to_its_atari_spec_in_the_configured_engine():

@@ -366,14 +366,31 @@ def _replay_memory(config: Config, spec: EnvSpec, check: Problems) -> None:
 
 
 def close_ids(env_id: str) -> str:
-    """The registered ids closest to ``env_id``, said as a question; or where to look."""
+    """The registered ids closest to ``env_id``, said as a question; or where to look. An
+    id in the ``module:Id`` form is looked up after importing its module (or says why that
+    failed), and its suggestions keep the module."""
+    import importlib
+
     import gymnasium as gym
 
-    by_lower = {name.lower(): name for name in gym.registry}
-    close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=3, cutoff=0.6)
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            return (
+                f"its module {module!r} cannot be imported ({err}): install it, or put it "
+                "on the PYTHONPATH of this process and of the Ray workers"
+            )
+    by_lower = {registered.lower(): registered for registered in gym.registry}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
     if close:
-        return "did you mean " + " or ".join(repr(by_lower[c]) for c in close) + "?"
+        said = [f"{module}{sep}{by_lower[c]}" for c in close]
+        return "did you mean " + " or ".join(repr(c) for c in said) + "?"
+    if sep:
+        return f"importing {module!r} registers no env named {name!r}"
     return (
         "check the spelling (gymnasium.pprint_registry() lists the ids), or import the "
-        "package that registers the env before the config is loaded"
+        "package that registers the env before the config is loaded, or name it with the "
+        "module that registers it: 'my_module:MyEnv-v0'"
     )
