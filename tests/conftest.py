@@ -83,20 +83,31 @@ def ray_session():
     import fakes
     import policies
 
-    # test helpers travel to the workers by value: workers do not import tests/
+    # test helpers travel to the workers by value, as a module workers cannot import would
+    # (the fakes' env ids import fakes by name: see below)
     cloudpickle.register_pickle_by_value(fakes)
     cloudpickle.register_pickle_by_value(policies)
     if not ray.is_initialized():
-        ray.init(
-            address="local",  # always a fresh local instance, never a stray cluster
-            num_cpus=4,
-            include_dashboard=False,
-            logging_level="ERROR",
-            log_to_driver=False,
-            configure_logging=False,
-            # the fakes' gymnasium ids, registered in every worker (they do not import tests/)
-            runtime_env={"worker_process_setup_hook": fakes.register_fake_envs},
-        )
+        # the fakes' gymnasium ids are written "fakes:<name>": a worker that builds one
+        # imports fakes, which registers them. tests/ is on the workers' path through the
+        # environment Ray's processes inherit, not a runtime_env: with one, Ray starts every
+        # worker through a setup process first (~0.4 s of CPU each, some 30 per session)
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), path]))
+        try:
+            ray.init(
+                address="local",  # always a fresh local instance, never a stray cluster
+                num_cpus=4,
+                include_dashboard=False,
+                logging_level="ERROR",
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        finally:
+            if path is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = path
     from fleetrl.backends import warm_workers
 
     # a worker's process is reused by the next worker of its kind: tests start hundreds of

@@ -377,24 +377,29 @@ def envpool_breakout():
 
 
 PIXEL_SHAPE = (4, 84, 84)
-#: the id the CLI and collectors use (registered here, and in every Ray worker of the test
-#: session by ``register_fake_envs``, its worker setup hook: workers do not import tests/)
-PIXEL_ENV_ID = "FleetrlFakePixel-v0"
+#: the ids the CLI and collectors use, in gymnasium's ``module:Id`` form: a process that
+#: reads one imports this module first, which registers them (a Ray worker too: the test
+#: session puts tests/ on the workers' PYTHONPATH)
+PIXEL_ENV_ID = "fakes:FleetrlFakePixel-v0"
 #: :class:`OffsetActionEnv` with ``Discrete(3, start=-1)``, for runs of the CLI
-OFFSET_ENV_ID = "FleetrlFakeOffsetActions-v0"
+OFFSET_ENV_ID = "fakes:FleetrlFakeOffsetActions-v0"
 #: :class:`OffsetActionEnv` with ``MultiDiscrete([3, 2], start=[1, -2])``
-MULTI_DISCRETE_ENV_ID = "FleetrlFakeMultiDiscrete-v0"
+MULTI_DISCRETE_ENV_ID = "fakes:FleetrlFakeMultiDiscrete-v0"
+
+
+def _name(env_id: str) -> str:
+    return env_id.partition(":")[2]
 
 
 def register_fake_envs() -> None:
-    """Register the fakes' gymnasium ids in this process (idempotent)."""
-    if PIXEL_ENV_ID not in gym.registry:
-        gym.register(PIXEL_ENV_ID, entry_point=PixelEnv, max_episode_steps=100)
-    if OFFSET_ENV_ID not in gym.registry:
-        gym.register(OFFSET_ENV_ID, entry_point=OffsetActionEnv)
-    if MULTI_DISCRETE_ENV_ID not in gym.registry:
+    """Register the fakes' gymnasium ids in this process (idempotent), under their names."""
+    if _name(PIXEL_ENV_ID) not in gym.registry:
+        gym.register(_name(PIXEL_ENV_ID), entry_point=PixelEnv, max_episode_steps=100)
+    if _name(OFFSET_ENV_ID) not in gym.registry:
+        gym.register(_name(OFFSET_ENV_ID), entry_point=OffsetActionEnv)
+    if _name(MULTI_DISCRETE_ENV_ID) not in gym.registry:
         gym.register(
-            MULTI_DISCRETE_ENV_ID,
+            _name(MULTI_DISCRETE_ENV_ID),
             entry_point=OffsetActionEnv,
             kwargs={"start": [1, -2], "nvec": [3, 2]},
         )
