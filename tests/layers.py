@@ -42,12 +42,12 @@ UNIT_NICE = 19
 
 
 #: the unit layer's two halves, by path (about half of its CPU each): the first, the tests
-#: of the collectors, envs and learners packages; the second, the rest of ``tests/unit``
-#: (what is not in the first, so a new test file runs in one of them) and the docstring
-#: examples. Each runs in a process of its own (see the module docstring).
+#: of the collectors, envs and learners packages and the docstring examples; the second,
+#: the rest of ``tests/unit`` (what is not in the first, so a new test file runs in one of
+#: them). Each runs in a process of its own (see the module docstring).
 UNIT_HALVES = (
-    ("tests/unit/collectors", "tests/unit/envs", "tests/unit/learners"),
-    ("tests/unit", "src/fleetrl"),
+    ("tests/unit/collectors", "tests/unit/envs", "tests/unit/learners", "src/fleetrl"),
+    ("tests/unit",),
 )
 
 
@@ -63,7 +63,12 @@ def commands(everything: bool) -> tuple[list[list[str]], list[str], list[str] | 
     marker = [] if everything else ["-m", "not e2e"]
     unit = [
         [*beside, *marker, *first],
-        [*beside, *marker, *(f"--ignore={path}" for path in first), *second],
+        [
+            *beside,
+            *marker,
+            *(f"--ignore={path}" for path in first if path.startswith("tests/unit/")),
+            *second,
+        ],
     ]
     if everything:
         ray = [*pytest, "-m", "not standalone", "tests/integration", "tests/e2e"]
