@@ -252,9 +252,18 @@ def main() -> None:
     parser.add_argument(
         "overrides",
         nargs="*",
-        help="key=value overrides for every fleetrl run, e.g. env.engine=envpool",
+        help="key=value overrides for every fleetrl run, e.g. env.engine=envpool (before "
+        "--algos and --envs, which take every word after them)",
     )
     args = parser.parse_args()
+    # argparse gives --envs every word after it: an override written there would be run
+    # as an env id, after the runs before it (minutes)
+    misplaced = [e for e in args.envs or () if "=" in e]
+    if misplaced:
+        parser.error(
+            f"--envs {' '.join(misplaced)}: an override, not an env id; write the overrides "
+            "before the options (mujoco_learning.py env.num_envs=4 --envs Hopper-v5)"
+        )
 
     path = RESULTS / "mujoco_learning.json"
     if args.report:  # the saved results only: the table, the ratios and the PNGs again

@@ -72,3 +72,23 @@ def test_report_prints_every_run_and_adds_the_rllib_comparison(capsys, monkeypat
     assert "reached RLlib's final score at 200 steps, 40 s: 0.40x RLlib's wall time" in out
     assert "vs_rllib" in results["fleetrl ppo HalfCheetah-v5"]
     assert "vs_rllib" not in results["fleetrl sac HalfCheetah-v5"]
+
+
+def test_an_override_written_after_envs_is_refused_before_any_run(capsys, monkeypatch):
+    """argparse gives --envs every word after it: an override there would be run as an env
+    id, after minutes of runs before it."""
+    import mujoco_learning
+
+    def never(*args, **kwargs):
+        raise AssertionError("nothing may run")
+
+    monkeypatch.setattr(mujoco_learning, "run_fleetrl", never)
+    argv = ["mujoco_learning.py", "--algos", "ppo", "--envs", "Hopper-v5", "env.num_envs=4"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as info:
+        mujoco_learning.main()
+    assert info.value.code == 2
+    assert (
+        "--envs env.num_envs=4: an override, not an env id; write the overrides before the "
+        "options (mujoco_learning.py env.num_envs=4 --envs Hopper-v5)"
+    ) in capsys.readouterr().err
