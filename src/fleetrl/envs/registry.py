@@ -8,9 +8,9 @@ registered under it. :func:`fleetrl.envs.engine.resolve_env` builds on it for a
 config's whole ``env`` section.
 
 An id may name the module that registers it, in gymnasium's ``module:Id`` form
-(``my_envs:Maze-v0``): :func:`~fleetrl.envs.gymnasium.gym_spec` imports the module first, in whichever process
-reads the id, so one's own env reaches Ray workers by its id (the module must be
-importable there: installed, or on their ``PYTHONPATH``).
+(``my_envs:Maze-v0``): :func:`~fleetrl.envs.gymnasium.gym_spec` imports the module
+first, in whichever process reads the id, so one's own env reaches Ray workers by its id
+(the module must be importable there: installed, or on their ``PYTHONPATH``).
 
 Examples:
     >>> lookup_id("CartPole-v1")
