@@ -43,13 +43,15 @@ ROOT = Path(__file__).resolve().parent.parent
 UNIT_NICE = 19
 
 
-#: the unit layer's two halves, by path (about half of its CPU each): the first, the tests
-#: of the collectors, envs and learners packages and the docstring examples; the second,
+#: the unit layer's two halves, by path (about half of its CPU each, on a fresh machine,
+#: where torch.compile's tests find no compiled kernels cached and take ~20 s of CPU more):
+#: the first, the tests of the collectors, algorithms and learners packages; the second,
 #: the rest of ``tests/unit`` (what is not in the first, so a new test file runs in one of
-#: them). Each runs in a process of its own (see the module docstring).
+#: them) and the docstring examples. Each runs in a process of its own (see the module
+#: docstring).
 UNIT_HALVES = (
-    ("tests/unit/collectors", "tests/unit/envs", "tests/unit/learners", "src/fleetrl"),
-    ("tests/unit",),
+    ("tests/unit/collectors", "tests/unit/algorithms", "tests/unit/learners"),
+    ("tests/unit", "src/fleetrl"),
 )
 
 
