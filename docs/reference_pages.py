@@ -480,10 +480,14 @@ def _mujoco_learning_plot(png: Path) -> tuple[str, str]:
     key = next((k for k, r in runs.items() if Path(r.get("png") or "").name == png.name), None)
     if key is None:
         raise MarkerError(f"benchmarks/results/mujoco_learning.json names no run of {png.name}")
-    algo, env = key.split()[1:]
+    _, algo, env, *tags = key.split(maxsplit=3)  # tags: a run's overrides or seed, "[...]"
     names = {"fleetrl": "fleetrl", "rllib": "RLlib"}
-    who = [names.get(k.split()[0], k.split()[0]) for k in runs if k.split()[1:] == [algo, env]]
-    caption = f"{algo.upper()} on {env}"
+    who = [
+        names.get(k.split()[0], k.split()[0])
+        for k in runs
+        if k.split(maxsplit=3)[1:] == [algo, env, *tags]
+    ]
+    caption = " ".join([f"{algo.upper()} on {env}", *tags])
     alt = (
         f"Learning curves of {caption}: the mean training return of the last 20 episodes "
         f"against env steps, {' and '.join(who)}, with the target score "
