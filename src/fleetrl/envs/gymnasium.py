@@ -39,11 +39,13 @@ from fleetrl.keys import OBSERVATION_KEY, NestedKey
 __all__ = [
     "PARTIAL_RESET_CLASSES",
     "GymVectorEnv",
+    "IdModuleError",
     "action_start",
     "autoreset_mode",
     "gym_spec",
     "make_gym_vector_env",
     "next_step_problem",
+    "registry_name",
     "space_spec",
 ]
 
@@ -273,21 +275,35 @@ class GymVectorEnv(BatchedEnv):
         self.env.close()
 
 
+class IdModuleError(gym.error.Error):
+    """The module an id in the ``module:Id`` form names cannot be imported."""
+
+    def __init__(self, env_id: str, module: str, reason: ImportError):
+        super().__init__(
+            f"the module {module!r} that {env_id!r} names cannot be imported here: {reason}"
+        )
+        self.module, self.reason = module, reason
+
+
+def registry_name(env_id: str) -> str:
+    """The name ``env_id`` is registered under in this process: itself, or, in the
+    ``module:Id`` form gymnasium's ``make`` takes (``my_envs:Maze-v0``), ``Id`` once the
+    module (which registers it) is imported. Raises :class:`IdModuleError`."""
+    module, sep, name = env_id.rpartition(":")
+    if not sep:
+        return env_id
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise IdModuleError(env_id, module, err) from None
+    return name
+
+
 def gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """gymnasium's spec of ``env_id``, also in the ``module:Id`` form gymnasium's ``make``
-    takes (``my_envs:Maze-v0``): the module is imported first, and registers the id.
+    """gymnasium's spec of ``env_id``, in the ``module:Id`` form too (:func:`registry_name`).
     Raises ``gymnasium.error.Error`` for an id nothing registers, or a module that cannot
     be imported (with the reason)."""
-    module, sep, name = env_id.rpartition(":")
-    if sep:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise gym.error.Error(
-                f"the module {module!r} that {env_id!r} names cannot be imported here: {err}"
-            ) from None
-        env_id = name
-    return gym.spec(env_id)
+    return gym.spec(registry_name(env_id))
 
 
 def make_gym_vector_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:

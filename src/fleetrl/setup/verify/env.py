@@ -369,19 +369,18 @@ def close_ids(env_id: str) -> str:
     """The registered ids closest to ``env_id``, said as a question; or where to look. An
     id in the ``module:Id`` form is looked up after importing its module (or says why that
     failed), and its suggestions keep the module."""
-    import importlib
-
     import gymnasium as gym
 
-    module, sep, name = env_id.rpartition(":")
-    if sep:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            return (
-                f"its module {module!r} cannot be imported ({err}): install it, or put it "
-                "on the PYTHONPATH of this process and of the Ray workers"
-            )
+    from fleetrl.envs.gymnasium import IdModuleError, registry_name
+
+    try:
+        name = registry_name(env_id)
+    except IdModuleError as err:
+        return (
+            f"its module {err.module!r} cannot be imported ({err.reason}): install it, or put "
+            "it on the PYTHONPATH of this process and of the Ray workers"
+        )
+    module, sep, _ = env_id.rpartition(":")
     by_lower = {registered.lower(): registered for registered in gym.registry}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
     if close:
