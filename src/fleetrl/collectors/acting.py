@@ -8,7 +8,9 @@ step. :class:`TensorActor` acts as the same actor on tensors: its network called
 the step's observation tensor, torch's distribution built from the outputs,
 sampled and scored by torchrl's own ``sample_and_log_prob`` (or the sample and the
 log-probability tensordict's module takes), the same outputs returned under the
-same keys. The network part may be one module or a chain of them
+same keys. For the distributions fleetrl's actors use, the draw and its score come
+from the parameters directly, in the distribution's own operations
+(:mod:`fleetrl.collectors.sampling`), without building it. The network part may be one module or a chain of them
 (:class:`TensorChain`: a multi-agent actor's stacked observations, then torchrl's
 ``MultiAgentMLP``), and :class:`TeamActor` acts for a sequence of such actors (one per
 agent group). The multi-agent rollout (:mod:`fleetrl.collectors.grouped`) writes the
@@ -43,6 +45,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.distributions.utils import sample_and_log_prob
 from torchrl.modules.tensordict_module.probabilistic import SafeProbabilisticModule
 
+from fleetrl.collectors.sampling import DirectSampler, direct_sampler
 from fleetrl.keys import NestedKey
 
 __all__ = [
@@ -172,6 +175,10 @@ class TensorActor:
         self.log_prob_key: NestedKey = prob.log_prob_key
         #: torchrl's module samples and scores one draw at once; tensordict's samples, then scores
         self.atomic = type(prob).forward is SafeProbabilisticModule.forward
+        #: the draw and its score without building the distribution (None: built each step)
+        self.direct: DirectSampler | None = direct_sampler(
+            self.dist_class, self.dist_kwargs, self.dist_keys, atomic=self.atomic
+        )
 
     @classmethod
     def of(cls, policy: Any) -> TensorActor | None:
@@ -225,6 +232,11 @@ class TensorActor:
         tensors of :attr:`in_keys`."""
         out = dict(zip(self.net_keys, self.net(*inputs)))
         params = {name: out[key] for name, key in zip(self.dist_keys, self.dist_in_keys)}
+        if self.direct is not None:
+            drawn = self.direct(params)
+            if drawn is not None:  # None: params the distribution refuses, built to say so
+                out[self.action_key], out[self.log_prob_key] = drawn
+                return out
         dist = self.dist_class(**params, **self.dist_kwargs)
         if self.atomic:
             action, log_prob = sample_and_log_prob(dist, reparameterize=dist.has_rsample)
@@ -290,10 +302,31 @@ def tensor_actor(
     """:class:`TensorActor` (or :class:`TeamActor`) of ``policy`` where, from the same
     generator states, it gives exactly the policy's outputs on ``step`` (:data:`PROBES`
     times): the same keys (``out_keys``, what the policy writes), dtypes, shapes and
-    values. Torch's generator is left as it was."""
+    values. Torch's generator is left as it was. An actor's direct sampler
+    (:mod:`fleetrl.collectors.sampling`) is probed with it; where the two disagree, the
+    probe is repeated with the distributions built each step."""
     fast = TensorActor.of(policy) or TeamActor.of(policy)
     if fast is None:
         return None
+    if _same_outputs(fast, policy, step, out_keys, exploration_type):
+        return fast
+    actors = fast.actors if isinstance(fast, TeamActor) else [fast]
+    if not any(a.direct is not None for a in actors):
+        return None
+    for a in actors:  # a torch or torchrl that samples another way: build the distributions
+        a.direct = None
+    return fast if _same_outputs(fast, policy, step, out_keys, exploration_type) else None
+
+
+def _same_outputs(
+    fast: TensorActor | TeamActor,
+    policy: Any,
+    step: TensorDictBase,
+    out_keys: list[NestedKey],
+    exploration_type: ExplorationType,
+) -> bool:
+    """From the same generator states, ``fast`` and ``policy`` give the same keys, dtypes,
+    shapes and values on ``step`` (:data:`PROBES` times)."""
     want_keys = set(out_keys)
     with (
         torch.inference_mode(),
@@ -306,10 +339,10 @@ def tensor_actor(
             torch.set_rng_state(state)
             got = fast(step.clone())
             if not isinstance(got, dict) or set(got) != want_keys:
-                return None
+                return False
             if not all(_same(got[k], want.get(k)) for k in want_keys):
-                return None
-    return fast
+                return False
+    return True
 
 
 def _same(a: Any, b: Any) -> bool:
