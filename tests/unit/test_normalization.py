@@ -61,6 +61,47 @@ def test_normalizer_is_the_identity_until_merged_then_standardizes_and_clips():
     assert [k for k, _ in norm.named_buffers()] == ["count", "mean", "m2"]
 
 
+def test_acting_keeps_the_statistics_affine_only_until_a_statistic_changes():
+    """Under inference mode (a collector's step) the normalizer keeps the mean and scale it
+    computed; every way the statistics change makes it compute them again, so acting
+    always equals the learner's (grad-mode) call, bit for bit."""
+    import copy
+    import pickle
+
+    norm = ObservationNormalizer((3,), clip=5.0)
+    obs = torch.randn(6, 3) * 4 + 1
+
+    def assert_acting_is_learning(x=obs):
+        with torch.inference_mode():
+            acted = norm(x)
+        assert torch.equal(acted, norm(x)) and acted.dtype == x.dtype
+
+    assert_acting_is_learning()
+    norm.merge_(RunningMoments.of(torch.randn(40, 3) * 3 + 2))
+    with torch.inference_mode():
+        first = norm(obs)
+    assert not torch.equal(first, obs.clamp(-5, 5))  # the merge was seen
+    assert_acting_is_learning()
+    other = ObservationNormalizer((3,), clip=5.0)
+    other.merge_(RunningMoments.of(torch.randn(40, 3) - 3))
+    norm.load_state_dict(other.state_dict())  # a weights update
+    assert_acting_is_learning()
+    with torch.no_grad():
+        norm.mean.add_(0.5)  # any in-place write
+    assert_acting_is_learning()
+    replaced = other.m2.clone() * 4  # a buffer replaced by another tensor of its version
+    while replaced._version < norm.m2._version:
+        replaced.add_(0.0)
+    norm.m2 = replaced
+    assert_acting_is_learning()
+    assert_acting_is_learning(obs.double())  # another dtype
+    assert_acting_is_learning()
+    for twin in (pickle.loads(pickle.dumps(norm)), copy.deepcopy(norm)):
+        assert "_kept" not in twin.__dict__  # derived: never shipped with the policy
+        with torch.inference_mode():
+            assert torch.equal(twin(obs), norm(obs))
+
+
 # ------------------------------------------------------------------ discounted returns
 def reference_returns(reward, done, gamma):
     g, out = np.zeros(reward.shape[0]), np.zeros(reward.shape)

@@ -205,13 +205,44 @@ class ObservationNormalizer(nn.Module):
         return RunningMoments.of(valid_values(batch, self.in_key, len(self.shape)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # a few element-wise ops on the statistics per call; no .item(), no branch on them
-        var = torch.where(self.count > 0, self.m2 / self.count.clamp_min(1.0), 1.0)
-        scale = torch.rsqrt(var + EPS).to(obs.dtype)
-        out = (obs - self.mean.to(obs.dtype)) * scale
+        if torch.is_inference_mode_enabled():  # acting: the statistics' last values, kept
+            shift, scale = self._acting_affine(obs.dtype)
+        else:  # learning, compiled or not: a few element-wise ops, no .item(), no branch
+            shift, scale = self._affine(obs.dtype)
+        out = (obs - shift) * scale
         if self.clip is not None:
             out = out.clamp(-self.clip, self.clip)
         return out
+
+    def _affine(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and ``1 / sqrt(var + eps)``, in ``dtype``."""
+        var = torch.where(self.count > 0, self.m2 / self.count.clamp_min(1.0), 1.0)
+        return self.mean.to(dtype), torch.rsqrt(var + EPS).to(dtype)
+
+    def _acting_affine(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_affine`, computed again only when a statistic changed: the same buffer
+        objects at the same versions (every in-place write, a merge or a weights load, moves
+        a tensor's version), the same dtype. A collector's step then pays two ops for it."""
+        count, mean, m2 = self.count, self.mean, self.m2
+        try:
+            versions = (count._version, mean._version, m2._version, dtype)
+        except RuntimeError:  # inference tensors keep no version: nothing to keep by
+            return self._affine(dtype)
+        kept = self.__dict__.get("_kept")
+        if (
+            kept is None
+            or kept[0] is not count
+            or kept[1] is not mean
+            or kept[2] is not m2
+            or kept[3] != versions
+        ):
+            kept = self.__dict__["_kept"] = (count, mean, m2, versions, self._affine(dtype))
+        return kept[4]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(super().__getstate__())
+        state.pop("_kept", None)  # derived, and inference tensors do not pickle
+        return state
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}, clip={self.clip}, in_key={self.in_key!r}"
