@@ -161,7 +161,9 @@ class GymVectorEnv(BatchedEnv):
     ``terminated`` and ``truncated`` are distinct: an episode that terminates at its time
     limit is terminated, not truncated. Cost per step: the env's own step plus, when an
     episode ended, one copy of the observations and the finished rows' reset or final
-    observations; nothing is allocated otherwise.
+    observations; nothing is allocated otherwise. gymnasium's own ``SyncVectorEnv`` in
+    same-step mode (what fleetrl builds from an id) is stepped env by env here, without
+    its info dicts: the same calls on the same sub-envs, in the same order.
     """
 
     def __init__(self, env: gym.vector.VectorEnv):
@@ -197,6 +199,14 @@ class GymVectorEnv(BatchedEnv):
             low, high = space.low, space.high
             if np.isfinite(low).any() or np.isfinite(high).any():
                 self._action_bounds = (low.astype(space.dtype), high.astype(space.dtype))
+        #: step the sub-envs here (:meth:`_step_each`): gymnasium's own SyncVectorEnv in
+        #: same-step mode, with array observations and actions
+        self._step_here = (
+            type(env) is gym.vector.SyncVectorEnv
+            and not self._manual_reset
+            and isinstance(env.single_observation_space, gym.spaces.Box)
+            and isinstance(space, (gym.spaces.Box, gym.spaces.Discrete))
+        )
 
     @property
     def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -232,6 +242,8 @@ class GymVectorEnv(BatchedEnv):
             action = np.clip(action, *self._action_bounds)
         elif self._action_start is not None:  # 0-based indices -> the env's own values
             action = action + self._action_start
+        if self._step_here:
+            return self._step_each(action)
         obs, reward, terminated, truncated, infos = self.env.step(action)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool) & ~terminated  # never both
@@ -251,6 +263,37 @@ class GymVectorEnv(BatchedEnv):
                 # gymnasium: an object array of rows; ale-py: the batch (cast as written)
                 rows = final[ended]
                 next_obs[ended] = np.stack(rows) if final.dtype == object else rows
+        return StepResult(
+            {OBSERVATION_KEY: next_obs}, {OBSERVATION_KEY: obs}, reward, terminated, truncated
+        )
+
+    def _step_each(self, action: np.ndarray) -> StepResult:
+        """What ``SyncVectorEnv.step`` does in same-step mode, without its info dicts (merged
+        per env and key, and read here only for the final observations): each sub-env
+        steps with its row of ``action``, and one that ended is reset at once, its final
+        observation kept as the transition's next one. The sub-envs' calls and their order
+        are gymnasium's, so their states and generators end the same."""
+        n = self.num_envs
+        space = self.env.single_observation_space
+        dtype = np.float32 if self._to_float32 else space.dtype
+        obs = np.empty((n, *space.shape), dtype=dtype)
+        reward = np.empty(n, dtype=np.float64)
+        terminated = np.empty(n, dtype=bool)
+        truncated = np.empty(n, dtype=bool)
+        next_obs = obs
+        for i, env in enumerate(self.env.envs):
+            o, reward[i], terminated[i], truncated[i], _ = env.step(action[i])
+            if terminated[i] or truncated[i]:
+                if next_obs is obs:
+                    next_obs = np.empty_like(obs)
+                    next_obs[:i] = obs[:i]
+                next_obs[i] = o
+                o, _ = env.reset()
+            elif next_obs is not obs:
+                next_obs[i] = o
+            obs[i] = o
+        self.env._autoreset_envs = terminated | truncated  # as gymnasium keeps it (saved state)
+        truncated &= ~terminated  # never both
         return StepResult(
             {OBSERVATION_KEY: next_obs}, {OBSERVATION_KEY: obs}, reward, terminated, truncated
         )
