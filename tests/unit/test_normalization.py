@@ -96,6 +96,9 @@ def test_acting_keeps_the_statistics_affine_only_until_a_statistic_changes():
     assert_acting_is_learning()
     assert_acting_is_learning(obs.double())  # another dtype
     assert_acting_is_learning()
+    # a compiled update traces the learning branch, in one graph
+    explained = torch._dynamo.explain(lambda x: norm(x).sum())(obs)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     for twin in (pickle.loads(pickle.dumps(norm)), copy.deepcopy(norm)):
         assert "_kept" not in twin.__dict__  # derived: never shipped with the policy
         with torch.inference_mode():

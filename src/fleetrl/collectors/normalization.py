@@ -205,7 +205,8 @@ class ObservationNormalizer(nn.Module):
         return RunningMoments.of(valid_values(batch, self.in_key, len(self.shape)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if torch.is_inference_mode_enabled():  # acting: the statistics' last values, kept
+        # acting: the statistics' last values, kept (dynamo cannot trace the mode's check)
+        if not torch.compiler.is_compiling() and torch.is_inference_mode_enabled():
             shift, scale = self._acting_affine(obs.dtype)
         else:  # learning, compiled or not: a few element-wise ops, no .item(), no branch
             shift, scale = self._affine(obs.dtype)
