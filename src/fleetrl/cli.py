@@ -306,6 +306,7 @@ BENCHMARKS = (
     "learner_throughput",
     "marl",
     "memory",
+    "mujoco_collection",
     "mujoco_learning",
     "normalization_overhead",
     "ray_throughput",

@@ -145,7 +145,7 @@ class _Normal:
         action = _rsample(loc, scale)
         log_prob = _normal_log_prob(action, loc, scale)
         if self.event_dims:
-            log_prob = log_prob.reshape(log_prob.shape[: -self.event_dims] + (-1,)).sum(-1)
+            log_prob = log_prob.reshape((*log_prob.shape[: -self.event_dims], -1)).sum(-1)
         return action, log_prob
 
 
