@@ -37,7 +37,7 @@ import warnings
 import torch
 from torch.nn import functional as F
 
-from common import machine, print_table, write_json
+from common import IterTimer, machine, print_table, write_json
 from fleetrl import SyncDataCollector
 from fleetrl.algorithms.models import make_actor
 from fleetrl.collectors.normalization import ObservationNormalizer, RunningMoments
@@ -123,25 +123,6 @@ class RawLoop:
         self.env.close()
 
 
-class Timed:
-    """One collector's batch per call, its frames/s; fleetrl's parts per vector step."""
-
-    def __init__(self, collector, frames: int, fleetrl: bool):
-        self.collector, self.frames, self.fleetrl = collector, frames, fleetrl
-        self.it = iter(collector)
-        next(self.it)
-        if fleetrl:
-            collector.take_times()
-
-    def run(self) -> float:
-        start = time.perf_counter()
-        next(self.it)
-        return self.frames / (time.perf_counter() - start)
-
-    def shutdown(self) -> None:
-        self.collector.shutdown()
-
-
 def torchrl_collector(actor, num_envs: int, frames: int):
     from torchrl.collectors import Collector
     from torchrl.envs import DoubleToFloat, GymEnv, TransformedEnv
@@ -170,10 +151,11 @@ def main() -> None:
         fleet.set_seed(0)
         contestants = {
             "raw": RawLoop(actor, info, n, args.steps),
-            "fleetrl": Timed(fleet, frames, True),
+            "fleetrl": IterTimer(fleet, frames),  # one batch to warm up, untimed
         }
+        fleet.take_times()  # the parts of the timed batches only
         if not args.no_torchrl:
-            contestants["torchrl"] = Timed(torchrl_collector(actor, n, frames), frames, False)
+            contestants["torchrl"] = IterTimer(torchrl_collector(actor, n, frames), frames)
         runs: dict[str, list[float]] = {k: [] for k in names}
         for _ in range(args.rounds):
             for name, contestant in contestants.items():
