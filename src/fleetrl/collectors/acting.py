@@ -10,10 +10,10 @@ sampled and scored by torchrl's own ``sample_and_log_prob`` (or the sample and t
 log-probability tensordict's module takes), the same outputs returned under the
 same keys. For the distributions fleetrl's actors use, the draw and its score come
 from the parameters directly, in the distribution's own operations
-(:mod:`fleetrl.collectors.sampling`), without building it. The network part may be one module or a chain of them
-(:class:`TensorChain`: a multi-agent actor's stacked observations, then torchrl's
-``MultiAgentMLP``), and :class:`TeamActor` acts for a sequence of such actors (one per
-agent group). The multi-agent rollout (:mod:`fleetrl.collectors.grouped`) writes the
+(:mod:`fleetrl.collectors.sampling`), without building it. The network part may be one
+module or a chain of them (:class:`TensorChain`: a multi-agent actor's stacked
+observations, then torchrl's ``MultiAgentMLP``), and :class:`TeamActor` acts for a
+sequence of such actors (one per agent group). The multi-agent rollout (:mod:`fleetrl.collectors.grouped`) writes the
 outputs into its step.
 
 The learners' updates call the same :class:`TensorNet` and :class:`TensorChain`
