@@ -6,6 +6,11 @@ and warmed once; then each round times one batch of each, back to back, so
 that the ratios compare the same moment of a noisy machine. Figures are
 medians over rounds. Writes ``benchmarks/results/collector_throughput.json``.
 
+Two raw loops: ``raw`` steps gymnasium's ``SyncVectorEnv`` and samples through torch's
+``Categorical`` (the loop a user writes on gymnasium and torch); ``lean raw``
+(``common.LeanRawLoop``) steps the same sub-envs one by one and draws from the logits
+directly, which is what fleetrl's collector does, so it is the limit for it.
+
     python benchmarks/collector_throughput.py [--envs 1 16 64 256] [--steps 200] [--rounds 7]
 
 Targets (issue 2): fleetrl >= 0.85x raw at 64 envs and >= 2.5x torchrl's
@@ -25,6 +30,7 @@ import torch
 
 from common import (
     IterTimer,
+    LeanRawLoop,
     RawLoop,
     categorical_policy,
     gym_env,
@@ -68,18 +74,26 @@ def main() -> None:
         steps = args.steps
         fpb = n * steps
         raw = RawLoop(net, n, steps)
+        lean = LeanRawLoop(net, n, steps)
         fleet = IterTimer(SyncDataCollector(gym_env(n), policy, frames_per_batch=fpb), fpb)
         compiled = IterTimer(
             SyncDataCollector(gym_env(n), policy, frames_per_batch=fpb, compile_policy=True), fpb
         )
         trl = IterTimer(torchrl_collector(policy, n, fpb), fpb)
-        runs: dict[str, list[float]] = {"raw": [], "fleetrl": [], "compiled": [], "torchrl": []}
+        runs: dict[str, list[float]] = {
+            "raw": [],
+            "lean": [],
+            "fleetrl": [],
+            "compiled": [],
+            "torchrl": [],
+        }
         for _ in range(args.rounds):
             runs["raw"].append(raw.run(steps))
+            runs["lean"].append(lean.run(steps))
             runs["fleetrl"].append(fleet.run())
             runs["compiled"].append(compiled.run())
             runs["torchrl"].append(trl.run())
-        for c in (raw, fleet, compiled, trl):
+        for c in (raw, lean, fleet, compiled, trl):
             c.shutdown()
         med = {k: statistics.median(v) for k, v in runs.items()}
 
@@ -88,13 +102,14 @@ def main() -> None:
             for a in ("fleetrl", "compiled")
             for b in ("raw", "torchrl")
         }
+        ratios["fleetrl_vs_lean"] = median_ratio(runs["fleetrl"], runs["lean"])
         results.append(
             {"num_envs": n, **{f"{k}_fps": v for k, v in med.items()}, **ratios, "runs": runs}
         )
         rows.append(
             [
                 n,
-                *(f"{med[k]:,.0f}" for k in ("raw", "fleetrl", "compiled", "torchrl")),
+                *(f"{med[k]:,.0f}" for k in ("raw", "lean", "fleetrl", "compiled", "torchrl")),
                 *(f"{v:.2f}x" for v in ratios.values()),
             ]
         )
@@ -104,6 +119,7 @@ def main() -> None:
         [
             "envs",
             "raw fps",
+            "lean raw fps",
             "fleetrl fps",
             "compiled fps",
             "torchrl fps",
@@ -111,6 +127,7 @@ def main() -> None:
             "fleetrl/torchrl",
             "compiled/raw",
             "compiled/torchrl",
+            "fleetrl/lean raw",
         ],
         rows,
     )

@@ -154,6 +154,50 @@ class RawLoop:
         self.env.close()
 
 
+class LeanRawLoop(RawLoop):
+    """The raw loop doing only what a collector must: the sub-envs of the same vector env
+    stepped one by one (a finished one reset at once; no info dicts merged), and the
+    categorical draw and its log-probability from the logits (softmax, one multinomial
+    draw, the normalized logit gathered), no distribution object built. The limit for a
+    collector that does the same (fleetrl's ``SyncDataCollector`` does)."""
+
+    def run(self, steps: int) -> float:
+        net, obs_np, n = self.net, self.obs_np, self.num_envs
+        envs = self.env.envs
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for t in range(steps):
+                obs = torch.from_numpy(obs_np)
+                logits = net(obs)
+                logits = logits - logits.logsumexp(-1, keepdim=True)
+                action = torch.multinomial(logits.softmax(-1), 1, True)
+                self.logp_buf[t] = logits.gather(-1, action).squeeze(-1)
+                action = action.squeeze(-1)
+                self.obs_buf[t] = obs
+                self.act_buf[t] = action
+                actions = action.numpy()
+                obs_np = np.empty_like(obs_np)
+                next_obs = obs_np  # a copy only where an episode ended
+                reward = np.empty(n)
+                done = np.empty(n, dtype=bool)
+                for i, env in enumerate(envs):
+                    o, reward[i], term, trunc, _ = env.step(actions[i])
+                    done[i] = term or trunc
+                    if done[i]:
+                        if next_obs is obs_np:
+                            next_obs = obs_np.copy()
+                        next_obs[i] = o
+                        o, _ = env.reset()
+                    elif next_obs is not obs_np:
+                        next_obs[i] = o
+                    obs_np[i] = o
+                self.next_obs_buf[t] = torch.from_numpy(next_obs)
+                self.rew_buf[t] = torch.from_numpy(reward)
+                self.done_buf[t] = torch.from_numpy(done)
+        self.obs_np = obs_np
+        return steps * self.num_envs / (time.perf_counter() - start)
+
+
 class IterTimer:
     """Times one batch of an iterable collector per call, after one warm-up batch."""
 
@@ -345,7 +389,7 @@ def _pyplot():
 
 def plot_collector_throughput(results: list[dict], out: Path = RESULTS_DIR) -> Path | None:
     """``collector_throughput.png``: frames/s against the number of envs, one line per
-    contestant (the raw loop, fleetrl, fleetrl with a compiled policy, torchrl), from the
+    contestant (the two raw loops, fleetrl, fleetrl with a compiled policy, torchrl), from the
     rows of ``collector_throughput.json``'s ``results``; both axes logarithmic."""
     plt = _pyplot()
     if plt is None or not results:
@@ -353,7 +397,8 @@ def plot_collector_throughput(results: list[dict], out: Path = RESULTS_DIR) -> P
     envs = [r["num_envs"] for r in results]
     fig, ax = plt.subplots(figsize=(7, 4))
     for key, label in (
-        ("raw_fps", "raw loop (the limit)"),
+        ("raw_fps", "raw loop (gymnasium vector step, torch Categorical)"),
+        ("lean_fps", "lean raw loop (the limit)"),
         ("fleetrl_fps", "fleetrl SyncDataCollector"),
         ("compiled_fps", "fleetrl, compiled policy"),
         ("torchrl_fps", "torchrl Collector"),
