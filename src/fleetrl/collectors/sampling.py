@@ -81,6 +81,21 @@ def _rsample(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return loc + eps * scale
 
 
+def _gaussian_params(
+    params: dict[str, torch.Tensor], min_ndim: int, min_scale: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``loc`` and ``scale`` where the direct draw takes them: tensors on one device, with
+    ``min_ndim`` dims, and (torch's checks on) a real ``loc`` and ``scale > min_scale``."""
+    loc, scale = params["loc"], params["scale"]
+    if not (isinstance(loc, torch.Tensor) and isinstance(scale, torch.Tensor)):
+        return None
+    if loc.ndim < min_ndim or scale.device != loc.device:
+        return None
+    if _validating() and not bool(torch.logical_and((loc == loc).all(), (scale > min_scale).all())):
+        return None
+    return loc, scale
+
+
 class _TanhNormal:
     """torchrl's ``TanhNormal(loc, scale, low, high)``'s ``rsample_and_log_prob``."""
 
@@ -102,15 +117,10 @@ class _TanhNormal:
         return self._affine[device]
 
     def __call__(self, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        loc, scale = params["loc"], params["scale"]
-        if not (isinstance(loc, torch.Tensor) and isinstance(scale, torch.Tensor)):
+        checked = _gaussian_params(params, 1, _TANH_NORMAL_MIN_SCALE)
+        if checked is None:
             return None
-        if loc.ndim < 1 or scale.device != loc.device:
-            return None
-        if _validating() and not bool(
-            torch.logical_and((loc == loc).all(), (scale > _TANH_NORMAL_MIN_SCALE).all())
-        ):
-            return None
+        loc, scale = checked
         pre = _rsample(loc, scale)
         limit = 1.0 - torch.finfo(pre.dtype).resolution
         squashed = pre.tanh().clamp(-limit, limit)  # torchrl's safe tanh
@@ -135,13 +145,10 @@ class _Normal:
         self.event_dims = event_dims
 
     def __call__(self, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        loc, scale = params["loc"], params["scale"]
-        if not (isinstance(loc, torch.Tensor) and isinstance(scale, torch.Tensor)):
+        checked = _gaussian_params(params, self.event_dims, 0.0)
+        if checked is None:
             return None
-        if loc.ndim < self.event_dims or scale.device != loc.device:
-            return None
-        if _validating() and not bool(torch.logical_and((loc == loc).all(), (scale > 0).all())):
-            return None
+        loc, scale = checked
         action = _rsample(loc, scale)
         log_prob = _normal_log_prob(action, loc, scale)
         if self.event_dims:

@@ -207,6 +207,8 @@ class GymVectorEnv(BatchedEnv):
             and isinstance(env.single_observation_space, gym.spaces.Box)
             and isinstance(space, (gym.spaces.Box, gym.spaces.Discrete))
         )
+        #: the observation batch's shape and dtype (as handed on)
+        self._obs_layout = ((self.num_envs, *obs_shape), obs_dtype)
 
     @property
     def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -274,9 +276,7 @@ class GymVectorEnv(BatchedEnv):
         observation kept as the transition's next one. The sub-envs' calls and their order
         are gymnasium's, so their states and generators end the same."""
         n = self.num_envs
-        space = self.env.single_observation_space
-        dtype = np.float32 if self._to_float32 else space.dtype
-        obs = np.empty((n, *space.shape), dtype=dtype)
+        obs = np.empty(*self._obs_layout)
         reward = np.empty(n, dtype=np.float64)
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
