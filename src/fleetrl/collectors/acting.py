@@ -27,7 +27,8 @@ type than sampling, at evaluation) goes to the actor itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -39,7 +40,7 @@ from tensordict.nn import (
     TensorDictModule,
     TensorDictSequential,
 )
-from tensordict.nn.probabilistic import interaction_type
+from tensordict.nn.probabilistic import interaction_type, set_interaction_type
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.distributions.utils import sample_and_log_prob
@@ -119,6 +120,11 @@ class TensorChain:
 
     def __init__(self, nets: list[TensorNet], in_keys: list[Any], out_keys: list[Any]):
         self.nets, self.in_keys, self.out_keys = nets, in_keys, out_keys
+        #: one module reading the chain's inputs and writing its outputs, in order: called
+        #: as it is (no keys looked up per call)
+        self._only: TensorNet | None = None
+        if len(nets) == 1 and nets[0].in_keys == in_keys and nets[0].out_keys == out_keys:
+            self._only = nets[0]
 
     @classmethod
     def of(cls, module: Any, out_keys: Sequence[Any] | None = None) -> TensorChain | None:
@@ -144,6 +150,8 @@ class TensorChain:
         return cls(nets, list(module.in_keys), out)
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self._only is not None:
+            return self._only(*inputs)
         values = dict(zip(self.in_keys, inputs))
         for net in self.nets:
             values.update(zip(net.out_keys, net(*(values[k] for k in net.in_keys))))
@@ -179,6 +187,10 @@ class TensorActor:
         self.direct: DirectSampler | None = direct_sampler(
             self.dist_class, self.dist_kwargs, self.dist_keys, atomic=self.atomic
         )
+        #: per distribution keyword, the position of its network output
+        self._param_at = [
+            (name, self.net_keys.index(key)) for name, key in zip(self.dist_keys, self.dist_in_keys)
+        ]
 
     @classmethod
     def of(cls, policy: Any) -> TensorActor | None:
@@ -225,13 +237,29 @@ class TensorActor:
         kind = interaction_type() or self.default_type
         if kind is not InteractionType.RANDOM:
             return self.actor(td)  # the actor itself: a mode or a mean, at evaluation
-        return self.act(*(td.get(k) for k in self.in_keys))
+        return self.act(*[td.get(k) for k in self.in_keys])
+
+    def bind(self, td: TensorDictBase) -> Callable[[], Any]:
+        """This call on ``td``, as a function of nothing, for a loop that refreshes ``td``'s
+        entries in place (the collectors' step input): the interaction type in force now
+        and ``td``'s input tensors are taken once, not looked up at every step."""
+        kind = interaction_type() or self.default_type
+        if kind is not InteractionType.RANDOM:
+            actor = self.actor
+
+            def call() -> Any:
+                with set_interaction_type(kind):  # the type bound, wherever it is called
+                    return actor(td)
+
+            return call
+        return functools.partial(self.act, *[td.get(k) for k in self.in_keys])
 
     def act(self, *inputs: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
         """A sampled action and its log-probability, with the network's outputs, from the
         tensors of :attr:`in_keys`."""
-        out = dict(zip(self.net_keys, self.net(*inputs)))
-        params = {name: out[key] for name, key in zip(self.dist_keys, self.dist_in_keys)}
+        values = self.net(*inputs)
+        out = dict(zip(self.net_keys, values))
+        params = {name: values[i] for name, i in self._param_at}
         if self.direct is not None:
             drawn = self.direct(params)
             if drawn is not None:  # None: params the distribution refuses, built to say so

@@ -35,6 +35,7 @@ group or two.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from fleetrl.collectors.acting import TensorActor
 from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.base import BatchedEnv
@@ -164,7 +166,7 @@ def alloc_batch(
 class _Group:
     """One env group: its engine, its rows of the batch, its rows of the step input."""
 
-    __slots__ = ("asked", "env", "in_flight", "index", "out", "rows", "td")
+    __slots__ = ("asked", "call", "env", "in_flight", "index", "out", "rows", "td")
 
     def __init__(self, env: BatchedEnv, rows: slice, td: TensorDictBase, index: int = 0):
         self.index = index
@@ -174,6 +176,22 @@ class _Group:
         self.out: TensorDictBase | None = None
         self.in_flight = False
         self.asked: Any = None  # central inference: the request sent for the next step
+        #: the policy's call on this group's step input (:func:`_step_call`)
+        self.call: Callable[[], TensorDictBase] | None = None
+
+
+def _step_call(
+    act: Callable[[TensorDictBase], Any], td: TensorDictBase, device: torch.device | None
+) -> Callable[[], Any]:
+    """The policy's call on ``td`` (refreshed in place at every step), as a function of
+    nothing, made once per batch under the batch's interaction type: a tensor actor reads
+    its input tensors and the interaction type once (:meth:`TensorActor.bind`); a policy on
+    another device gets ``td``'s copy there at every call."""
+    if device is not None:
+        return lambda: act(td.to(device, non_blocking=True))
+    if isinstance(act, TensorActor):
+        return act.bind(td)
+    return functools.partial(act, td)
 
 
 def rollout(
@@ -253,7 +271,7 @@ def rollout(
         nonlocal policy_s
         r = g.rows
         started = clock()
-        out = act(g.td if device is None else g.td.to(device, non_blocking=True))
+        out = g.call()  # type: ignore[misc]
         policy_s += clock() - started
         for view, state in state_views:
             view[r, t] = state[r]
@@ -328,6 +346,8 @@ def rollout(
         with torch.inference_mode(), set_exploration_type(exploration_type):
             start = infer if serve is None else ask
             for g in gs:
+                if serve is None:
+                    g.call = _step_call(act, g.td, device)
                 start(g, 0)
             for t in range(steps):
                 go_on = t + 1 < steps

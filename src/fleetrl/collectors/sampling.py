@@ -165,6 +165,9 @@ def _categorical(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
         return None
     logits = logits - logits.logsumexp(dim=-1, keepdim=True)
     probs = F.softmax(logits, dim=-1)
+    if logits.ndim == 2:  # [N, K], one env or agent a row: the draw is already [N, 1]
+        index = torch.multinomial(probs, 1, True)
+        return index.squeeze(-1), logits.gather(-1, index).squeeze(-1)
     action = torch.multinomial(probs.reshape(-1, logits.shape[-1]), 1, True).T
     action = action.reshape(logits.shape[:-1])
     log_prob = logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)

@@ -93,6 +93,36 @@ def test_deterministic_acting_is_the_actors_mode():
     assert torch.equal(got.get("action"), want.get("logits").argmax(-1))
 
 
+@pytest.mark.parametrize("kind", [ExplorationType.RANDOM, ExplorationType.DETERMINISTIC])
+def test_a_bound_call_reads_the_step_refreshed_in_place_under_the_type_it_was_bound_in(kind):
+    """``bind`` takes the interaction type and the input tensors once: the bound call
+    equals the actor's call on the step as it is now, after in-place refreshes, and keeps
+    the type it was bound under after that context ends."""
+    policy = categorical_actor()
+    fast = TensorActor.of(policy)
+    obs = torch.randn(5, 4)
+    td = TensorDict({"observation": obs}, [5])
+    with set_exploration_type(kind):
+        call = fast.bind(td)
+    other = (
+        ExplorationType.DETERMINISTIC if kind is ExplorationType.RANDOM else ExplorationType.RANDOM
+    )
+    for seed in range(3):
+        obs.copy_(torch.randn(5, 4) * (seed + 1))  # the step's refresh, in place
+        with set_exploration_type(other):
+            torch.manual_seed(seed)
+            got = call()
+        with set_exploration_type(kind):
+            torch.manual_seed(seed)
+            want = policy(td.clone())
+        got_logits = got["logits"] if isinstance(got, dict) else got.get("logits")
+        got_action = got["action"] if isinstance(got, dict) else got.get("action")
+        assert torch.equal(got_logits, want.get("logits"))
+        assert torch.equal(got_action, want.get("action"))
+    if kind is ExplorationType.DETERMINISTIC:
+        assert torch.equal(got_action, want.get("logits").argmax(-1))
+
+
 class OwnForward(ProbabilisticActor):
     def forward(self, tensordict, *args, **kwargs):
         out = super().forward(tensordict, *args, **kwargs)
