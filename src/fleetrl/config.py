@@ -318,7 +318,8 @@ class TrainerConfig:
     """seed of torch, the envs and the collectors."""
     weight_update_interval: int = 1
     """publish weights to the collectors every this many batches learned from
-    (collector.decoupled: every this many updates)."""
+    (collector.decoupled: every this many batches' worth of updates, updates_per_batch
+    optimizer steps each)."""
     test_every: int = 10
     """evaluate every this many training iterations (0: never). An iteration is one metrics
     row: one batch for the central learner, one batch per gradient worker under a scheme."""

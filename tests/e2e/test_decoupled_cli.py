@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 def test_cli_trains_decoupled_dqn_then_resumes_with_its_buffer(tmp_path, capsys):
     run = tmp_path / "run"
-    args = [*DECOUPLED_TINY, "trainer.checkpoint_every=2", "trainer.weight_update_interval=4"]
+    args = [*DECOUPLED_TINY, "trainer.checkpoint_every=2", "trainer.weight_update_interval=1"]
     assert (
         main(["train", DECOUPLED_DQN, *args, "trainer.total_frames=256", "--run-dir", str(run)])
         == 0

@@ -25,9 +25,22 @@ def test_learner_never_exceeds_the_ratio_and_takes_every_update_it_allows():
     published: list[int] = []
     update_on, publish = algorithm.update_on, learner.collection.publish
 
+    in_flight: list[int] = []  # sample calls issued and not yet received, at each update
+    calls = {"asked": 0, "received": 0}
+    request, receive = learner.buffer.request, learner.buffer.receive
+
+    def counted_request(n):
+        calls["asked"] += 1
+        return request(n)
+
+    def counted_receive(ref):
+        calls["received"] += 1
+        return receive(ref)
+
     def counted_update(minibatches):
         minibatches = list(minibatches)
         steps_at.append((learner.version, len(minibatches), learner.allowed()))
+        in_flight.append(calls["asked"] - calls["received"])
         return update_on(minibatches)
 
     def counted_publish():
@@ -35,6 +48,7 @@ def test_learner_never_exceeds_the_ratio_and_takes_every_update_it_allows():
         return publish()
 
     algorithm.update_on, learner.collection.publish = counted_update, counted_publish
+    learner.buffer.request, learner.buffer.receive = counted_request, counted_receive
     frames, rows = 0, []
     try:
         while (result := learner.run_iteration()) is not None:
@@ -50,6 +64,10 @@ def test_learner_never_exceeds_the_ratio_and_takes_every_update_it_allows():
     assert all(before + steps <= allowed for before, steps, allowed in steps_at)
     total = allowed_updates(448, start=64, updates_per_batch=4, frames_per_batch=64)
     assert total == 24 and learner.version == 24 == sum(s for _, s, _ in steps_at)
-    # weights every 3 updates (a sample call never runs past a publish)
-    assert published == list(range(3, 25, 3))
+    # weights every 3 batches' worth of updates, 4 each (a sample call of up to 8 never runs
+    # past a publish)
+    assert published == [12, 24]
+    assert all(before // 12 == (before + steps - 1) // 12 for before, steps, _ in steps_at)
+    # the actor samples the next minibatches while the learner updates
+    assert in_flight == [1] * len(steps_at)
     assert rows[-1].metrics["train/policy_version"] == 24

@@ -51,6 +51,7 @@ from fleetrl.backends import Actor, Backend, RayBackend, make_backend
 from fleetrl.errors import Problems
 from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS, NestedKey
 from fleetrl.runtime import pin_threads
+from fleetrl.wire import SamplesWire, pack_samples, unpack_samples
 
 logger = logging.getLogger(__name__)
 
@@ -257,9 +258,9 @@ class ReplayBufferActor:
 
     def __init__(self, capacity: int, batch_size: int, num_threads: int | None = 1):
         pin_threads(num_threads)
-        self.buffer = TensorDictReplayBuffer(
-            storage=LazyTensorStorage(capacity), batch_size=batch_size
-        )
+        self.batch_size = batch_size
+        # no batch size of its own: each sample call says how many transitions it draws
+        self.buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
         self.written = 0  # transitions written since the start (a resumed buffer's included)
 
     def extend(self, data: TensorDictBase) -> int:
@@ -270,8 +271,13 @@ class ReplayBufferActor:
         return self.written
 
     def sample(self, n: int = 1) -> TensorDictBase:
-        """``n`` minibatches stacked along a leading dim, ``[n, batch_size]``."""
-        return torch.stack([self.buffer.sample() for _ in range(n)])
+        """``n`` minibatches stacked along a leading dim, ``[n, batch_size]``: one uniform
+        draw (with replacement) of ``n * batch_size`` transitions, as ``n`` draws would be."""
+        return self.buffer.sample(n * self.batch_size).reshape(n, self.batch_size)
+
+    def sample_wire(self, n: int = 1) -> SamplesWire:
+        """:meth:`sample` as it crosses Ray (:func:`fleetrl.wire.pack_samples`)."""
+        return pack_samples(self.sample(n))
 
     def size(self) -> int:
         """Transitions held now (at most the capacity)."""
@@ -346,7 +352,16 @@ class RemoteReplayBuffer:
 
     def sample(self, n: int = 1) -> TensorDictBase:
         """``n`` minibatches, ``[n, batch_size]``, in one call."""
-        return self.actor.ask("sample", n)
+        return unpack_samples(self.actor.ask("sample_wire", n))
+
+    def request(self, n: int = 1) -> Any:
+        """Issue a :meth:`sample` call and return at once: the actor samples while the caller
+        goes on; :meth:`receive` reads the answer."""
+        return self.actor.call("sample_wire", n)
+
+    def receive(self, ref: Any) -> TensorDictBase:
+        """The minibatches of a :meth:`request` (waits for them)."""
+        return unpack_samples(self.backend.get(ref))
 
     def __len__(self) -> int:
         return self.actor.ask("size")

@@ -25,9 +25,10 @@ leave the cores to it. The budget's last frames are followed by every update
 they allow, as in the alternating mode, except the alternating mode's one
 batch's worth of updates at the warm-up's end.
 
-Weights are published every ``trainer.weight_update_interval`` optimizer
-steps (in the alternating mode: every that many batches); each worker
-receives the newest version with its next task. An *iteration* (a metrics
+Weights are published every ``trainer.weight_update_interval`` batches'
+worth of updates, ``updates_per_batch`` optimizer steps each: as often as the
+alternating mode publishes, in updates (by default once per batch's worth);
+each worker receives the newest version with its next task. An *iteration* (a metrics
 row) is ``frames_per_batch`` frames written or more, with the updates taken
 meanwhile (the updates still owed then are taken in the next one).
 ``train/policy_lag`` is the learner's version minus the version of
@@ -68,7 +69,8 @@ __all__ = ["DecoupledLearner", "allowed_updates"]
 
 logger = logging.getLogger(__name__)
 
-#: minibatches sampled per call (one round trip serves this many optimizer steps)
+#: minibatches sampled per call (one round trip serves this many optimizer steps); the next
+#: call is in flight while they are learned from
 SAMPLE_CHUNK = 8
 NOT_REPLAY_MSG = (
     "algorithm={name!r} is invalid with collector.decoupled=true: it needs a replay "
@@ -108,7 +110,8 @@ class DecoupledLearner(Learner):
         super().__init__(config, algorithm)
         c = config.collector
         self.algorithm: ReplayAlgorithm = algorithm
-        self.interval = config.trainer.weight_update_interval
+        #: optimizer steps between publishes: the interval's batches, in updates
+        self.interval = config.trainer.weight_update_interval * algorithm.update_every
         self.frames_per_batch = c.frames_per_batch
         self.updates_per_batch = algorithm.update_every
         self.start = algorithm.learning_starts
@@ -122,6 +125,9 @@ class DecoupledLearner(Learner):
             config.algo.buffer_size, config.algo.batch_size, backend=config.trainer.backend
         )
         self.collection: Collection | None = None
+        #: minibatches sampled ahead (oldest first), and the sample call in flight
+        self._sampled: list[TensorDictBase] = []
+        self._asked: Any = None
         try:
             if len(algorithm.buffer):  # a resumed run: its checkpoint's buffer moves to the actor
                 state = {"buffer": algorithm.buffer.state_dict(), "written": self.written}
@@ -170,17 +176,30 @@ class DecoupledLearner(Learner):
             self.algorithm.take_frames(n, min(written, self.buffer.capacity))
         return frames
 
+    def _minibatches(self, n: int) -> list[TensorDictBase]:
+        """``n`` sampled minibatches, oldest first; the next sample call is left in flight,
+        so the actor samples while the learner updates."""
+        while len(self._sampled) < n:
+            if self._asked is None:
+                self._asked = self.buffer.request(SAMPLE_CHUNK)
+            asked, self._asked = self._asked, None
+            # the actor's samples are on the CPU: on the learner's device in one move
+            self._sampled.extend(self.algorithm.on_device(self.buffer.receive(asked)).unbind(0))
+        taken, self._sampled = self._sampled[:n], self._sampled[n:]
+        if self._asked is None:
+            self._asked = self.buffer.request(SAMPLE_CHUNK)
+        return taken
+
     def _update(self, owed: int, it: IterationReport) -> None:
-        """Up to ``owed`` optimizer steps from one sample call (none past the next publish),
-        then the publish if it is due."""
+        """Up to ``owed`` optimizer steps (at most :data:`SAMPLE_CHUNK`, none past the next
+        publish), then the publish if it is due."""
         collection = self.collection
         start = time.perf_counter()
         n = min(owed, SAMPLE_CHUNK, collection.published + self.interval - self.version)
-        # the actor's samples are on the CPU: on the learner's device in one move for all n
-        samples = self.algorithm.on_device(self.buffer.sample(n))
+        minibatches = self._minibatches(n)
         it.add_prepare(0, time.perf_counter() - start)  # sampling: the batch's preparation
         first = self.version
-        it.info.add(self.algorithm.update_on(samples.unbind(0)), weight=n)
+        it.info.add(self.algorithm.update_on(minibatches), weight=n)
         it.lag.add(first, self.version - first, self.newest_version)
         it.add_asynchrony(0, self.version - first)  # one learner: applied where computed
         it.learn_s += time.perf_counter() - start

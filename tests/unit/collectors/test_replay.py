@@ -15,6 +15,7 @@ from fleetrl.collectors.replay import (
     buffer_state,
     load_buffer_state,
 )
+from fleetrl.wire import pack_samples, unpack_samples
 
 
 def _buffer(capacity: int) -> TensorDictReplayBuffer:
@@ -151,3 +152,31 @@ def test_writes_no_record_counts_are_left_out_while_the_buffer_holds_them():
     restored.load_state_dict(state)
     assert _held(restored.buffer) == [6, 7, 8, 9, 4, 5]  # as the actor holds them
     assert restored.buffer.extend(_rows(10, 1)).tolist() == [4]  # over the oldest
+
+
+def test_samples_are_minibatches_of_stored_rows_and_cross_the_wire_as_fresh_memory():
+    """``sample(n)`` is ``[n, batch_size]`` rows of the buffer (one uniform draw); on the
+    wire (:func:`fleetrl.wire.pack_samples`) it comes back equal, keys, dtypes and batch
+    size kept, in writable memory of its own."""
+    actor = _actor(50, 30)
+    torch.manual_seed(0)
+    got = actor.sample(3)
+    assert got.batch_size == (3, 4)
+    stored = {int(v) for v in actor.buffer.storage.get(list(range(30)))["obs"]}
+    assert {int(v) for v in got["obs"].reshape(-1)} <= stored
+    wire = pack_samples(got)
+    back = unpack_samples(wire)
+    assert back.batch_size == got.batch_size
+    assert set(back.keys(True, True)) == set(got.keys(True, True))
+    for key in got.keys(True, True):
+        assert back.get(key).dtype == got.get(key).dtype
+        assert torch.equal(back.get(key), got.get(key))
+    pairs = dict(wire[1])
+    back["obs"].add_(1000)  # a loss may write into its minibatch: never into the wire's arrays
+    assert int(pairs["obs"].max()) < 1000 and torch.equal(
+        torch.from_numpy(pairs["obs"]), got["obs"]
+    )
+    torch.manual_seed(1)
+    wired = unpack_samples(actor.sample_wire(2))
+    torch.manual_seed(1)
+    assert torch.equal(wired["obs"], actor.sample(2)["obs"])
