@@ -352,7 +352,7 @@ class RemoteReplayBuffer:
 
     def sample(self, n: int = 1) -> TensorDictBase:
         """``n`` minibatches, ``[n, batch_size]``, in one call."""
-        return unpack_samples(self.actor.ask("sample_wire", n))
+        return self.receive(self.request(n))
 
     def request(self, n: int = 1) -> Any:
         """Issue a :meth:`sample` call and return at once: the actor samples while the caller

@@ -110,10 +110,10 @@ class DecoupledLearner(Learner):
         super().__init__(config, algorithm)
         c = config.collector
         self.algorithm: ReplayAlgorithm = algorithm
-        #: optimizer steps between publishes: the interval's batches, in updates
-        self.interval = config.trainer.weight_update_interval * algorithm.update_every
         self.frames_per_batch = c.frames_per_batch
         self.updates_per_batch = algorithm.update_every
+        #: optimizer steps between publishes: the interval's batches, in updates
+        self.interval = config.trainer.weight_update_interval * self.updates_per_batch
         self.start = algorithm.learning_starts
         self.frames_ahead = c.decoupled_frames_ahead or c.frames_per_batch * c.num_collectors
         #: the collectors run remotely: their envs and episodes are not saved
