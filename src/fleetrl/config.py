@@ -389,7 +389,11 @@ class WandbMode(str, enum.Enum):
 @dataclass
 class LoggingConfig:
     run_dir: str | None = None
-    """where logs and checkpoints go (None: runs/<algorithm>_<env>_<time>)."""
+    """where logs and checkpoints go (None: runs/<run_name>_<time>)."""
+    run_name: str | None = None
+    """the run's name: its default directory is runs/<run_name>_<time> (None: the config
+    file's name, e.g. ppo_cartpole for ppo_cartpole.yaml, which load_config sets; a config
+    built in code: <algorithm>_<env>)."""
     tensorboard: bool = True
     """write TensorBoard event files beside the CSV."""
     progress_bar: bool = True
@@ -496,13 +500,18 @@ class TuneConfig:
 
 @dataclass
 class AlgorithmConfig:
-    """Base of the algorithms' config sections (each defined in its algorithm's file).
+    """Base of the algorithms' config sections (:mod:`fleetrl.algorithms.sections`).
 
     The fields here are every algorithm's; a subclass declares its own (each
     with a doc line) and extends :meth:`validate` with its ranges and
     cross-checks. The fields every algorithm has besides these (``lr``,
     ``gamma``, ``hidden_sizes``, ``max_grad_norm``) are checked here too.
     """
+
+    #: the algorithm learns from the batch just collected (False: from a replay buffer)
+    on_policy: typing.ClassVar[bool] = True
+    #: the algorithm trains the agent groups of a multi-agent env (MAPPO, IPPO)
+    multi_agent: typing.ClassVar[bool] = False
 
     lr_schedule: Schedule = Schedule.CONSTANT
     """'constant' or 'linear' (the learning rate decays to 0 at trainer.total_frames)."""

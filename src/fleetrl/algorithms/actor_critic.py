@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -43,24 +42,24 @@ from fleetrl.algorithms.gae import generalized_advantage_estimate
 from fleetrl.algorithms.heads import ActorCriticHeads
 from fleetrl.algorithms.models import (
     ActionDistribution,
-    ModelKind,
-    TorsoKind,
-    core_only_problems,
     make_actor_critic,
 )
+from fleetrl.algorithms.sections import (
+    ActorCriticConfig,
+    PPOFields,
+    check_clipping,
+)
 from fleetrl.algorithms.sequences import (
-    BURN_IN_MSG,
     LOSS_MASK_KEY,
-    SEQ_LEN_MSG,
     Sequences,
     SharedTrunk,
     is_recurrent,
     step_values,
 )
 from fleetrl.collectors.policies import to_device
-from fleetrl.config import AlgorithmConfig, Config, Schedule
+from fleetrl.config import Schedule
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import ConfigError, Problems
+from fleetrl.errors import ConfigError
 from fleetrl.keys import DONE_KEY, MASK_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = [
@@ -90,105 +89,6 @@ GAE_KEYS = (
     TERMINATED_KEY,
     MASK_KEY,
 )
-
-
-@dataclass
-class ActorCriticConfig(AlgorithmConfig):
-    """What the actor-critic sections share (checked here: GAE, the loss coefficients, and
-    the sequences a recurrent policy trains on)."""
-
-    recurrent_size: int = 128
-    """units of the recurrent core of model lstm or gru (its hidden state's size)."""
-    seq_len: int = 16
-    """recurrent networks (model lstm or gru, or an LSTMModule / GRUModule passed in code):
-    steps per training sequence, burn_in included; gradients flow through these steps."""
-    burn_in: int = 0
-    """recurrent networks: steps at each sequence's start run without gradient to refresh the
-    stored state, left out of the loss (consecutive sequences overlap by these steps)."""
-    torso: TorsoKind = TorsoKind.AUTO
-    """the torso under the recurrent core of model lstm or gru: 'auto' (cnn for 3-D uint8
-    observations, else mlp), 'mlp' (hidden_sizes), 'cnn' (Nature CNN) or 'impala' (IMPALA
-    ResNet); a feed-forward model picks its network with model instead."""
-    head_sizes: list[int] = field(default_factory=list)
-    """recurrent networks (model lstm or gru): hidden Tanh layers after the core, in the
-    policy head and, separately, in the value head ([]: a linear layer on the core)."""
-
-    def validate(self, config: Config, check: Problems) -> None:
-        super().validate(config, check)
-        if hasattr(self, "gae_lambda"):
-            check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
-        for name in ("entropy_coef", "critic_coef"):
-            check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
-        check(self.recurrent_size > 0, "recurrent_size", self.recurrent_size, "must be > 0")
-        check(self.seq_len >= 1, "seq_len", self.seq_len, SEQ_LEN_MSG)
-        check(
-            self.seq_len < 1 or 0 <= self.burn_in < self.seq_len,
-            "burn_in",
-            self.burn_in,
-            BURN_IN_MSG.format(seq_len=self.seq_len),
-        )
-        model = getattr(self, "model", None)
-        recurrent = isinstance(model, ModelKind) and model.recurrent
-        check(
-            all(isinstance(h, int) and h > 0 for h in self.head_sizes),
-            "head_sizes",
-            self.head_sizes,
-            "must be a list of positive layer widths",
-        )
-        if isinstance(model, ModelKind):
-            for key, text in core_only_problems(
-                config.algorithm, model, self.torso, self.head_sizes
-            ):
-                if not check.has(key):
-                    check.say(key, text)
-        if recurrent:
-            check(
-                not self.compile and not self.cudagraphs,
-                "compile" if self.compile else "cudagraphs",
-                self.compile if self.compile else self.cudagraphs,
-                f"must be false with model={model.value!r}: sequence minibatches (padding, "
-                "burn-in) have data-dependent shapes",
-            )
-
-
-@dataclass
-class PPOFields:
-    """The fields the ``ppo``, ``mappo`` and ``ippo`` sections share: PPO's clipped objective
-    on GAE advantages, in epochs of minibatches, with PPO's defaults and doc lines.
-
-    Mixed in before the section's base (``PPOConfig(PPOFields, ActorCriticConfig)``), so
-    these keys follow the base's in the section; a section whose default or doc line of a
-    field differs declares that field again (it keeps its place). The checks they share:
-    :func:`check_clipping`.
-    """
-
-    lr: float = 3e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
-    clip_epsilon: float = 0.2
-    """PPO ratio clipping."""
-    clip_schedule: Schedule = Schedule.CONSTANT
-    """'constant' or 'linear' decay of clip_epsilon (to 0 at trainer.total_frames)."""
-    entropy_coef: float = 0.0
-    """entropy bonus coefficient."""
-    critic_coef: float = 0.5
-    """value loss coefficient."""
-    num_epochs: int = 4
-    """passes over each batch."""
-    num_mini_batch: int = 4
-    """minibatches per epoch."""
-    normalize_advantage: bool = True
-    """normalize advantages per minibatch."""
-    clip_value: float | None = None
-    """clip the value update to this range around the old value (None: off)."""
-    max_grad_norm: float | None = 0.5
-    """clip the gradient norm (None: off)."""
-
-
-# ------------------------------------------------------------------ the loss terms
 
 
 def standardized(advantage: torch.Tensor) -> torch.Tensor:
@@ -301,7 +201,6 @@ class ActorCritic(LossCoefficients, Algorithm):
         loss_kwargs: the loss class's own arguments (clipping).
     """
 
-    on_policy = True
 
     def __init__(
         self,
@@ -568,32 +467,6 @@ def torchrl_loss_terms(
         if key in out:
             info[f"loss/{key}"] = out[key].detach()
     return total, info
-
-
-def check_clipping(section: Any, check: Problems) -> None:
-    """The checks every clipped-objective section shares (``ppo``, ``appo``, ``mappo``,
-    ``ippo``), none of which needs the whole config: the clip, the value clip, the epochs."""
-    check(section.clip_epsilon > 0, "clip_epsilon", section.clip_epsilon, "must be > 0")
-    check(
-        section.clip_value is None or section.clip_value > 0,
-        "clip_value",
-        section.clip_value,
-        "must be > 0, or null: off",
-    )
-    check(section.num_epochs > 0, "num_epochs", section.num_epochs, "must be > 0")
-
-
-def check_clipped_objective(section: Any, config: Config, check: Problems) -> None:
-    """The checks PPO's and APPO's sections share: the clip, the value clip, and epochs of
-    minibatches that divide the batch (``section``: a PPOConfig or an APPOConfig)."""
-    check_clipping(section, check)
-    frames = config.collector.frames_per_batch
-    check(
-        section.num_mini_batch > 0 and frames % section.num_mini_batch == 0,
-        "num_mini_batch",
-        section.num_mini_batch,
-        f"must be > 0 and divide collector.frames_per_batch ({frames})",
-    )
 
 
 class ClipEpsilon:

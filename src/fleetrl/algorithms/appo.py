@@ -11,7 +11,6 @@ truncated weights correct the advantages and value targets for the same lag.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,50 +18,12 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
-from fleetrl.algorithms.actor_critic import ClipEpsilon, check_clipped_objective
-from fleetrl.algorithms.vtrace import VTraceActorCritic, VTraceConfig
-from fleetrl.config import Config, Schedule
+from fleetrl.algorithms.actor_critic import ClipEpsilon
+from fleetrl.algorithms.sections import APPOConfig
+from fleetrl.algorithms.vtrace import VTraceActorCritic
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import Problems
 
 __all__ = ["APPO", "APPOConfig"]
-
-
-@dataclass
-class APPOConfig(VTraceConfig):
-    """The ``appo`` section of a config (Sample Factory's APPO defaults where they apply).
-
-    Examples:
-        >>> from fleetrl.envs.spec import env_spec
-        >>> appo = APPO(APPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
-        >>> appo.steps_per_batch, appo.config.clip_epsilon
-        (8, 0.1)"""
-
-    lr: float = 3e-4
-    """Adam learning rate."""
-    clip_epsilon: float = 0.1
-    """PPO ratio clipping (of the current over the behaviour policy)."""
-    clip_schedule: Schedule = Schedule.CONSTANT
-    """'constant' or 'linear' decay of clip_epsilon (to 0 at trainer.total_frames)."""
-    clip_value: float | None = None
-    """clip the value update to this range around the critic's value of the batch before
-    the update (None: off)."""
-    num_epochs: int = 1
-    """passes over each batch (V-trace targets computed once, at the first)."""
-    num_mini_batch: int = 1
-    """minibatches per epoch."""
-    normalize_advantage: bool = True
-    """normalize advantages per minibatch."""
-    max_grad_norm: float | None = 0.5
-    """clip the gradient norm (None: off)."""
-
-    @property
-    def steps_per_batch(self) -> int:
-        return self.num_epochs * self.num_mini_batch
-
-    def validate(self, config: Config, check: Problems) -> None:
-        super().validate(config, check)
-        check_clipped_objective(self, config, check)
 
 
 class APPO(ClipEpsilon, VTraceActorCritic):

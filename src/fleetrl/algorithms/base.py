@@ -196,9 +196,10 @@ class Algorithm(abc.ABC):
     """
 
     name: ClassVar[str] = "algorithm"
-    #: the dataclass of this algorithm's config section (defined in its file)
+    #: the dataclass of this algorithm's config section (fleetrl.algorithms.sections)
     config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
-    #: learns from the batch just collected (False: from a replay buffer)
+    #: learns from the batch just collected (False: from a replay buffer): its section's
+    #: fact (read there before torch is imported), set on each subclass
     on_policy: ClassVar[bool] = True
     #: acts uniformly at random for its first ``learning_starts`` frames (the collectors'
     #: ``init_random_frames``), before the policy acts
@@ -215,6 +216,10 @@ class Algorithm(abc.ABC):
     #: seconds spent preparing batches for the optimizer steps so far (:meth:`gradient_batches`:
     #: GAE, flattening; a replay algorithm's storing and sampling); learners read differences
     prepare_s: float = 0.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.on_policy = cls.config_class.on_policy
 
     def __init__(
         self,

@@ -14,7 +14,6 @@ here, on the learner, by frames collected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -27,12 +26,13 @@ from torchrl.objectives import DQNLoss, HardUpdate
 
 from fleetrl.algorithms.batches import as_device
 from fleetrl.algorithms.heads import TensorNet
-from fleetrl.algorithms.models import ModelKind, make_qnet
-from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
+from fleetrl.algorithms.models import make_qnet
+from fleetrl.algorithms.replay import ReplayAlgorithm
+from fleetrl.algorithms.sections import DQNConfig
 from fleetrl.algorithms.sequences import refuse_recurrent
-from fleetrl.config import Config, EvalActions
+from fleetrl.config import EvalActions
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import ConfigError, Problems
+from fleetrl.errors import ConfigError
 from fleetrl.keys import (
     ACTION_KEY,
     NEXT_OBSERVATION_KEY,
@@ -42,66 +42,6 @@ from fleetrl.keys import (
 )
 
 __all__ = ["DQN", "DQNConfig"]
-
-
-@dataclass
-class DQNConfig(ReplayConfig):
-    """The ``dqn`` section of a config.
-
-    Examples:
-        >>> from fleetrl.envs.spec import env_spec
-        >>> dqn = DQN(DQNConfig(batch_size=32, hidden_sizes=[32]), env_spec("CartPole-v1"))
-        >>> dqn.on_policy, dqn.learning_starts, dqn.config.double_dqn
-        (False, 2000, True)"""
-
-    lr: float = 5e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    double_dqn: bool = True
-    """double-DQN targets."""
-    buffer_size: int = 50_000
-    """replay buffer capacity (frames)."""
-    batch_size: int = 128
-    """transitions per gradient step."""
-    learning_starts: int = 2_000
-    """frames collected before the first gradient step."""
-    updates_per_batch: int = 16
-    """gradient steps after each collected batch."""
-    target_update_interval: int = 250
-    """gradient steps between hard target-network updates."""
-    eps_init: float = 1.0
-    """initial epsilon of epsilon-greedy."""
-    eps_end: float = 0.05
-    """final epsilon."""
-    eps_anneal_frames: int = 30_000
-    """frames over which epsilon decays linearly."""
-    max_grad_norm: float | None = 10.0
-    """clip the gradient norm (None: off)."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
-    """hidden layers of the Q network."""
-    model: ModelKind = ModelKind.AUTO
-    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN) or 'impala' (IMPALA ResNet); modules passed in code win."""
-
-    def validate(self, config: Config, check: Problems) -> None:
-        super().validate(config, check)
-        for name in ("target_update_interval", "eps_anneal_frames"):
-            check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
-        check(
-            0 <= self.eps_end <= self.eps_init <= 1,
-            "eps_end",
-            self.eps_end,
-            "must satisfy 0 <= eps_end <= eps_init <= 1",
-        )
-        check(
-            not (isinstance(self.model, ModelKind) and self.model.recurrent),
-            "model",
-            getattr(self.model, "value", self.model),
-            "must be 'auto', 'mlp', 'cnn' or 'impala': dqn learns from single transitions "
-            "of its replay buffer, not sequences, so it cannot train a recurrent network "
-            "(recurrent policies train with ppo, a2c, impala or appo)",
-        )
 
 
 class DQN(ReplayAlgorithm):

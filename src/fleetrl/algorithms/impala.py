@@ -10,7 +10,6 @@ entropy bonus.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,21 +17,11 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import A2CLoss
 
-from fleetrl.algorithms.vtrace import VTraceActorCritic, VTraceConfig
+from fleetrl.algorithms.sections import IMPALAConfig
+from fleetrl.algorithms.vtrace import VTraceActorCritic
 from fleetrl.envs.spec import EnvSpec
 
 __all__ = ["IMPALA", "IMPALAConfig"]
-
-
-@dataclass
-class IMPALAConfig(VTraceConfig):
-    """The ``impala`` section of a config (checks: :class:`VTraceConfig`'s).
-
-    Examples:
-        >>> from fleetrl.envs.spec import env_spec
-        >>> impala = IMPALA(IMPALAConfig(hidden_sizes=[32]), env_spec("CartPole-v1"))
-        >>> impala.steps_per_batch, impala.on_policy
-        (1, True)"""
 
 
 class IMPALA(VTraceActorCritic):

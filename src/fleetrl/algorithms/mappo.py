@@ -53,7 +53,6 @@ Not here (yet): unbounded continuous and one-hot actions, and ``compile``/``cuda
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -67,8 +66,6 @@ from torchrl.objectives.value import MultiAgentGAE
 from fleetrl.algorithms.actor_critic import (
     ClipEpsilon,
     LossCoefficients,
-    PPOFields,
-    check_clipping,
     clipped_objective,
     critic_loss,
     entropy_of,
@@ -81,8 +78,8 @@ from fleetrl.algorithms.agent_groups import (
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, flatten_valid
 from fleetrl.algorithms.heads import LogitsCategorical, PolicyHead, TensorChain
+from fleetrl.algorithms.sections import IPPOConfig, MAPPOConfig, MultiAgentPPOConfig
 from fleetrl.collectors.policies import to_device
-from fleetrl.config import AlgorithmConfig, Config, Schedule
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import (
@@ -110,105 +107,6 @@ SINGLE_AGENT_MSG = (
 
 
 # ------------------------------------------------------------------ the config
-
-
-@dataclass
-class MultiAgentPPOConfig(PPOFields, AlgorithmConfig):
-    """What the ``mappo`` and ``ippo`` sections share (PPO's, plus ``share_params``)."""
-
-    # lr to max_grad_norm: PPOFields's, these four again (their own default or doc line)
-    clip_schedule: Schedule = Schedule.CONSTANT
-    """'constant' or 'linear' decay of clip_epsilon (to 1e-3 at trainer.total_frames)."""
-    entropy_coef: float = 0.01
-    """entropy bonus coefficient (MAPPO's paper and torchrl's MAPPOLoss: 0.01)."""
-    num_mini_batch: int = 4
-    """minibatches per epoch (of env steps: every agent of a step stays in its minibatch)."""
-    normalize_advantage: bool = True
-    """standardize advantages per minibatch, each agent's on its own (module docstring)."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """hidden layers of the actor's and the critic's MultiAgentMLP."""
-    share_params: bool = True
-    """one actor and one critic for every agent of the group (True), or one per agent."""
-
-    def check(self, check: Problems) -> None:
-        """Append the section's own problems (no whole config needed: the Python API)."""
-        check(self.lr > 0, "lr", self.lr, "must be > 0")
-        check(0 < self.gamma <= 1, "gamma", self.gamma, "must be in (0, 1]")
-        check(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
-        check_clipping(self, check)
-        for name in ("entropy_coef", "critic_coef"):
-            check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
-        check(self.num_mini_batch > 0, "num_mini_batch", self.num_mini_batch, "must be > 0")
-        check(
-            self.max_grad_norm is None or self.max_grad_norm > 0,
-            "max_grad_norm",
-            self.max_grad_norm,
-            "must be > 0, or null: off",
-        )
-        check(
-            bool(self.hidden_sizes) and all(int(h) > 0 for h in self.hidden_sizes),
-            "hidden_sizes",
-            self.hidden_sizes,
-            "must be a non-empty list of positive ints",
-        )
-        check(
-            isinstance(self.share_params, bool),
-            "share_params",
-            self.share_params,
-            "must be true or false",
-        )
-        check(isinstance(self.clip_schedule, Schedule), "clip_schedule", self.clip_schedule,
-              "must be 'constant' or 'linear'")  # fmt: skip
-        for name in ("compile", "cudagraphs"):
-            check(
-                not getattr(self, name),
-                name,
-                getattr(self, name),
-                "must be false: the multi-agent update runs eagerly (not built yet)",
-            )
-
-    def validate(self, config: Config, check: Problems) -> None:
-        self.check(check)
-        frames = config.collector.frames_per_batch
-        check(
-            self.num_mini_batch <= 0 or frames % self.num_mini_batch == 0,  # <= 0: said above
-            "num_mini_batch",
-            self.num_mini_batch,
-            f"must divide collector.frames_per_batch ({frames})",
-        )
-
-
-#: what MAPPO's centralised critic may read (``mappo.critic_input``)
-CRITIC_INPUTS = ("observations", "state")
-
-
-@dataclass
-class MAPPOConfig(MultiAgentPPOConfig):
-    """The ``mappo`` section: a centralised critic (every agent's observation, or the env's
-    global state)."""
-
-    critic_input: str = "observations"
-    """what the centralised critic reads: 'observations' (every agent's, a MultiAgentMLP;
-    share_params applies to it) or 'state' (the env's global "state", e.g. PettingZoo's
-    state(): one MLP with a value per agent). Without 'state', a PettingZoo env from a
-    config leaves its state out (MPE computes it at a cost)."""
-
-    def check(self, check: Problems) -> None:
-        super().check(check)
-        check(
-            self.critic_input in CRITIC_INPUTS,
-            "critic_input",
-            self.critic_input,
-            f"must be one of {list(CRITIC_INPUTS)}",
-        )
-
-
-@dataclass
-class IPPOConfig(MultiAgentPPOConfig):
-    """The ``ippo`` section: a decentralised critic (each agent its own observation)."""
-
-
-# ------------------------------------------------------------------ the algorithm
 
 
 class GroupLosses(nn.Module):

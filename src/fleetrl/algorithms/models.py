@@ -33,9 +33,7 @@ the parameters the optimizer steps and the weights sent to the collectors.
 
 from __future__ import annotations
 
-import enum
 import math
-from typing import Any
 
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
@@ -49,6 +47,7 @@ from torchrl.modules import (
     ValueOperator,
 )
 
+from fleetrl.algorithms.kinds import ActionDistribution, ModelKind, TorsoKind, core_only_problems
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, EnvError
 from fleetrl.keys import OBSERVATION_KEY
@@ -90,69 +89,6 @@ NORMALIZE_CONV_MSG = (
     "{shape}): pixel frames are scaled by 1/255 inside the network; normalize only flat "
     "observations (model mlp), or set env.normalize_observation=false"
 )
-
-
-class ModelKind(str, enum.Enum):
-    """The default network family (``<algo>.model``)."""
-
-    AUTO = "auto"
-    MLP = "mlp"
-    CNN = "cnn"
-    IMPALA = "impala"
-    LSTM = "lstm"
-    GRU = "gru"
-
-    @property
-    def recurrent(self) -> bool:
-        """A recurrent core on the torso (trained on sequences: on-policy algorithms only)."""
-        return self in (ModelKind.LSTM, ModelKind.GRU)
-
-
-class TorsoKind(str, enum.Enum):
-    """The torso under the recurrent core of ``model: lstm`` or ``gru`` (``<algo>.torso``)."""
-
-    AUTO = "auto"  # cnn for 3-D uint8 observations with discrete actions, mlp otherwise
-    MLP = "mlp"
-    CNN = "cnn"
-    IMPALA = "impala"
-
-
-CORE_ONLY_MSG = (
-    "{algo}.{key}={value} is read only under a recurrent core: set {algo}.model=lstm or gru, "
-    "or {fix}"
-)
-#: how each key read only under a recurrent core says what a feed-forward network uses
-CORE_ONLY_FIX = {
-    "torso": "for a feed-forward network choose it with {algo}.model={value} (and leave "
-    "{algo}.torso=auto)",
-    "head_sizes": "set a feed-forward network's layers with {algo}.hidden_sizes",
-}
-
-
-def core_only_problems(
-    algo: str, model: str | ModelKind, torso: str | TorsoKind, head_sizes: Any
-) -> list[tuple[str, str]]:
-    """``(key, problem)`` for each key set that only a recurrent core reads, under a
-    feed-forward ``model``: the section's checks and the constructors say the same."""
-    if ModelKind(model).recurrent:
-        return []
-    found = []
-    if TorsoKind(torso) is not TorsoKind.AUTO:
-        found.append(("torso", repr(TorsoKind(torso).value), TorsoKind(torso).value))
-    if head_sizes:
-        found.append(("head_sizes", str(list(head_sizes)), None))
-    problems = []
-    for key, shown, raw in found:
-        fix = CORE_ONLY_FIX[key].format(algo=algo, value=raw)
-        problems.append((key, CORE_ONLY_MSG.format(algo=algo, key=key, value=shown, fix=fix)))
-    return problems
-
-
-class ActionDistribution(str, enum.Enum):
-    """The policy's distribution over continuous actions (``ppo.distribution``)."""
-
-    TANH_NORMAL = "tanh_normal"  # state-dependent std, squashed into the bounds
-    NORMAL = "normal"  # CleanRL's: state-independent log-std, clipped at the env
 
 
 def resolve_model(model: str | ModelKind, info: EnvSpec) -> ModelKind:

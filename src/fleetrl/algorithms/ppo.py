@@ -1,7 +1,7 @@
 """PPO: the clipped objective on GAE advantages, epochs x minibatches of each batch.
 
-Reads top to bottom: the config (:class:`PPOConfig`, with its checks), the
-algorithm (networks and torchrl's ``ClipPPOLoss``), its schedule (the clip
+Reads top to bottom (the config section, :class:`PPOConfig`, is in
+:mod:`fleetrl.algorithms.sections`): the algorithm (networks and torchrl's ``ClipPPOLoss``), its schedule (the clip
 epsilon, besides the learning rate every algorithm has), GAE once per batch,
 and the loss of one minibatch: the clipped surrogate, the (clipped) value
 loss and the entropy bonus, on the networks' outputs.
@@ -9,7 +9,6 @@ loss and the entropy bonus, on the networks' outputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -19,46 +18,12 @@ from torchrl.objectives import ClipPPOLoss
 
 from fleetrl.algorithms.actor_critic import (
     ActorCritic,
-    ActorCriticConfig,
     ClipEpsilon,
-    PPOFields,
-    check_clipped_objective,
 )
-from fleetrl.algorithms.models import ActionDistribution, ModelKind
-from fleetrl.config import Config
+from fleetrl.algorithms.sections import PPOConfig
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import Problems
 
 __all__ = ["PPO", "PPOConfig"]
-
-
-@dataclass
-class PPOConfig(PPOFields, ActorCriticConfig):
-    """The ``ppo`` section of a config.
-
-    Examples:
-        >>> from fleetrl.envs.spec import env_spec
-        >>> ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
-        >>> ppo.steps_per_batch, ppo.config.clip_epsilon
-        (8, 0.2)"""
-
-    # lr to max_grad_norm (the clip and epoch keys): PPOFields's
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """hidden layers of the actor and critic MLPs."""
-    distribution: ActionDistribution = ActionDistribution.TANH_NORMAL
-    """continuous actions: 'tanh_normal' (mean and std from the MLP, squashed into the
-    bounds) or 'normal' (CleanRL's ppo_continuous_action.py: state-independent log-std,
-    the Gaussian sample clipped to the bounds at the env, CleanRL's orthogonal init);
-    discrete actions always use a Categorical."""
-    model: ModelKind = ModelKind.AUTO
-    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN), 'impala' (IMPALA ResNet), or 'lstm' / 'gru' (a recurrent core of
-    recurrent_size units on a torso (torso), trained through time on sequences of seq_len
-    steps); modules passed in code win."""
-
-    def validate(self, config: Config, check: Problems) -> None:
-        super().validate(config, check)
-        check_clipped_objective(self, config, check)
 
 
 class PPO(ClipEpsilon, ActorCritic):

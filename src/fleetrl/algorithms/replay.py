@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -32,30 +31,17 @@ from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import flatten_valid
+from fleetrl.algorithms.sections import ReplayConfig
 from fleetrl.collectors.replay import buffer_state, load_buffer_state
-from fleetrl.config import AlgorithmConfig, Config
-from fleetrl.errors import Problems
 from fleetrl.keys import TRANSITION_KEYS
 
 __all__ = ["ReplayAlgorithm", "ReplayConfig"]
 
 
-@dataclass
-class ReplayConfig(AlgorithmConfig):
-    """What DQN's and SAC's sections share: the buffer and the sampled steps (checked here)."""
-
-    def validate(self, config: Config, check: Problems) -> None:
-        super().validate(config, check)
-        for name in ("buffer_size", "batch_size", "updates_per_batch"):
-            check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
-        check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
-
-
 class ReplayAlgorithm(Algorithm):
     """Off-policy base: subclasses set ``target_updater`` and call :meth:`init_replay`."""
 
-    on_policy = False
-
+    config_class = ReplayConfig
     target_updater: Any
 
     def init_replay(self, buffer_size: int, batch_size: int) -> None:

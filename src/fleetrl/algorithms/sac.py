@@ -18,7 +18,6 @@ collectors' ``init_random_frames``), and learning starts after them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -30,12 +29,13 @@ from torchrl.objectives import SACLoss, SoftUpdate
 from fleetrl.algorithms.batches import as_device
 from fleetrl.algorithms.heads import PolicyHead, StackedMLP, TensorNet
 from fleetrl.algorithms.models import make_actor
-from fleetrl.algorithms.replay import ReplayAlgorithm, ReplayConfig
+from fleetrl.algorithms.replay import ReplayAlgorithm
+from fleetrl.algorithms.sections import SAC_CUDAGRAPHS_MSG, SACConfig
 from fleetrl.algorithms.sequences import refuse_recurrent
 from fleetrl.collectors.policies import to_device
-from fleetrl.config import Config, EvalActions
+from fleetrl.config import EvalActions
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import ConfigError, Problems
+from fleetrl.errors import ConfigError
 from fleetrl.keys import (
     ACTION_KEY,
     NEXT_OBSERVATION_KEY,
@@ -45,50 +45,6 @@ from fleetrl.keys import (
 )
 
 __all__ = ["SAC", "SACConfig"]
-
-SAC_CUDAGRAPHS_MSG = (
-    "SAC's update samples actions from torchrl's TanhNormal, and the backward of that "
-    "sample cannot be captured in a CUDA graph (cudaErrorStreamCaptureImplicit, torchrl "
-    "0.14.1); use sac.compile=true"
-)
-
-
-@dataclass
-class SACConfig(ReplayConfig):
-    """The ``sac`` section of a config.
-
-    Examples:
-        >>> from fleetrl.envs.spec import env_spec
-        >>> sac = SAC(SACConfig(hidden_sizes=[32, 32]), env_spec("Pendulum-v1"))
-        >>> sac.on_policy, sac.config.tau
-        (False, 0.005)"""
-
-    lr: float = 3e-4
-    """Adam learning rate (actor, Q networks, temperature)."""
-    gamma: float = 0.99
-    """discount factor."""
-    tau: float = 0.005
-    """soft target-update rate."""
-    alpha_init: float = 1.0
-    """initial entropy temperature (learned)."""
-    buffer_size: int = 100_000
-    """replay buffer capacity (frames)."""
-    batch_size: int = 256
-    """transitions per gradient step."""
-    learning_starts: int = 5_000
-    """frames of uniform random actions before the policy acts and learning starts."""
-    updates_per_batch: int = 64
-    """gradient steps after each collected batch."""
-    max_grad_norm: float | None = None
-    """clip the gradient norm (None: off)."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    """hidden layers of the actor and Q networks."""
-
-    def validate(self, config: Config, check: Problems) -> None:
-        super().validate(config, check)
-        check(not self.cudagraphs, "cudagraphs", self.cudagraphs, SAC_CUDAGRAPHS_MSG)
-        check(self.alpha_init > 0, "alpha_init", self.alpha_init, "must be > 0")
-        check(0 < self.tau <= 1, "tau", self.tau, "must be in (0, 1]")
 
 
 class SAC(ReplayAlgorithm):

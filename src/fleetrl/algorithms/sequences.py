@@ -37,6 +37,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
+from fleetrl.algorithms.kinds import BURN_IN_MSG, SEQ_LEN_MSG
 from fleetrl.errors import ConfigError, PolicyError
 from fleetrl.keys import DONE_KEY, IS_INIT_KEY, MASK_KEY
 
@@ -56,8 +57,6 @@ __all__ = [
 #: True at the steps of a sequence that enter the loss (not padding, not burn-in)
 LOSS_MASK_KEY = ("sequence", "loss_mask")
 
-SEQ_LEN_MSG = "must be >= 1 (steps per sequence a recurrent policy is trained on)"
-BURN_IN_MSG = "must be >= 0 and < seq_len ({seq_len}): burn-in steps are part of each sequence"
 TOO_FEW_SEQUENCES_MSG = (
     "{algo}.num_mini_batch={num_mini_batch} is invalid for this batch: it holds {count} "
     "sequences of seq_len={seq_len} steps (its rows cut along time), fewer than the "

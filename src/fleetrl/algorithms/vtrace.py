@@ -35,20 +35,17 @@ StaleBatchFilter` drops and counts the older ones, in ``train/dropped_batches``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives.value.functional import vtrace_advantage_estimate
 
-from fleetrl.algorithms.actor_critic import ActorCritic, ActorCriticConfig
+from fleetrl.algorithms.actor_critic import ActorCritic
 from fleetrl.algorithms.batches import end_padded_rows, flatten_valid
 from fleetrl.algorithms.heads import ActorCriticHeads
-from fleetrl.algorithms.models import ModelKind
+from fleetrl.algorithms.sections import VTraceConfig
 from fleetrl.algorithms.sequences import sequence_log_prob, step_values
-from fleetrl.config import Config
-from fleetrl.errors import PolicyError, Problems
+from fleetrl.errors import PolicyError
 from fleetrl.keys import ACTION_KEY, ACTION_LOG_PROB_KEY, DONE_KEY, REWARD_KEY, TERMINATED_KEY
 
 __all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
@@ -58,66 +55,6 @@ NO_BEHAVIOUR_LOG_PROB_MSG = (
     "the batch has none: the acting policy must write them (a ProbabilisticActor with "
     "return_log_prob=True, as fleetrl's default actors are)"
 )
-
-
-@dataclass
-class VTraceConfig(ActorCriticConfig):
-    """What the ``impala`` and ``appo`` sections share: V-trace truncation and the lag bound."""
-
-    lr: float = 5e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """discount factor."""
-    rho_bar: float = 1.0
-    """truncation of the importance weights in the V-trace temporal differences and the
-    policy-gradient advantage (the paper's rho-bar); > 0 and >= c_bar."""
-    c_bar: float = 1.0
-    """truncation of the importance weights that carry corrections back in time (the
-    paper's c-bar, the 'trace cutting'); > 0 and <= rho_bar."""
-    max_learn_lag: int | None = 32
-    """drop a batch that arrives more than this many optimizer steps behind the learner
-    (counted in train/dropped_batches; null: no bound). Must be at least the lag that
-    trainer.weight_update_interval alone gives: (interval - 1) x steps per batch."""
-    entropy_coef: float = 0.01
-    """entropy bonus coefficient."""
-    critic_coef: float = 0.5
-    """value loss coefficient."""
-    max_grad_norm: float | None = 40.0
-    """clip the gradient norm (None: off; the IMPALA paper's 40)."""
-    normalize_advantage: bool = False
-    """normalize advantages per minibatch."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """hidden layers of the actor and critic MLPs."""
-    model: ModelKind = ModelKind.AUTO
-    """default network: 'auto' (cnn for 3-D uint8 observations, else mlp), 'mlp', 'cnn'
-    (Nature CNN), 'impala' (IMPALA ResNet), or 'lstm' / 'gru' (a recurrent core of
-    recurrent_size units on a torso (torso), trained through time on sequences of seq_len
-    steps); modules passed in code win."""
-
-    @property
-    def steps_per_batch(self) -> int:
-        """Optimizer steps on each collected batch."""
-        return 1
-
-    def validate(self, config: Config, check: Problems) -> None:
-        super().validate(config, check)
-        check(self.rho_bar > 0, "rho_bar", self.rho_bar, "must be > 0 (1.0: the paper's)")
-        check(
-            0 < self.c_bar <= max(self.rho_bar, 0),
-            "c_bar",
-            self.c_bar,
-            f"must be > 0 and <= rho_bar ({self.rho_bar}) (1.0: the paper's)",
-        )
-        interval = config.trainer.weight_update_interval
-        least = max(0, interval - 1) * self.steps_per_batch
-        check(
-            self.max_learn_lag is None or self.max_learn_lag >= least,
-            "max_learn_lag",
-            self.max_learn_lag,
-            f"must be null (no bound) or >= {least}: with trainer.weight_update_interval="
-            f"{interval} and {self.steps_per_batch} optimizer steps per batch, batches arrive "
-            f"up to {least} steps behind even without asynchrony, and every one would be dropped",
-        )
 
 
 class VTraceTargets:

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from fleetrl.algorithms import ALGORITHMS
+from fleetrl.algorithms.sections import SECTIONS
 from fleetrl.config import Config, TuneConfig, enum_of, enum_value, type_hints
 from fleetrl.errors import ConfigError, Problem
 
@@ -205,6 +205,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             ]
         )
     key, raw = text.split("=", 1)
+    if not all(key.strip().split(".")):  # "=3", "ppo.=3", "ppo..lr=3"
+        said = (
+            f"override {text!r} is invalid: the key before '=' needs a name in each dotted "
+            "part, e.g. ppo.lr=1e-3"
+        )
+        raise ConfigError([Problem("override", text=said)])
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
@@ -307,7 +313,7 @@ def parse_config(
     _drop_other_sections(data, algorithm)
     for text, path, value in parsed:
         key = ".".join(path)
-        if len(path) > 1 and path[0] != algorithm and path[0] in ALGORITHMS:
+        if len(path) > 1 and path[0] != algorithm and path[0] in SECTIONS:
             said = OTHER_SECTION_MSG.format(
                 key=key, section=path[0], algorithm=algorithm, rest=".".join(path[1:])
             )
@@ -327,17 +333,17 @@ def parse_config(
 
 def _fill_config(data: dict[str, Any], problems: list[Problem]) -> Config:
     algorithm = data.get("algorithm", Config.algorithm)
-    cls = ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
+    cls = SECTIONS.get(algorithm) if isinstance(algorithm, str) else None
     section = data.pop(algorithm, {}) if cls is not None else {}
     cfg = fill_dataclass(Config, data, "", problems, hidden=("algo",))
     if cls is None:
         cfg.algo = None  # the unknown name is reported by the checks
     elif not isinstance(section, dict):
-        allowed = f"must be a mapping of {cls.config_class.__name__} fields"
+        allowed = f"must be a mapping of {cls.__name__} fields"
         problems.append(Problem(algorithm, section, allowed))
-        cfg.algo = cls.config_class()
+        cfg.algo = cls()
     else:
-        cfg.algo = fill_dataclass(cls.config_class, section, f"{algorithm}.", problems)
+        cfg.algo = fill_dataclass(cls, section, f"{algorithm}.", problems)
     return cfg
 
 
@@ -355,7 +361,7 @@ def with_value(config: Config, key: str, value: Any) -> tuple[Config, list[Probl
     if head == config.algorithm and config.algo is not None:
         algo = fill_dataclass(type(config.algo), data, f"{head}.", problems, base=config.algo)
         return dataclasses.replace(config, algo=algo), problems
-    if head is not None and head in ALGORITHMS:  # another algorithm's section
+    if head is not None and head in SECTIONS:  # another algorithm's section
         said = OTHER_SECTION_MSG.format(
             key=key, section=head, algorithm=config.algorithm, rest=".".join(key.split(".")[1:])
         )
@@ -368,15 +374,15 @@ def with_value(config: Config, key: str, value: Any) -> tuple[Config, list[Probl
 def with_algorithm_section(config: Config) -> Config:
     """``config`` with its algorithm's section: a config built in code without one
     (``algo=None``) gets the section's defaults, in a copy (``config`` is left as it is)."""
-    cls = ALGORITHMS.get(config.algorithm)
+    cls = SECTIONS.get(config.algorithm)
     if config.algo is not None or cls is None:
         return config
-    return dataclasses.replace(config, algo=cls.config_class())
+    return dataclasses.replace(config, algo=cls())
 
 
 def _drop_other_sections(data: dict[str, Any], algorithm: Any) -> None:
     """Drop the sections of other algorithms; one warning names them."""
-    dropped = [key for key in data if key in ALGORITHMS and key != algorithm]
+    dropped = [key for key in data if key in SECTIONS and key != algorithm]
     for key in dropped:
         del data[key]
     if dropped:

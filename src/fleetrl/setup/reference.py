@@ -38,8 +38,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from fleetrl.algorithms import ALGORITHMS
-from fleetrl.algorithms.sac import SAC_CUDAGRAPHS_MSG
+from fleetrl.algorithms.sections import SAC_CUDAGRAPHS_MSG
+from fleetrl.algorithms.sections import SECTIONS as ALGORITHM_SECTIONS
 from fleetrl.config import (
     CollectorConfig,
     Config,
@@ -142,14 +142,14 @@ def config_keys() -> list[KeyDoc]:
             "",
             "str",
             _yaml(Config.algorithm),
-            f"one of {', '.join(repr(a) for a in ALGORITHMS)}",
+            f"one of {', '.join(repr(a) for a in ALGORITHM_SECTIONS)}",
             field_docs(Config)["algorithm"],
         )
     ]
     for name, cls in SECTIONS.items():
         keys += _section_keys(name, cls, "ppo")
-    for algo, algo_cls in ALGORITHMS.items():
-        keys += _section_keys(algo, algo_cls.config_class, algo)
+    for algo, section in ALGORITHM_SECTIONS.items():
+        keys += _section_keys(algo, section, algo)
     return keys
 
 
@@ -261,7 +261,7 @@ def _probe_config(algorithm: str) -> Config:
     config = Config(
         algorithm=algorithm,
         env=EnvConfig(id=_PROBE_ENV.get(algorithm, "CartPole-v1")),
-        algo=ALGORITHMS[algorithm].config_class(),
+        algo=ALGORITHM_SECTIONS[algorithm](),
     )
     problems = verify(config, None)
     assert not problems, f"the {algorithm} probe config is invalid: {problems}"

@@ -22,13 +22,16 @@ By concern:
 
 - :mod:`~fleetrl.setup.verify.checked`: the whole (:func:`verify`, :func:`check`,
   :class:`CheckedConfig`);
-- :mod:`~fleetrl.setup.verify.rules`: the rules and ranges of the keys;
+- :mod:`~fleetrl.setup.verify.rules`: the rules and ranges of the keys, all but the
+  device's needing neither the env nor torch (:func:`config_rules`: ``fleetrl train``
+  runs them before torch is imported);
 - :mod:`~fleetrl.setup.verify.env`: the env's checks (:func:`describe`);
 - :mod:`~fleetrl.setup.verify.sweep`: a sweep's checks (``tune``);
 - :mod:`~fleetrl.setup.verify.resources`: the cluster's resources.
 
 Examples:
     >>> from fleetrl.setup import parse_config
+    >>> from fleetrl.setup.verify import verify
     >>> config, _ = parse_config({"algorithm": "ppo", "env": {"num_envs": 0}})
     >>> [str(p) for p in verify(config, None)]
     ['env.num_envs=0 is invalid: must be > 0']
@@ -36,42 +39,45 @@ Examples:
 
 from __future__ import annotations
 
-from fleetrl.setup.verify.checked import (
-    CheckedConfig,
-    check,
-    check_config,
-    checked_config,
-    resolved_env,
-    verified,
-    verify,
-)
-from fleetrl.setup.verify.env import (
-    ACTION_KINDS,
-    ACTIONS_MSG,
-    ENV_MAKE_MSG,
-    REPLAY_MEMORY_MSG,
-    UNKNOWN_ENV_MSG,
-    describe,
-)
-from fleetrl.setup.verify.resources import (
-    GRAD_WORKER_RESOURCES_MSG,
-    GRAD_WORKERS_MSG,
-    NODE_MSG,
-    RESOURCES_MSG,
-    SERVER_CPUS_MSG,
-    resource_problems,
-)
-from fleetrl.setup.verify.rules import (
-    CONFIG_NAMES,
-    DECOUPLED_NEEDS,
-    DEVICE_PROBLEM,
-    NORMALIZING_ALGORITHMS,
-    RANGES,
-    TRACKER_EXTRA_MSG,
-    TRACKERS,
-    WANDB_PROJECT_FORBIDS,
-)
-from fleetrl.setup.verify.sweep import FLOAT_DRAWS, METRIC_PREFIXES, PBT_KEYS_MSG
+from typing import TYPE_CHECKING
+
+from fleetrl._lazy import lazy_exports
+
+#: public name -> the module that defines it (imported when first used, PEP 562: the
+#: rules that need no env, fleetrl.setup.verify.rules, import no torch)
+_EXPORTS = {
+    "ACTIONS_MSG": "fleetrl.setup.verify.env",
+    "ACTION_KINDS": "fleetrl.setup.verify.env",
+    "CONFIG_NAMES": "fleetrl.setup.verify.rules",
+    "DECOUPLED_NEEDS": "fleetrl.setup.verify.rules",
+    "DEVICE_PROBLEM": "fleetrl.setup.verify.rules",
+    "ENV_MAKE_MSG": "fleetrl.setup.verify.env",
+    "FLOAT_DRAWS": "fleetrl.setup.verify.sweep",
+    "GRAD_WORKERS_MSG": "fleetrl.setup.verify.resources",
+    "GRAD_WORKER_RESOURCES_MSG": "fleetrl.setup.verify.resources",
+    "METRIC_PREFIXES": "fleetrl.setup.verify.sweep",
+    "NODE_MSG": "fleetrl.setup.verify.resources",
+    "NORMALIZING_ALGORITHMS": "fleetrl.setup.verify.rules",
+    "PBT_KEYS_MSG": "fleetrl.setup.verify.sweep",
+    "RANGES": "fleetrl.setup.verify.rules",
+    "REPLAY_MEMORY_MSG": "fleetrl.setup.verify.env",
+    "RESOURCES_MSG": "fleetrl.setup.verify.resources",
+    "SERVER_CPUS_MSG": "fleetrl.setup.verify.resources",
+    "TRACKERS": "fleetrl.setup.verify.rules",
+    "TRACKER_EXTRA_MSG": "fleetrl.setup.verify.rules",
+    "UNKNOWN_ENV_MSG": "fleetrl.setup.verify.env",
+    "WANDB_PROJECT_FORBIDS": "fleetrl.setup.verify.rules",
+    "CheckedConfig": "fleetrl.setup.verify.checked",
+    "check": "fleetrl.setup.verify.checked",
+    "check_config": "fleetrl.setup.verify.checked",
+    "checked_config": "fleetrl.setup.verify.checked",
+    "config_rules": "fleetrl.setup.verify.rules",
+    "describe": "fleetrl.setup.verify.env",
+    "resolved_env": "fleetrl.setup.verify.checked",
+    "resource_problems": "fleetrl.setup.verify.resources",
+    "verified": "fleetrl.setup.verify.checked",
+    "verify": "fleetrl.setup.verify.checked",
+}
 
 __all__ = [
     "ACTIONS_MSG",
@@ -99,9 +105,50 @@ __all__ = [
     "check",
     "check_config",
     "checked_config",
+    "config_rules",
     "describe",
     "resolved_env",
     "resource_problems",
     "verified",
     "verify",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from fleetrl.setup.verify.checked import (
+        CheckedConfig,
+        check,
+        check_config,
+        checked_config,
+        resolved_env,
+        verified,
+        verify,
+    )
+    from fleetrl.setup.verify.env import (
+        ACTION_KINDS,
+        ACTIONS_MSG,
+        ENV_MAKE_MSG,
+        REPLAY_MEMORY_MSG,
+        UNKNOWN_ENV_MSG,
+        describe,
+    )
+    from fleetrl.setup.verify.resources import (
+        GRAD_WORKER_RESOURCES_MSG,
+        GRAD_WORKERS_MSG,
+        NODE_MSG,
+        RESOURCES_MSG,
+        SERVER_CPUS_MSG,
+        resource_problems,
+    )
+    from fleetrl.setup.verify.rules import (
+        CONFIG_NAMES,
+        DECOUPLED_NEEDS,
+        DEVICE_PROBLEM,
+        NORMALIZING_ALGORITHMS,
+        RANGES,
+        TRACKER_EXTRA_MSG,
+        TRACKERS,
+        WANDB_PROJECT_FORBIDS,
+        config_rules,
+    )
+    from fleetrl.setup.verify.sweep import FLOAT_DRAWS, METRIC_PREFIXES, PBT_KEYS_MSG

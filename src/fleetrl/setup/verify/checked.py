@@ -27,6 +27,7 @@ from fleetrl.envs.engine import ResolvedEnv, resolve_env
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problem, Problems
 from fleetrl.setup.parse import with_algorithm_section
+from fleetrl.setup.screen import said_already
 from fleetrl.setup.verify.env import (
     atari_section_rules,
     describe_env,
@@ -34,19 +35,7 @@ from fleetrl.setup.verify.env import (
     space_rules,
     video_rules,
 )
-from fleetrl.setup.verify.rules import (
-    algorithm_rules,
-    batch_size_rules,
-    collector_rules,
-    decoupled_rules,
-    device_rules,
-    inference_rules,
-    normalization_rules,
-    overlap_rules,
-    range_rules,
-    scheme_rules,
-    tracker_rules,
-)
+from fleetrl.setup.verify.rules import config_rules, device_rules
 from fleetrl.setup.verify.sweep import tune_rules
 
 __all__ = [
@@ -61,29 +50,26 @@ __all__ = [
 
 
 def verify(
-    config: Config, env_spec: EnvSpec | None, *, env: ResolvedEnv | None = None
+    config: Config,
+    env_spec: EnvSpec | None,
+    *,
+    env: ResolvedEnv | None = None,
+    screened: bool = False,
 ) -> list[Problem]:
     """Every problem of ``config`` (and, with its :class:`~fleetrl.envs.EnvSpec`, of what the
     env allows), in config keys; empty when it can run.
 
     ``env``: ``config.env`` resolved already (:func:`~fleetrl.envs.engine.resolve_env`), where
-    the caller has it; it is resolved here otherwise.
+    the caller has it; it is resolved here otherwise. ``screened``: the rules that need no
+    env passed already (:func:`~fleetrl.setup.screen.screen`), and are not run again.
     """
     env = env if env is not None else resolve_env(config.env)
     check = Problems()
-    range_rules(config, check)
-    collector_rules(config, check)
-    inference_rules(config, check)
-    overlap_rules(config, check)
+    if not screened:
+        config_rules(config, check)
     video_rules(config, env, env_spec, check)
-    tracker_rules(config, check)
-    decoupled_rules(config, check)
-    normalization_rules(config, check)
     atari_section_rules(config, env, check)
-    batch_size_rules(config, check)
     device_rules(config, check)
-    scheme_rules(config, check.section("scheme"))
-    algorithm_rules(config, check)
     tune_rules(config, env, check, verify)
     check.extend(Problem(resolved_problem_key(p), text=p) for p in env.problems)
     if env_spec is not None:
@@ -124,17 +110,27 @@ class CheckedConfig:
 
 
 def check_config(
-    config: Config, problems: Iterable[Problem] = (), *, env_spec: EnvSpec | None = None
+    config: Config,
+    problems: Iterable[Problem] = (),
+    *,
+    env_spec: EnvSpec | None = None,
+    screened: bool = False,
 ) -> CheckedConfig:
     """Resolve the env, describe it (unless ``env_spec`` is given) and :func:`verify` the
     config, once; one ConfigError lists every problem (``problems`` found before first, e.g.
-    unknown keys). The verification is remembered for this config (:func:`verified`)."""
+    unknown keys). ``screened``: the config passed the rules that need no env already
+    (:func:`~fleetrl.setup.screen.screen`). The verification is remembered for this
+    config (:func:`verified`)."""
     env = resolve_env(config.env)
     found = list(problems)
     spec, env_problems = env_spec, []
     if spec is None and not env.problems:  # an engine's problems are verify's to say
         spec, env_problems = describe_env(env)
-    found += [p for p in verify(config, spec, env=env) if p not in found and not _said(p, found)]
+    found += [
+        p
+        for p in verify(config, spec, env=env, screened=screened)
+        if p not in found and not said_already(p, found)
+    ]
     found += [p for p in env_problems if p not in found]
     if found:
         raise ConfigError(found)
@@ -199,8 +195,3 @@ def _remember(checked: CheckedConfig) -> None:
 
     ref = weakref.ref(checked.config, forget)
     _REMEMBERED[key] = (ref, checked.env, checked.spec, checked.snapshot)
-
-
-def _said(problem: Problem, found: list[Problem]) -> bool:
-    """A key that has a problem already gets no second one (a bad type, then its range)."""
-    return problem.text is None and any(p.key == problem.key for p in found)

@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from fleetrl.algorithms import ALGORITHMS
+from fleetrl.algorithms.sections import SECTIONS
 from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.inference import config_problems
@@ -46,6 +46,7 @@ __all__ = [
     "algorithm_rules",
     "batch_size_rules",
     "collector_rules",
+    "config_rules",
     "decoupled_rules",
     "device_rules",
     "field_rules",
@@ -159,6 +160,24 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def config_rules(config: Config, check: Problems) -> None:
+    """Every rule of the keys that needs neither the env nor torch: the types and ranges,
+    the rules that tie keys together, the algorithm's section. ``fleetrl train`` runs them
+    before torch, torchrl or Ray is imported (:func:`fleetrl.setup.screen.screen_file`),
+    so a typo or a value out of range is refused at once; :func:`device_rules` and the
+    env's checks follow (:func:`fleetrl.setup.verify.verify`)."""
+    range_rules(config, check)
+    collector_rules(config, check)
+    inference_rules(config, check)
+    overlap_rules(config, check)
+    tracker_rules(config, check)
+    decoupled_rules(config, check)
+    normalization_rules(config, check)
+    batch_size_rules(config, check)
+    scheme_rules(config, check.section("scheme"))
+    algorithm_rules(config, check)
+
+
 def range_rules(config: Config, check: Problems) -> None:
     """Every section's field types (:func:`field_rules`), the algorithm's name, and the range
     of each key in :data:`RANGES`."""
@@ -167,10 +186,10 @@ def range_rules(config: Config, check: Problems) -> None:
         if dataclasses.is_dataclass(value):
             field_rules(value, check.section(config.algorithm if f.name == "algo" else f.name))
     check(
-        config.algorithm in ALGORITHMS,
+        config.algorithm in SECTIONS,
         "algorithm",
         config.algorithm,
-        f"must be one of {sorted(ALGORITHMS)}",
+        f"must be one of {sorted(SECTIONS)}",
     )
     for key, (ok, allowed) in RANGES.items():
         section, name = key.split(".")
@@ -243,8 +262,8 @@ def decoupled_rules(config: Config, check: Problems) -> None:
     learner, no lag bound."""
     if not config.collector.decoupled:
         return
-    off_policy = sorted(name for name, cls in ALGORITHMS.items() if not cls.on_policy)
-    cls = ALGORITHMS.get(config.algorithm)
+    off_policy = sorted(name for name, cls in SECTIONS.items() if not cls.on_policy)
+    cls = SECTIONS.get(config.algorithm)
     check(
         cls is None or not cls.on_policy,
         "algorithm",
@@ -353,8 +372,8 @@ def scheme_rules(config: Config, check: Problems) -> None:
         "all-reduces among gradient worker processes: needs trainer.backend='ray' (here "
         f"{config.trainer.backend!r}, which runs every worker in this one process)",
     )
-    on_policy = [name for name, cls in ALGORITHMS.items() if cls.on_policy]
-    cls = ALGORITHMS.get(config.algorithm)
+    on_policy = [name for name, cls in SECTIONS.items() if cls.on_policy]
+    cls = SECTIONS.get(config.algorithm)
     check(
         cls is None or cls.on_policy or update is not LearnerMode.ASYNC,
         "update",
@@ -367,12 +386,12 @@ def scheme_rules(config: Config, check: Problems) -> None:
 
 def algorithm_rules(config: Config, check: Problems) -> None:
     """The algorithm's section is its config class, and passes that class's own checks."""
-    cls = ALGORITHMS.get(config.algorithm)
+    cls = SECTIONS.get(config.algorithm)
     if cls is None:
         return
-    if not isinstance(config.algo, cls.config_class):
+    if not isinstance(config.algo, cls):
         got = type(config.algo).__name__
-        check(False, config.algorithm, got, f"must be a {cls.config_class.__name__}")
+        check(False, config.algorithm, got, f"must be a {cls.__name__}")
         return
     config.algo.validate(config, check.section(config.algorithm))
 
