@@ -65,6 +65,9 @@ SCRIPT = textwrap.dedent(
                     return True
             return time.time() - start > max_wall  # the cap: stop, target reached or not
 
+        def target_judged_on(self):
+            return f"the evaluation return (target {target}), or the {max_wall} s cap"
+
     trainer = ToEvalTarget(load_config(config_path, json.loads(overrides)), run_dir=run_dir)
     last = trainer.train()
     print("RESULT " + json.dumps({

@@ -4,6 +4,10 @@ from the event file, ``fleetrl eval --video``, ``logging.video_every`` and its c
 from __future__ import annotations
 
 import io
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,11 +24,12 @@ from fleetrl.collectors.video import (
     TB_VIDEO_TAG,
     check_video_path,
     record_video,
+    use_headless_sdl,
 )
 from fleetrl.errors import ConfigError, EnvError
 from fleetrl.run.evaluate import evaluate
 from fleetrl.setup.load import load_config
-from runs import ROOT
+from runs import ONE_UPDATE, ROOT
 
 PPO = str(ROOT / "configs" / "ppo_cartpole.yaml")
 #: a tiny run without Ray: 256 frames per iteration, an evaluation and a video after each
@@ -163,6 +168,57 @@ def test_mujoco_renders_headless(tmp_path):
     assert (video.frames, video.lengths, len(frames)) == (4, [3], 4)
     assert frames[0].shape == (480, 480, 3) and meta["fps"] == 125.0
     assert frames[-1].std() > 0  # a scene, not a blank frame
+
+
+#: what makes a machine headless for SDL, and the variable that chooses its video driver
+DISPLAY_VARIABLES = ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")
+
+
+@pytest.mark.parametrize(
+    "platform, environ, driver",
+    [
+        ("linux", {}, "dummy"),  # no display: SDL's dummy driver, no error from the others
+        ("linux", {"XDG_RUNTIME_DIR": "/run/user/0"}, "dummy"),
+        ("linux", {"DISPLAY": ":0"}, None),  # a display: SDL chooses, as ever
+        ("linux", {"WAYLAND_DISPLAY": "wayland-0"}, None),
+        ("linux", {"SDL_VIDEODRIVER": "x11"}, "x11"),  # the user's choice is kept
+        ("linux", {"SDL_VIDEODRIVER": ""}, ""),
+        ("darwin", {}, None),  # macOS and Windows have their own video, and no such error
+        ("win32", {}, None),
+    ],
+)
+def test_sdl_renders_with_its_dummy_driver_only_without_a_display(
+    platform, environ, driver, monkeypatch
+):
+    monkeypatch.setattr(sys, "platform", platform)
+    given = dict(environ)
+    assert use_headless_sdl(given) is (driver == "dummy")
+    assert given.get("SDL_VIDEODRIVER") == driver
+    assert {k: v for k, v in given.items() if k != "SDL_VIDEODRIVER"} == {
+        k: v for k, v in environ.items() if k != "SDL_VIDEODRIVER"
+    }
+
+
+@pytest.mark.e2e  # a fresh process (SDL starts its video once a process): a few seconds
+def test_a_headless_video_eval_prints_no_display_error(tmp_path):
+    """Issue 57.5: without a display, SDL's Wayland driver printed ``error: XDG_RUNTIME_DIR
+    is invalid or not set in the environment.`` before the video was made."""
+    run, video = tmp_path / "run", tmp_path / "x.mp4"
+    assert main(["train", PPO, *ONE_UPDATE, "--run-dir", str(run)]) == 0
+    headless = {k: v for k, v in os.environ.items() if k not in DISPLAY_VARIABLES}
+    cli = "import sys; from fleetrl.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", cli, "eval", str(run), "--video", str(video)],
+        capture_output=True,
+        text=True,
+        env=headless,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^video .*x\.mp4: \d+ frames \(400x600, 50 fps\)", done.stdout, re.M)
+    assert "XDG_RUNTIME_DIR" not in done.stderr
+    assert not [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert video.stat().st_size > 0
 
 
 def test_an_env_that_cannot_render_is_an_env_error(tmp_path):

@@ -30,7 +30,9 @@ black row or column (yuv420p needs even sizes).
 
 MuJoCo renders headless through EGL: ``MUJOCO_GL=egl`` is set when this
 module is imported and the variable is unset (gymnasium reads it when it first
-renders).
+renders). pygame (classic control, MPE) renders through SDL: on a machine without
+a display, :func:`video_env` sets ``SDL_VIDEODRIVER=dummy`` where it is unset
+(:func:`use_headless_sdl`), so SDL prints no display error.
 
 TensorBoard: torch's ``SummaryWriter.add_video`` needs moviepy; instead
 :func:`add_tensorboard_clip` writes what ``add_video`` writes, an animated GIF
@@ -54,6 +56,8 @@ import io
 import logging
 import math
 import os
+import sys
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +81,7 @@ __all__ = [
     "output_file_problems",
     "record_video",
     "rendering_problem",
+    "use_headless_sdl",
     "video_env",
 ]
 
@@ -90,6 +95,8 @@ TB_MAX_FPS = 50.0
 TB_VIDEO_TAG = "eval/video"
 #: the frame rate of the Atari emulator
 ATARI_HZ = 60.0
+#: SDL's video driver for rgb_array frames on a machine without a display
+HEADLESS_SDL_DRIVER = "dummy"
 
 SUFFIX_MSG = "{key}={value!r} is invalid: a video file must end in .mp4"
 DIR_MSG = "{key}={value!r} is invalid: {problem}; choose a path in a writable directory"
@@ -184,6 +191,30 @@ def check_video_path(path: str | Path, key: str = "--video") -> Path:
     return path
 
 
+def use_headless_sdl(environ: MutableMapping[str, str] | None = None) -> bool:
+    """On a Linux (or BSD) machine without a display, set ``SDL_VIDEODRIVER=dummy`` in
+    ``environ`` (default: this process's environment); returns whether it set it.
+
+    pygame (classic control, MPE) starts SDL's video to render rgb_array frames, which
+    it draws in memory. Without a display SDL tries its drivers in turn, and the Wayland
+    one prints ``error: XDG_RUNTIME_DIR is invalid or not set in the environment.`` before
+    SDL settles on an offscreen one: the frames are the same, the error is noise. Left
+    alone: a display (``DISPLAY`` or ``WAYLAND_DISPLAY``), a driver the user chose
+    (``SDL_VIDEODRIVER``, even empty), and macOS and Windows (their own video, no X11).
+
+    Examples:
+        >>> use_headless_sdl({"DISPLAY": ":0"}), use_headless_sdl({"SDL_VIDEODRIVER": "x11"})
+        (False, False)
+    """
+    environ = os.environ if environ is None else environ
+    if sys.platform in ("darwin", "win32", "cygwin") or "SDL_VIDEODRIVER" in environ:
+        return False
+    if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+        return False
+    environ["SDL_VIDEODRIVER"] = HEADLESS_SDL_DRIVER
+    return True
+
+
 def video_env(env_id: Any) -> tuple[Any, float]:
     """One env that renders rgb_array frames, and its real-time frame rate.
 
@@ -200,6 +231,7 @@ def video_env(env_id: Any) -> tuple[Any, float]:
     from fleetrl.envs.partial import GymId, PartialEnv
     from fleetrl.envs.pettingzoo import PettingZooId
 
+    use_headless_sdl()  # before pygame first starts SDL's video (it reads the variable then)
     if isinstance(env_id, PettingZooId):
         try:
             pz = env_id.factory()(render_mode="rgb_array", **env_id.kwargs)

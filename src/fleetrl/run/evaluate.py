@@ -4,7 +4,8 @@
 sampled or deterministic actions (``trainer.eval_actions``, :func:`eval_exploration`),
 and returns their returns; ``fleetrl eval`` calls it on a
 checkpoint. :class:`Evaluator` is the Trainer's side: every
-``trainer.test_every`` training iterations it evaluates the current policy
+``trainer.test_every`` training iterations (and at the last iteration of a run that
+stops at its target) it evaluates the current policy
 without touching training's random stream, and keeps the history of
 ``(frames, mean return)`` that checkpoints hold and :func:`plot_learning_curve`
 draws. Every ``logging.video_every`` evaluations it also films the episodes
@@ -130,9 +131,14 @@ class Evaluator:
         self.history: list[tuple[int, float]] = list(history or [])
 
     @property
+    def enabled(self) -> bool:
+        """Whether this run evaluates at all (``trainer.test_every`` > 0)."""
+        return bool(self.config.trainer.test_every)
+
+    @property
     def columns(self) -> tuple[str, ...]:
         """The metrics this run's evaluations will log (none when it never evaluates)."""
-        return EVAL_METRICS if self.config.trainer.test_every else ()
+        return EVAL_METRICS if self.enabled else ()
 
     def due(self, iterations: int) -> bool:
         """Whether the iteration that brought the count to ``iterations`` ends with an evaluation."""

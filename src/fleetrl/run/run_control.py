@@ -45,10 +45,23 @@ STOPPING = (
 
 
 def default_run_dir(config: Config) -> Path:
-    """``runs/<algorithm>_<env>_<time>``, for a run given no directory."""
+    """``runs/<run_name>_<time>``, for a run given no directory: ``logging.run_name`` (the
+    config file's name, which :func:`~fleetrl.setup.load_config` sets), or
+    ``<algorithm>_<env>`` for a config built in code.
+
+    Examples:
+        >>> from fleetrl.setup.load import config_from_dict, load_config
+        >>> default_run_dir(load_config("configs/ppo_cartpole.yaml")).name[:13]
+        'ppo_cartpole_'
+        >>> default_run_dir(config_from_dict({"env": {"id": "CartPole-v1"}})).name[:16]
+        'ppo_CartPole-v1_'
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    env_name = config.env.id.replace("/", "-")  # ALE/Pong-v5: one directory, not two
-    return Path("runs") / f"{config.algorithm}_{env_name}_{stamp}"
+    name = config.logging.run_name
+    if not name:
+        env_name = config.env.id.replace("/", "-")  # ALE/Pong-v5: one directory, not two
+        name = f"{config.algorithm}_{env_name}"
+    return Path("runs") / f"{name}_{stamp}"
 
 
 RUN_DIR_MSG = (

@@ -9,7 +9,10 @@ decentralized). The Trainer loop is the same for all of them. An *iteration* is 
 one metrics row (:attr:`Trainer.iterations`, ``train/iterations``); an
 *update* is one optimizer step (the policy version, ``time/updates_per_s``).
 Every ``test_every`` iterations the policy is
-evaluated with deterministic actions on separate test envs (:mod:`fleetrl.run.evaluate`). Metrics go to
+evaluated on separate test envs (:mod:`fleetrl.run.evaluate`); a run that stops at its
+``target_return`` (judged on the training return, :meth:`Trainer.target_reached`) also
+evaluates its final policy, in its last row, so its last evaluation is of the policy it
+ends with. Metrics go to
 ``metrics.csv`` (and TensorBoard), grouped ``train/``, ``eval/``, ``loss/``,
 ``time/`` (a multi-agent run's ``train/episode_return`` is the team's, and each agent
 group has ``train/group_return/<group>``); with ``logging.mlflow`` or ``logging.wandb``
@@ -68,6 +71,9 @@ RUN_EXISTS_MSG = (
     "another run directory"
 )
 STOPPED = "stopped by %s at %d frames; checkpoint written"
+#: the log line of a run that stops at trainer.target_return: the target, the frames, what
+#: it was judged on (:meth:`Trainer.target_judged_on`) and that value
+TARGET_REACHED = "target return %s reached at %d frames, judged on %s: %.1f"
 #: a multi-agent env's per-group columns: ``train/group_return/<group>``, the mean return of
 #: the group's last ``trainer.return_window`` episodes (its agents' mean)
 GROUP_RETURN_METRIC = "train/group_return"
@@ -84,7 +90,8 @@ class Trainer:
             default network.
         critic: an optional custom value module instead of the default network.
         extra_modules: other modules the algorithm accepts (``qnet`` for DQN, ``qvalue`` for SAC).
-        run_dir: where to write; default from ``config.logging.run_dir`` or ``runs/<algo>_<env>_<time>``.
+        run_dir: where to write; default from ``config.logging.run_dir``, else
+            ``runs/<logging.run_name>_<time>`` (:func:`~fleetrl.run.run_control.default_run_dir`).
         resume: continue the run in ``run_dir`` from its latest checkpoint; a run that
             trained its own budget raises :class:`~fleetrl.setup.resume.RunComplete`.
 
@@ -141,6 +148,8 @@ class Trainer:
         self.frames = 0
         self.iterations = 0  # loop iterations (metrics rows), not optimizer steps
         self.episodes = 0
+        #: whether the last :meth:`train` stopped at ``trainer.target_return``
+        self.reached_target = False
         self.recent_returns: deque[float] = deque(maxlen=config.trainer.return_window)
         #: a multi-agent env's: per agent group, its last ``return_window`` episode returns
         self.recent_group_returns: dict[str, deque[float]] = {}
@@ -261,6 +270,9 @@ class Trainer:
 
     # --------------------------------------------------------------- loop
     def target_reached(self) -> bool:
+        """Whether the run has reached ``trainer.target_return``: the mean return of the last
+        ``return_window`` training episodes (not an evaluation's) is at least the target.
+        Asked once per iteration, after the iteration's scheduled evaluation."""
         target = self.config.trainer.target_return
         window = self.config.trainer.return_window
         return (
@@ -268,6 +280,12 @@ class Trainer:
             and len(self.recent_returns) >= window
             and sum(self.recent_returns) / len(self.recent_returns) >= target
         )
+
+    def target_judged_on(self) -> str:
+        """What :meth:`target_reached` compares with the target, in words (the log and
+        ``fleetrl train``'s summary say it)."""
+        window = self.config.trainer.return_window
+        return f"the training return (the mean of the last {window} training episodes)"
 
     def make_learner(self) -> Learner:
         """The configured learner, starting from this trainer's algorithm and frame count."""
@@ -338,6 +356,7 @@ class Trainer:
         """
         t = self.config.trainer
         self.interrupted: signal.Signals | None = None
+        self.reached_target = False
         start = time.perf_counter()
         self.learner = learner = self._start_learner()
         progress = ProgressBar(self.config, self.frames)
@@ -385,8 +404,23 @@ class Trainer:
                     **result.info,
                 }
                 evaluate_start = time.perf_counter()
-                if self.evaluator.due(self.iterations):
+                evaluated = self.evaluator.due(self.iterations)
+                if evaluated:
                     last.update(self._evaluate())
+                # after this iteration's evaluation: a Trainer that judges on it sees it
+                self.reached_target = self.target_reached()
+                if self.reached_target:
+                    logger.info(
+                        TARGET_REACHED,
+                        t.target_return,
+                        self.frames,
+                        self.target_judged_on(),
+                        last["train/episode_return"],
+                    )
+                    if not evaluated and self.evaluator.enabled:
+                        # the run ends here: its last evaluation is of its final policy, in
+                        # this iteration's row (one row per iteration, as ever)
+                        last.update(self._evaluate())
                 # the time between iterations that fleetrl report can name
                 last["time/eval_s"] = time.perf_counter() - evaluate_start
                 last["time/checkpoint_s"], self._checkpoint_s = self._checkpoint_s, 0.0
@@ -398,12 +432,8 @@ class Trainer:
                     written = self.checkpoint()
                 if on_iteration is not None:
                     on_iteration(last, written)
-                if stop.received is not None:  # between iterations: the state is whole here
-                    break
-                if self.target_reached():
-                    logger.info(
-                        "target return %s reached at %d frames", t.target_return, self.frames
-                    )
+                # between iterations: the state is whole here
+                if stop.received is not None or self.reached_target:
                     break
             if self._unsaved():  # while the learner runs: decentralized state lives in the workers
                 self.checkpoint()
