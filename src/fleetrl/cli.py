@@ -1,11 +1,12 @@
 """``fleetrl`` command line: train, eval, bench.
 
-fleetrl train configs/ppo_cartpole.yaml [key=value ...] [--run-dir DIR]
+fleetrl train CONFIG [key=value ...] [--run-dir DIR]   (a YAML file, or a shipped config's name)
 fleetrl train --resume RUN_DIR [key=value ...]
 fleetrl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--seed S] [--video OUT.mp4]
 fleetrl tune CONFIG [key=value ...] --search 'ppo.lr=loguniform(1e-4,1e-2)' [--samples N] ...
 fleetrl tune --resume SWEEP_DIR
 fleetrl report RUN_DIR [--plot OUT.png | --no-plot]
+fleetrl configs [show NAME]      (the shipped configs: train one with fleetrl train NAME)
 fleetrl bench NAME [args ...]   (from a repository checkout: see BENCHMARKS)
 
 Start-up: this module imports neither torch, torchrl nor Ray (``fleetrl --help``
@@ -32,47 +33,22 @@ from fleetrl.errors import CheckpointError, ConfigError, FleetError
 __all__ = ["BENCHMARKS", "benchmark_script", "build_parser", "main", "sweep_config"]
 
 
-def _raw_setting(data: Any, overrides: list[str], key: str, default: Any) -> Any:
-    """A config key's value as the YAML and the overrides give it, unchecked (None: unreadable)."""
-    import yaml
+def _start_ray_early(args: argparse.Namespace, overrides: list[str], config: Any) -> Any:
+    """Start Ray in the background when the run will need it, before the heavy imports.
 
-    value = default
-    section, name = key.split(".")
-    if isinstance(data, dict) and isinstance(data.get(section), dict):
-        value = data[section].get(name, default)
-    for text in overrides:
-        if text.partition("=")[0].strip() == key:
-            try:
-                value = yaml.safe_load(text.partition("=")[2])
-            except yaml.YAMLError:
-                return None
-    return value
+    ``config``: the screened config of a new run; a resumed run's is read from its
+    ``config.yaml`` with the overrides, unchecked (its full check follows, and says what is
+    wrong with it)."""
+    if config is None:
+        from fleetrl.setup.parse import parse_config, read_yaml_mapping
 
-
-def _start_ray_early(args: argparse.Namespace, overrides: list[str]) -> Any:
-    """Start Ray in the background when the run will need it, before the heavy imports; the
-    config is checked in full afterwards (a config that Ray does not help is refused then)."""
-    import yaml
-
-    from fleetrl.config import CollectorConfig, SchemeConfig, TrainerConfig
-
-    path = Path(args.resume) / "config.yaml" if args.resume else Path(args.config)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None  # the full load says what is wrong
-    collectors = _raw_setting(
-        data, overrides, "collector.num_collectors", CollectorConfig.num_collectors
-    )
-    workers = _raw_setting(
-        data, overrides, "scheme.num_grad_workers", SchemeConfig.num_grad_workers
-    )
-    backend = _raw_setting(data, overrides, "trainer.backend", TrainerConfig.backend)
-    address = _raw_setting(data, overrides, "collector.address", None)
-    remote = (isinstance(collectors, int) and collectors > 0) or (
-        isinstance(workers, int) and workers > 1
-    )
-    if not remote or backend != "ray" or not (address is None or isinstance(address, str)):
+        try:
+            data = read_yaml_mapping(Path(args.resume) / "config.yaml", "--resume")
+        except ConfigError:
+            return None  # the resume says what is wrong
+        config, _ = parse_config(data, overrides)
+    address = config.collector.address
+    if not config.uses_ray or not (address is None or isinstance(address, str)):
         return None
     from fleetrl.runtime import RayStart
 
@@ -82,7 +58,12 @@ def _start_ray_early(args: argparse.Namespace, overrides: list[str]) -> Any:
 def _train(args: argparse.Namespace) -> int:
     overrides = [args.config] if args.resume and args.config and "=" in args.config else []
     overrides += args.overrides
-    ray_start = _start_ray_early(args, overrides)
+    # a new run's config is screened first: a typo, a value out of range, a missing file or
+    # a bad override is refused before torch, torchrl or Ray is imported, and Ray started
+    from fleetrl.setup.screen import screen_file  # imports no torch
+
+    config = None if args.resume else screen_file(args.config, args.overrides)
+    ray_start = _start_ray_early(args, overrides, config)
     try:
         code = _run_training(args, overrides)
     except BaseException:
@@ -129,8 +110,17 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
         f"fps {last.get('time/fps', float('nan')):,.0f}  "
         f"start-up {trainer.startup_s or float('nan'):.2f} s"
     )
+    if trainer.reached_target:
+        print(
+            f"target return {trainer.config.trainer.target_return} reached at "
+            f"{trainer.frames:,} frames, judged on {trainer.target_judged_on()}"
+        )
     if trainer.eval_history:
-        print(f"last evaluation return {trainer.eval_history[-1][1]:.1f}")
+        frames, value = trainer.eval_history[-1]
+        when = "the final policy"  # or an earlier one: the summary says which
+        if frames != trainer.frames:
+            when = f"not the final policy's, at {trainer.frames:,} frames"
+        print(f"last evaluation return {value:.1f} at {frames:,} frames ({when})")
     if trainer.last_checkpoint is not None:
         from fleetrl.run.checkpoint import file_size
 
@@ -211,6 +201,37 @@ def _tune(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+UNKNOWN_CONFIG_MSG = "fleetrl configs show {name}: no shipped config has that name; {hint}"
+
+
+def _configs(args: argparse.Namespace) -> int:
+    from fleetrl.setup.shipped import shipped_config, shipped_configs
+
+    if args.action == "show":
+        path = shipped_config(args.name)
+        if path is None:
+            import difflib
+
+            names = [c.name for c in shipped_configs()]
+            close = difflib.get_close_matches(args.name, names, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "fleetrl configs lists them"
+            print(UNKNOWN_CONFIG_MSG.format(name=args.name, hint=hint), file=sys.stderr)
+            return 2
+        print(path.read_text(), end="")
+        return 0
+    configs = shipped_configs()
+    width = max(len(c.name) for c in configs) + 2
+    print(f"{'name':<{width}} {'algo':<7} {'env':<24} reaches (measured by benchmarks/)")
+    for config in configs:
+        print(config.line(width))
+    print(
+        f"\n{len(configs)} configs in {configs[0].path.parent}\n"
+        "train one: fleetrl train NAME [key=value ...]; copy one to edit: "
+        "fleetrl configs show NAME > my.yaml"
+    )
     return 0
 
 
@@ -364,7 +385,10 @@ def _check_train_arguments(parser: argparse.ArgumentParser, args: argparse.Names
                 "writes to the directory it resumes"
             )
     elif not args.config:
-        parser.error("give a config file (e.g. configs/ppo_cartpole.yaml), or --resume RUN_DIR")
+        parser.error(
+            "give a config file or a shipped config's name (e.g. ppo_cartpole; fleetrl configs "
+            "lists them), or --resume RUN_DIR"
+        )
     elif not config:
         parser.error(
             f"{args.config!r} is an override, not a config file: give the config file first, "
@@ -408,20 +432,28 @@ def _check_tune_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The ``fleetrl`` argument parser and its subcommands' parsers, by name (the docs'
     command-line reference is generated from them)."""
+    from fleetrl import __version__
+
     parser = argparse.ArgumentParser(
         prog="fleetrl", description="Distributed RL collection and training on Ray."
     )
+    parser.add_argument("--version", action="version", version=f"fleetrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train",
         help="train from a YAML config",
         description="Train from a YAML config, with key=value overrides, or resume a run.",
     )
-    train.add_argument("config", nargs="?", help="YAML config file")
+    train.add_argument(
+        "config",
+        nargs="?",
+        help="a YAML config file, or the name of a shipped config (fleetrl configs lists "
+        "them) when no file of that name is here",
+    )
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. ppo.lr=1e-3")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
     train.add_argument(
-        "--run-dir", help="where to write logs and checkpoints (default: runs/<algo>_<env>_<time>)"
+        "--run-dir", help="where to write logs and checkpoints (default: runs/<config name>_<time>)"
     )
     ev = sub.add_parser(
         "eval",
@@ -493,6 +525,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     tn.add_argument("--max-concurrent", type=int, help="trials at once (tune.max_concurrent)")
     tn.add_argument("--dir", help="where the sweep writes (tune.dir)")
     tn.add_argument("--resume", metavar="SWEEP_DIR", help="continue the sweep in SWEEP_DIR")
+    cf = sub.add_parser(
+        "configs",
+        help="list the shipped configs, or print one",
+        description="List the configs that ship with fleetrl: name, algorithm, env, and what "
+        "each reaches in what time (from the benchmark results). 'fleetrl configs show NAME' "
+        "prints one, to copy and edit: fleetrl configs show ppo_cartpole > my.yaml. Train "
+        "one by its name: fleetrl train ppo_cartpole.",
+    )
+    cf.add_argument(
+        "action", nargs="?", choices=["list", "show"], default="list", help="list (default) or show"
+    )
+    cf.add_argument("name", nargs="?", help="with show: the config's name (e.g. ppo_cartpole)")
     bench = sub.add_parser(
         "bench",
         help="run a benchmark script from a checkout's benchmarks/",
@@ -504,7 +548,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "name", choices=BENCHMARKS, metavar="NAME", help=f"one of: {', '.join(BENCHMARKS)}"
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="the script's own arguments")
-    return parser, {"train": train, "eval": ev, "report": rep, "tune": tn, "bench": bench}
+    return parser, {
+        "train": train,
+        "eval": ev,
+        "report": rep,
+        "tune": tn,
+        "configs": cf,
+        "bench": bench,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -521,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tune":
         args.overrides = [*args.overrides, *extra]
         _check_tune_arguments(commands["tune"], args)
+    if args.command == "configs" and (args.action == "show") != (args.name is not None):
+        commands["configs"].error(
+            "give a name after show (fleetrl configs show ppo_cartpole), and none after list"
+        )
     if args.command == "eval" and args.episodes is not None and args.episodes < 1:
         ev.error(f"--episodes {args.episodes} is invalid: must be >= 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -533,7 +588,14 @@ def main(argv: list[str] | None = None) -> int:
     level = ours.level
     ours.setLevel(logging.INFO)
     try:
-        run = {"train": _train, "eval": _eval, "report": _report, "tune": _tune, "bench": _bench}
+        run = {
+            "train": _train,
+            "eval": _eval,
+            "report": _report,
+            "tune": _tune,
+            "configs": _configs,
+            "bench": _bench,
+        }
         return run[args.command](args)
     except FleetError as err:
         print(f"fleetrl {args.command}: {err}", file=sys.stderr)

@@ -136,7 +136,11 @@ def test_a_run_dir_that_cannot_be_made_exits_2_naming_it(tmp_path, capsys, run_d
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["train"], "give a config file (e.g. configs/ppo_cartpole.yaml), or --resume RUN_DIR"),
+        (
+            ["train"],
+            "give a config file or a shipped config's name (e.g. ppo_cartpole; fleetrl configs "
+            "lists them), or --resume RUN_DIR",
+        ),
         (["train", "ppo.lr=1e-3"], "'ppo.lr=1e-3' is an override, not a config file"),
         (["train", PPO, "--resume", "runs/x"], "a resumed run keeps its own config.yaml"),
         (

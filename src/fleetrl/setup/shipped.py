@@ -23,6 +23,7 @@ Examples:
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,11 +94,11 @@ def config_path(arg: str | Path) -> Path:
 def missing_config_hint(arg: str | Path) -> str:
     """What a user who gave a config that does not exist can do instead."""
     names = [p.stem for p in sorted(CONFIG_DIR.glob("*.yaml"))]
-    close = [n for n in names if n.startswith(Path(str(arg)).stem.split("_")[0])][:4]
-    examples = ", ".join(close or names[:4])
+    close = difflib.get_close_matches(Path(str(arg)).stem, names, n=3, cutoff=0.6)
+    said = f"did you mean {', '.join(close)}? " if close else ""
     return (
-        f"no such file; a shipped config is named alone (fleetrl train ppo_cartpole), and "
-        f"'fleetrl configs' lists them all (e.g. {examples})"
+        f"no such file; {said}a shipped config is named alone (fleetrl train ppo_cartpole), "
+        "and 'fleetrl configs' lists them all"
     )
 
 
