@@ -21,12 +21,25 @@ Each figure is measured in a fresh process, the median over ``--rounds``:
     python benchmarks/startup.py [--rounds 3]
 
 Writes ``benchmarks/results/startup.json``.
+
+The refusal table (``--refusals``): ``fleetrl train`` given a bad input of each kind
+(:data:`REFUSALS`: an unknown key, a typo, a value out of range, a value of the wrong type,
+a missing file, an override without ``=``, an override whose value is not YAML), the
+process's wall time to its refusal (exit 2), against ``python -c pass`` and
+``fleetrl --help``; target: every refusal under 1 s. ``--checkout DIR`` times another
+checkout's fleetrl (its ``src`` first on the path; e.g. a ``git worktree`` of an older
+commit, for the figures before a change).
+
+    python benchmarks/startup.py --refusals [--rounds 5] [--checkout DIR --out NAME]
+
+Writes ``benchmarks/results/startup_refusals.json`` (or ``NAME.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -147,6 +160,92 @@ def last_json(out: subprocess.CompletedProcess) -> dict:
     return json.loads(lines[-1])
 
 
+#: a bad input of each kind, as ``fleetrl train`` arguments (run from the checkout's root)
+REFUSALS = {
+    "unknown key": ["configs/ppo_cartpole.yaml", "collector.frobnicate=1"],
+    "typo of a key": ["configs/ppo_cartpole.yaml", "collector.num_colectors=4"],
+    "value out of range": ["configs/ppo_cartpole.yaml", "ppo.lr=-1"],
+    "value of the wrong type": ["configs/ppo_cartpole.yaml", "env.num_envs=two"],
+    "missing file": ["configs/no_such_config.yaml"],
+    "override without =": ["configs/ppo_cartpole.yaml", "ppo.lr"],
+    "override value not YAML": ["configs/ppo_cartpole.yaml", "ppo.hidden_sizes=[64"],
+}
+
+
+def refused(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    """Wall time of a command that must be refused (exit 2), and the first line it said."""
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
+    wall = time.perf_counter() - start
+    if out.returncode != 2:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {out.returncode}, not 2:\n{out.stderr[-2000:]}")
+    return wall, out.stderr.strip().splitlines()[-1]
+
+
+def measure_refusals(rounds: int, checkout: Path) -> tuple[dict[str, list[float]], dict]:
+    """Each refusal's wall time per round, with the floor and fleetrl --help, run against the
+    fleetrl of ``checkout``; and what each refusal said (its last line)."""
+    py = sys.executable
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    figures: dict[str, list[float]] = {}
+    said: dict[str, str] = {}
+    for _ in range(rounds):
+        figures.setdefault("python -c pass", []).append(timed([py, "-c", "pass"], checkout)[0])
+        start = time.perf_counter()
+        subprocess.run(
+            [py, "-m", "fleetrl.cli", "--help"],
+            capture_output=True,
+            cwd=checkout,
+            env=env,
+            check=True,
+        )
+        figures.setdefault("fleetrl --help", []).append(time.perf_counter() - start)
+        for name, argv in REFUSALS.items():
+            wall, said[name] = refused([py, "-m", "fleetrl.cli", "train", *argv], checkout, env)
+            figures.setdefault(name, []).append(wall)
+    return figures, said
+
+
+def refusal_table(rounds: int, checkout: Path, out: str) -> None:
+    figures, said = measure_refusals(rounds, checkout)
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    floor, help_s = medians["python -c pass"], medians["fleetrl --help"]
+    rows = [
+        [
+            name,
+            " ".join(REFUSALS.get(name, ["-"])[1:]) or REFUSALS.get(name, ["-"])[0],
+            f"{medians[name]:.2f}",
+            f"{medians[name] / floor:.1f}x",
+            f"{medians[name] / help_s:.1f}x",
+            "yes" if medians[name] < 1 else "no",
+        ]
+        for name in figures
+    ]
+    print_table(
+        [
+            "fleetrl train refuses",
+            "input",
+            "wall s (median)",
+            "/ python -c pass",
+            "/ fleetrl --help",
+            "under 1 s",
+        ],
+        rows,
+        title=f"Refusals, {rounds} rounds, fleetrl of {checkout}",
+    )
+    worst = max(medians[name] for name in REFUSALS)
+    print(
+        f"\ntarget every refusal under 1 s: slowest {worst:.2f} s, {'met' if worst < 1 else 'missed'}"
+    )
+    for name, line in said.items():
+        print(f"  {name}: {line}")
+    path = write_json(
+        out,
+        {"checkout": str(checkout), "rounds": figures, "medians": medians, "said": said},
+    )
+    print(f"wrote {path}")
+
+
 def measure(rounds: int) -> dict[str, list[float]]:
     py = sys.executable
     config = str(ROOT / "configs" / "ppo_cartpole.yaml")
@@ -182,7 +281,17 @@ def measure(rounds: int) -> dict[str, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="median over this many rounds")
+    parser.add_argument(
+        "--refusals", action="store_true", help="only the refusal table (startup_refusals.json)"
+    )
+    parser.add_argument(
+        "--checkout", type=Path, default=ROOT, help="with --refusals: the fleetrl checkout to time"
+    )
+    parser.add_argument("--out", default="startup_refusals", help="with --refusals: result name")
     args = parser.parse_args()
+    if args.refusals:
+        refusal_table(args.rounds, args.checkout.resolve(), args.out)
+        return
     figures = measure(args.rounds)
     medians = {name: statistics.median(values) for name, values in figures.items()}
     rows = [
