@@ -69,9 +69,7 @@ def _decoupled(algorithm: str) -> Callable[[], dict[str, str]]:
     def gather() -> dict[str, str]:
         data = _load("decoupled")
         row = next(
-            r
-            for r in data["results"]
-            if r["algorithm"] == algorithm and r["mode"] == "alternating"
+            r for r in data["results"] if r["algorithm"] == algorithm and r["mode"] == "alternating"
         )
         reaches = (
             f"evaluation return {row['target']:g} in {row['reached_s']:.0f} s, "

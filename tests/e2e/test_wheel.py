@@ -78,15 +78,16 @@ def test_the_wheel_holds_the_package_and_its_configs(wheel_env, tmp_path):
     names = {line.split()[0] for line in listed.splitlines()[1:] if line.strip()}
     assert {p.stem for p in CONFIG_DIR.glob("*.yaml")} <= names
     assert f"configs in {venv}" in listed
-    assert _run(["fleetrl", "configs", "show", "ppo_cartpole"], tmp_path, env) == (
-        CONFIG_DIR / "ppo_cartpole.yaml"
-    ).read_text()
+    assert (
+        _run(["fleetrl", "configs", "show", "ppo_cartpole"], tmp_path, env)
+        == (CONFIG_DIR / "ppo_cartpole.yaml").read_text()
+    )
 
 
 def test_a_user_with_only_the_wheel_trains_a_shipped_config_by_name_and_evaluates_it(
     wheel_env, tmp_path
 ):
-    venv, env = wheel_env
+    _, env = wheel_env
     empty = tmp_path / "empty"
     empty.mkdir()
     trained = _run(

@@ -7,9 +7,9 @@ import importlib.util
 import json
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 
 import fleetrl
 from fleetrl.cli import UNKNOWN_CONFIG_MSG, main

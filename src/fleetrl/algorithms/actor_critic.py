@@ -201,7 +201,6 @@ class ActorCritic(LossCoefficients, Algorithm):
         loss_kwargs: the loss class's own arguments (clipping).
     """
 
-
     def __init__(
         self,
         config: Any,

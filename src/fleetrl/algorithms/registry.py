@@ -23,7 +23,7 @@ from fleetrl.algorithms.impala import IMPALA
 from fleetrl.algorithms.mappo import IPPO, MAPPO
 from fleetrl.algorithms.ppo import PPO
 from fleetrl.algorithms.sac import SAC
-from fleetrl.algorithms.sections import MULTI_AGENT, SECTIONS
+from fleetrl.algorithms.sections import MULTI_AGENT
 
 __all__ = ["ALGORITHMS", "MULTI_AGENT_ALGORITHMS"]
 
