@@ -836,70 +836,39 @@ def report(learn: dict, failed: dict, collect: dict | None, runs: dict) -> dict:
     """Print the tables (kept for the result file) and return the targets."""
     from common import print_table
 
-    equal = learn["equal_frames"]
-    rows = []
-    for name, c in learn["contestants"].items():
-        rows.append(
-            [
-                LABELS[name],
-                f"{equal:,}",
-                fmt(c["return"]),
-                fmt(c["time_to_shared_s"], ".1f", " s"),
-                fmt(c["wall_s"], ".1f", " s"),
-                fmt(c["startup_s"], ".1f", " s"),
-                fmt(c["frames_per_s"], ",.0f"),
-            ]
-        )
-    for name, err in failed.items():
-        rows.append([LABELS[name], "failed", err.strip().splitlines()[-1][:120], "", "", "", ""])
-    shared = statistics.median(
-        p["shared_return"] for p in learn["per_seed"] if p["shared_return"] is not None
-    )
-    print_table(
-        [
-            "contestant",
-            "frames",
-            "return at equal frames",
-            "time to shared return",
-            "wall time",
-            "first batch",
-            "frames/s (wall)",
-        ],
-        rows,
-        title=f"learning: {len(learn['per_seed'])} seed(s), shared return {shared:.2f} "
-        f"(the team return of the last 40 episodes, mean of the last {SMOOTH} batches); "
-        "times from process launch",
-    )
-    print()
-    marks = [equal * q // 4 for q in (1, 2, 3, 4)]
-    curve_rows = [
-        [f"{m:,}", *(fmt(return_at(runs[n][0]["curve"], m)) for n in learn["contestants"])]
-        for m in marks
-    ]
-    print_table(
-        ["frames", *(n for n in learn["contestants"])],
-        curve_rows,
-        title=f"return along the run (seed 0, mean of the last {SMOOTH} batches)",
-    )
-    print()
-    spent_rows = []
-    for name, rs in runs.items():
-        spent = rs[0].get("spent_s") or {}
-        spent_rows.append(
-            [
-                name,
-                fmt(rs[0]["wall_s"], ".1f"),
-                fmt(rs[0]["startup_s"], ".1f"),
-                *(fmt(spent.get(k), ".1f") for k in FLEETRL_TIMES),
-            ]
-        )
-    print_table(
-        ["contestant", "wall", "first batch", *FLEETRL_TIMES],
-        spent_rows,
-        title="where the learner runs' time goes (seed 0, seconds summed over the run): "
-        "collect_s waiting for batches (env_s, policy_s, pack_s: fleetrl's split of it), "
-        "learn_s the updates (GAE, epochs of minibatches)",
-    )
+    tables, targets = report_tables(learn, failed, collect, runs)
+    for i, table in enumerate(tables):
+        if i:
+            print()
+        print_table(table["header"], table["rows"], title=table["title"])
+    return targets
+
+
+def page_tables(data: dict) -> list[dict]:
+    """The tables of a result file (``results/marl.json``), built from its stored results by
+    the code that prints them at the end of a run: what the docs page shows."""
+    runs = {
+        name: [{**run, "curve": curve} for run, curve in zip(data["runs"][name], curves)]
+        for name, curves in data["curves"].items()
+    }
+    tables, _ = report_tables(data["learning"], data["failed"], data["collection"], runs)
+    return tables
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> dict:
+    return {"title": title, "header": header, "rows": rows}
+
+
+def report_tables(
+    learn: dict, failed: dict, collect: dict | None, runs: dict
+) -> tuple[list[dict], dict]:
+    """Every table of the report (``{"title", "header", "rows"}``, in order) and the targets.
+
+    Each figure of the targets table is computed from the tables above it: the learners'
+    from the per-seed tables (the median of the seeds' differences and ratios, as
+    :func:`learning_summary` pairs them), the collection's from its table's "vs limit"
+    (the median of the rounds' ratios, each round shown)."""
+    tables = _learning_tables(learn, failed, runs)
     targets = {}
     if "return_difference" in learn:
         diff = learn["return_difference"]
@@ -927,13 +896,13 @@ def report(learn: dict, failed: dict, collect: dict | None, runs: dict) -> dict:
             "wanted": "-",
         }
     if collect is not None:
-        print()
         crow = []
         for name, r in collect["rows"].items():
             crow.append(
                 [
                     name,
                     fmt(r["fps"], ",.0f"),
+                    "; ".join(fmt(v, ",.0f") for v in r.get("runs") or []) or "-",
                     r["limit"] or "-",
                     fmt(r["vs_limit"], ".2f", "x") if r["limit"] else "1.00x",
                     fmt(r["first_batch_s"], ".1f", " s"),
@@ -947,30 +916,156 @@ def report(learn: dict, failed: dict, collect: dict | None, runs: dict) -> dict:
                     "shown": fmt(r["vs_limit"], ".2f", "x"),
                     "wanted": f">= {TARGET_COLLECT_RATIO:.2f}x",
                 }
-        print_table(
-            ["contestant", "frames/s", "limit", "vs limit", "first batch"],
-            crow,
-            title=f"collection: 8 envs per collector, frames/s, median of {collect['rounds']} "
-            "paired rounds (vs limit: median of the rounds' ratios)",
+        tables.append(
+            _table(
+                f"collection: 8 envs per collector, frames/s: the median of {collect['rounds']} "
+                "paired rounds, and each round's (in order); vs limit: the median of the "
+                "rounds' ratios to the limit's figure in the same round",
+                ["contestant", "frames/s", "rounds", "limit", "vs limit", "first batch"],
+                crow,
+            )
         )
     if collect is not None and collect.get("profiles"):
-        print()
-        print_table(
-            *profile_table(collect["profiles"]),
-            title="where collection time goes: cProfile's own time by package, in microseconds "
-            "per frame (the profiler's overhead included: compare the columns, not with the "
-            "frames/s above)",
+        header, rows = profile_table(collect["profiles"])
+        tables.append(
+            _table(
+                "where collection time goes: cProfile's own time by package, in microseconds "
+                "per frame (the profiler's overhead included: compare the columns, not with "
+                "the frames/s above)",
+                header,
+                rows,
+            )
         )
-    print()
-    print_table(
-        ["target", "measured", "wanted", ""],
-        [
-            [name, t["shown"], t["wanted"], "-" if t["met"] is None else verdict_of(t["met"])]
-            for name, t in targets.items()
-        ],
-        title="targets (issue 37)",
+    seeds = len(learn["per_seed"])
+    tables.append(
+        _table(
+            f"targets (issue 37): fleetrl against torchrl's loop, the median over the {seeds} "
+            "seed(s) of the per-seed differences and ratios above; collection, the table's "
+            "vs limit",
+            ["target", "measured", "wanted", ""],
+            [
+                [name, t["shown"], t["wanted"], "-" if t["met"] is None else verdict_of(t["met"])]
+                for name, t in targets.items()
+            ],
+        )
     )
-    return targets
+    return tables, targets
+
+
+def _learning_tables(learn: dict, failed: dict, runs: dict) -> list[dict]:
+    """The learners' tables: the medians over the seeds, each seed's returns and times,
+    the curve of seed 0 and where its time went."""
+    equal, per_seed = learn["equal_frames"], learn["per_seed"]
+    names = list(learn["contestants"])
+    rows = []
+    for name, c in learn["contestants"].items():
+        rows.append(
+            [
+                LABELS[name],
+                f"{equal:,}",
+                fmt(c["return"]),
+                fmt(c["time_to_shared_s"], ".1f", " s"),
+                fmt(c["wall_s"], ".1f", " s"),
+                fmt(c["startup_s"], ".1f", " s"),
+                fmt(c["frames_per_s"], ",.0f"),
+            ]
+        )
+    for name, err in failed.items():
+        rows.append([LABELS[name], "failed", err.strip().splitlines()[-1][:120], "", "", "", ""])
+    tables = [
+        _table(
+            f"learning: {len(per_seed)} seed(s), each figure the median over the seeds (each "
+            "seed's returns and times: the next two tables); return: the team return of the "
+            f"last 40 episodes, mean of the last {SMOOTH} batches; time to shared return: to "
+            "its seed's own; times from process launch",
+            [
+                "contestant",
+                "frames",
+                "return at equal frames",
+                "time to shared return",
+                "wall time",
+                "first batch",
+                "frames/s (wall)",
+            ],
+            rows,
+        )
+    ]
+    pair = "fleetrl" in names and "torchrl" in names
+    seed_rows = []
+    for s, p in enumerate(per_seed):
+        ret = p["return"]
+        both = pair and ret["fleetrl"] is not None and ret["torchrl"] is not None
+        diff = ret["fleetrl"] - ret["torchrl"] if both else None
+        seed_rows.append(
+            [str(s), *(fmt(ret.get(n)) for n in names), fmt(p["shared_return"])]
+            + ([fmt(diff, "+.2f")] if pair else [])
+        )
+    tables.append(
+        _table(
+            f"return at equal frames ({equal:,}), per seed; the seed's shared return: the lower "
+            "of fleetrl's and torchrl's",
+            ["seed", *names, "shared return", *(["fleetrl - torchrl"] if pair else [])],
+            seed_rows,
+        )
+    )
+    time_rows = []
+    for s, p in enumerate(per_seed):
+        to = p["time_to_shared_s"]
+        walls = {n: runs[n][s]["wall_s"] if s < len(runs.get(n, [])) else None for n in names}
+        row = [str(s), *(fmt(to.get(n), ".1f", " s") for n in names)]
+        if pair:
+            row.append(_ratio(to.get("fleetrl"), to.get("torchrl")))
+        row += [fmt(walls[n], ".1f", " s") for n in names]
+        if pair:
+            row.append(_ratio(walls["fleetrl"], walls["torchrl"]))
+        time_rows.append(row)
+    tables.append(
+        _table(
+            "seconds from launch to the seed's shared return, and for the whole run, per seed "
+            "(-: never reached)",
+            [
+                "seed",
+                *(f"{n} to shared" for n in names),
+                *(["fleetrl / torchrl"] if pair else []),
+                *(f"{n} wall" for n in names),
+                *(["fleetrl / torchrl (wall)"] if pair else []),
+            ],
+            time_rows,
+        )
+    )
+    marks = [equal * q // 4 for q in (1, 2, 3, 4)]
+    tables.append(
+        _table(
+            f"return along the run (seed 0, mean of the last {SMOOTH} batches)",
+            ["frames", *names],
+            [[f"{m:,}", *(fmt(return_at(runs[n][0]["curve"], m)) for n in names)] for m in marks],
+        )
+    )
+    spent_rows = []
+    for name, rs in runs.items():
+        spent = rs[0].get("spent_s") or {}
+        spent_rows.append(
+            [
+                name,
+                fmt(rs[0]["wall_s"], ".1f"),
+                fmt(rs[0]["startup_s"], ".1f"),
+                *(fmt(spent.get(k), ".1f") for k in FLEETRL_TIMES),
+            ]
+        )
+    tables.append(
+        _table(
+            "where the learner runs' time goes (seed 0, seconds summed over the run): "
+            "collect_s waiting for batches (env_s, policy_s, pack_s: fleetrl's split of it), "
+            "learn_s the updates (GAE, epochs of minibatches)",
+            ["contestant", "wall", "first batch", *FLEETRL_TIMES],
+            spent_rows,
+        )
+    )
+    return tables
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return fmt(a / b, ".2f", "x") if a is not None and b else "-"
 
 
 def verdict_of(met: bool) -> str:

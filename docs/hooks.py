@@ -12,8 +12,10 @@ At every build:
   ``<!-- plots: PREFIX -->`` line the PNGs ``benchmarks/results/PREFIX*.png`` as figures;
   what the page holds under the marker, down to ``<!-- /results -->`` (the same figures,
   committed for a code host: ``python docs/reference_pages.py pages``), is replaced;
-- where the site has a repository address (``repo_url``), the install page's clone line
-  shows it.
+- where the site has a repository address (``repo_url``: ``FLEETRL_REPO_URL``), every
+  page's ``<your fleetrl repository URL>`` (a clone or a ``pip install ... @ git+`` line)
+  becomes it, and each ``<!-- repository -->`` region links it; where it has none, the
+  placeholder stays and the region says, in words, that it is one.
 
 A result file that is missing, or a page marker that names none, fails the build, and so
 does a page that still shows a Sphinx role (``:class:`...```) where a docstring's role

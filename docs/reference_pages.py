@@ -303,27 +303,58 @@ def api_page() -> str:
     return "\n".join(api_pages().values())
 
 
-# --- the benchmark pages ----------------------------------------------------------------
+# --- the repository's address ----------------------------------------------------------
+
+#: what a page shows for the repository's address where the site does not know it
+REPO_PLACEHOLDER = "<your fleetrl repository URL>"
+#: a region that says what the placeholder is, down to ``<!-- /repository -->``: committed
+#: as :func:`repository_note` says it without an address, filled at build time
+REPO_MARK = re.compile(r"^<!--\s*repository\s*-->\n(?:.*\n)*?<!--\s*/repository\s*-->$", re.M)
 
 
-#: what the install page says where the site has no repository address (``repo_url``)
-CLONE_PLACEHOLDER = "<the fleetrl repository>"
+def repository_note(repo_url: str | None) -> str:
+    """What a page says about the repository's address: a link to it where the site knows
+    it (``repo_url``), else, in words, that :data:`REPO_PLACEHOLDER` is a placeholder.
+
+    Examples:
+        >>> repository_note("https://github.com/o/r/")
+        'The fleetrl repository: [https://github.com/o/r](https://github.com/o/r).'
+        >>> repository_note(None).startswith("`<your fleetrl repository URL>` is a placeholder")
+        True
+    """
+    if repo_url:
+        web = repo_url.rstrip("/")
+        return f"The fleetrl repository: [{web}]({web})."
+    return (
+        f"`{REPO_PLACEHOLDER}` is a placeholder, not an address: this copy of the docs "
+        "was built without the repository's address. Put in its place the address of the "
+        "fleetrl repository you got fleetrl from (the one you cloned, or whose page you are "
+        "reading); a site built with the address (`make docs-deploy`) shows it here."
+    )
 
 
 def repository_address(markdown: str, repo_url: str | None) -> str:
-    """The page with the repository's clone address in place of :data:`CLONE_PLACEHOLDER`,
-    where the site knows it (``repo_url``: ``FLEETRL_REPO_URL``, set by ``make
-    docs-deploy``); unchanged where it does not (a local build, a code host's view).
+    """The page as the site shows it. Where the site knows the repository's address
+    (``repo_url``: ``FLEETRL_REPO_URL``, which ``make docs-deploy`` sets), its clone address
+    stands in place of :data:`REPO_PLACEHOLDER`, and each ``<!-- repository -->`` region
+    links it; where it does not (a local build, a code host's view), the placeholder stays
+    and each region says that it is one (:func:`repository_note`).
 
     Examples:
-        >>> repository_address("git clone <the fleetrl repository> fleetrl", "https://github.com/o/r/")
+        >>> clone = "git clone <your fleetrl repository URL> fleetrl"
+        >>> repository_address(clone, "https://github.com/o/r/")
         'git clone https://github.com/o/r.git fleetrl'
-        >>> repository_address("git clone <the fleetrl repository> fleetrl", None)
-        'git clone <the fleetrl repository> fleetrl'
+        >>> repository_address(clone, None) == clone
+        True
     """
-    if not repo_url:
-        return markdown
-    return markdown.replace(CLONE_PLACEHOLDER, repo_url.rstrip("/") + ".git")
+    region = f"<!-- repository -->\n{repository_note(repo_url)}\n<!-- /repository -->"
+    markdown = REPO_MARK.sub(lambda _: region, markdown)
+    if repo_url:
+        markdown = markdown.replace(REPO_PLACEHOLDER, repo_url.rstrip("/") + ".git")
+    return markdown
+
+
+# --- the benchmark pages ----------------------------------------------------------------
 
 
 def fill_markers(markdown: str, page: str) -> str:
@@ -420,9 +451,31 @@ def machine_line(data: dict) -> str:
     return line
 
 
+#: the result files whose tables the page builds from the stored results with the
+#: benchmark's own report code (``benchmarks/NAME.py``'s ``page_tables``), not the tables
+#: the run printed: a page whose figures are checked against each other, by one code
+BUILT_TABLES = ("marl",)
+
+
+def benchmark_module(name: str) -> types.ModuleType:
+    """``benchmarks/NAME.py`` as a module (its import sets no warning filter of this
+    process: a benchmark script may silence warnings for its own runs)."""
+    import importlib.util
+    import warnings
+
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"fleetrl_benchmark_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():
+        spec.loader.exec_module(module)
+    return module
+
+
 def results_markdown(name: str, page: str = "") -> str:
     data = load_result(name)
-    if data.get("tables"):
+    if name in BUILT_TABLES:
+        body = [_table(t) for t in benchmark_module(name).page_tables(data)]
+    elif data.get("tables"):
         body = [_table(t) for t in data["tables"]]
         ratios = data.get("ratios")
         if isinstance(ratios, dict) and all(isinstance(v, (int, float)) for v in ratios.values()):
@@ -578,13 +631,18 @@ def _marl_plot(png: Path) -> tuple[str, str]:
     parts = []
     for name, c in learn["contestants"].items():
         reached = c.get("time_to_shared_s")
-        when = f"reaches it at {reached:.0f} s" if reached is not None else "does not reach it"
+        when = (
+            f"reaches its seed's shared return at {reached:.0f} s"
+            if reached is not None
+            else "reaches no seed's shared return"
+        )
         parts.append(f"{name} ends at {c['return']:.2f} and {when}")
-    shared = learn["per_seed"][0]["shared_return"]
+    shared = learn["per_seed"][0]["shared_return"]  # what the plot draws (marl.shared_of)
     alt = (
         "Two panels of MAPPO learning curves on MPE simple_spread, one line per learner and "
         "seed: the team return against env steps (left) and against seconds from launch "
-        f"(right), with the shared return {shared:.2f} as a dashed line; " + "; ".join(parts)
+        f"(right), with seed 0's shared return, {shared:.2f}, as a dashed line; the medians "
+        f"over the {len(learn['per_seed'])} seeds: " + "; ".join(parts)
     )
     return alt, "MAPPO on simple_spread: fleetrl, torchrl's own loop, RLlib"
 

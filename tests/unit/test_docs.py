@@ -30,6 +30,7 @@ from fleetrl.setup.reference import config_keys
 
 HELPER_SCRIPTS = {
     "common",
+    "config_results",  # gathers results for fleetrl configs; measures nothing
     "plain_learners",
     "plain_multiagent",
     "rllib_atari_sampler",
@@ -128,7 +129,7 @@ def test_the_cli_reference_says_each_default_as_the_help_does():
     assert report["--plot OUT.png"] == ("RUN\\_DIR/time.png", "where to write the plot")
     assert report["--no-plot"][0] == "off"
     train = _argument_rows(page, "train")
-    assert train["--run-dir RUN_DIR"][0] == "runs/&lt;algo&gt;\\_&lt;env&gt;\\_&lt;time&gt;"
+    assert train["--run-dir RUN_DIR"][0] == "runs/&lt;config name&gt;\\_&lt;time&gt;"
     assert train["[config]"][0] == train["[overrides ...]"][0] == "-"
     assert _argument_rows(page, "tune")["--search KEY=DIST"][0] == "-"
     # the script's arguments are the usage line's "...", not argparse's dest "rest"
@@ -625,28 +626,7 @@ def test_the_site_and_repository_addresses_reach_mkdocs(monkeypatch):
     assert config["site_url"] is None and config["repo_url"] is None
 
 
-@pytest.mark.parametrize(
-    ("repo_url", "clone"),
-    [
-        ("https://github.com/o/r", "git clone https://github.com/o/r.git fleetrl"),
-        (None, "git clone <the fleetrl repository> fleetrl"),
-    ],
-)
-def test_the_install_page_clones_the_repository_the_site_names(repo_url, clone, monkeypatch):
-    import types
-
-    import hooks
-    from mkdocs.config import load_config as load_mkdocs
-
-    if repo_url:
-        monkeypatch.setenv("FLEETRL_REPO_URL", repo_url)
-    else:
-        monkeypatch.delenv("FLEETRL_REPO_URL", raising=False)
-    config = load_mkdocs(str(ROOT / "mkdocs.yml"))
-    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="getting-started/install.md"))
-    text = (DOCS / "getting-started" / "install.md").read_text()
-    shown = hooks.on_page_markdown(text, page, config, None)
-    assert f"{clone} && cd fleetrl" in shown
+# the install page's clone line and the repository's address: tests/unit/test_docs_install.py
 
 
 def test_docstring_examples_use_the_section_the_reference_renders_as_code():

@@ -4,31 +4,8 @@ torchrl 0.14 steers users to ``torchrl.collectors.Collector(create_env_fn,
 policy, backend=..., num_collectors=..., sync=..., backend_options=..., ...)``,
 which picks an implementation by ``backend``. :func:`Collector` takes the same
 arguments with the same meaning and defaults, and changing the import is the
-whole switch:
-
-================  ===============================================================
-``backend``       fleetrl builds
-================  ===============================================================
-``"direct"``      :class:`~fleetrl.SyncDataCollector` (torchrl's default without
-                  ``num_collectors``): one collector in this process
-``"ray"``         :class:`~fleetrl.RayCollector`: ``num_collectors`` Ray actors
-``"inprocess"``   :class:`~fleetrl.RayCollector` with its workers as objects in
-                  this process (fleetrl's own: debugging, tests without Ray)
-``"process"``     refused: torchrl's default once ``num_collectors`` is given
-                  (its multiprocessing collectors); use ``backend="ray"``
-``"rpc"``,        refused: use ``backend="ray"``, on one machine or a Ray cluster
-``"distributed"``,
-``"submitit"``
-================  ===============================================================
-
-As in torchrl: ``sync`` defaults to ``False`` (first ready) for a remote
-backend and is refused for ``"direct"``; ``backend_options`` are more keyword
-arguments of the chosen class (not ``sync``, ``num_collectors``,
-``num_workers``, nor a key given at the top level); ``"direct"`` takes one env
-constructor (a list of one is unwrapped) and ``num_collectors`` of at most 1.
-Every problem is said at once, as a :class:`~fleetrl.ConfigError`, before
-anything starts. What a torchrl user reads of the returned collector
-(``stats()``, ``update_policy_weights_``, iteration, ``shutdown``) is there.
+whole switch. Its docstring holds the table of backends and what fleetrl builds
+for each (the API reference shows it).
 
 Examples:
     >>> from fleetrl import Collector, SyncDataCollector
@@ -84,8 +61,29 @@ def Collector(
     sync: bool | None = None,
     **kwargs: Any,
 ) -> Any:
-    """A :class:`~fleetrl.SyncDataCollector` or :class:`~fleetrl.RayCollector`, chosen as
-    torchrl 0.14's ``Collector`` chooses (see the module docstring).
+    """A :class:`~fleetrl.SyncDataCollector` or :class:`~fleetrl.RayCollector`, chosen by
+    ``backend`` as torchrl 0.14's ``Collector`` chooses.
+
+    torchrl 0.14's ``torchrl.collectors.Collector`` picks an implementation by
+    ``backend``; this takes the same arguments with the same meaning and defaults, so
+    changing the import is the whole switch:
+
+    | ``backend`` | fleetrl builds |
+    |---|---|
+    | ``"direct"`` (torchrl's default without ``num_collectors``) | a :class:`~fleetrl.SyncDataCollector`: one collector in this process |
+    | ``"ray"`` | a :class:`~fleetrl.RayCollector`: ``num_collectors`` Ray actors |
+    | ``"inprocess"`` | a :class:`~fleetrl.RayCollector` with its workers as objects in this process (fleetrl's own: debugging, tests without Ray) |
+    | ``"process"`` (torchrl's default once ``num_collectors`` is given) | nothing: refused, as fleetrl has no multiprocessing collectors; use ``backend="ray"`` |
+    | ``"rpc"``, ``"distributed"``, ``"submitit"`` | nothing: refused; use ``backend="ray"``, on one machine or a Ray cluster |
+
+    As in torchrl: ``sync`` defaults to ``False`` (first ready) for a remote backend and
+    is refused for ``"direct"``; ``backend_options`` are more keyword arguments of the
+    chosen class (not ``sync``, ``num_collectors``, ``num_workers``, nor a key given at
+    the top level); ``"direct"`` takes one env constructor (a list of one is unwrapped)
+    and ``num_collectors`` of at most 1. Every problem is said at once, as a
+    :class:`~fleetrl.ConfigError`, before anything starts. What a torchrl user reads of
+    the returned collector (``stats()``, ``update_policy_weights_``, iteration,
+    ``shutdown``) is there.
 
     Args:
         create_env_fn: the env (a gymnasium id, a gymnasium or torchrl env, a callable
