@@ -53,6 +53,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "fleetrl.batch_sizes",
             "fleetrl._perf",
             "fleetrl._lazy",
+            "fleetrl.extras",
             "fleetrl.runtime",
             "fleetrl.backends",
             "fleetrl.warm",

@@ -451,7 +451,8 @@ def test_a_sweep_without_the_tune_extra_is_refused_naming_it(monkeypatch):
     with pytest.raises(ConfigError) as err:
         tune(config)
     assert str(err.value) == (
-        "fleetrl tune needs the tune extra: pip install 'fleetrl[tune]' (No module named 'pyarrow')"
+        "fleetrl tune needs the tune extra: pip install 'ray[tune]>=2.40' 'optuna>=4' "
+        "(No module named 'pyarrow')"
     )
 
 

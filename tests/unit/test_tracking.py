@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from fleetrl import ConfigError, Trainer, load_config
+from fleetrl.extras import pip_install
 from fleetrl.run.tracking import (
     BACKLOG_ROWS,
     MAX_SKIP,
@@ -505,11 +506,13 @@ def test_a_tracker_whose_package_is_missing_is_refused_naming_the_key_and_extra(
     monkeypatch.setitem(sys.modules, key, None)  # as if not installed: find_spec says None
     with pytest.raises(ConfigError) as err:
         load_config(CONFIG, [*TINY, f"logging.{key}=true", "env.num_envs=0"])
-    expected = TRACKER_EXTRA_MSG.format(key=key, extra=key, module=key)
+    expected = TRACKER_EXTRA_MSG.format(key=key, extra=key, module=key, install=pip_install(key))
     assert expected in err.value.problems  # with every other problem, at once
     assert "env.num_envs=0 is invalid: must be > 0" in err.value.problems
     assert expected.startswith(f"logging.{key}=true needs the {key} extra: pip install ")
-    assert f"'fleetrl[{key}]'" in expected
+    # the extra's own packages, which install however fleetrl was installed
+    package = {"mlflow": "'mlflow-skinny>=2.16'", "wandb": "'wandb>=0.18'"}[key]
+    assert f"extra: pip install {package} (No module named" in expected
 
 
 def test_an_unknown_wandb_mode_or_project_is_refused_with_the_allowed_values():

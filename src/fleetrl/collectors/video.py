@@ -68,6 +68,7 @@ import torch
 from torchrl.envs.utils import ExplorationType
 
 from fleetrl.errors import ConfigError, EnvError
+from fleetrl.extras import pip_install
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo; set before gymnasium first renders
 
@@ -102,7 +103,7 @@ SUFFIX_MSG = "{key}={value!r} is invalid: a video file must end in .mp4"
 DIR_MSG = "{key}={value!r} is invalid: {problem}; choose a path in a writable directory"
 NOT_INSTALLED_MSG = (
     "{key}={value!r} needs imageio and imageio-ffmpeg, which are not installed ({err}); "
-    "pip install 'fleetrl[video]'"
+    f"{pip_install('video')}"
 )
 RENDER_MSG = "env {env_id!r} cannot render rgb_array frames here ({err}){hint}"
 MUJOCO_HINT = (

@@ -40,6 +40,7 @@ from fleetrl.envs.cpp import EnvPoolEnv, NextStepEnv
 from fleetrl.envs.gymnasium import GymVectorEnv, gym_spec
 from fleetrl.envs.registry import EnvKind, lookup_id, register_ale
 from fleetrl.errors import ConfigError, EnvError
+from fleetrl.extras import pip_install
 from fleetrl.keys import OBSERVATION_KEY, NestedKey
 
 __all__ = [
@@ -80,7 +81,7 @@ NOT_ENVPOOL_ID_MSG = (
 )
 NOT_INSTALLED_MSG = (
     "{prefix}engine={engine!r} is invalid here: {package} is not installed ({err}); "
-    "pip install 'fleetrl[atari]' (envpool has wheels for Linux x86_64 only), or use "
+    f"{pip_install('atari')} (envpool has wheels for Linux x86_64 only), or use "
     "{prefix}engine='gymnasium'"
 )
 ENVPOOL_GAME_MSG = (
@@ -89,7 +90,7 @@ ENVPOOL_GAME_MSG = (
 )
 NOT_ALE_ID_MSG = (
     "env_id={value!r} is invalid: AtariEnv takes a registered ALE id, e.g. 'ALE/Pong-v5' "
-    "(pip install 'fleetrl[atari]' installs ale-py, which registers them); pass other ids "
+    f"({pip_install('atari')} installs ale-py, which registers them); pass other ids "
     "to make_env directly"
 )
 ATARI_KWARGS_MSG = (

@@ -47,12 +47,13 @@ from fleetrl.envs.base import ENGINE_MSG, BatchedEnv
 from fleetrl.envs.cpp import EnvPoolEnv
 from fleetrl.envs.gymnasium import GymVectorEnv, gym_spec, make_gym_vector_env
 from fleetrl.errors import ConfigError
+from fleetrl.extras import pip_install
 
 __all__ = ["MujocoEnv", "check_mujoco_engine", "is_mujoco_id"]
 
 NOT_MUJOCO_ID_MSG = (
     "env_id={value!r} is invalid: MujocoEnv takes a registered gymnasium MuJoCo id, e.g. "
-    "'HalfCheetah-v5' (pip install 'fleetrl[mujoco]' installs gymnasium[mujoco]); pass other "
+    f"'HalfCheetah-v5' ({pip_install('mujoco')} installs gymnasium[mujoco]); pass other "
     "ids to make_env directly"
 )
 MUJOCO_ENGINE_MSG = (
@@ -65,7 +66,7 @@ ENVPOOL_MUJOCO_MSG = (
 )
 ENVPOOL_MISSING_MSG = (
     "{prefix}engine='envpool' is invalid here: envpool is not installed ({err}); "
-    "pip install 'fleetrl[mujoco]' (envpool has wheels for Linux x86_64 only), or use "
+    f"{pip_install('mujoco')} (envpool has wheels for Linux x86_64 only), or use "
     "{prefix}engine='gymnasium'"
 )
 MUJOCO_KWARGS_MSG = (

@@ -62,6 +62,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from fleetrl.errors import EnvError
+from fleetrl.extras import pip_install
 from fleetrl.keys import (
     ACTION_KEY,
     DONE_FLAGS,
@@ -111,7 +112,7 @@ SPACE_MSG = (
 MODULE_MSG = (
     "env id {env_id!r} names no PettingZoo env: {err}; write 'package:module' with a module "
     "that has parallel_env(), e.g. 'mpe2:simple_spread_v3' (install the extra: "
-    "pip install 'fleetrl[marl]')"
+    f"{pip_install('marl')})"
 )
 NUM_ENVS_BUILT_MSG = (
     "num_envs={n} copies need a callable building one env, not the built env {env!r}: pass "

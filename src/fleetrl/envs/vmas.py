@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetrl.extras import pip_install
+
 __all__ = [
     "VMAS_MAX_STEPS_MSG",
     "VMAS_SCENARIO_MSG",
@@ -38,8 +40,8 @@ VMAS_SCENARIO_MSG = (
     "env.id={env_id!r} is invalid: VMAS has no scenario {scenario!r}; its scenarios: {known}"
 )
 VMAS_MISSING_MSG = (
-    "env.id={env_id!r} is invalid: VMAS is not installed; pip install 'fleetrl[marl]' (or "
-    "pip install vmas)"
+    "env.id={env_id!r} is invalid: VMAS is not installed; pip install 'vmas>=1.5' (the marl "
+    f"extra's packages: {pip_install('marl')})"
 )
 
 

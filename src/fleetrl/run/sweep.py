@@ -71,6 +71,7 @@ import yaml
 from fleetrl.backends import end_idle_workers
 from fleetrl.config import Config, TuneMode, TuneScheduler, TuneSearcher
 from fleetrl.errors import ConfigError, Problem
+from fleetrl.extras import pip_install
 from fleetrl.run.checkpoint import checkpoint_frames, checkpoint_paths, latest_checkpoint
 from fleetrl.run.metrics import read_metrics
 from fleetrl.run.report import wall_seconds
@@ -112,7 +113,9 @@ MISSING_METRIC_MSG = (
 )
 STATUS_DONE = "completed"
 TUNE_EXTRA_MSG = (
-    "{what} needs the tune extra: pip install 'fleetrl[tune]' (No module named '{module}')"
+    "{what} needs the tune extra: "
+    + pip_install("tune").replace("{", "{{").replace("}", "}}")
+    + " (No module named '{module}')"
 )
 
 

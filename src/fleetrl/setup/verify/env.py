@@ -49,6 +49,7 @@ from fleetrl.envs.partial import PartialEnv
 from fleetrl.envs.registry import lookup_id
 from fleetrl.envs.spec import EnvSpec, env_spec
 from fleetrl.errors import ConfigError, Problem, Problems
+from fleetrl.extras import pip_install
 from fleetrl.runtime import human_bytes, physical_memory
 
 __all__ = [
@@ -207,7 +208,7 @@ def video_rules(
             False,
             "logging.video_every",
             every,
-            "needs pip install 'fleetrl[video]' (No module named 'imageio_ffmpeg')",
+            f"needs {pip_install('video')} (No module named 'imageio_ffmpeg')",
         )
         return
     if env_spec is None or (env_spec.grouped and env.kind is EnvKind.VMAS):  # grouped_rules

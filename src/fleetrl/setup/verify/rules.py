@@ -32,6 +32,7 @@ from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.inference import config_problems
 from fleetrl.config import Config, LearnerMode, enum_of, enum_value, type_hints
 from fleetrl.errors import Problems
+from fleetrl.extras import pip_install
 from fleetrl.setup.parse import allowed_values
 
 __all__ = [
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 TRACKER_EXTRA_MSG = (
-    "logging.{key}=true needs the {extra} extra: pip install 'fleetrl[{extra}]' "
+    "logging.{key}=true needs the {extra} extra: {install} "
     "(No module named {module!r}); or set logging.{key}=false"
 )
 #: the experiment trackers (fleetrl.run.tracking): logging key -> (module imported, extra)
@@ -253,7 +254,10 @@ def tracker_rules(config: Config, check: Problems) -> None:
     for key, (module, extra) in TRACKERS.items():
         if getattr(config.logging, key) is True and importlib.util.find_spec(module) is None:
             check.say(
-                f"logging.{key}", TRACKER_EXTRA_MSG.format(key=key, extra=extra, module=module)
+                f"logging.{key}",
+                TRACKER_EXTRA_MSG.format(
+                    key=key, extra=extra, module=module, install=pip_install(extra)
+                ),
             )
 
 
