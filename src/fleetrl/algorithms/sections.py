@@ -488,7 +488,8 @@ class MultiAgentPPOConfig(PPOFields, AlgorithmConfig):
     num_mini_batch: int = 4
     """minibatches per epoch (of env steps: every agent of a step stays in its minibatch)."""
     normalize_advantage: bool = True
-    """standardize advantages per minibatch, each agent's on its own (module docstring)."""
+    """standardize advantages per minibatch, each agent's on its own (over the batch dims,
+    the agent dim left out of the mean and std, as torchrl's MAPPOLoss does)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """hidden layers of the actor's and the critic's MultiAgentMLP."""
     share_params: bool = True

@@ -141,8 +141,10 @@ class RayCollector(DataCollectorBase):
             collecting past each yielded batch.
         max_weight_update_interval: a worker checks for newer weights at least
             every this many tasks (-1: only the push with each task).
-        prefetch: tasks each worker may run ahead of the consumer (default 1); the
-            policy lag this allows: see the module docstring and ``max_served_lag``.
+        prefetch: tasks each worker may run ahead of the consumer (default 1). A served
+            batch's policy lag is then at most ``prefetch`` in sync mode with one publish per
+            batch, and unbounded first ready with a slow worker; ``max_served_lag`` bounds
+            it in both.
         fraction_samples: sync mode; a preempted straggler stops once it holds
             at least this fraction of its share.
         fraction_workers: sync mode; once this fraction of the collectors have
