@@ -151,9 +151,9 @@ def sweep_config(args: argparse.Namespace) -> Any:
     """The checked config of ``fleetrl tune CONFIG [overrides] [flags]``: the file's, its
     ``tune`` section set by the flags (``--search`` adds to ``tune.search``)."""
     from fleetrl.setup.load import config_from_dict
-    from fleetrl.setup.parse import read_yaml_mapping
+    from fleetrl.setup.screen import read_config_file
 
-    data = read_yaml_mapping(args.config, "config")
+    data = read_config_file(args.config)  # a file, or a shipped config's name
     section = data.setdefault("tune", {})
     if not isinstance(section, dict):
         raise ConfigError([f"tune={section!r} is invalid: must be a mapping of tune keys"])

@@ -128,3 +128,12 @@ print(json.dumps(out))
         assert code == 2, (argv, err)
         assert err.startswith("fleetrl train: ") and words in err, (argv, err)
         assert heavy == [], (argv, heavy)
+
+
+def test_fleetrl_tune_takes_a_shipped_configs_name_too(tmp_path, monkeypatch):
+    from fleetrl.cli import build_parser, sweep_config
+
+    monkeypatch.chdir(tmp_path)
+    parser, _ = build_parser()
+    config = sweep_config(parser.parse_args(["tune", "tune_ppo_cartpole", "--samples", "2"]))
+    assert (config.algorithm, config.tune.samples) == ("ppo", 2)
