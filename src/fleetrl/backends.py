@@ -89,10 +89,13 @@ BACKENDS = ("ray", "inprocess")
 class WorkerDied(Exception):
     """A worker is gone (killed, crashed, its node lost): its calls in flight are lost."""
 
-    def __init__(self, cause: str):
+    def __init__(self, cause: str, *, node_lost: bool = False):
         super().__init__(cause)
         #: what the backend knows of the death, as text
         self.cause = cause
+        #: its node looks lost (unreachable, or a result lost with its object store), not
+        #: just its process: a replacement is started elsewhere while the node is suspect
+        self.node_lost = node_lost
 
 
 class WorkerRaised(Exception):
@@ -152,6 +155,8 @@ class Backend(abc.ABC):
     """Starts workers and reads their results (see the module docstring)."""
 
     name: str
+    #: workers run in other processes, which can be lost (and probed: fleetrl.workers)
+    remote: bool = False
 
     @abc.abstractmethod
     def start(
@@ -201,6 +206,7 @@ class RayBackend(Backend):
     """Each worker is a Ray actor (Ray must be started: :func:`fleetrl.runtime.start_ray`)."""
 
     name = "ray"
+    remote = True
 
     def __init__(self) -> None:
         self._classes: dict[tuple[type, Any], Any] = {}
@@ -250,14 +256,29 @@ class RayBackend(Backend):
 
     def get(self, ref: Any) -> Any:
         import ray
-        from ray.exceptions import RayActorError, RayTaskError
+        from ray.exceptions import (
+            ActorUnavailableError,
+            NodeDiedError,
+            ObjectLostError,
+            RayActorError,
+            RayTaskError,
+        )
 
         try:
             return ray.get(ref)
         except RayTaskError as err:
             raise WorkerRaised(getattr(err, "cause", None), remote_traceback(err)) from None
         except RayActorError as err:
-            raise WorkerDied(remote_traceback(err)) from None
+            # unavailable: its process cannot be reached (a lost node answers so within
+            # seconds, long before Ray's health checks declare the node dead)
+            lost = isinstance(err, ActorUnavailableError)
+            raise WorkerDied(remote_traceback(err), node_lost=lost) from None
+        except (ObjectLostError, NodeDiedError) as err:
+            # a finished result lost with its node's object store: an actor's results are
+            # never rebuilt by Ray (no retries), so the work is the worker's to do again; its
+            # actor went with the node, or is killed by the replacement
+            cause = f"its result was lost: {type(err).__name__}: {err}"
+            raise WorkerDied(cause, node_lost=True) from None
 
     def wait(
         self, refs: Sequence[Any], num_returns: int = 1, timeout: float | None = None

@@ -18,6 +18,14 @@ gradient workers (:mod:`fleetrl.learners.update_worker`):
   ``max_attempts`` in a row; then :class:`~fleetrl.errors.WorkerLostError`.
   The tasks owed stay on the books meanwhile (:attr:`WorkerSlot.lost`), so a
   caller that catches the error and goes on still gets every task done once.
+- **Liveness.** Ray declares a worker dead once its node fails its health checks (about
+  13 s after a node is lost, with Ray's defaults), and a result held in a lost node's
+  object store fails to be got only then. With a ``probe`` (a call a live worker answers
+  in milliseconds beside its task: a collector's ``ping``), a wait for results that lasts
+  past :data:`LIVENESS_PERIOD_S` probes each worker it waits on; one that leaves its probe
+  unanswered for :data:`LIVENESS_TIMEOUT_S` is taken for dead and replaced, its tasks
+  issued again, as after any death. A worker that was alive after all (a network
+  partition) is killed by its replacement: its results are not used.
 
 A method that raises is not a death: :meth:`WorkerGroup.get` raises
 :class:`~fleetrl.backends.WorkerRaised` for the owner to report in its own words.
@@ -51,12 +59,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetrl.backends import Actor, Backend, WorkerDied
+from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised
 from fleetrl.errors import WorkerLostError
 
 __all__ = [
     "DEFAULT_MAX_RESTART_ATTEMPTS",
     "GAVE_UP_MSG",
+    "LIVENESS_PERIOD_S",
+    "LIVENESS_TIMEOUT_S",
+    "NO_ANSWER_MSG",
     "Pending",
     "RestartPolicy",
     "WorkerGroup",
@@ -68,10 +79,20 @@ logger = logging.getLogger(__name__)
 #: replacements of one worker tried in a row before giving up
 DEFAULT_MAX_RESTART_ATTEMPTS = 3
 
+#: a wait for results probes the workers it waits on every this many seconds
+LIVENESS_PERIOD_S = 1.0
+#: a probe unanswered for this long: the worker is taken for dead (its process answers a
+#: probe in milliseconds, from a thread of its own, while it works on a task)
+LIVENESS_TIMEOUT_S = 3.0
+
 #: the wait before the second attempt; it doubles for each later one, up to BACKOFF_MAX_S
 BACKOFF_BASE_S = 0.1
 BACKOFF_MAX_S = 5.0
 
+NO_ANSWER_MSG = (
+    "no answer to a liveness probe for {seconds:.1f} s (its process or its node is gone, or "
+    "cut off from this driver)"
+)
 GAVE_UP_MSG = (
     "it died, and {attempts} replacement(s) in a row died too before completing a task "
     "(max_restart_attempts={max_attempts}); fix the cause or raise max_restart_attempts. "
@@ -130,6 +151,11 @@ class WorkerSlot:
     restarts: int = 0
     #: tasks of a dead actor, still owed (issued again to its replacement)
     lost: list[Pending] = field(default_factory=list)
+    #: the liveness probe in flight, and when it was sent (see :meth:`WorkerGroup.wait`)
+    probe: Any = None
+    probed_at: float = 0.0
+    #: its last death looked like its node's loss (the owner starts the replacement elsewhere)
+    node_lost: bool = False
 
 
 @dataclass(eq=False)
@@ -154,6 +180,8 @@ class WorkerGroup:
             if it died starting); None: not waited for (a death shows at its next task).
         max_attempts: replacements of one worker tried in a row.
         on_reissue: told of each task issued again (its ``ref`` is new).
+        probe: sends a liveness probe to a slot's actor, returns the reference to its answer
+            (None: no probes; a death shows when the backend reports it).
     """
 
     def __init__(
@@ -166,6 +194,7 @@ class WorkerGroup:
         ready: Callable[[list[WorkerSlot]], None] | None = None,
         max_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
         on_reissue: Callable[[Pending], None] | None = None,
+        probe: Callable[[WorkerSlot], Any] | None = None,
     ):
         self.backend = backend
         self.role = role
@@ -174,6 +203,7 @@ class WorkerGroup:
         self._ready = ready
         self.policy = RestartPolicy(max_attempts=max_attempts)
         self.on_reissue = on_reissue
+        self._probe = probe
         self.slots: list[WorkerSlot] = []
         #: every task in flight, by the reference to its result
         self.pending: dict[Any, Pending] = {}
@@ -189,20 +219,22 @@ class WorkerGroup:
             self._ready(slots)
         return slots
 
-    def replace(self, slot: WorkerSlot, cause: str) -> None:
+    def replace(self, slot: WorkerSlot, cause: str, *, node_lost: bool = False) -> None:
         """Replace a dead worker with a new one of the same index; the tasks it owed are
-        issued again to it (they stay owed while no replacement is up)."""
+        issued again to it (they stay owed while no replacement is up). ``node_lost``: the
+        death looked like its node's loss (:attr:`WorkerSlot.node_lost`)."""
         mine = [p for p in self.pending.values() if p.slot is slot]
         for p in mine:
             del self.pending[p.ref]
         slot.lost.extend(mine)
+        slot.node_lost = node_lost
         self._revive(slot, cause)
 
     def _revive(self, slot: WorkerSlot, cause: str) -> None:
         policy = self.policy
         while True:
             self.backend.kill(slot.actor)
-            slot.actor = None
+            slot.actor, slot.probe = None, None
             slot.deaths += 1
             if policy.gives_up(slot.deaths):
                 deaths, slot.deaths = slot.deaths, 0  # going on starts a new series
@@ -226,7 +258,7 @@ class WorkerGroup:
             try:
                 self._ready([slot])
             except WorkerDied as err:
-                cause = err.cause
+                cause, slot.node_lost = err.cause, err.node_lost
                 continue
             except BaseException:  # its start raised: not a death, but this actor is no use
                 self.backend.kill(slot.actor)
@@ -264,10 +296,47 @@ class WorkerGroup:
         self, pendings: Sequence[Pending], num_returns: int = 1, timeout: float | None = None
     ) -> list[Pending]:
         """The tasks among ``pendings`` that are done (at least ``num_returns`` unless
-        ``timeout`` passes first), first ready first."""
-        by_ref = {p.ref: p for p in pendings}
-        ready, _ = self.backend.wait(list(by_ref), num_returns=num_returns, timeout=timeout)
-        return [by_ref[r] for r in ready]
+        ``timeout`` passes first), first ready first.
+
+        With a ``probe``, a wait that lasts probes the workers of ``pendings`` every
+        :data:`LIVENESS_PERIOD_S`; one that does not answer within :data:`LIVENESS_TIMEOUT_S`
+        is replaced (its tasks in ``pendings`` issued again: their refs change)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        want = min(num_returns, len(pendings))
+        while True:
+            by_ref = {p.ref: p for p in pendings}
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = left
+            if self._probe is not None:
+                step = LIVENESS_PERIOD_S if left is None else min(LIVENESS_PERIOD_S, left)
+            ready, _ = self.backend.wait(list(by_ref), num_returns=num_returns, timeout=step)
+            if len(ready) >= want or self._probe is None or (left is not None and left <= step):
+                return [by_ref[r] for r in ready]
+            self._check_liveness({p.slot for p in pendings})
+
+    def _check_liveness(self, slots: Iterable[WorkerSlot]) -> None:
+        """Probe each slot's worker; replace one whose probe went unanswered too long."""
+        now = time.monotonic()
+        for slot in slots:
+            if slot.actor is None:
+                continue
+            if slot.probe is not None:
+                answered, _ = self.backend.wait([slot.probe], timeout=0)
+                if not answered and now - slot.probed_at < LIVENESS_TIMEOUT_S:
+                    continue  # asked lately: its answer may still come
+                if not answered:
+                    cause = NO_ANSWER_MSG.format(seconds=now - slot.probed_at)
+                    logger.warning("%s %d: %s", self.role, slot.index, cause)
+                    self.replace(slot, cause, node_lost=True)
+                    continue
+                try:
+                    self.backend.get(slot.probe)
+                except WorkerDied as err:
+                    self.replace(slot, err.cause, node_lost=err.node_lost)
+                    continue
+                except WorkerRaised:  # the probe raised: the worker lives
+                    pass
+            slot.probe, slot.probed_at = self._probe(slot), time.monotonic()
 
     def get(self, pending: Pending) -> Any:
         """The task's result; None when its worker died (the worker is then replaced and the
@@ -276,7 +345,7 @@ class WorkerGroup:
             result = self.backend.get(pending.ref)
         except WorkerDied as err:
             if pending.ref in self.pending:  # not yet re-issued by another task's get
-                self.replace(pending.slot, err.cause)
+                self.replace(pending.slot, err.cause, node_lost=err.node_lost)
             return None
         self.pending.pop(pending.ref, None)
         pending.slot.deaths = 0

@@ -53,6 +53,12 @@ logger = logging.getLogger(__name__)
 
 #: a replacement of worker i gets seed + SEED_STRIDE * incarnation (its own streams)
 SEED_STRIDE = 1_000_003
+#: how long a node whose worker looked lost with it is kept out of a replacement's choice
+#: (Ray's health checks declare a lost node dead within this; a node that answers again is
+#: used again after it)
+SUSPECT_NODE_S = 30.0
+#: Ray's label of each node's id (a replacement is kept off suspect nodes by it)
+NODE_ID_LABEL = "ray.io/node-id"
 
 
 @dataclass
@@ -158,7 +164,12 @@ class WorkerPool:
             ready=self._wait_ready,
             max_attempts=max_restart_attempts,
             on_reissue=self._reissued,
+            # Ray's own detector declares a lost node's workers dead only after its health
+            # checks (about 13 s): a probe answered beside the rollout finds them in seconds
+            probe=(lambda slot: slot.actor.call("ping")) if backend.remote else None,
         )
+        #: nodes whose workers looked lost with them: node id -> when (time.monotonic())
+        self.suspect_nodes: dict[str, float] = {}
         self.issued = 0  # frames in tasks issued and not yet delivered
         self._asked_at = 0.0  # wall clock at the start of the last wait for results
         # told of every task issued again, with its new ref (its round follows it)
@@ -206,6 +217,28 @@ class WorkerPool:
     def _task_frames(self) -> int:
         return self.frames_per_batch // len(self.slots) if self.sync else self.frames_per_batch
 
+    def _placement(self, slot: CollectorSlot) -> dict[str, Any]:
+        """The slot's Ray options, kept off nodes that look lost: until Ray's health checks
+        declare a lost node dead, its scheduler may still place a replacement there."""
+        options = {**slot.remote_config, "concurrency_groups": {"control": 1}}
+        now = time.monotonic()
+        if slot.node_lost and slot.node_id is not None:
+            self.suspect_nodes[slot.node_id] = now
+        self.suspect_nodes = {
+            n: t for n, t in self.suspect_nodes.items() if now - t < SUSPECT_NODE_S
+        }
+        selector = dict(options.get("label_selector") or {})
+        placed = "scheduling_strategy" in options or "placement_group" in options
+        if (
+            self.suspect_nodes
+            and self.backend.remote
+            and not placed
+            and NODE_ID_LABEL not in selector
+        ):
+            selector[NODE_ID_LABEL] = f"!in({', '.join(sorted(self.suspect_nodes))})"
+            options["label_selector"] = selector
+        return options
+
     def _start_actor(self, slot: WorkerSlot) -> Actor:
         assert isinstance(slot, CollectorSlot)
         slot.publish = 0  # a new actor holds no weights yet
@@ -224,7 +257,7 @@ class WorkerPool:
             self.max_weight_update_interval,
             num_threads=self.num_threads,
             replay_buffer=self.replay_buffer,
-            options={**slot.remote_config, "concurrency_groups": {"control": 1}},
+            options=self._placement(slot),
         )
 
     def _wait_ready(self, slots: list[WorkerSlot]) -> None:

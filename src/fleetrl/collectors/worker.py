@@ -175,6 +175,12 @@ class CollectorWorker:
         }
 
     @_control
+    def ping(self) -> bool:
+        """Answer a liveness probe (:mod:`fleetrl.workers`), beside a rollout: in milliseconds
+        from a live process, never from one lost with its node."""
+        return True
+
+    @_control
     def preempt(self, round_id: int) -> None:
         """Ask the rollout of sync round ``round_id`` (and older) to stop once it has its minimum."""
         self._stop_round = max(self._stop_round, round_id)
