@@ -171,6 +171,13 @@ class Backend(abc.ABC):
     def fire(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> None:
         self.call(actor, method, args, kwargs)
 
+    def hosts(
+        self, options: dict[str, Any], exclude: Sequence[str] = ()
+    ) -> tuple[dict[str, float], list[str], list[str]]:
+        """Where a worker of these options could run (:meth:`RayBackend.hosts`): in this
+        process, anywhere."""
+        return {}, ["this process"], []
+
     @abc.abstractmethod
     def get(self, ref: Any) -> Any:
         """The result of a call; :class:`WorkerDied` or :class:`WorkerRaised` if there is none."""
@@ -253,6 +260,30 @@ class RayBackend(Backend):
 
     def call(self, actor: Actor, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         return getattr(actor.handle, method).remote(*args, **kwargs)
+
+    def hosts(
+        self, options: dict[str, Any], exclude: Sequence[str] = ()
+    ) -> tuple[dict[str, float], list[str], list[str]]:
+        """Where a worker of these Ray options could run: what it asks for (``CPU``, ``GPU``
+        and custom resources), the live nodes (not in ``exclude``) that have that much in
+        all, and the nodes Ray counts as dead."""
+        import ray
+
+        demand = {
+            "CPU": float(options.get("num_cpus", 1)),  # an actor's default: 1 to be placed
+            "GPU": float(options.get("num_gpus", 0) or 0),
+            **{k: float(v) for k, v in (options.get("resources") or {}).items()},
+        }
+        demand = {k: v for k, v in demand.items() if v > 0}
+        fit, dead = [], []
+        for node in ray.nodes():
+            if not node["Alive"]:
+                dead.append(node["NodeID"])
+            elif node["NodeID"] not in exclude and all(
+                node["Resources"].get(k, 0.0) >= v for k, v in demand.items()
+            ):
+                fit.append(node["NodeID"])
+        return demand, fit, dead
 
     def get(self, ref: Any) -> Any:
         import ray

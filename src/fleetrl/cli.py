@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.config import EvalActions
-from fleetrl.errors import CheckpointError, ConfigError, FleetError
+from fleetrl.errors import CheckpointError, ConfigError, FleetError, WorkerLostError
 
 __all__ = ["BENCHMARKS", "benchmark_script", "build_parser", "main", "sweep_config"]
 
@@ -96,7 +96,19 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
     else:
         trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
     print(f"run directory: {trainer.run_dir}")
-    last = trainer.train()
+    try:
+        last = trainer.train()
+    except WorkerLostError as err:  # e.g. no node left to host a replacement: resume later
+        from fleetrl.run.checkpoint import latest_checkpoint
+
+        newest = latest_checkpoint(trainer.run_dir)
+        kept = f"its newest checkpoint is {newest}" if newest else "it wrote no checkpoint yet"
+        print(
+            f"fleetrl train: {err}\nfleetrl train: the run stopped at {trainer.frames:,} frames; "
+            f"{kept}; continue with: fleetrl train --resume {trainer.run_dir}",
+            file=sys.stderr,
+        )
+        return 2
     if trainer.interrupted is not None:
         print(
             f"fleetrl train: stopped by {trainer.interrupted.name} at {trainer.frames:,} frames; "

@@ -256,6 +256,10 @@ class CollectorConfig:
     grows with collectors and slow workers)."""
     max_restart_attempts: int = 3
     """remote collectors: replacements of a dead collector worker tried in a row."""
+    replacement_timeout_s: float = 120.0
+    """remote collectors: how long a dead worker's replacement waits for a node that can host
+    it (its resources, on a node not lost) before the run stops, its checkpoints kept for
+    --resume; the wait is said at once, naming the resources and the nodes lost."""
     num_threads: int | None = 1
     """remote collectors: torch threads in each worker process (null: torch's default; one
     because workers share the cores, and two threads made CNN inference many times slower)."""

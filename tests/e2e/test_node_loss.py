@@ -73,3 +73,87 @@ def test_a_node_lost_with_a_batch_in_its_object_store_loses_no_frame(sync):
     assert result["now"] != result["lost"]  # the replacement runs on the surviving node
     assert result["first_after_s"] is not None  # the replacement served frames
     assert "died; starting incarnation 1" in out.stderr
+
+
+#: one collector on the one node with the "host" resource; after its 4th batch that node is
+#: lost. "join": another node with the resource joins 4 s later (``ray start``, as a node of
+#: a real cluster does); "none": none joins within the replacement's wait
+DRAINED = """
+import json, subprocess, sys, threading, time
+import ray
+from ray import cloudpickle
+from ray.cluster_utils import Cluster
+sys.path.insert(0, {tests!r})
+import fakes
+from fakes import CountingEnv
+from fleetrl import RayCollector, WorkerLostError
+cloudpickle.register_pickle_by_value(fakes)
+
+cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 1}})
+node = cluster.add_node(num_cpus=2, resources={{"host": 2}})
+cluster.wait_for_nodes()
+joined, frames, error = [], 0, None
+
+def join():
+    time.sleep(4)
+    joined.append(subprocess.Popen(
+        [sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
+         "--address=" + cluster.address, "--num-cpus=2", '--resources={{"host": 2}}'],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+try:
+    with RayCollector(lambda: CountingEnv(5, sleep=0.002), None, frames_per_batch=100,
+                      total_frames=3000, num_collectors=1, sync=False, replacement_timeout_s=12,
+                      remote_configs={{"num_cpus": 1, "resources": {{"host": 1}}}},
+                      ray_init_config={{"address": cluster.address}}) as collector:
+        for i, batch in enumerate(collector):
+            frames += batch.numel()
+            if i == 3:
+                lost = node.node_id
+                cluster.remove_node(node, allow_graceful=False)
+                if {join!r}:
+                    threading.Thread(target=join).start()
+except WorkerLostError as err:
+    error = str(err)
+print(json.dumps({{"frames": frames, "error": error, "lost": lost}}))
+for process in joined:
+    process.terminate()
+    process.wait()
+cluster.shutdown()
+"""
+
+
+def _drained(join: bool) -> tuple[dict, str]:
+    script = textwrap.dedent(DRAINED).format(tests=str(TESTS), join=join)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def test_no_node_left_to_host_a_replacement_is_said_then_stops_the_run_by_name():
+    result, log = _drained(join=False)
+    lost = result["lost"][:8]
+    waits = (
+        "collector worker 0's replacement waits for a node with {'CPU': 1.0, 'host': 1.0}: no "
+        f"live node has them off the nodes that look lost (nodes lost: {lost}); waiting up to "
+        "12 s (collector.replacement_timeout_s) for one to join"
+    )
+    assert waits in log
+    assert result["error"] == (
+        "collector worker 0 was lost: no node could host its replacement within 12 s "
+        "(collector.replacement_timeout_s): it needs {'CPU': 1.0, 'host': 1.0} off the nodes "
+        f"that look lost, and no live node has them (nodes lost: {lost}); add a node with "
+        "these resources, or lower the worker's (collector.num_cpus_per_collector, "
+        "remote_configs)"
+    )
+    # what was served before it stopped: whole batches, short of the budget
+    assert result["frames"] % 100 == 0 and 400 <= result["frames"] < 3000
+
+
+def test_a_node_that_joins_hosts_the_replacement_and_no_frame_is_lost():
+    result, log = _drained(join=True)
+    assert "replacement waits for a node with" in log  # said while the cluster had none
+    assert result["error"] is None
+    assert result["frames"] == 3000

@@ -44,7 +44,7 @@ from fleetrl.collectors.overlap import available_cores, worker_overlap
 from fleetrl.collectors.ray_checks import check_env_counts, takes_env_list, worker_failure
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import CollectorWorker, TaskResult
-from fleetrl.errors import WorkerError
+from fleetrl.errors import WorkerError, WorkerLostError
 from fleetrl.workers import Pending, WorkerGroup, WorkerSlot
 
 __all__ = ["CollectorSlot", "StartDied", "Task", "WorkerPool"]
@@ -59,6 +59,20 @@ SEED_STRIDE = 1_000_003
 SUSPECT_NODE_S = 30.0
 #: Ray's label of each node's id (a replacement is kept off suspect nodes by it)
 NODE_ID_LABEL = "ray.io/node-id"
+#: a replacement not up after this long is checked for a node that can host it
+HOST_CHECK_S = 1.0
+
+NO_HOST_MSG = (
+    "collector worker {worker}'s replacement waits for a node with {demand}: no live node "
+    "has them{excluded} (nodes lost: {lost}); waiting up to {timeout:g} s "
+    "(collector.replacement_timeout_s) for one to join"
+)
+NO_HOST_LOST_MSG = (
+    "no node could host its replacement within {timeout:g} s "
+    "(collector.replacement_timeout_s): it needs {demand}{excluded}, and no live node has "
+    "them (nodes lost: {lost}); add a node with these resources, or lower the worker's "
+    "(collector.num_cpus_per_collector, remote_configs)"
+)
 
 
 @dataclass
@@ -111,6 +125,7 @@ class WorkerPool:
         devices: the device arguments, one list per name (one value per collector).
         common: the collector arguments every worker gets.
         max_restart_attempts: replacements of a dead worker tried in a row.
+        replacement_timeout_s: how long a replacement waits for a node that can host it.
         replay_buffer: the replay buffer actor the workers extend with their
             batches (they then return progress records), or None.
         servers: central inference (:mod:`fleetrl.collectors.inference`): each worker
@@ -136,6 +151,7 @@ class WorkerPool:
         devices: dict[str, list[Any]],
         common: dict[str, Any],
         max_restart_attempts: int,
+        replacement_timeout_s: float = 120.0,
         replay_buffer: Actor | None = None,
         servers: InferenceServers | None = None,
     ):
@@ -168,6 +184,7 @@ class WorkerPool:
             # checks (about 13 s): a probe answered beside the rollout finds them in seconds
             probe=(lambda slot: slot.actor.call("ping")) if backend.remote else None,
         )
+        self.replacement_timeout_s = replacement_timeout_s
         #: nodes whose workers looked lost with them: node id -> when (time.monotonic())
         self.suspect_nodes: dict[str, float] = {}
         self.issued = 0  # frames in tasks issued and not yet delivered
@@ -265,6 +282,8 @@ class WorkerPool:
         refs = [s.actor.call("setup") for s in slots]  # type: ignore[union-attr]
         for slot, ref in zip(slots, refs):
             assert isinstance(slot, CollectorSlot)
+            if slot.incarnation > 0 and self.backend.remote:
+                self._wait_for_a_host(slot, ref)
             try:
                 info = self.backend.get(ref)
                 if slot.seed is not None and slot.incarnation > 0:
@@ -276,6 +295,34 @@ class WorkerPool:
                 err.index = slot.worker_id  # type: ignore[attr-defined]
                 raise
             slot.num_envs, slot.node_id = info["num_envs"], info["node_id"]
+
+    def _wait_for_a_host(self, slot: CollectorSlot, ref: Any) -> None:
+        """Wait for a replacement to be placed and built. Say at once when no live node can
+        host it (its resources, the nodes lost), and give up with
+        :class:`~fleetrl.errors.WorkerLostError` when none has for ``replacement_timeout_s``;
+        once a node can, it is waited for as any start is."""
+        hostless_since, said = None, False
+        while not self.backend.wait([ref], timeout=HOST_CHECK_S)[0]:
+            demand, fit, lost = self.backend.hosts(slot.remote_config, list(self.suspect_nodes))
+            if fit:  # placed, or about to be: it is starting, however long that takes
+                hostless_since = None
+                continue
+            now = time.monotonic()
+            hostless_since = now if hostless_since is None else hostless_since
+            words = {
+                "worker": slot.worker_id,
+                "demand": demand,
+                "excluded": " off the nodes that look lost" if self.suspect_nodes else "",
+                "lost": ", ".join(n[:8] for n in sorted({*lost, *self.suspect_nodes})) or "none",
+                "timeout": self.replacement_timeout_s,
+            }
+            if now - hostless_since >= self.replacement_timeout_s:
+                raise WorkerLostError(
+                    slot.worker_id, NO_HOST_LOST_MSG.format(**words), attempts=slot.deaths
+                )
+            if not said:
+                logger.warning(NO_HOST_MSG.format(**words))
+                said = True
 
     def add_slots(
         self,

@@ -156,6 +156,9 @@ class RayCollector(DataCollectorBase):
             (``stats()["stale_batches"]``).
         max_restart_attempts: replacements of a dead worker tried in a row
             (with a doubling wait between them) before :class:`WorkerLostError`.
+        replacement_timeout_s: how long a replacement waits for a node that can host it
+            (its resources, on a node not lost; the wait is logged at once, naming them)
+            before :class:`WorkerLostError`.
         num_threads: torch threads in each worker process (default 1: workers
             share the cores, and two threads made CNN inference several times
             slower there); ``None`` leaves torch's default.
@@ -228,6 +231,7 @@ class RayCollector(DataCollectorBase):
         compress: str | None = None,
         max_served_lag: int | None = None,
         max_restart_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
+        replacement_timeout_s: float = 120.0,
         num_threads: int | None = 1,
         policy_factory: Any = None,
         trajs_per_batch: int | None = None,
@@ -296,6 +300,7 @@ class RayCollector(DataCollectorBase):
         self.prefetch = g["prefetch"]
         self.max_served_lag = g["max_served_lag"]
         self.max_restart_attempts = g["max_restart_attempts"]
+        self.replacement_timeout_s = g["replacement_timeout_s"]
         self.num_threads = g["num_threads"]
         self.fraction_samples = float(g["fraction_samples"])
         self.fraction_workers = float(g["fraction_workers"])

@@ -22,7 +22,12 @@ from fleetrl.batch_sizes import batch_size_problems
 from fleetrl.collectors.arguments import check_weight_update
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.overlap import check_overlap_kwargs
-from fleetrl.collectors.rules import MAX_RESTART_ATTEMPTS, MAX_SERVED_LAG, Audience
+from fleetrl.collectors.rules import (
+    MAX_RESTART_ATTEMPTS,
+    MAX_SERVED_LAG,
+    REPLACEMENT_TIMEOUT,
+    Audience,
+)
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
 from fleetrl.runtime import resource_shortfalls, resource_waits
@@ -549,9 +554,13 @@ def all_problems(p: Problems, check: Any, **arguments: Any) -> Any:
     return result
 
 
-def check_bounds(p: Problems, max_served_lag: Any, max_restart_attempts: Any) -> None:
-    """Check the policy-lag bound and the restart attempts (before any actor starts): the
-    rules a config's ``collector.max_served_lag`` and ``collector.max_restart_attempts`` obey
+def check_bounds(
+    p: Problems, max_served_lag: Any, max_restart_attempts: Any, replacement_timeout_s: Any
+) -> None:
+    """Check the policy-lag bound, the restart attempts and the replacement's wait (before any
+    actor starts): the rules a config's ``collector.max_served_lag``,
+    ``collector.max_restart_attempts`` and ``collector.replacement_timeout_s`` obey
     (:mod:`fleetrl.collectors.rules`), said in the constructor's words."""
     MAX_SERVED_LAG.check(p, max_served_lag, Audience.ARGUMENTS)
     MAX_RESTART_ATTEMPTS.check(p, max_restart_attempts, Audience.ARGUMENTS)
+    REPLACEMENT_TIMEOUT.check(p, replacement_timeout_s, Audience.ARGUMENTS)

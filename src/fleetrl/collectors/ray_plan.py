@@ -74,6 +74,7 @@ class RayPlan:
             "devices": self.args.devices,
             "common": self.common,
             "max_restart_attempts": g["max_restart_attempts"],
+            "replacement_timeout_s": g["replacement_timeout_s"],
             "replay_buffer": None if replay_buffer is None else buffer_actor(replay_buffer),
         }
 
@@ -92,7 +93,7 @@ def plan_collection(**given: Any) -> RayPlan:
     p = Problems()
     if not isinstance(g["backend"], Backend) and g["backend"] not in BACKENDS:
         p.add("backend", g["backend"], f"must be one of {list(BACKENDS)} or a fleetrl Backend")
-    check_bounds(p, g["max_served_lag"], g["max_restart_attempts"])
+    check_bounds(p, g["max_served_lag"], g["max_restart_attempts"], g["replacement_timeout_s"])
     check_replay_buffer(
         p,
         g["replay_buffer"],

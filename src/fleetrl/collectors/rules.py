@@ -163,6 +163,10 @@ def optional(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
 MAX_SERVED_LAG = Rule(
     "max_served_lag", optional(whole_at_least(0)), "must be {None} (no bound) or {int}>= 0"
 )
+#: ``replacement_timeout_s`` / ``collector.replacement_timeout_s``
+REPLACEMENT_TIMEOUT = Rule(
+    "replacement_timeout_s", lambda v: number_at_least(0)(v) and v > 0, "must be a number > 0"
+)
 #: ``max_restart_attempts`` / ``collector.max_restart_attempts``
 MAX_RESTART_ATTEMPTS = Rule(
     "max_restart_attempts",

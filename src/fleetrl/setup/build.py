@@ -185,6 +185,7 @@ def make_collector(
             fraction_workers=c.fraction_workers,
             max_served_lag=c.max_served_lag,
             max_restart_attempts=c.max_restart_attempts,
+            replacement_timeout_s=c.replacement_timeout_s,
             num_threads=c.num_threads,
             max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,

@@ -447,3 +447,35 @@ def test_the_parts_of_every_worker_count_its_served_tasks(sync):
     assert stats["worker_collect_s"] == pytest.approx(
         sum(t["collect_s"] for t in per_worker.values())
     )
+
+
+def test_the_replacement_wait_is_checked_where_it_enters_and_reaches_the_collector(tmp_path):
+    from fleetrl.setup.build import make_collector
+    from fleetrl.setup.load import config_from_dict
+
+    marker = tmp_path / "env-built"
+
+    def env_fn():
+        marker.write_text("built")
+        return CountingEnv()
+
+    for bad in (0, -1.5, True, "soon"):
+        with pytest.raises(ConfigError) as info:
+            RayCollector(env_fn, None, frames_per_batch=16, replacement_timeout_s=bad)
+        assert info.value.problems == [
+            f"replacement_timeout_s={bad!r} is invalid: must be a number > 0"
+        ]
+    assert not marker.exists()
+    sections = {"env": {"id": "CartPole-v1", "num_envs": 1}, "trainer": {"backend": "inprocess"}}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({**sections, "collector": {"replacement_timeout_s": 0}})
+    assert info.value.problems == ["collector.replacement_timeout_s=0.0 is invalid: must be > 0"]
+    collector = {"num_collectors": 1, "frames_per_batch": 16, "replacement_timeout_s": 7.5}
+    c = make_collector(
+        config_from_dict({**sections, "collector": collector}), None, total_frames=32
+    )
+    try:
+        assert c.replacement_timeout_s == 7.5
+        assert sum(frames_in(b) for b in c) == 32
+    finally:
+        c.shutdown()

@@ -119,6 +119,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         _at_least(0),
         "must be >= 0 (0: a collector worker's death ends the run)",
     ),
+    "collector.replacement_timeout_s": (_above(0), "must be > 0"),
     "collector.fraction_samples": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "collector.fraction_workers": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
