@@ -471,9 +471,8 @@ def test_the_replacement_wait_is_checked_where_it_enters_and_reaches_the_collect
         config_from_dict({**sections, "collector": {"replacement_timeout_s": 0}})
     assert info.value.problems == ["collector.replacement_timeout_s=0.0 is invalid: must be > 0"]
     collector = {"num_collectors": 1, "frames_per_batch": 16, "replacement_timeout_s": 7.5}
-    c = make_collector(
-        config_from_dict({**sections, "collector": collector}), None, total_frames=32
-    )
+    config = config_from_dict({**sections, "collector": collector})
+    c = make_collector(config, None, total_frames=32, seed=0)
     try:
         assert c.replacement_timeout_s == 7.5
         assert sum(frames_in(b) for b in c) == 32
