@@ -163,3 +163,33 @@ def test_workers_write_into_torchrls_ray_owned_replay_buffer():
         assert set(TRANSITION_KEYS) <= set(sample.keys(include_nested=True))
     finally:
         buffer.shutdown()
+
+
+def test_the_buffer_lives_on_the_drivers_node_unless_told_otherwise():
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from fleetrl.backends import RayBackend
+
+    class Recording(RayBackend):  # Ray's backend, keeping the options each start was given
+        def start(self, cls, *args, options=None, **kwargs):
+            self.options = dict(options or {})
+            return super().start(cls, *args, options=options, **kwargs)
+
+    driver = ray.get_runtime_context().get_node_id()
+    placed = Recording()
+    rb = RemoteReplayBuffer(100, 4, backend=placed)
+    try:
+        strategy = placed.options["scheduling_strategy"]
+        assert isinstance(strategy, NodeAffinitySchedulingStrategy)
+        assert (strategy.node_id, strategy.soft) == (driver, False)
+        assert rb.actor.ask("node") == driver
+    finally:
+        rb.shutdown()
+    free = Recording()
+    rb = RemoteReplayBuffer(100, 4, backend=free, on_driver_node=False)
+    try:
+        assert "scheduling_strategy" not in free.options
+        assert rb.actor.ask("node") == driver  # one node here: Ray's choice is this one
+    finally:
+        rb.shutdown()

@@ -50,7 +50,7 @@ from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from fleetrl.backends import Actor, Backend, RayBackend, make_backend
 from fleetrl.errors import Problems
 from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS, NestedKey
-from fleetrl.runtime import pin_threads
+from fleetrl.runtime import node_id, pin_threads
 from fleetrl.wire import SamplesWire, pack_samples, unpack_samples
 
 logger = logging.getLogger(__name__)
@@ -279,6 +279,10 @@ class ReplayBufferActor:
         """:meth:`sample` as it crosses Ray (:func:`fleetrl.wire.pack_samples`)."""
         return pack_samples(self.sample(n))
 
+    def node(self) -> str:
+        """The Ray node this buffer lives on ("local" outside Ray)."""
+        return node_id()
+
     def size(self) -> int:
         """Transitions held now (at most the capacity)."""
         return len(self.buffer)
@@ -319,6 +323,11 @@ class RemoteReplayBuffer:
         num_cpus: Ray CPUs reserved for the actor (default 0: it mostly waits).
         backend: where the actor runs, ``"ray"`` (Ray must run) or ``"inprocess"``
             (:mod:`fleetrl.backends`); the collector that writes into it must use the same.
+        on_driver_node: on Ray, place the actor on this process's node (default), where a
+            lost node cannot take it: a node lost under a collector costs the buffer only
+            that collector's batch in flight, collected again; losing the driver's node ends
+            the run, which resumes from its last checkpoint (the buffer's rows included).
+            False: wherever Ray's scheduler puts it.
 
     Examples:
         >>> rb = RemoteReplayBuffer(10_000, 64)  # doctest: +SKIP
@@ -337,13 +346,19 @@ class RemoteReplayBuffer:
         *,
         num_cpus: float = 0,
         backend: str | Backend = "ray",
+        on_driver_node: bool = True,
     ):
         self.capacity = capacity
         self.batch_size = batch_size
         self.backend = make_backend(backend)
+        options: dict[str, Any] = {"num_cpus": num_cpus}
+        if on_driver_node and self.backend.remote:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id(), soft=False)
         #: the actor the collector workers extend
         self.actor: Actor = self.backend.start(
-            ReplayBufferActor, capacity, batch_size, options={"num_cpus": num_cpus}
+            ReplayBufferActor, capacity, batch_size, options=options
         )
 
     def extend(self, data: TensorDictBase) -> int:
