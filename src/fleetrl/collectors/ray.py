@@ -11,12 +11,10 @@ The guide is ``docs/guides/ray-collector.md``; the parts, each with its rules:
 - Frames are exact: a task is issued only for frames the budget still holds, the last
   one for exactly the remainder, and one lost with its worker is issued again, so every
   frame delivered is counted once (sync mode with preemption counts what the mask marks).
-- Pipelining: ``prefetch`` tasks per worker run ahead of the consumer. The policy lag of
-  a served batch (the newest published version minus the batch's: publishes, or the
-  learner's optimizer steps, :mod:`fleetrl.learners.versions`) is at most ``prefetch``
-  in sync mode with one publish per batch, and unbounded first ready with a slow worker;
-  ``max_served_lag=k`` bounds it in both (a staler batch is counted, not served, and
-  collected again: :mod:`fleetrl.collectors.served`).
+- Pipelining: ``prefetch`` tasks per worker run ahead. A batch's policy lag (versions:
+  :mod:`fleetrl.learners.versions`) is at most ``prefetch`` in sync mode with a publish per
+  batch, unbounded first ready; ``max_served_lag=k`` bounds it in both (a staler batch is
+  counted, not served, and collected again: :mod:`fleetrl.collectors.served`).
 - ``replay_buffer=`` (first ready): the workers extend a replay buffer actor themselves
   and the iterator yields a progress record per task: :mod:`fleetrl.collectors.replay`.
 - ``inference="server"``: the policy runs on inference servers, which get the weights:
@@ -27,8 +25,10 @@ The guide is ``docs/guides/ray-collector.md``; the parts, each with its rules:
 - ``backend=``: Ray actors (``"ray"``) or objects in this process, one task at a time
   (``"inprocess"``: debugging, fast tests): :mod:`fleetrl.backends`. Every rule holds on
   both.
-- A dead worker is replaced, with its worker id, the current weights and its lost tasks,
-  up to ``max_restart_attempts`` times in a row: :mod:`fleetrl.collectors.pool`. An
+- A dead worker (its process or node lost, or silent to a probe: :mod:`fleetrl.workers`)
+  is replaced, with its worker id, the current weights and its lost tasks, up to
+  ``max_restart_attempts`` times in a row: :mod:`fleetrl.collectors.pool`. On Ray each
+  worker's figures also go to Prometheus: :mod:`fleetrl.collectors.fleet_metrics`. An
   exception raised in a worker is raised again (a ``ConfigError``, ``EnvError`` or
   ``PolicyError`` as itself, anything else as a ``WorkerError``), naming the collector,
   with the remote traceback: :func:`~fleetrl.collectors.ray_checks.worker_failure`.
@@ -48,6 +48,7 @@ from fleetrl import warm
 from fleetrl.backends import Backend
 from fleetrl.collectors.base import CollectorState, DataCollectorBase
 from fleetrl.collectors.first_ready import FirstReady
+from fleetrl.collectors.fleet_metrics import FleetMetrics
 from fleetrl.collectors.inference.checks import check_server_resources
 from fleetrl.collectors.inference.options import InferenceOptions
 from fleetrl.collectors.inference.servers import InferenceServers
@@ -107,9 +108,8 @@ class CollectorPausedError(FleetError, RuntimeError):
 class RayCollector(DataCollectorBase):
     """Distributed collection on Ray: remote collector actors behind one iterable.
 
-    Accepts torchrl's ``RayCollector`` arguments with the same meaning (switch by
-    changing the import), plus ``prefetch``, ``fraction_samples``,
-    ``fraction_workers`` and ``compress``.
+    Accepts torchrl's ``RayCollector`` arguments with the same meaning (switch by changing
+    the import), plus ``prefetch``, ``fraction_samples``, ``fraction_workers``, ``compress``.
 
     Args:
         create_env_fn: an env (or factory) for every collector, or a list with
@@ -122,11 +122,9 @@ class RayCollector(DataCollectorBase):
         total_frames: frame budget; -1 is endless.
         num_collectors: number of remote collectors (default: the length of
             ``create_env_fn`` when it is a list, else 1).
-        collector_class: :class:`SyncDataCollector` (default) or a torchrl
-            collector class.
-        collector_kwargs: extra keyword arguments for each collector (a dict,
-            or a list with one per collector), checked against the collector
-            class's signature before any actor starts.
+        collector_class: :class:`SyncDataCollector` (default) or a torchrl collector class.
+        collector_kwargs: extra keyword arguments for each collector (a dict, or a list with
+            one per collector), checked against the class's signature before any actor starts.
         num_workers_per_collector: copies of the env per collector (for
             fleetrl's collector: ``num_envs`` stepped as one batch, a
             ``SerialEnv`` for a factory of unbatched torchrl envs; for torchrl
@@ -141,10 +139,8 @@ class RayCollector(DataCollectorBase):
             collecting past each yielded batch.
         max_weight_update_interval: a worker checks for newer weights at least
             every this many tasks (-1: only the push with each task).
-        prefetch: tasks each worker may run ahead of the consumer (default 1). A served
-            batch's policy lag is then at most ``prefetch`` in sync mode with one publish per
-            batch, and unbounded first ready with a slow worker; ``max_served_lag`` bounds
-            it in both.
+        prefetch: tasks each worker may run ahead (default 1): the lag of a batch is at most
+            this in sync mode with a publish per batch; ``max_served_lag`` bounds it in both.
         fraction_samples: sync mode; a preempted straggler stops once it holds
             at least this fraction of its share.
         fraction_workers: sync mode; once this fraction of the collectors have
@@ -157,8 +153,7 @@ class RayCollector(DataCollectorBase):
         max_restart_attempts: replacements of a dead worker tried in a row
             (with a doubling wait between them) before :class:`WorkerLostError`.
         replacement_timeout_s: how long a replacement waits for a node that can host it
-            (its resources, on a node not lost; the wait is logged at once, naming them)
-            before :class:`WorkerLostError`.
+            (logged at once, naming the resources) before :class:`WorkerLostError`.
         num_threads: torch threads in each worker process (default 1: workers
             share the cores, and two threads made CNN inference several times
             slower there); ``None`` leaves torch's default.
@@ -335,6 +330,8 @@ class RayCollector(DataCollectorBase):
             self.backend, self._weights, policy_ref, servers=self._servers, **plan.pool_arguments()
         )
         self._pool = pool
+        if self.backend.remote:  # each worker's series in Ray's metrics (Prometheus)
+            self._served.on_task = FleetMetrics(pool)
         budget = {
             "frames_per_batch": self.frames_per_batch,
             "budget": self._budget,

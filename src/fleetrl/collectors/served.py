@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tensordict import TensorDictBase
@@ -34,11 +35,19 @@ class ServedStats:
     Args:
         max_served_lag: ``None`` (no bound) or the versions a served batch may be behind.
         compress: the collector's codec; ``compression()`` counts compressed traffic only.
+        on_task: told of each served task's result, its worker and policy lag (the
+            collector's exported metrics: :mod:`fleetrl.collectors.fleet_metrics`).
     """
 
-    def __init__(self, max_served_lag: int | None, compress: str | None):
+    def __init__(
+        self,
+        max_served_lag: int | None,
+        compress: str | None,
+        on_task: Callable[[int, TaskResult, int], None] | None = None,
+    ):
         self.max_served_lag = max_served_lag
         self.compress = compress
+        self.on_task = on_task
         self.counts: dict[str, Any] = {
             "batches": 0,
             # policy lag of served batches, as running aggregates (constant memory)
@@ -106,6 +115,8 @@ class ServedStats:
         if result.latencies:
             self.latencies.extend(result.latencies)
         if worker is not None:
+            if self.on_task is not None:
+                self.on_task(worker, result, lag)
             self.worker_times.setdefault(worker, CollectTimes()).add(result.times)
             self.worker_collect_s[worker] = self.worker_collect_s.get(worker, 0.0) + (
                 result.collect_s
