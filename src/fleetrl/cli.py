@@ -341,6 +341,7 @@ BENCHMARKS = (
     "memory",
     "mujoco_collection",
     "mujoco_learning",
+    "node_loss",
     "normalization_overhead",
     "ray_throughput",
     "scheme_modes",

@@ -263,6 +263,7 @@ CITED = re.compile(
 #: figures in prose that are settings or limits, not measurements: (page, figure) -> why
 SETTINGS = {
     ("docs/guides/cluster.md", "300 s"): "a timeout a user sets",
+    ("docs/guides/cluster.md", "120 s"): "a timeout a user sets",
     ("docs/guides/learner-modes.md", "300 s"): "a timeout a user sets",
     ("docs/benchmarks/gpu.md", "45 s"): "the GPU program's limit for one test",
     ("docs/benchmarks/gpu.md", "90 s"): "the GPU program's budget for its tests",
