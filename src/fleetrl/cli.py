@@ -335,6 +335,7 @@ BENCHMARKS = (
     "atari_throughput",
     "collector_throughput",
     "decoupled",
+    "fleet_scale",
     "inference_server",
     "learner_throughput",
     "marl",
