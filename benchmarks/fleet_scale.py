@@ -16,6 +16,12 @@ is ``collectors x envs / step time``. Measured per size, first ready:
 
 Writes ``benchmarks/results/fleet_scale.json``. Target: >= 0.9x the ideal at 32
 collectors, first ready.
+
+The chaos run (``--chaos 20``): one fleet (``--chaos-collectors``, on nodes with room for
+twice their share) collects a fixed budget twice, once undisturbed and once with a node
+lost every 20 s (its processes SIGKILLed) and a fresh one added in its place; each reports
+its frames (exactly the budget, or the run failed), its wall time and its replacements.
+Writes ``benchmarks/results/fleet_chaos.json``.
 """
 
 from __future__ import annotations
@@ -96,6 +102,105 @@ cluster.shutdown()
 """
 
 
+CHAOS = """
+import json, random, sys, time
+import ray
+from ray import cloudpickle
+from ray.cluster_utils import Cluster
+sys.path.insert(0, {tests!r})
+import fakes
+from fakes import CountingEnv
+from fleetrl import RayCollector
+cloudpickle.register_pickle_by_value(fakes)
+
+n, nodes, step_s, steps, budget, every = {n}, {nodes}, {step_s}, {steps}, {budget}, {every}
+room = 2 * -(-n // nodes)  # each node can take twice its share: the others host replacements
+cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 1}})
+hosts = [cluster.add_node(num_cpus=room, resources={{"sim": room}}) for _ in range(nodes)]
+cluster.wait_for_nodes()
+rng, lost, frames = random.Random(0), 0, 0
+with RayCollector(lambda: CountingEnv(10_000, sleep=step_s), None, frames_per_batch=steps,
+                  total_frames=budget, num_collectors=n, sync=False,
+                  remote_configs={{"num_cpus": 1, "resources": {{"sim": 1}}}},
+                  ray_init_config={{"address": cluster.address}}) as collector:
+    start = last = None
+    for batch in collector:
+        frames += batch.numel()
+        now = time.perf_counter()
+        start = start if start is not None else now
+        last = last if last is not None else now
+        if every > 0 and now - last >= every:
+            used = set(collector.stats()["nodes"].values())
+            victim = rng.choice([h for h in hosts if h.node_id in used])
+            cluster.remove_node(victim, allow_graceful=False)
+            hosts.remove(victim)
+            hosts.append(cluster.add_node(num_cpus=room, resources={{"sim": room}}))
+            lost += 1
+            last = time.perf_counter()
+    wall = time.perf_counter() - start
+    restarts = sum(collector.stats()["restarts"].values())
+print(json.dumps({{"frames": frames, "budget": budget, "exact": frames == budget,
+                  "wall_s": wall, "fps": frames / wall, "nodes_lost": lost,
+                  "restarts": restarts}}))
+cluster.shutdown()
+"""
+
+
+def run_chaos(args: argparse.Namespace, every: float) -> dict:
+    n = args.chaos_collectors
+    budget = int(n / (args.step_ms / 1000) * args.chaos_seconds) // args.steps * args.steps
+    script = textwrap.dedent(CHAOS).format(
+        tests=str(ROOT / "tests"),
+        n=n,
+        nodes=args.nodes,
+        step_s=args.step_ms / 1000,
+        steps=args.steps,
+        budget=budget,
+        every=every,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=dict(os.environ, RAY_DEDUP_LOGS="0"),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"the chaos run failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def chaos(args: argparse.Namespace) -> None:
+    calm, stormy = run_chaos(args, 0.0), run_chaos(args, args.chaos)
+    rows = [
+        [
+            name,
+            f"{r['frames']:,} of {r['budget']:,}",
+            "yes" if r["exact"] else "NO",
+            f"{r['wall_s']:.1f}",
+            f"{r['fps']:,.0f}",
+            r["nodes_lost"],
+            r["restarts"],
+        ]
+        for name, r in (("undisturbed", calm), (f"a node lost every {args.chaos:g} s", stormy))
+    ]
+    print_table(
+        ["run", "frames", "exact", "wall s", "frames/s", "nodes lost", "replacements"],
+        rows,
+        title=(
+            f"Chaos: {args.chaos_collectors} collectors on {args.nodes} nodes, "
+            f"{args.step_ms:g} ms steps, {args.steps}-step batches"
+        ),
+    )
+    lost = 1 - stormy["fps"] / calm["fps"]
+    print(f"\nthroughput lost to the chaos: {lost:.1%}")
+    path = write_json(
+        "fleet_chaos",
+        {"machine": machine(), "args": vars(args), "calm": calm, "chaos": stormy, "lost": lost},
+    )
+    print(f"wrote {path}")
+
+
 def run_size(n: int, args: argparse.Namespace) -> dict:
     script = textwrap.dedent(RUN).format(
         tests=str(ROOT / "tests"),
@@ -124,7 +229,15 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=10.0, help="the env's step (a sleep)")
     parser.add_argument("--steps", type=int, default=100, help="steps per batch (one env)")
     parser.add_argument("--window", type=float, default=20.0, help="seconds measured")
+    parser.add_argument(
+        "--chaos", type=float, default=0.0, help="the chaos run: lose a node every this many s"
+    )
+    parser.add_argument("--chaos-collectors", type=int, default=8)
+    parser.add_argument("--chaos-seconds", type=float, default=120.0, help="the budget, in s")
     args = parser.parse_args()
+    if args.chaos > 0:
+        chaos(args)
+        return
     results = []
     for n in args.collectors:
         result = run_size(n, args)
