@@ -29,14 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from common import machine, print_table, write_json
+from common import machine, print_table, run_json, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 0.9
@@ -158,16 +156,7 @@ def run_chaos(args: argparse.Namespace, every: float) -> dict:
         budget=budget,
         every=every,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=dict(os.environ, RAY_DEDUP_LOGS="0"),
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"the chaos run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json([sys.executable, "-c", script], timeout=1200)[0]
 
 
 def chaos(args: argparse.Namespace) -> None:
@@ -210,16 +199,7 @@ def run_size(n: int, args: argparse.Namespace) -> dict:
         steps=args.steps,
         window=args.window,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=dict(os.environ, RAY_DEDUP_LOGS="0"),
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{n} collectors failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json([sys.executable, "-c", script], timeout=900)[0]
 
 
 def main() -> None:

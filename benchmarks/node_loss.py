@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from common import machine, print_table, write_json
+from common import machine, print_table, run_json, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 10.0
@@ -104,16 +102,7 @@ def run_once(sync: bool) -> dict:
     script = textwrap.dedent(RUN).format(
         tests=str(ROOT / "tests"), sync=sync, batch=BATCH, batches=BATCHES
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, RAY_DEDUP_LOGS="0"),
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"the run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json([sys.executable, "-c", script], timeout=300)[0]
 
 
 def main() -> None:
