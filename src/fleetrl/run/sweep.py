@@ -7,9 +7,8 @@ the config with the ``tune.search`` keys drawn from their distributions
 and a searcher (``random``, ``optuna``). The sweep directory holds:
 
 - ``sweep.yaml``: the config the sweep ran (with its ``tune`` section), for ``--resume``;
-- ``trials/<trial id>/``: each trial's run directory, in the usual layout
-  (``config.yaml``, ``metrics.csv``, ``checkpoints/``; ``exploits.jsonl`` where PBT
-  copied another trial into it);
+- ``trials/<trial id>/``: each trial's run directory (``config.yaml``, ``metrics.csv``,
+  ``checkpoints/``; ``exploits.jsonl`` where PBT copied another trial into it);
 - ``trials.csv``: one row per trial (its values, best metric, frames, wall time,
   status); ``best.yaml``: the best trial's config, ready for ``fleetrl train``;
   ``learning_curves.png``: every trial's metric against frames;
@@ -113,9 +112,7 @@ MISSING_METRIC_MSG = (
 )
 STATUS_DONE = "completed"
 TUNE_EXTRA_MSG = (
-    "{what} needs the tune extra: "
-    + pip_install("tune").replace("{", "{{").replace("}", "}}")
-    + " (No module named '{module}')"
+    f"{{what}} needs the tune extra: {pip_install('tune')} (No module named '{{module}}')"
 )
 
 
