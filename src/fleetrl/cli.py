@@ -65,7 +65,7 @@ def _train(args: argparse.Namespace) -> int:
     config = None if args.resume else screen_file(args.config, args.overrides)
     ray_start = _start_ray_early(args, overrides, config)
     try:
-        code = _run_training(args, overrides)
+        code = _run_training(args, overrides, config)
     except BaseException:
         # the run's own error is the one to report, at once: the early Ray start is nobody's
         # now (its own error, if it failed too, says nothing more), and is not waited for
@@ -79,13 +79,14 @@ def _train(args: argparse.Namespace) -> int:
     return code
 
 
-def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
+def _run_training(args: argparse.Namespace, overrides: list[str], config: Any) -> int:
+    """Train (``config``: a new run's screened config; None: resume ``args.resume``)."""
     from fleetrl.runtime import pin_threads
 
     pin_threads(1)  # imports torch: after Ray's start has begun
     from fleetrl.run.trainer import Trainer
-    from fleetrl.setup.load import load_config
     from fleetrl.setup.resume import RunComplete
+    from fleetrl.setup.verify import check_config
 
     if args.resume:
         try:
@@ -94,7 +95,8 @@ def _run_training(args: argparse.Namespace, overrides: list[str]) -> int:
             print(done)
             return 0
     else:
-        trainer = Trainer(load_config(args.config, args.overrides), run_dir=args.run_dir)
+        # the env's checks: the screen's rules passed already and are not run again
+        trainer = Trainer(check_config(config, screened=True), run_dir=args.run_dir)
     print(f"run directory: {trainer.run_dir}")
     try:
         last = trainer.train()

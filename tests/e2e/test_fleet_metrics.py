@@ -29,18 +29,20 @@ def _scrape() -> str:
     return text
 
 
-def _series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Each sample of ``ray_<name>`` (a counter's: ``ray_<name>_total``): labels and value."""
+def _series(text: str, name: str, collector: str) -> list[tuple[dict[str, str], float]]:
+    """Each sample of ``ray_<name>`` (a counter's: ``ray_<name>_total``) of one collector:
+    labels and value."""
     found = []
     for line in text.splitlines():
         match = re.match(rf"ray_{name}(?:_total)?\{{(.*)\}} (\S+)$", line)
         if match:
             labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
-            found.append((labels, float(match.group(2))))
+            if labels.get("collector") == collector:  # not an earlier collector's series
+                found.append((labels, float(match.group(2))))
     return found
 
 
-def test_each_worker_exports_its_series_tagged_with_worker_and_node():
+def test_each_worker_exports_its_series_tagged_with_collector_worker_and_node():
     import ray
 
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
@@ -57,8 +59,9 @@ def test_each_worker_exports_its_series_tagged_with_worker_and_node():
         found: dict[str, list] = {}
         for batch in collector:  # scraped during the run, while the workers collect
             served += batch.numel()
+            tag = collector.fleet_metrics.tag
             text = _scrape()
-            found = {name: _series(text, name) for name in METRICS}
+            found = {name: _series(text, name, tag) for name in METRICS}
             workers = {labels["worker"] for labels, _ in found["fleetrl_collector_frames"]}
             if workers == {"0", "1"} and all(found.values()):
                 break

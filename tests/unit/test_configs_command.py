@@ -137,3 +137,29 @@ def test_fleetrl_tune_takes_a_shipped_configs_name_too(tmp_path, monkeypatch):
     parser, _ = build_parser()
     config = sweep_config(parser.parse_args(["tune", "tune_ppo_cartpole", "--samples", "2"]))
     assert (config.algorithm, config.tune.samples) == ("ppo", 2)
+
+
+def test_fleetrl_train_runs_the_rules_that_need_no_env_once(tmp_path, monkeypatch):
+    import fleetrl.setup.screen as screen
+    import fleetrl.setup.verify.checked as checked
+
+    calls = []
+    real = screen.config_rules
+
+    def counted(config, check):
+        calls.append(config.algorithm)
+        real(config, check)
+
+    monkeypatch.setattr(screen, "config_rules", counted)
+    monkeypatch.setattr(checked, "config_rules", counted)
+    args = [
+        "collector.num_collectors=0",
+        "collector.frames_per_batch=256",
+        "trainer.total_frames=256",
+        "trainer.test_every=0",
+        "logging.progress_bar=false",
+        "logging.tensorboard=false",
+        "logging.plot=false",
+    ]
+    assert main(["train", "ppo_cartpole", *args, "--run-dir", str(tmp_path / "run")]) == 0
+    assert calls == ["ppo"]  # the screen's, before torch; the env's checks do not repeat them

@@ -6,7 +6,9 @@ port (``ray.nodes()[i]["MetricsExportPort"]``, ``/metrics``), where Ray's dashbo
 Prometheus and Grafana read them; Ray prefixes each name with ``ray_``, and a counter's
 name ends in ``_total`` there (``ray_fleetrl_collector_frames_total``). Every series
 is tagged with its ``worker`` (the worker id) and ``node`` (the Ray node id it ran on),
-so a query sums by node as well as it reads one worker.
+so a query sums by node as well as it reads one worker; and ``collector``, an id of its
+collector (:attr:`FleetMetrics.tag`), so two collectors of one process (or one run after
+another) keep their series apart.
 
 | name | kind | what |
 |---|---|---|
@@ -25,6 +27,7 @@ microseconds a series, once per task (thousands of frames), never per step.
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any
 
 from fleetrl.collectors.pool import WorkerPool
@@ -48,7 +51,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "fleetrl_collector_queue_depth": ("gauge", "the worker's tasks issued, not yet returned"),
 }
 #: the tags of every series
-TAGS = ("worker", "node")
+TAGS = ("collector", "worker", "node")
 
 
 class FleetMetrics:
@@ -60,6 +63,8 @@ class FleetMetrics:
 
     def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
+        #: this collector's id in its series' ``collector`` tag
+        self.tag = uuid.uuid4().hex[:12]
 
     @classmethod
     def series(cls) -> dict[str, Any]:
@@ -74,7 +79,7 @@ class FleetMetrics:
     def __call__(self, worker: int, result: TaskResult, lag: int) -> None:
         """Update the series of the worker whose task was served."""
         slot = self.pool.slots[worker]
-        tags = {"worker": str(slot.worker_id), "node": slot.node_id or "unknown"}
+        tags = {"collector": self.tag, "worker": str(slot.worker_id), "node": slot.node_id or "-"}
         s = self.series()
         if result.frames > 0:  # a counter takes only positive increments
             s["fleetrl_collector_frames"].inc(float(result.frames), tags=tags)

@@ -125,16 +125,14 @@ class RayCollector(DataCollectorBase):
         collector_class: :class:`SyncDataCollector` (default) or a torchrl collector class.
         collector_kwargs: extra keyword arguments for each collector (a dict, or a list with
             one per collector), checked against the class's signature before any actor starts.
-        num_workers_per_collector: copies of the env per collector (for
-            fleetrl's collector: ``num_envs`` stepped as one batch, a
-            ``SerialEnv`` for a factory of unbatched torchrl envs; for torchrl
-            classes: a list of env factories, as torchrl does, which the
-            Multi* classes always get).
+        num_workers_per_collector: copies of the env per collector (for fleetrl's collector:
+            ``num_envs`` stepped as one batch, a ``SerialEnv`` for a factory of unbatched
+            torchrl envs; for torchrl classes: a list of env factories, as torchrl does, which
+            the Multi* classes always get).
         sync: stack all collectors' batches (True) or serve them first-ready (False).
         ray_init_config: ``ray.init`` arguments when Ray is not running yet
             (``{"address": ...}`` attaches to a cluster). The dashboard is off by default.
-        remote_configs: Ray actor options per collector (dict or list), default
-            ``{"num_cpus": 1}``.
+        remote_configs: Ray actor options per collector (dict or list), default ``{"num_cpus": 1}``.
         update_after_each_batch: publish the local policy's weights before
             collecting past each yielded batch.
         max_weight_update_interval: a worker checks for newer weights at least
@@ -312,6 +310,8 @@ class RayCollector(DataCollectorBase):
         self._yielded = False
         self._paused = False  # pause(): no task is issued, iterating is refused
         self._served = ServedStats(self.max_served_lag, self.compress)
+        #: on Ray, the workers' series in Ray's metrics (its ``tag``: this collector's id)
+        self.fleet_metrics: FleetMetrics | None = None
 
     def _start_backend(self, plan: RayPlan) -> None:
         """On Ray: Ray up (started or attached to), and the actors' requests checked against
@@ -331,7 +331,7 @@ class RayCollector(DataCollectorBase):
         )
         self._pool = pool
         if self.backend.remote:  # each worker's series in Ray's metrics (Prometheus)
-            self._served.on_task = FleetMetrics(pool)
+            self._served.on_task = self.fleet_metrics = FleetMetrics(pool)
         budget = {
             "frames_per_batch": self.frames_per_batch,
             "budget": self._budget,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetrl.config import Config
-from fleetrl.setup.screen import read_config_file, screen
+from fleetrl.setup.screen import named_after, read_config_file, screen
 from fleetrl.setup.verify.checked import check_config
 
 __all__ = ["config_from_dict", "load_config"]
@@ -66,6 +66,5 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
           - ppo.lr=-1.0 is invalid: must be > 0
     """
     config, problems = screen(read_config_file(path), overrides)
-    if config.logging.run_name is None:  # set before the check: the verified config holds it
-        config.logging.run_name = Path(path).stem
+    named_after(config, path)  # before the check: the verified config holds its name
     return check_config(config, problems, screened=True).config

@@ -34,7 +34,7 @@ from fleetrl.setup.parse import parse_config, read_yaml_mapping
 from fleetrl.setup.shipped import config_path, missing_config_hint
 from fleetrl.setup.verify.rules import config_rules
 
-__all__ = ["read_config_file", "said_already", "screen", "screen_file"]
+__all__ = ["named_after", "read_config_file", "said_already", "screen", "screen_file"]
 
 
 def said_already(problem: Problem, found: list[Problem]) -> bool:
@@ -65,10 +65,19 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def screen_file(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """:func:`screen` of a config file (:func:`read_config_file`): the config, or one
-    ConfigError listing every problem found. ``fleetrl train`` calls it before torch is
-    imported; the env's checks follow in the full load."""
+    """:func:`screen` of a config file (:func:`read_config_file`), named after it
+    (:func:`named_after`): the config, or one ConfigError listing every problem found.
+    ``fleetrl train`` calls it before torch is imported; the env's checks follow
+    (:func:`~fleetrl.setup.verify.check_config` with ``screened=True``)."""
     config, found = screen(read_config_file(path), overrides)
     if found:
         raise ConfigError(found)
+    return named_after(config, path)
+
+
+def named_after(config: Config, path: str | Path) -> Config:
+    """``config`` with its run named after its file (``logging.run_name``, unless the file
+    or an override names it), so its default directory is ``runs/<the file's name>_<time>``."""
+    if config.logging.run_name is None:
+        config.logging.run_name = Path(path).stem
     return config

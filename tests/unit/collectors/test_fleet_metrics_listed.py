@@ -12,5 +12,5 @@ def test_the_metrics_reference_lists_every_series_with_its_kind():
     page = (ROOT / "docs" / "reference" / "metrics.md").read_text()
     rows = dict(re.findall(r"^\| `(fleetrl_collector_\w+)` \| (counter|gauge) \|", page, re.M))
     assert rows == {name: kind for name, (kind, _) in METRICS.items()}
-    assert TAGS == ("worker", "node")
-    assert "`worker`" in page and "`node`" in page
+    assert TAGS == ("collector", "worker", "node")
+    assert all(f"`{tag}`" in page for tag in TAGS)
