@@ -87,7 +87,9 @@ def test_a_bare_name_is_a_shipped_config_unless_a_file_of_that_name_is_here(tmp_
     assert config_path("ppo_cartpole.yaml") == CONFIG_DIR / "ppo_cartpole.yaml"
     (tmp_path / "ppo_cartpole.yaml").write_text("algorithm: ppo\n")
     assert config_path("ppo_cartpole.yaml").resolve() == tmp_path / "ppo_cartpole.yaml"
-    assert config_path("ppo_cartpole") == CONFIG_DIR / "ppo_cartpole.yaml"  # no such file here
+    # a copy here wins over the shipped one, named with or without its suffix
+    assert config_path("ppo_cartpole").resolve() == tmp_path / "ppo_cartpole.yaml"
+    assert config_path("sac_pendulum") == CONFIG_DIR / "sac_pendulum.yaml"  # none here
     assert config_path("sub/ppo_cartpole.yaml").as_posix() == "sub/ppo_cartpole.yaml"  # a path
 
 

@@ -83,11 +83,15 @@ def shipped_config(name: str) -> Path | None:
 
 def config_path(arg: str | Path) -> Path:
     """The file ``fleetrl train ARG`` reads: ``arg`` where it exists (a path means a file),
-    else the shipped config that a bare name names, else ``arg`` (its loading says it is
-    missing, with :func:`missing_config_hint`)."""
+    or ``ARG.yaml`` here (a copy edited in place wins over the shipped one), else the
+    shipped config that a bare name names, else ``arg`` (its loading says it is missing,
+    with :func:`missing_config_hint`)."""
     path = Path(arg)
     if path.exists():
         return path
+    local = path.with_name(f"{path.name}.yaml")
+    if not path.name.endswith(".yaml") and local.is_file():
+        return local
     return shipped_config(str(arg)) or path
 
 
