@@ -130,6 +130,13 @@ def run_learner(cfg, iterations=3, tags=None):
             absent = {"time/learn_s", "time/optimize_s"}
         if cfg.collector.num_collectors == 0:  # local collection: no weights or wire to time
             absent |= {"time/weights_s", "time/transfer_s", "time/unpack_s"}
+        if cfg.collector.num_collectors == 0 or not central:  # no fleet of the learner's
+            absent |= {
+                "train/collectors",
+                "train/collectors_joined",
+                "train/collectors_left",
+                "train/collectors_restarted",
+            }
         assert {k for k, v in results[-1].items() if math.isnan(v)} == absent
         return results
     finally:

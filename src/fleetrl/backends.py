@@ -178,6 +178,20 @@ class Backend(abc.ABC):
         process, anywhere."""
         return {}, ["this process"], []
 
+    def room(self, options: dict[str, Any], exclude: Sequence[str] = ()) -> int | None:
+        """How many more workers of these options the live nodes (not in ``exclude``) hold
+        now (:meth:`RayBackend.room`); None: no bound (this process holds any number)."""
+        return None
+
+    def placed(self, actor: Actor) -> bool:
+        """Whether a started worker has a process (its node chose it), up or starting."""
+        return True
+
+    def request(self, bundles: list[dict[str, float]]) -> None:
+        """Tell the cluster's autoscaler the resources wanted (:meth:`RayBackend.request`);
+        nothing here."""
+        return None
+
     @abc.abstractmethod
     def get(self, ref: Any) -> Any:
         """The result of a call; :class:`WorkerDied` or :class:`WorkerRaised` if there is none."""
@@ -264,26 +278,52 @@ class RayBackend(Backend):
     def hosts(
         self, options: dict[str, Any], exclude: Sequence[str] = ()
     ) -> tuple[dict[str, float], list[str], list[str]]:
-        """Where a worker of these Ray options could run: what it asks for (``CPU``, ``GPU``
-        and custom resources), the live nodes (not in ``exclude``) that have that much in
-        all, and the nodes Ray counts as dead."""
+        """Where a worker of these Ray options could run now: what it asks for (``CPU``,
+        ``GPU`` and custom resources), the live nodes (not in ``exclude``) with that much
+        free, and the nodes Ray counts as dead."""
         import ray
 
-        demand = {
-            "CPU": float(options.get("num_cpus", 1)),  # an actor's default: 1 to be placed
-            "GPU": float(options.get("num_gpus", 0) or 0),
-            **{k: float(v) for k, v in (options.get("resources") or {}).items()},
-        }
-        demand = {k: v for k, v in demand.items() if v > 0}
-        fit, dead = [], []
-        for node in ray.nodes():
-            if not node["Alive"]:
-                dead.append(node["NodeID"])
-            elif node["NodeID"] not in exclude and all(
-                node["Resources"].get(k, 0.0) >= v for k, v in demand.items()
-            ):
-                fit.append(node["NodeID"])
+        demand = demand_of(options)
+        free = _free_per_node()
+        fit = [
+            node
+            for node, have in free.items()
+            if node not in exclude and all(have.get(k, 0.0) >= v for k, v in demand.items())
+        ]
+        dead = [node["NodeID"] for node in ray.nodes() if not node["Alive"]]
         return demand, fit, dead
+
+    def room(self, options: dict[str, Any], exclude: Sequence[str] = ()) -> int | None:
+        """How many more workers of these Ray options fit in the live nodes' free resources
+        (not those in ``exclude``); None where a worker holds nothing once placed (no CPU
+        asked for, or in a placement group): no bound."""
+        demand = _held(options)  # what each worker holds once placed
+        if not demand:
+            return None
+        return sum(
+            min(int(have.get(k, 0.0) / v + 1e-9) for k, v in demand.items())
+            for node, have in _free_per_node().items()
+            if node not in exclude
+        )
+
+    def placed(self, actor: Actor) -> bool:
+        """Whether Ray gave the worker a process (Ray's actor table holds its pid once its
+        node leased one; a worker waiting for resources has none)."""
+        from ray._private import state
+
+        handle = warm.ray_handle(actor.handle)
+        try:
+            return bool(state.actors(handle._actor_id.hex()).get("Pid"))
+        except Exception:  # gone from the table, or Ray's state unreadable: not known placed
+            return False
+
+    def request(self, bundles: list[dict[str, float]]) -> None:
+        """Ask Ray's autoscaler for room for these bundles (``request_resources``: a cloud or
+        KubeRay cluster grows to hold them, on top of what runs); an empty list withdraws
+        the request. The request is the cluster's, one at a time: the last one holds."""
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=bundles)
 
     def get(self, ref: Any) -> Any:
         import ray
@@ -382,6 +422,24 @@ class RayBackend(Backend):
                 return
             time.sleep(0.02)
         logger.warning(RELEASE_LATE, len(live), RELEASE_WAIT_S, held)
+
+
+def demand_of(options: dict[str, Any]) -> dict[str, float]:
+    """What a Ray actor of these options needs free on a node to be placed: its CPUs (1 by
+    default, as Ray asks to place an actor), GPUs and custom resources."""
+    demand = {
+        "CPU": float(options.get("num_cpus", 1)),
+        "GPU": float(options.get("num_gpus", 0) or 0),
+        **{k: float(v) for k, v in (options.get("resources") or {}).items()},
+    }
+    return {k: v for k, v in demand.items() if v > 0}
+
+
+def _free_per_node() -> dict[str, dict[str, float]]:
+    """Each live node's free resources, by node id (Ray's view, refreshed every 100 ms or so)."""
+    from ray._private import state
+
+    return state.available_resources_per_node()
 
 
 def _held(options: dict[str, Any]) -> dict[str, float]:

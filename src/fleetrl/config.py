@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetrl.errors import Problems
+from fleetrl.fleet_size import FleetSize
 
 __all__ = [
     "EVAL_METRICS",
@@ -229,8 +230,10 @@ class EnvConfig:
 
 @dataclass
 class CollectorConfig:
-    num_collectors: int = 2
-    """remote collector workers (Ray actors); 0 collects in the training process, without Ray."""
+    num_collectors: int | str | list[int] = 2
+    """remote collector workers (Ray actors); 0 collects in the training process, without Ray.
+    A range, '2-8', or 'auto' (1 to as many as the cluster holds): a fleet that grows as
+    nodes join and shrinks as they leave, its maximum asked of Ray's autoscaler."""
     frames_per_batch: int = 2048
     """frames per training batch (sync: summed over collectors)."""
     sync: bool = True
@@ -300,10 +303,19 @@ class CollectorConfig:
     collectors' cores)."""
 
     @property
+    def fleet(self) -> FleetSize:
+        """``num_collectors`` as bounds: its ``min`` is the count a run starts with (one that
+        is not a valid size reads as 1: the config's checks refuse it)."""
+        try:
+            return FleetSize.parse(self.num_collectors, zero=True)
+        except ValueError:
+            return FleetSize(1, 1)
+
+    @property
     def mode(self) -> CollectionMode:
         """How the collectors serve the learner, from ``num_collectors``, ``sync`` and
         ``decoupled``."""
-        if self.num_collectors == 0:
+        if self.fleet.min == 0:
             return CollectionMode.LOCAL
         if self.decoupled:
             return CollectionMode.DECOUPLED
@@ -588,5 +600,5 @@ class Config:
     @property
     def uses_ray(self) -> bool:
         """Whether the run starts Ray: remote collectors or gradient workers on Ray actors."""
-        remote = self.collector.num_collectors > 0 or self.scheme.num_grad_workers > 1
+        remote = self.collector.fleet.min > 0 or self.scheme.num_grad_workers > 1
         return remote and self.trainer.backend == "ray"

@@ -70,6 +70,7 @@ __all__ = [
     "NO_ANSWER_MSG",
     "Pending",
     "RestartPolicy",
+    "Retire",
     "WorkerGroup",
     "WorkerSlot",
 ]
@@ -156,6 +157,8 @@ class WorkerSlot:
     probed_at: float = 0.0
     #: its last death looked like its node's loss (the owner starts the replacement elsewhere)
     node_lost: bool = False
+    #: left the group for good (an elastic fleet shrank: no node could host a replacement)
+    retired: bool = False
 
 
 @dataclass(eq=False)
@@ -166,6 +169,11 @@ class Pending:
     task: Any
     slot: WorkerSlot
     ref: Any = None
+
+
+class Retire(Exception):
+    """Raised by an owner's ``ready`` for a replacement that cannot be hosted while the group
+    may shrink: the slot retires and its tasks go to the other workers (``rehome``)."""
 
 
 class WorkerGroup:
@@ -182,6 +190,9 @@ class WorkerGroup:
         on_reissue: told of each task issued again (its ``ref`` is new).
         probe: sends a liveness probe to a slot's actor, returns the reference to its answer
             (None: no probes; a death shows when the backend reports it).
+        rehome: the live slot that takes over a task of a retired one (:class:`Retire`).
+        on_wait: called while a wait for results lasts, every :data:`LIVENESS_PERIOD_S`
+            (an elastic fleet admits the workers that joined meanwhile).
     """
 
     def __init__(
@@ -195,6 +206,8 @@ class WorkerGroup:
         max_attempts: int = DEFAULT_MAX_RESTART_ATTEMPTS,
         on_reissue: Callable[[Pending], None] | None = None,
         probe: Callable[[WorkerSlot], Any] | None = None,
+        rehome: Callable[[Pending], WorkerSlot] | None = None,
+        on_wait: Callable[[], None] | None = None,
     ):
         self.backend = backend
         self.role = role
@@ -204,6 +217,8 @@ class WorkerGroup:
         self.policy = RestartPolicy(max_attempts=max_attempts)
         self.on_reissue = on_reissue
         self._probe = probe
+        self._rehome = rehome
+        self.on_wait = on_wait
         self.slots: list[WorkerSlot] = []
         #: every task in flight, by the reference to its result
         self.pending: dict[Any, Pending] = {}
@@ -260,6 +275,9 @@ class WorkerGroup:
             except WorkerDied as err:
                 cause, slot.node_lost = err.cause, err.node_lost
                 continue
+            except Retire:
+                self._retire(slot)
+                return
             except BaseException:  # its start raised: not a death, but this actor is no use
                 self.backend.kill(slot.actor)
                 slot.actor = None  # the next revive_dead starts another; the tasks still owed
@@ -272,10 +290,30 @@ class WorkerGroup:
             if self.on_reissue is not None:
                 self.on_reissue(p)
 
+    def _retire(self, slot: WorkerSlot) -> None:
+        """The slot leaves the group: its actor ends, and each task it owed is issued to the
+        live slot ``rehome`` picks."""
+        self.backend.kill(slot.actor)
+        slot.actor, slot.probe, slot.retired, slot.deaths = None, None, True, 0
+        lost, slot.lost = slot.lost, []
+        for p in lost:
+            p.slot = self._rehome(p)  # type: ignore[misc]
+            if p.slot.actor is None:  # its new slot awaits a replacement too: owed there
+                p.slot.lost.append(p)
+                continue
+            self._submit(p)
+            if self.on_reissue is not None:
+                self.on_reissue(p)
+
+    @property
+    def active(self) -> list[WorkerSlot]:
+        """The slots that have not retired (a dead one awaiting its replacement included)."""
+        return [s for s in self.slots if not s.retired]
+
     def revive_dead(self) -> None:
         """Start the workers left dead by a WorkerLostError the caller caught."""
         for slot in self.slots:
-            if slot.actor is None:
+            if slot.actor is None and not slot.retired:
                 self._revive(slot, "(replacement after a WorkerLostError)")
 
     # --------------------------------------------------------------- tasks
@@ -313,6 +351,8 @@ class WorkerGroup:
             if len(ready) >= want or self._probe is None or (left is not None and left <= step):
                 return [by_ref[r] for r in ready]
             self._check_liveness({p.slot for p in pendings})
+            if self.on_wait is not None:
+                self.on_wait()
 
     def _check_liveness(self, slots: Iterable[WorkerSlot]) -> None:
         """Probe each slot's worker; replace one whose probe went unanswered too long."""

@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "fleetrl.errors",
             "fleetrl.wire",
             "fleetrl.batch_sizes",
+            "fleetrl.fleet_size",
             "fleetrl._perf",
             "fleetrl._lazy",
             "fleetrl.extras",

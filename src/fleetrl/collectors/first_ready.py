@@ -59,7 +59,7 @@ class FirstReady:
     def top_up(self, limit: int) -> None:
         """Issue tasks until each worker has ``limit`` in flight or the budget is spent."""
         pool = self._pool
-        for slot in pool.slots:
+        for slot in pool.active:  # an elastic fleet's retired workers get none
             while pool.in_flight(slot) < limit:
                 budget = self._budget()
                 if budget is not None and budget <= 0:

@@ -45,7 +45,7 @@ from fleetrl.collectors.ray_checks import check_env_counts, takes_env_list, work
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import CollectorWorker, TaskResult
 from fleetrl.errors import WorkerError, WorkerLostError
-from fleetrl.workers import Pending, WorkerGroup, WorkerSlot
+from fleetrl.workers import Pending, Retire, WorkerGroup, WorkerSlot
 
 __all__ = ["CollectorSlot", "StartDied", "Task", "WorkerPool"]
 
@@ -183,7 +183,14 @@ class WorkerPool:
             # Ray's own detector declares a lost node's workers dead only after its health
             # checks (about 13 s): a probe answered beside the rollout finds them in seconds
             probe=(lambda slot: slot.actor.call("ping")) if backend.remote else None,
+            rehome=self._rehome,
+            on_wait=self._waiting,
         )
+        #: an elastic fleet's: whether a worker that no node can host may leave the fleet
+        #: (:mod:`fleetrl.collectors.elastic`); None: never, its replacement waits
+        self.may_shrink: Callable[[CollectorSlot], bool] | None = None
+        #: called while a wait for results lasts (an elastic fleet admits new workers)
+        self.on_wait: Callable[[], None] | None = None
         self.replacement_timeout_s = replacement_timeout_s
         #: nodes whose workers looked lost with them: node id -> when (time.monotonic())
         self.suspect_nodes: dict[str, float] = {}
@@ -195,6 +202,12 @@ class WorkerPool:
     @property
     def slots(self) -> list[CollectorSlot]:
         return self.group.slots  # type: ignore[return-value]
+
+    @property
+    def active(self) -> list[CollectorSlot]:
+        """The workers in the fleet: every slot but those retired (a dead one awaiting its
+        replacement included)."""
+        return self.group.active  # type: ignore[return-value]
 
     @property
     def pending(self) -> list[Pending]:
@@ -227,12 +240,13 @@ class WorkerPool:
             kwargs["inference_transport"] = self.servers.transport
         if self.native:  # automatic overlap only where each worker leaves a core to its engine
             kwargs["overlap"] = worker_overlap(
-                kwargs.get("overlap"), len(self.slots), available_cores()
+                kwargs.get("overlap"), len(self.active), available_cores()
             )
         return kwargs
 
     def _task_frames(self) -> int:
-        return self.frames_per_batch // len(self.slots) if self.sync else self.frames_per_batch
+        count = max(1, len(self.active))
+        return self.frames_per_batch // count if self.sync else self.frames_per_batch
 
     def _placement(self, slot: CollectorSlot) -> dict[str, Any]:
         """The slot's Ray options, kept off nodes that look lost: until Ray's health checks
@@ -304,9 +318,11 @@ class WorkerPool:
         hostless_since, said = None, False
         while not self.backend.wait([ref], timeout=HOST_CHECK_S)[0]:
             demand, fit, lost = self.backend.hosts(slot.remote_config, list(self.suspect_nodes))
-            if fit:  # placed, or about to be: it is starting, however long that takes
+            if fit or self.backend.placed(slot.actor):  # placed, or about to be: starting
                 hostless_since = None
                 continue
+            if self.may_shrink is not None and self.may_shrink(slot):
+                raise Retire  # the fleet goes on without it
             now = time.monotonic()
             hostless_since = now if hostless_since is None else hostless_since
             words = {
@@ -346,6 +362,45 @@ class WorkerPool:
         self._check_env_counts(self.slots)  # what the workers report
         return slots
 
+    def launch(self, slot: CollectorSlot) -> Any:
+        """Start a worker that joins the fleet once it is up (:meth:`admit`); returns the
+        reference to its setup's answer. Not waited for: it may wait for a node."""
+        slot.num_envs = self._known_num_envs(slot)
+        slot.actor = self._start_actor(slot)
+        return slot.actor.call("setup")
+
+    def admit(self, slot: CollectorSlot, ref: Any, seed: int | None) -> int | None:
+        """A launched worker joins: its setup's answer read, seeded with ``seed`` (None: not
+        seeded), and its slot in the fleet, a retired one's (same id) or a new one. Returns
+        the seed after its envs' (None: not seeded).
+
+        Raises:
+            WorkerDied: it died starting (the caller drops it).
+        """
+        next_seed = None
+        try:
+            info = self.backend.get(ref)
+            if seed is not None:
+                next_seed = self.backend.get(slot.actor.call("set_seed", seed))  # type: ignore[union-attr]
+        except WorkerRaised as err:
+            raise worker_failure(slot.worker_id, err) from None
+        slot.num_envs, slot.node_id, slot.seed = info["num_envs"], info["node_id"], seed
+        while len(self.slots) <= slot.worker_id:  # ids below it still starting: held retired
+            self.slots.append(CollectorSlot(len(self.slots), retired=True))
+        self.slots[slot.worker_id] = slot
+        self._check_env_counts(self.active)
+        return next_seed
+
+    def _rehome(self, pending: Pending) -> CollectorSlot:
+        """The worker that takes over a task of a retired one: the live one with the fewest
+        tasks in flight (a dead one's replacement, where none lives)."""
+        live = [s for s in self.active if s.actor is not None] or self.active
+        return min(live, key=self.in_flight)
+
+    def _waiting(self) -> None:
+        if self.on_wait is not None:
+            self.on_wait()
+
     def _known_num_envs(self, slot: CollectorSlot) -> int | None:
         """Envs per call of a native collector, when the arguments alone tell."""
         if not self.native:
@@ -362,6 +417,7 @@ class WorkerPool:
                 sync=self.sync,
                 frames_per_batch=self.frames_per_batch,
                 total_frames=self.total_frames,
+                elastic=self.may_shrink is not None,
             )
 
     def revive_dead(self) -> None:
@@ -434,8 +490,12 @@ class WorkerPool:
     def ask_all(self, method: str, args: list[tuple[Any, ...]] | None = None) -> list[Any]:
         """``method`` on every worker (each with its own ``args``), the answers by worker id."""
         args = args or [()] * len(self.slots)
-        refs = [s.actor.call(method, *a) for s, a in zip(self.slots, args)]  # type: ignore[union-attr]
-        return self._answers(self.slots, refs)
+        live = [(s, a) for s, a in zip(self.slots, args) if not s.retired]
+        refs = [s.actor.call(method, *a) for s, a in live]  # type: ignore[union-attr]
+        answers = dict(
+            zip([s.worker_id for s, _ in live], self._answers([s for s, _ in live], refs))
+        )
+        return [answers.get(s.worker_id) for s in self.slots]
 
     def _answers(self, slots: list[CollectorSlot], refs: list[Any]) -> list[Any]:
         answers = []

@@ -44,9 +44,9 @@ from typing import Any
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl import warm
 from fleetrl.backends import Backend
-from fleetrl.collectors.base import CollectorState, DataCollectorBase
+from fleetrl.collectors.base import CollectorState
+from fleetrl.collectors.elastic import ElasticFleet
 from fleetrl.collectors.first_ready import FirstReady
 from fleetrl.collectors.fleet_metrics import FleetMetrics
 from fleetrl.collectors.inference.checks import check_server_resources
@@ -62,14 +62,14 @@ from fleetrl.collectors.ray_checks import (
     put_policy,
 )
 from fleetrl.collectors.ray_plan import RayPlan, plan_collection
+from fleetrl.collectors.ray_views import RayViews
 from fleetrl.collectors.rounds import SyncRounds
 from fleetrl.collectors.served import ServedStats
 from fleetrl.collectors.sync import SyncDataCollector
-from fleetrl.collectors.timing import CollectTimes
 from fleetrl.collectors.trajectories import TrajectoryBatcher
 from fleetrl.collectors.weights import WeightStore
 from fleetrl.collectors.worker import TaskResult
-from fleetrl.errors import ConfigError, FleetError, Problem
+from fleetrl.errors import ConfigError, FleetError
 from fleetrl.runtime import ray_running, start_ray
 from fleetrl.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 
@@ -88,9 +88,6 @@ POLL_MSG = (
     "trajs_per_batch=None (here sync={sync}, trajs_per_batch={trajs}); iterate instead"
 )
 
-
-#: torchrl's ``stats(workers=...)`` views
-STATS_VIEWS = ("aggregate", "per_worker", "both")
 PAUSED_MSG = (
     "RayCollector is paused: iterate after the pause() context (or after resume() where it "
     "was paused with resume=False)"
@@ -105,7 +102,7 @@ class CollectorPausedError(FleetError, RuntimeError):
     """Iterating a :class:`RayCollector` inside :meth:`RayCollector.pause`."""
 
 
-class RayCollector(DataCollectorBase):
+class RayCollector(RayViews):
     """Distributed collection on Ray: remote collector actors behind one iterable.
 
     Accepts torchrl's ``RayCollector`` arguments with the same meaning (switch by changing
@@ -121,7 +118,9 @@ class RayCollector(DataCollectorBase):
         frames_per_batch: frames per yielded batch (sync: summed over collectors).
         total_frames: frame budget; -1 is endless.
         num_collectors: number of remote collectors (default: the length of
-            ``create_env_fn`` when it is a list, else 1).
+            ``create_env_fn`` when it is a list, else 1); or a range, ``"2-8"`` or ``(2, 8)``,
+            or ``"auto"``: a fleet that grows and shrinks with the cluster
+            (:mod:`fleetrl.collectors.elastic`).
         collector_class: :class:`SyncDataCollector` (default) or a torchrl collector class.
         collector_kwargs: extra keyword arguments for each collector (a dict, or a list with
             one per collector), checked against the class's signature before any actor starts.
@@ -250,6 +249,7 @@ class RayCollector(DataCollectorBase):
         self._rounds: SyncRounds | None = None  # sync mode's rounds in flight
         self._first_ready: FirstReady | None = None  # first-ready mode's tasks in flight
         self._servers: InferenceServers | None = None  # inference="server"'s servers
+        self._fleet: ElasticFleet | None = None  # a range of collectors: the fleet's growth
         # every argument checked, every problem said at once, the envs (and for servers the
         # policy) probed: before anything starts (fleetrl.collectors.ray_plan)
         plan = plan_collection(**given)
@@ -346,7 +346,12 @@ class RayCollector(DataCollectorBase):
         )
         self._first_ready = FirstReady(pool, self._served, self._weights, **budget)
         args = plan.args
+        if plan.fleet.elastic:  # set before the workers start: their checks know it
+            self._fleet = ElasticFleet(pool, plan.fleet)
         pool.add_slots(args.env_fns, args.kwargs_list, args.remotes, first_index=0)
+        if self._fleet is not None:
+            self._fleet.request()
+            self._fleet.tick(force=True)  # as many as the cluster holds, up to the maximum
 
     # ----------------------------------------------------------- budget
     @property
@@ -378,6 +383,8 @@ class RayCollector(DataCollectorBase):
         if self._paused:
             raise CollectorPausedError(PAUSED_MSG)
         self._pool.revive_dead()
+        if self._fleet is not None:
+            self._fleet.tick()
         left = self.remaining_frames
         if self.update_after_each_batch and self._yielded and (left is None or left > 0):
             self.update_policy_weights_()
@@ -426,6 +433,8 @@ class RayCollector(DataCollectorBase):
         if self.sync or self._trajs is not None:
             raise ConfigError([POLL_MSG.format(sync=self.sync, trajs=self.trajs_per_batch)])
         self._pool.revive_dead()
+        if self._fleet is not None:
+            self._fleet.tick()
         if issue:
             self._first_ready.top_up(max(1, self.prefetch))
         done = self._first_ready.done(timeout)
@@ -447,7 +456,19 @@ class RayCollector(DataCollectorBase):
     # ------------------------------------------------------------ public API
     @property
     def num_collectors(self) -> int:
-        return len(self._slots)
+        """The workers in the fleet now (an elastic fleet's change as nodes join and leave)."""
+        return len(self._pool.active) if self._pool is not None else 0
+
+    @property
+    def fleet(self) -> dict[str, int]:
+        """The fleet's counts: workers in it, and so far joined, left and replaced."""
+        report = self._fleet.report() if self._fleet is not None else {"joined": 0, "left": 0}
+        return {
+            "collectors": self.num_collectors,
+            "joined": report["joined"],
+            "left": report["left"],
+            "restarted": sum(s.restarts for s in self._slots),
+        }
 
     @property
     def frames_in_flight(self) -> int:
@@ -531,9 +552,11 @@ class RayCollector(DataCollectorBase):
         """
         self._check_open()
         self._pool.revive_dead()
-        for slot in self._slots:
+        for slot in self._pool.active:
             slot.seed = seed
             seed = self._pool.ask(slot, "set_seed", seed, static_seed)
+        if self._fleet is not None:  # a worker that joins later starts where these end
+            self._fleet.next_seed = seed
         return seed
 
     def state_dict(self) -> dict[str, Any]:
@@ -550,7 +573,9 @@ class RayCollector(DataCollectorBase):
         self._pool.revive_dead()
         self._frames = int(state["frames"])
         self._weights.version = max(self._weights.version, int(state["policy_version"]))
-        self._pool.ask_all("load_state_dict", [(w,) for w in state["workers"]])
+        workers = list(state["workers"])  # an elastic fleet's may differ in size: by worker id
+        workers += [None] * (len(self._slots) - len(workers))
+        self._pool.ask_all("load_state_dict", [(w,) for w in workers[: len(self._slots)]])
 
     def add_collectors(
         self,
@@ -617,74 +642,11 @@ class RayCollector(DataCollectorBase):
         """Whether collection is held (:meth:`pause`)."""
         return self._paused
 
-    def take_times(self) -> CollectTimes:
-        """Where the served batches' collection time went since the last call (reset), part by
-        part (:mod:`fleetrl.collectors.timing`): summed over the batches, each batch's parts
-        the mean over the workers that collected it (one in first-ready mode, every worker
-        with a share in a sync round), so they compare with one worker's time."""
-        return self._served.take_times()
-
-    def stats(self, workers: str = "aggregate", *, timeout: float | None = 10.0) -> dict[str, Any]:
-        """Frames, policy lag, stale and pending work, per-worker frames and restarts, compression
-        and preemption counts, and per worker where the collection time went; with the keys
-        torchrl 0.14's ``RayCollector.stats()`` gives (``frames``, ``batches``,
-        ``requested_frames_per_batch``, ``total_frames``, ``completed``, ``policy_version``,
-        ``workers``, ``workers_alive``, ``worker_frames``). ``workers="per_worker"`` or
-        ``"both"`` adds torchrl's per-worker keys, ``worker_<id>/frames``, ``.../restarts`` and
-        each part of ``time_per_worker``. Everything is the driver's own books: no worker is
-        asked, so ``timeout`` (torchrl's bound on asking them) is accepted and never waited.
-
-        The keys besides torchrl's are :meth:`ServedStats.report
-        <fleetrl.collectors.served.ServedStats.report>`'s: ``policy_lag`` (and its
-        ``bound``), ``stale_batches``, ``stale_frames``, ``pending``, ``wire``,
-        ``compression``, ``time_per_worker`` (per worker id, the seconds of each part of its
-        served tasks: :mod:`fleetrl.collectors.timing`), and with central inference
-        ``inference`` (:meth:`inference_stats`).
-
-        Examples:
-            >>> collector.stats()["time_per_worker"][0]  # doctest: +SKIP
-            {'env_s': 0.41, 'policy_s': 0.23, 'pack_s': 0.02, 'weights_s': 0.001,
-             'transfer_s': 0.004, 'unpack_s': 0.003, 'collect_s': 0.66, 'frames': 4000,
-             'batches': 10, 'per_batch': {'env_s': 0.041, ...}}
-        """
-        if workers not in STATS_VIEWS:
-            raise ConfigError([Problem("workers", workers, f"must be one of {list(STATS_VIEWS)}")])
-        slots = self._pool.slots if self._pool is not None else []
-        out = {
-            **super().stats(),
-            **self._served.report(self._frames, self.policy_version, self._pool),
-        }
-        if self._servers is not None:
-            out["inference"] = self.inference_stats(timeout)
-        if workers != "aggregate":  # torchrl's per-worker view: "worker_<id>/<metric>"
-            out.update(self._served.per_worker(slots, out["time_per_worker"]))
-        return out
-
-    def inference_stats(self, timeout: float | None = 10.0) -> dict[str, Any]:
-        """Central inference: per server its ``requests``, ``batches``, ``observations``,
-        ``mean_batch`` (observations per policy call), ``compute_s``, ``version`` and
-        ``device`` since it (last) started, asked with ``timeout``; the totals; and
-        ``latency``: the median and 95th percentile, in milliseconds, of the latest
-        requests' latencies as the workers saw them (from sending the observations to holding
-        the answer). Empty with ``inference="local"``."""
-        if self._servers is None:
-            return {}
-        return {"mode": self.inference, **self._servers.report(self._served.latencies, timeout)}
-
-    def server_handles(self) -> list[Any]:
-        """The backend's handles of the inference servers (empty with ``inference="local"``),
-        for inspection and fault-injection tests."""
-        return [] if self._servers is None else [s.handle for s in self._servers.servers]
-
-    def worker_handles(self) -> list[Any]:
-        """The backend's handles of the workers, by worker id (Ray actor handles, which
-        ``ray.kill`` takes; with warm workers on, each worker's host process's; the worker
-        objects in process; None for a dead one), for inspection and fault-injection tests."""
-        return [warm.ray_handle(h) for h in self._pool.handles()]
-
     def _shutdown(self) -> None:
         if self.backend.name == "ray" and not ray_running():
             return  # Ray already gone (interpreter exit): nothing to release
+        if self._fleet is not None:
+            self._fleet.shutdown()
         if self._pool is not None:
             self._pool.shutdown()
         if self._rounds is not None:

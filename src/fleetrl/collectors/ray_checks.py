@@ -398,10 +398,17 @@ def check_resources(remotes: list[dict[str, Any]]) -> None:
 
 
 def check_env_counts(
-    counts: list[int | None], *, sync: bool, frames_per_batch: int, total_frames: int
+    counts: list[int | None],
+    *,
+    sync: bool,
+    frames_per_batch: int,
+    total_frames: int,
+    elastic: bool = False,
 ) -> None:
-    """Check batch sizes against each collector's env count (skipped while a count is unknown)."""
-    if None in counts:
+    """Check batch sizes against each collector's env count (skipped while a count is unknown).
+    ``elastic``: the fleet grows and shrinks, so a sync batch's shares are whole env steps,
+    not equal."""
+    if None in counts or not counts:
         return
     p = Problems()
     if sync and len(set(counts)) > 1:
@@ -411,7 +418,7 @@ def check_env_counts(
         total_frames=total_frames,
         # sync: the batch splits evenly, then each share over one collector's envs
         num_envs=counts[0] if sync else counts,
-        split=len(counts) if sync else 1,
+        split=len(counts) if sync and not elastic else 1,
     )
     p.raise_if_any()
 

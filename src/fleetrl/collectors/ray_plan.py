@@ -29,6 +29,7 @@ from fleetrl.collectors.ray_checks import (
 from fleetrl.collectors.replay import buffer_actor, check_replay_buffer
 from fleetrl.collectors.sync import SyncDataCollector
 from fleetrl.errors import Problems
+from fleetrl.fleet_size import FleetSize
 
 __all__ = ["RayPlan", "plan_collection"]
 
@@ -47,6 +48,9 @@ class RayPlan:
     """where the workers (and servers) run."""
     common: dict[str, Any]
     """what every worker's collector gets besides its own ``collector_kwargs``."""
+    fleet: FleetSize
+    """how many workers: fixed, or a range the fleet grows and shrinks in
+    (:mod:`fleetrl.collectors.elastic`), which starts with its minimum."""
 
     def server_arguments(self) -> dict[str, Any]:
         """:meth:`InferenceServers.start <fleetrl.collectors.inference.InferenceServers.start>`'s
@@ -110,11 +114,13 @@ def plan_collection(**given: Any) -> RayPlan:
         policy_devices=g["policy_device"] if g["policy_device"] is not None else g["device"],
         **features,
     )
-    inference = _inference(p, g)
+    fleet = _fleet_size(p, g)
+    inference = _inference(p, g, fleet)
     args = all_problems(
         p,
         check_arguments,
         **{k: g[k] for k in CHECKED},
+        num_collectors=None if fleet is None else fleet.min,
         devices={k: g[k] for k in ("device", "storing_device", "env_device", "policy_device")},
     )
     backend = make_backend(g["backend"])
@@ -148,7 +154,10 @@ def plan_collection(**given: Any) -> RayPlan:
         # them)
         **{k: v for k, v in features.items() if v is not None and v is not False},
     }
-    return RayPlan(given=g, args=args, inference=inference, backend=backend, common=common)
+    fleet = fleet or FleetSize(len(args.env_fns), len(args.env_fns))
+    return RayPlan(
+        given=g, args=args, inference=inference, backend=backend, common=common, fleet=fleet
+    )
 
 
 #: torchrl 0.14's collector arguments that act in each worker (:mod:`fleetrl.collectors.arguments`)
@@ -164,7 +173,6 @@ CHECKED = (
     "num_workers_per_collector",
     "sync",
     "remote_configs",
-    "num_collectors",
     "max_weight_update_interval",
     "prefetch",
     "fraction_samples",
@@ -177,7 +185,53 @@ CHECKED = (
 )
 
 
-def _inference(p: Problems, g: dict[str, Any]) -> InferenceOptions:
+#: the arguments that take one value per collector, which a range of collectors cannot
+PER_COLLECTOR = (
+    "create_env_fn",
+    "collector_kwargs",
+    "remote_configs",
+    "device",
+    "storing_device",
+    "env_device",
+    "policy_device",
+)
+ELASTIC_LIST_MSG = (
+    "a list holds one value per collector, and num_collectors={size} is a range: pass one "
+    "value that every worker gets (a worker that joins copies the first's)"
+)
+ELASTIC_AUTO_MSG = (
+    "'auto' counts the Ray cluster's room for workers: it needs backend='ray' (a range, "
+    "'MIN-MAX', starts its maximum in this process)"
+)
+ELASTIC_SERVED_MSG = (
+    "a range of collectors cannot use inference='server' yet (the servers are placed for a "
+    "fixed fleet): pass an int, or inference='local'"
+)
+
+
+def _fleet_size(p: Problems, g: dict[str, Any]) -> FleetSize | None:
+    """``num_collectors`` as a fleet size (None: not given, one per env factory)."""
+    value = g["num_collectors"]
+    if value is None:
+        return None
+    try:
+        fleet = FleetSize.parse(value)
+    except ValueError as err:
+        p.add("num_collectors", value, f"{err} (or None: one per env factory)")
+        return None
+    if not fleet.elastic:
+        return fleet
+    for name in PER_COLLECTOR:
+        if isinstance(g[name], (list, tuple)):
+            p.add(name, f"<list of {len(g[name])}>", ELASTIC_LIST_MSG.format(size=fleet))
+    if fleet.max is None and g["backend"] != "ray" and getattr(g["backend"], "name", "") != "ray":
+        p.add("num_collectors", value, ELASTIC_AUTO_MSG)
+    if g["inference"] != "local":
+        p.add("inference", g["inference"], ELASTIC_SERVED_MSG)
+    return fleet
+
+
+def _inference(p: Problems, g: dict[str, Any], fleet: FleetSize | None) -> InferenceOptions:
     """The inference options (``inference=InferenceOptions(...)`` or the separate keywords),
     checked with what the collector's other arguments must leave to the servers."""
     options = given_options(
@@ -196,8 +250,8 @@ def _inference(p: Problems, g: dict[str, Any]) -> InferenceOptions:
     check_inference(
         p,
         options,
-        num_collectors=g["num_collectors"]
-        if g["num_collectors"] is not None
+        num_collectors=fleet.min
+        if fleet is not None
         else len(envs if isinstance(envs, list) else [envs]),
         policy=g["policy"],
         policy_factory=g["policy_factory"],

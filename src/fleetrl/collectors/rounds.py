@@ -9,6 +9,12 @@ asked to stop, each once it holds ``fraction_samples`` of its share; shares
 then end unequal and the padded steps are zeros, masked False. A round's frames
 stay issued (:attr:`WorkerPool.issued <fleetrl.collectors.pool.WorkerPool.issued>`)
 until the round is served whole; the frames it delivered are those the mask marks.
+
+An elastic fleet (:mod:`fleetrl.collectors.elastic`): a round's shares go to the workers
+in the fleet when it starts; a worker that joins takes part from the next round, and the
+rows of workers that left are masked False. The collector dim counts every worker id the
+fleet has had (at most its maximum: a joining worker takes a free id first). The task of
+a worker that left mid-round is collected by another worker, into the leaving one's row.
 """
 
 from __future__ import annotations
@@ -106,11 +112,13 @@ class SyncRounds:
     def start(self, frames: int, random: bool) -> None:
         """Start a round of ``frames`` frames (random actions when ``random``)."""
         pool = self._pool
-        shares = split_frames(frames, [s.num_envs or 1 for s in pool.slots])
+        active = pool.active  # an elastic fleet's retired workers take no share
+        split = split_frames(frames, [s.num_envs or 1 for s in active])
+        shares = {slot.worker_id: split[i] for i, slot in enumerate(active)}
         preempt = self._preempt
         rnd = Round(round_id=self._counter, refs={}, shares=shares, issued=frames)
         self._counter += 1
-        for slot in pool.slots:
+        for slot in active:
             share = shares[slot.worker_id]
             if share == 0:
                 continue
@@ -157,8 +165,9 @@ class SyncRounds:
             waiting = {pending: w for w, pending in rnd.refs.items() if w not in results}
             if len(results) >= need and not rnd.preempt_sent:
                 rnd.preempt_sent = True
-                for w in waiting.values():
-                    pool.slots[w].actor.fire("preempt", rnd.round_id)
+                for pending in waiting:  # its worker (another, where its own retired)
+                    if pending.slot.actor is not None:
+                        pending.slot.actor.fire("preempt", rnd.round_id)
             [pending] = pool.wait(list(waiting), num_returns=1)
             worker = waiting[pending]
             result = pool.get(pending)

@@ -308,7 +308,11 @@ class CollectorWorker:
     def state_dict(self) -> dict[str, Any]:
         return {"collector": self.collector.state_dict(), "version": self.version}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """``None``: a worker the checkpoint did not hold (an elastic fleet grew since): it
+        keeps its fresh state."""
+        if state is None:
+            return
         self.collector.load_state_dict(state["collector"])
         self.version = state["version"]
 

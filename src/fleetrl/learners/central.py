@@ -67,7 +67,7 @@ class CentralLearner(Learner):
     ):
         super().__init__(config, algorithm)
         n = config.collector.num_collectors
-        if n > 0:
+        if config.collector.fleet.min > 0:
             self.approximate_resume = APPROX_RAY_MSG.format(n=n)
         elif collector_state is None:
             self.approximate_resume = APPROX_NO_STATE_MSG
@@ -112,6 +112,7 @@ class CentralLearner(Learner):
             # the budget ran out on dropped batches: report their frames, learn nothing
             collected, it.broadcast_s = self.collection.take()
             it.add_collection(0, collected)
+            it.fleet = self.collection.fleet_metrics()
             return it.result(self.version)
         learn_start = time.perf_counter()
         prepared = self.algorithm.prepare_s
@@ -124,6 +125,7 @@ class CentralLearner(Learner):
         it.learn_s = time.perf_counter() - learn_start
         collected, it.broadcast_s = self.collection.take()
         it.add_collection(0, collected, prepare_s=self.algorithm.prepare_s - prepared)
+        it.fleet = self.collection.fleet_metrics()
         return it.result(self.version)
 
     def collector_state(self) -> dict[str, Any] | None:

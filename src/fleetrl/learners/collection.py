@@ -69,7 +69,7 @@ def host_policy(config: Config, algorithm: Algorithm) -> HostPolicy | None:
     or a local collector, ``collector.num_collectors: 0``, which acts on the learner's
     device)."""
     device = module_device(algorithm.policy)
-    if config.collector.num_collectors == 0 or device is None or device.type == "cpu":
+    if config.collector.fleet.min == 0 or device is None or device.type == "cpu":
         return None
     return HostPolicy(algorithm.policy)
 
@@ -246,6 +246,17 @@ class Collection:
     def stats(self) -> dict[str, Any]:
         """The collector's stats (remote: frames, lag, preemption, compression)."""
         return self.collector.stats()
+
+    def fleet_metrics(self) -> dict[str, float]:
+        """The remote collectors' fleet, as the metrics row's ``train/collectors...`` columns
+        (empty for a local collector: NaN there)."""
+        fleet = getattr(self.collector, "fleet", None)
+        if fleet is None:
+            return {}
+        return {
+            "train/collectors": float(fleet["collectors"]),
+            **{f"train/collectors_{k}": float(fleet[k]) for k in ("joined", "left", "restarted")},
+        }
 
     def state(self) -> dict[str, Any] | None:
         """The collector's state for a checkpoint where it acts with the learner's module

@@ -115,7 +115,7 @@ class DecoupledLearner(Learner):
         #: optimizer steps between publishes: the interval's batches, in updates
         self.interval = config.trainer.weight_update_interval * self.updates_per_batch
         self.start = algorithm.learning_starts
-        self.frames_ahead = c.decoupled_frames_ahead or c.frames_per_batch * c.num_collectors
+        self.frames_ahead = c.decoupled_frames_ahead or c.frames_per_batch * c.fleet.min
         #: the collectors run remotely: their envs and episodes are not saved
         self.approximate_resume = APPROX_RAY_MSG.format(n=c.num_collectors)
         #: the buffer's writes the progress records counted, resumes included
@@ -234,6 +234,7 @@ class DecoupledLearner(Learner):
             return None
         collected, it.broadcast_s = collection.take()
         it.add_collection(0, collected)
+        it.fleet = collection.fleet_metrics()
         result = it.result(self.version)
         # what the algorithm logs about the frames taken in (epsilon, the buffer's size), as
         # the alternating learners log it with each batch

@@ -17,6 +17,11 @@ value for is NaN, never absent:
                                 on arrival (IMPALA/APPO's central learner; 0
                                 elsewhere: gradient workers learn every batch)
 ``train/grad_workers_restarted`` gradient workers replaced so far (central: NaN)
+``train/collectors``            remote collector workers in the fleet at the iteration's
+                                end (local collection, gradient workers: NaN)
+``train/collectors_joined``,    collector workers that joined and left an elastic fleet
+``_left``                       so far (a fixed fleet: 0; NaN as ``train/collectors``)
+``train/collectors_restarted``  collector workers replaced so far (NaN as above)
 ``time/collect_s``              waiting for the batch (distributed: mean per worker)
 ``time/env_s``                  the collectors' rollout loops outside the policy:
                                 stepping envs, writing steps
@@ -77,6 +82,10 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "train/dropped_gradients",
     "train/dropped_batches",
     "train/grad_workers_restarted",
+    "train/collectors",
+    "train/collectors_joined",
+    "train/collectors_left",
+    "train/collectors_restarted",
     "time/collect_s",
     "time/env_s",  # the collection parts: fleetrl.collectors.timing.PARTS, in order
     "time/policy_s",
@@ -106,7 +115,7 @@ def metrics_row(values: Mapping[str, float]) -> dict[str, float]:
     Examples:
         >>> row = metrics_row({"train/policy_version": 4})
         >>> row["train/policy_version"], math.isnan(row["time/grad_s"]), len(row)
-        (4.0, True, 23)
+        (4.0, True, 27)
     """
     unknown = sorted(set(values) - set(METRIC_COLUMNS))
     if unknown:  # a scheme's own column would give metrics.csv another shape in that scheme
@@ -148,6 +157,8 @@ class IterationReport:
         self._asynchrony_max = 0
         self.dropped = 0
         self.dropped_batches = 0  # batches past the algorithm's max_learn_lag (central)
+        #: the remote collectors' fleet (``train/collectors...``; empty: NaN)
+        self.fleet: dict[str, float] = {}
         self.collect_s: dict[int, float] = {}
         self.grad_s: dict[int, float] = {}
         self.prepare_s: dict[int, float] = {}
@@ -222,6 +233,7 @@ class IterationReport:
                     "train/dropped_gradients": self.dropped,
                     "train/dropped_batches": self.dropped_batches,
                     **({} if restarts is None else {"train/grad_workers_restarted": restarts}),
+                    **self.fleet,
                     "time/collect_s": collect,
                     **self._collect_parts(per),
                     **timings,

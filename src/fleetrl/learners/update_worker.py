@@ -95,6 +95,9 @@ class GradSlot(WorkerSlot):
 
     start_state: Any = None
     start_version: int | None = None
+    #: frames reported of the batch it is learning from (a batch lost with its worker before
+    #: its last step is not counted: its replacement collects another in its place)
+    open_frames: int = 0
 
 
 class UpdateWorker(Learner):
@@ -129,6 +132,7 @@ class UpdateWorker(Learner):
         self.approximate_resume = APPROX_GRAD_WORKERS_MSG.format(g=self.num_workers)
         self.dropped_gradients = 0
         self.applied_gradients = 0
+        self._lost_frames = 0  # frames of batches lost with their workers this iteration
         self._weights_ref: Any = None
         self._weights_ref_version = -1
         self._pending_calls: list[Any] = []
@@ -261,8 +265,15 @@ class UpdateWorker(Learner):
             report = self.group.get(pending)
         except WorkerRaised as err:  # the worker's own code raised: not something to retry
             raise WorkerError(index, err.text, role=ROLE) from None
-        if report is None:
+        slot = pending.slot
+        assert isinstance(slot, GradSlot)
+        if report is None:  # its batch is collected again by the replacement: counted once
+            self._lost_frames += slot.open_frames
+            slot.open_frames = 0
             return None
+        slot.open_frames += report.collected.frames
+        if report.batch_done:
+            slot.open_frames = 0
         if report.moments is not None:  # every frame delivered counts, its gradient used or not
             self.algorithm.normalization.merge(report.moments)
         return report
@@ -317,6 +328,8 @@ class UpdateWorker(Learner):
         """
         it = IterationReport(self.num_workers)
         self.strategy.run(it)
+        it.frames -= self._lost_frames  # batches lost with their workers, collected again
+        self._lost_frames = 0
         self._check_pending_calls()
         return it.result(self.version, sum(self.restarts))
 

@@ -296,8 +296,8 @@ def trial_bundles(config: Config) -> list[dict[str, float]]:
     bundles: list[dict[str, float]] = [{"CPU": 1.0}]
     if config.trainer.backend != "ray":
         return bundles
-    collectors = [{"CPU": float(c.num_cpus_per_collector)}] * c.num_collectors
-    if c.inference == "server" and c.num_collectors > 0:  # central inference's servers
+    collectors = [{"CPU": float(c.num_cpus_per_collector)}] * c.fleet.min
+    if c.inference == "server" and c.fleet.min > 0:  # central inference's servers
         server: dict[str, float] = {"CPU": float(c.num_cpus_per_inference_server)}
         if str(c.inference_device or "cpu").startswith("cuda"):
             server["GPU"] = 1.0 / c.num_inference_servers

@@ -154,7 +154,7 @@ def make_collector(
         env = env.reading(reads)
     # env.normalize_reward: the collectors track each env's discounted return (fleetrl.collectors.normalization)
     return_discount = config.algo.gamma if e.normalize_reward else None
-    if c.num_collectors == 0:
+    if c.fleet.min == 0:
         from fleetrl.collectors import SyncDataCollector
 
         collector = SyncDataCollector(
@@ -176,7 +176,7 @@ def make_collector(
             policy,
             frames_per_batch=c.frames_per_batch,
             total_frames=total_frames,
-            num_collectors=c.num_collectors,
+            num_collectors=c.fleet,
             num_workers_per_collector=e.num_envs,
             sync=c.sync and replay_buffer is None,
             prefetch=c.prefetch,

@@ -18,7 +18,7 @@ Examples:
     >>> keys["ppo.clip_schedule"].allowed
     "'constant' or 'linear'"
     >>> keys["collector.num_collectors"].allowed
-    'must be >= 0 (0: local, no Ray)'
+    "must be >= 0 (0: local, no Ray), a range 'MIN-MAX' with 1 <= MIN <= MAX (e.g. '2-8'), or 'auto'"
     >>> keys["ppo.lr"].default, keys["ppo.lr"].type
     ('0.0003', 'float')
 """

@@ -278,7 +278,7 @@ def config_problems(collector: CollectorConfig, p: Problems | None = None) -> li
     before = len(p)
     values = {f.field: getattr(collector, f.key) for f in FIELDS}
     defaults = {f.field: getattr(CollectorConfig(), f.key) for f in FIELDS}
-    _check(p, values, defaults, Audience.CONFIG, collector.num_collectors, collector.address)
+    _check(p, values, defaults, Audience.CONFIG, collector.fleet.min, collector.address)
     return list(p)[before:]
 
 

@@ -65,7 +65,7 @@ def check_trial_resources(config: Config, bundles: list[dict[str, float]]) -> No
     """A sweep's trial (``bundles``: ``fleetrl.run.sweep.trial_bundles``) that the running
     cluster can never place is refused before Tune waits on it forever."""
     c = config.collector
-    more = " and the inference servers'" if c.inference == "server" and c.num_collectors else ""
+    more = " and the inference servers'" if c.inference == "server" and c.fleet.min else ""
     if config.scheme.num_grad_workers > 1:
         more += f" for each of scheme.num_grad_workers={config.scheme.num_grad_workers}"
     problems = [
@@ -74,7 +74,7 @@ def check_trial_resources(config: Config, bundles: list[dict[str, float]]) -> No
             text=TRIAL_MSG.format(
                 asked=short.asked,
                 name=short.resource,
-                count=c.num_collectors,
+                count=c.fleet.min,
                 cpus=c.num_cpus_per_collector,
                 more=more,
                 have=short.have,
@@ -96,8 +96,8 @@ def resource_problems(config: Config) -> list[Problem]:
     c, s = config.collector, config.scheme
     check = Problems()
     if s.num_grad_workers > 1:
-        per = s.num_cpus_per_grad_worker + c.num_collectors * c.num_cpus_per_collector
-        if c.inference == "server" and c.num_collectors > 0:  # each worker's own servers
+        per = s.num_cpus_per_grad_worker + c.fleet.min * c.num_cpus_per_collector
+        if c.inference == "server" and c.fleet.min > 0:  # each worker's own servers
             per += c.num_inference_servers * c.num_cpus_per_inference_server
         request = {"CPU": per, **s.grad_worker_resources}
         for short in resource_shortfalls([request] * s.num_grad_workers):
@@ -119,22 +119,20 @@ def resource_problems(config: Config) -> list[Problem]:
                 )
                 check.say("scheme.grad_worker_resources", text)
         return list(check)
-    if c.num_collectors == 0:
+    if c.fleet.min == 0:
         return []
-    requests = [{"CPU": c.num_cpus_per_collector}] * c.num_collectors
+    requests = [{"CPU": c.num_cpus_per_collector}] * c.fleet.min
     for short in resource_shortfalls(requests):
         if short.request == 0:  # every collector asks the same: said once
             text = NODE_MSG.format(cpus=c.num_cpus_per_collector, have=short.have)
             check.say("collector.num_cpus_per_collector", text)
         elif short.request is None:
             text = RESOURCES_MSG.format(
-                count=c.num_collectors,
+                count=c.fleet.min,
                 cpus=c.num_cpus_per_collector,
                 asked=short.asked,
                 have=f" but the Ray cluster has {short.have:g}",
-                suggest=short.have / c.num_collectors
-                if short.have
-                else c.num_cpus_per_collector / 2,
+                suggest=short.have / c.fleet.min if short.have else c.num_cpus_per_collector / 2,
             )
             check.say("collector.num_collectors", text)
     if c.inference == "server" and not list(check):
@@ -146,7 +144,7 @@ def resource_problems(config: Config) -> list[Problem]:
                     SERVER_CPUS_MSG.format(
                         cpus=c.num_cpus_per_inference_server,
                         servers=c.num_inference_servers,
-                        collectors=c.num_collectors * c.num_cpus_per_collector,
+                        collectors=c.fleet.min * c.num_cpus_per_collector,
                         asked=short.asked,
                         have=short.have,
                     ),

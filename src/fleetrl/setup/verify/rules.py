@@ -33,6 +33,7 @@ from fleetrl.collectors.inference import config_problems
 from fleetrl.config import Config, LearnerMode, enum_of, enum_value, type_hints
 from fleetrl.errors import Problems
 from fleetrl.extras import pip_install
+from fleetrl.fleet_size import FleetSize
 from fleetrl.setup.parse import allowed_values
 
 __all__ = [
@@ -95,6 +96,13 @@ CONFIG_NAMES = BatchSizeNames(
 )
 
 
+def _fleet_size(value: Any) -> FleetSize | None:
+    try:
+        return FleetSize.parse(value, zero=True)
+    except ValueError:
+        return None
+
+
 def _at_least(low: float, *, null: bool = False) -> Callable[[Any], bool]:
     return lambda v: (null and v is None) or (v is not None and v >= low)
 
@@ -109,7 +117,11 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "env.max_episode_steps": (_above(0, null=True), "must be > 0, or null for the env's own limit"),
     "env.clip_observation": (_above(0, null=True), "must be > 0, or null: off"),
     "env.clip_reward": (_above(0, null=True), "must be > 0, or null: off"),
-    "collector.num_collectors": (_at_least(0), "must be >= 0 (0: local, no Ray)"),
+    "collector.num_collectors": (
+        lambda v: _fleet_size(v) is not None,
+        "must be >= 0 (0: local, no Ray), a range 'MIN-MAX' with 1 <= MIN <= MAX (e.g. '2-8'), "
+        "or 'auto'",
+    ),
     "collector.prefetch": (_at_least(0), "must be >= 0"),
     "collector.num_threads": (_at_least(1, null=True), "must be >= 1, or null for torch's default"),
     "collector.num_cpus_per_collector": (_at_least(0), "must be >= 0"),
@@ -214,15 +226,38 @@ def field_rules(obj: Any, check: Problems) -> None:
             check(enum_value(enum_cls, value) is not None, f.name, value, allowed_values(enum_cls))
 
 
+ELASTIC_NEEDS = {
+    "trainer.backend": "collector.num_collectors='auto' counts the Ray cluster's room for "
+    "collectors: needs trainer.backend=ray",
+    "scheme.num_grad_workers": "a range of collectors feeds the central learner: needs 1 "
+    "(each gradient worker runs a fixed number of collectors)",
+    "collector.inference": "a range of collectors cannot use collector.inference=server yet "
+    "(the servers are placed for a fixed fleet): needs local",
+}
+
+
 def collector_rules(config: Config, check: Problems) -> None:
     """Preempting stragglers (``fraction_samples``, ``fraction_workers`` below 1): sync
-    remote collection with two collectors or more."""
+    remote collection with two collectors or more. A range of collectors (an elastic fleet):
+    the central learner, local inference, and Ray for ``auto``."""
     c = config.collector
+    fleet = _fleet_size(c.num_collectors)
+    if fleet is not None and fleet.elastic:
+        backend, g = config.trainer.backend, config.scheme.num_grad_workers
+        if fleet.max is None:
+            check(backend == "ray", "trainer.backend", backend, ELASTIC_NEEDS["trainer.backend"])
+        check(g == 1, "scheme.num_grad_workers", g, ELASTIC_NEEDS["scheme.num_grad_workers"])
+        check(
+            c.inference == "local",
+            "collector.inference",
+            c.inference,
+            ELASTIC_NEEDS["collector.inference"],
+        )
     for name in ("fraction_samples", "fraction_workers"):
         value = getattr(c, name)
         if 0 < value < 1:
             check(
-                c.sync and c.num_collectors >= 2,
+                c.sync and c.fleet.min >= 2,
                 f"collector.{name}",
                 value,
                 "preempts straggling remote collectors: needs collector.sync=true and "
@@ -277,7 +312,7 @@ def decoupled_rules(config: Config, check: Problems) -> None:
     )
     c, g = config.collector, config.scheme.num_grad_workers
     check(
-        c.num_collectors >= 1,
+        c.fleet.min >= 1,
         "collector.num_collectors",
         c.num_collectors,
         DECOUPLED_NEEDS["collector.num_collectors"],
@@ -297,12 +332,13 @@ def batch_size_rules(config: Config, check: Problems) -> None:
     check(c.frames_per_batch > 0, "collector.frames_per_batch", c.frames_per_batch, "must be > 0")
     check(t.total_frames > 0, "trainer.total_frames", t.total_frames, "must be > 0")
     # a sync RayCollector splits each batch (decoupled collection is first ready)
-    remote_sync = c.sync and c.num_collectors > 0 and not c.decoupled
+    remote_sync = c.sync and c.fleet.min > 0 and not c.decoupled
     for problem in batch_size_problems(
         frames_per_batch=c.frames_per_batch,
         total_frames=t.total_frames,
         num_envs=config.env.num_envs if config.env.num_envs > 0 else None,
-        split=c.num_collectors if remote_sync else 1,
+        # a range's shares are whole env steps, not equal (fleetrl.collectors.rounds)
+        split=c.fleet.min if remote_sync and not c.fleet.elastic else 1,
         names=CONFIG_NAMES,
     ):
         if not check.has(problem.key):

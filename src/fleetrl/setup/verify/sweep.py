@@ -49,6 +49,12 @@ def tune_rules(config: Config, env: ResolvedEnv, check: Problems, verify: Verify
     if t == TuneConfig():
         return
     check(
+        not config.collector.fleet.elastic,
+        "collector.num_collectors",
+        config.collector.num_collectors,
+        "a sweep's trials share the cluster, each with the collectors it reserves: needs an int",
+    )
+    check(
         isinstance(t.metric, str) and t.metric.startswith(METRIC_PREFIXES),
         "tune.metric",
         t.metric,
