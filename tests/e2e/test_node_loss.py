@@ -157,3 +157,56 @@ def test_a_node_that_joins_hosts_the_replacement_and_no_frame_is_lost():
     assert "replacement waits for a node with" in log  # said while the cluster had none
     assert result["error"] is None
     assert result["frames"] == 3000
+
+
+#: 2 gradient workers (each collecting in its own process) on nodes with the "gw" resource,
+#: a third such node spare; after the 3rd iteration, partway into the 4th, the node of
+#: gradient worker 1 is lost: its replacement starts on the spare node
+GRADIENT_WORKER_NODE = """
+import json, sys, threading, time
+from ray.cluster_utils import Cluster
+from fleetrl import Trainer
+from fleetrl.setup.load import load_config
+
+cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2}})
+nodes = [cluster.add_node(num_cpus=1, resources={{"gw": 1}}) for _ in range(3)]
+cluster.wait_for_nodes()
+config = load_config("ppo_cartpole", [
+    "collector.num_collectors=0", "collector.frames_per_batch=512", "env.num_envs=4",
+    "scheme.num_grad_workers=2", "scheme.grad_worker_resources={{gw: 1}}",
+    "ppo.num_epochs=2", "ppo.num_mini_batch=4", "trainer.total_frames=12288",
+    "trainer.target_return=null", "trainer.test_every=0", "trainer.checkpoint_every=0",
+    "collector.address=" + cluster.address, "logging.progress_bar=false",
+    "logging.tensorboard=false"])
+trainer = Trainer(config, run_dir={run_dir!r})
+lost, restarts = [], []
+
+def lose(node_id):
+    time.sleep(0.3)  # partway into the next iteration: the worker's batch is in progress
+    cluster.remove_node(next(n for n in nodes if n.node_id == node_id), allow_graceful=False)
+
+def on_iteration(row, checkpoint):
+    restarts[:] = trainer.learner.restarts
+    if trainer.iterations == 3:
+        node_id = trainer.learner.workers[1].ask("node_id")
+        lost.append(node_id)
+        threading.Thread(target=lose, args=(node_id,)).start()
+
+trainer.train(on_iteration=on_iteration)
+print(json.dumps({{"frames": trainer.frames, "iterations": trainer.iterations,
+                  "restarts": restarts, "lost": lost}}))
+cluster.shutdown()
+"""
+
+
+def test_a_gradient_workers_node_lost_mid_batch_ends_the_run_at_its_exact_budget(tmp_path):
+    script = textwrap.dedent(GRADIENT_WORKER_NODE).format(run_dir=str(tmp_path / "run"))
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=400
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["restarts"] == [0, 1]
+    assert result["frames"] == 12288  # the lost batch counted once, not twice
+    assert result["iterations"] == 12
+    assert "gradient worker 1 died; starting incarnation 1" in out.stderr

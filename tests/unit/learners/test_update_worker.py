@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fleetrl import ConfigError, SyncDataCollector
+from fleetrl.backends import SimulatedDeath
 from fleetrl.learners import GradWorker
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
@@ -92,6 +93,27 @@ def test_dead_gradient_worker_is_replaced_and_rejoins_with_current_weights(updat
     uw.run_iteration()
     replicas = uw.replica_weights()
     assert weights_equal(replicas[0], replicas[1])
+
+
+def test_a_batch_lost_with_its_gradient_worker_mid_way_is_counted_once(update_worker):
+    uw = update_worker(scheme_config("inprocess"))
+    assert uw.algorithm.steps_per_batch >= 2
+    uw.run_iteration()
+    worker, calls = uw.workers[1].handle.obj, []
+    step = worker.step
+
+    def dies_at_its_second_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # its batch's frames reported with the first: lost with it
+            raise SimulatedDeath("its node is gone")
+        return step(*args, **kwargs)
+
+    worker.step = dies_at_its_second_step
+    results = [uw.run_iteration() for _ in range(3)]
+    assert uw.restarts == [0, 1]
+    # the lost batch is not counted; the one its replacement collects in its place is
+    assert [r.frames for r in results] == [2 * FPB] * 3
+    assert uw.version == 4 * uw.algorithm.steps_per_batch
 
 
 def test_async_drops_stale_gradients_and_counts_them(update_worker):
