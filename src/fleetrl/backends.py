@@ -424,6 +424,19 @@ class RayBackend(Backend):
         logger.warning(RELEASE_LATE, len(live), RELEASE_WAIT_S, held)
 
 
+def on_driver_node(backend: Backend, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` that keep a Ray actor on this process's node, where a lost node cannot
+    take it (the run ends with its driver anyway): the actors the driver's own state lives in
+    (a replay buffer, a weights board). Unchanged in process."""
+    if not backend.remote:
+        return options
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from fleetrl.runtime import node_id
+
+    return {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id(), soft=False)}
+
+
 def demand_of(options: dict[str, Any]) -> dict[str, float]:
     """What a Ray actor of these options needs free on a node to be placed: its CPUs (1 by
     default, as Ray asks to place an actor), GPUs and custom resources."""

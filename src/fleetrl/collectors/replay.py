@@ -48,6 +48,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.backends import Actor, Backend, RayBackend, make_backend
+from fleetrl.backends import on_driver_node as place_on_driver_node
 from fleetrl.errors import Problems
 from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS, NestedKey
 from fleetrl.runtime import node_id, pin_threads
@@ -352,10 +353,8 @@ class RemoteReplayBuffer:
         self.batch_size = batch_size
         self.backend = make_backend(backend)
         options: dict[str, Any] = {"num_cpus": num_cpus}
-        if on_driver_node and self.backend.remote:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id(), soft=False)
+        if on_driver_node:
+            options = place_on_driver_node(self.backend, options)
         #: the actor the collector workers extend
         self.actor: Actor = self.backend.start(
             ReplayBufferActor, capacity, batch_size, options=options

@@ -34,7 +34,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from fleetrl.backends import Actor, Backend
+from fleetrl.backends import Actor, Backend, on_driver_node
 from fleetrl.wire import pack_weights
 
 __all__ = ["VersionBoard", "WeightStore"]
@@ -69,7 +69,10 @@ class WeightStore:
         self._targeted: dict[int, tuple[int, int, Any]] = {}
         self._broadcast = (0, 0)  # the newest (publish, version) every worker gets
         self.board: Actor | None = (
-            backend.start(VersionBoard, options={"num_cpus": 0, "max_concurrency": 8})
+            backend.start(  # the driver's node: a lost node cannot take it
+                VersionBoard,
+                options=on_driver_node(backend, {"num_cpus": 0, "max_concurrency": 8}),
+            )
             if with_board
             else None
         )

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised
+from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised, on_driver_node
 from fleetrl.collectors.inference.options import InferenceOptions, server_options
 from fleetrl.collectors.inference.server import InferenceServer, WeightsBoard
 from fleetrl.errors import WorkerError
@@ -65,7 +65,11 @@ class InferenceServers:
         self.device = device
         #: how the workers reach the servers (:data:`~fleetrl.collectors.shm.TRANSPORTS`)
         self.transport = transport
-        self.board: Actor = backend.start(WeightsBoard, options={"num_cpus": 0})
+        # on the driver's node: a server that Ray restarts elsewhere after its node is lost
+        # loads the newest weights from it
+        self.board: Actor = backend.start(
+            WeightsBoard, options=on_driver_node(backend, {"num_cpus": 0})
+        )
         self.servers: list[Actor] = []
         options = server_options(device, count, remote_config)
         options.update(
