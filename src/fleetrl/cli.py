@@ -337,6 +337,7 @@ BENCHMARKS = (
     "atari_throughput",
     "collector_throughput",
     "decoupled",
+    "elastic_fleet",
     "fleet_scale",
     "inference_server",
     "learner_throughput",
