@@ -39,7 +39,7 @@ from torchrl.objectives.value import GAE
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, on
 from fleetrl.algorithms.gae import generalized_advantage_estimate
-from fleetrl.algorithms.heads import ActorCriticHeads
+from fleetrl.algorithms.heads import ActorCriticHeads, next_values
 from fleetrl.algorithms.models import (
     ActionDistribution,
     make_actor_critic,
@@ -337,14 +337,17 @@ class ActorCritic(LossCoefficients, Algorithm):
 
     @torch.no_grad()
     def values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """The critic's values of a batch's observations and next observations, in one call
-        (what torchrl's GAE module computes through the TensorDict critic); a recurrent
-        critic's from the stored states (:func:`step_values`)."""
+        """The critic's values of a batch's observations and next observations (what torchrl's
+        GAE module computes through the TensorDict critic), a next observation that is the
+        next step's observation not computed twice (:func:`~fleetrl.algorithms.heads.next_values`);
+        a recurrent critic's from the stored states (:func:`step_values`)."""
         if self.sequences is not None:
             return step_values(self.critic, batch)
         keys = self.heads.in_keys
-        both = [torch.cat([batch.get(k), batch.get(("next", k))]) for k in keys]
-        return self.heads.value(*both).chunk(2)
+        observations = [batch.get(k) for k in keys]
+        value = self.heads.value(*observations)
+        nxt = [batch.get(("next", k)) for k in keys]
+        return value, next_values(value, observations, nxt, self.heads.value)
 
     @staticmethod
     def normalized_advantage(data: TensorDictBase) -> TensorDictBase:

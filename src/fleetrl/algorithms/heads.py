@@ -53,6 +53,7 @@ __all__ = [
     "StackedMLP",
     "TensorChain",
     "TensorNet",
+    "next_values",
 ]
 
 
@@ -209,6 +210,39 @@ class ActorCriticHeads:
 
     def value(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.critic(*inputs)[0]
+
+
+def next_values(
+    value: torch.Tensor,
+    observations: Sequence[torch.Tensor],
+    next_observations: Sequence[torch.Tensor],
+    critic: Any,
+) -> torch.Tensor:
+    """The critic's values of a batch's next observations, given ``value``, its values of the
+    observations (``[*rows, time, 1]``; the observations ``[*rows, time, ...]``).
+
+    A step's next observation is, within an episode, the next step's observation: its value
+    is that step's, already computed. Only the steps where the two differ (the last of each
+    row, an episode's end) go through ``critic`` (``critic(*next_observations[need])``). The
+    two are compared element by element, so the reuse holds for any batch: in a row of 128
+    steps the critic sees 1 next observation instead of 128 (a pixel critic's forward pass is
+    nearly all of the cost).
+    """
+    time = value.dim() - 2
+    steps = value.shape[time]
+    reused = torch.zeros(value.shape[:-1], dtype=torch.bool, device=value.device)
+    if steps > 1:
+        same = reused.narrow(time, 0, steps - 1)
+        same.fill_(True)
+        for obs, nxt in zip(observations, next_observations):
+            equal = nxt.narrow(time, 0, steps - 1) == obs.narrow(time, 1, steps - 1)
+            same &= equal.flatten(time + 1).all(-1) if equal.dim() > time + 1 else equal
+    out = torch.empty_like(value)
+    if steps > 1:
+        out.narrow(time, 0, steps - 1).copy_(value.narrow(time, 1, steps - 1))
+    need = ~reused
+    out[need] = critic(*(nxt[need] for nxt in next_observations)).to(out.dtype)
+    return out
 
 
 class StackedMLP:

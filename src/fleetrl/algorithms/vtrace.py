@@ -42,7 +42,7 @@ from torchrl.objectives.value.functional import vtrace_advantage_estimate
 
 from fleetrl.algorithms.actor_critic import ActorCritic
 from fleetrl.algorithms.batches import end_padded_rows, flatten_valid
-from fleetrl.algorithms.heads import ActorCriticHeads
+from fleetrl.algorithms.heads import ActorCriticHeads, next_values
 from fleetrl.algorithms.sections import VTraceConfig
 from fleetrl.algorithms.sequences import sequence_log_prob, step_values
 from fleetrl.errors import PolicyError
@@ -116,11 +116,16 @@ class VTraceTargets:
             next_value = self._value(batch.get("next"))
             dist = self.actor.get_dist(batch.select(*self.actor.in_keys).clone(False))
             return value, next_value, dist.log_prob(action).reshape(value.shape)
-        keys = self.heads.in_keys
-        both = [torch.cat([batch.get(k), batch.get(("next", k))]) for k in keys]
-        value, next_value = self.heads.value(*both).chunk(2)
-        dist = self.heads.policy.dist(*(batch.get(k) for k in keys))
-        return value, next_value, dist.log_prob(action).reshape(value.shape)
+        # the policy and the value of the observations in one call (a shared torso once), the
+        # next observations' values reused from them where they are the next step's
+        keys, lead = self.heads.in_keys, batch.batch_size
+        observations = [batch.get(k) for k in keys]
+        dist, value = self.heads(*(o.reshape(-1, *o.shape[len(lead) :]) for o in observations))
+        value = value.reshape(*lead, -1)
+        log_pi = dist.log_prob(action.reshape(-1, *action.shape[len(lead) :]))
+        nxt = [batch.get(("next", k)) for k in keys]
+        next_value = next_values(value, observations, nxt, self.heads.value)
+        return value, next_value, log_pi.reshape(value.shape)
 
     @torch.no_grad()
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
