@@ -354,6 +354,7 @@ BENCHMARKS = (
     "time_to_solve",
     "video_cost",
     "wire_unpack",
+    "worker_memory",
 )
 
 NEEDS_CHECKOUT = (
