@@ -65,6 +65,7 @@ from torch import nn
 
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, to_learner_device
+from fleetrl.collectors.arguments import compile_options
 from fleetrl.collectors.normalization import (
     Normalization,
     ObservationNormalizer,
@@ -672,15 +673,3 @@ def _as_built(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> dict[s
         for index, moments in saved["state"].items()
     }
     return {**saved, "state": state, "param_groups": groups}
-
-
-def compile_options(value: Any) -> dict[str, Any] | None:
-    """``<algo>.compile``: None when off, else ``torch.compile``'s keyword arguments.
-
-    Examples:
-        >>> compile_options(False), compile_options(True), compile_options({"mode": "max-autotune"})
-        (None, {}, {'mode': 'max-autotune'})
-    """
-    if value is None or value is False:
-        return None
-    return {} if value is True else dict(value)

@@ -83,11 +83,14 @@ VERSION_MSG = (
 
 
 def compile_options(value: Any) -> dict[str, Any] | None:
-    """torchrl's reading of ``compile_policy``/``cudagraph_policy``: None when off, else the options.
+    """torchrl's reading of ``compile_policy``/``cudagraph_policy`` (and an algorithm's
+    ``<algo>.compile``): None when off, else ``torch.compile``'s keyword arguments.
 
     Examples:
         >>> compile_options(True), compile_options(None), compile_options({"mode": "default"})
         ({}, None, {'mode': 'default'})
+        >>> compile_options(False), compile_options({"mode": "max-autotune"})
+        (None, {'mode': 'max-autotune'})
     """
     if value is None or value is False:
         return None
