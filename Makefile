@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo       run the main job (creates .venv if missing)
 #   make test       unit + integration tests and the docstring examples, ~3 min on 2 cores
-#   make test-all   everything, the end-to-end tests too (what CI runs), ~11.5 min on 2 cores
+#   make test-all   everything, the end-to-end tests too (what CI runs), ~17 min on 2 cores
 #   make docs       build the docs site into site/ (strict: a broken link or reference fails)
 #   make docs-serve serve the docs site at http://127.0.0.1:8000
 PY ?= python3

@@ -37,7 +37,7 @@ TARGET_S = 10.0
 BATCH, BATCHES = 200, 150
 
 ELASTIC = """
-import json, sys, time
+import json, logging, sys, time
 import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
@@ -46,18 +46,31 @@ import fakes
 from fakes import CountingEnv
 from fleetrl import RayCollector
 cloudpickle.register_pickle_by_value(fakes)
+logging.basicConfig(level=logging.WARNING)
+logging.getLogger("fleetrl").setLevel(logging.INFO)  # as fleetrl train sets it
+
+
+def requested():  # the autoscaler's resource request (Ray's v1 autoscaler keeps it in GCS)
+    from ray.autoscaler._private.constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    return json.loads(_internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL) or b"[]")
+
 
 cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 1}})
 a = cluster.add_node(num_cpus=2, resources={{"host": 2}})
 cluster.wait_for_nodes()
-ray.init(address=cluster.address)
-frames, marks, before = 0, {{}}, set()
+ray.init(address=cluster.address)  # this script's: the request is read after the collector ends
+frames, marks, before, sizes = 0, {{}}, set(), []
 with RayCollector(lambda: CountingEnv(5, sleep=0.004), None, frames_per_batch={batch},
                   total_frames={batch} * {batches}, num_collectors="1-4", sync={sync},
                   remote_configs={{"num_cpus": 1, "resources": {{"host": 1}}}}) as collector:
+    request = requested()
     for i, batch in enumerate(collector):
         frames += int(batch["collector", "mask"].sum()) if {sync} else batch.numel()
         now, size = time.time(), collector.num_collectors
+        if not sizes or sizes[-1] != size:
+            sizes.append(size)
         if "joined" in marks:
             workers = set(batch["collector", "worker_id"].unique().tolist())
             if "first_join" not in marks and workers - before:
@@ -74,8 +87,10 @@ with RayCollector(lambda: CountingEnv(5, sleep=0.004), None, frames_per_batch={b
             cluster.remove_node(a, allow_graceful=False)
             marks["lost"] = time.time()
     fleet = collector.stats()["fleet"]
+    shape = list(batch.shape)
 print(json.dumps({{
-    "frames": frames, "exact": frames == {batch} * {batches}, "fleet": fleet,
+    "frames": frames, "exact": frames == {batch} * {batches}, "fleet": fleet, "sizes": sizes,
+    "request": request, "after": requested(), "shape": shape,
     "first_join_s": round(marks["first_join"] - marks["joined"], 2),
     "grown_s": round(marks["grown"] - marks["joined"], 2),
     "shrunk_s": round(marks["shrunk"] - marks["lost"], 2),
@@ -123,16 +138,24 @@ with RayCollector(lambda: CountingEnv(5, sleep=0.004), categorical_actor(1, 2),
             cluster.remove_node(next(n for n in servers if n.node_id == lost),
                                 allow_graceful=False)
             lost_at = time.time()
+    now_on = state.actors(actor)["Address"]["NodeID"]
+    restarts = collector.stats()["restarts"]
 print(json.dumps({{"frames": frames, "exact": frames == {batch} * 60,
-                  "stall_s": round(stall, 2), "gap_before_s": round(gap, 3)}}))
+                  "stall_s": round(stall, 2), "gap_before_s": round(gap, 3),
+                  "moved": now_on != lost, "restarts": restarts}}))
 ray.shutdown()
 cluster.shutdown()
 """
 
 
-def run(script: str, **words) -> dict:
-    text = textwrap.dedent(script).format(tests=str(ROOT / "tests"), batch=BATCH, **words)
-    return run_json([sys.executable, "-c", text], timeout=400)[0]
+def script(text: str, **words: object) -> str:
+    """One of this benchmark's scripts (:data:`ELASTIC`, :data:`SERVER`), filled in; the
+    end-to-end tests run the same (tests/e2e/test_elastic_fleet.py, test_node_loss.py)."""
+    return textwrap.dedent(text).format(tests=str(ROOT / "tests"), batch=BATCH, **words)
+
+
+def run(text: str, **words: object) -> dict:
+    return run_json([sys.executable, "-c", script(text, **words)], timeout=400)[0]
 
 
 def main() -> None:

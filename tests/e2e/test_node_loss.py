@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import elastic_fleet
+
 pytestmark = pytest.mark.standalone  # each script starts its own cluster
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -212,59 +214,12 @@ def test_a_gradient_workers_node_lost_mid_batch_ends_the_run_at_its_exact_budget
     assert "gradient worker 1 died; starting incarnation 1" in out.stderr
 
 
-#: 2 collectors on one node, central inference on one server placed by the "srv" resource,
-#: a second such node spare; after batch 20 the server's node is lost: Ray restarts the
-#: server on the spare node and sends the workers' requests again
-SERVER_NODE = """
-import json, sys, time
-import ray
-from ray import cloudpickle
-from ray._private import state
-from ray.cluster_utils import Cluster
-sys.path.insert(0, {tests!r})
-import fakes, policies
-from fakes import CountingEnv
-from policies import categorical_actor
-from fleetrl import RayCollector
-cloudpickle.register_pickle_by_value(fakes)
-cloudpickle.register_pickle_by_value(policies)
-
-cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 1}})
-cluster.add_node(num_cpus=2, resources={{"host": 2}})
-servers = [cluster.add_node(num_cpus=1, resources={{"srv": 1}}) for _ in range(2)]
-cluster.wait_for_nodes()
-ray.init(address=cluster.address)
-frames, stall, last, lost_at = 0, 0.0, None, None
-with RayCollector(lambda: CountingEnv(5, sleep=0.004), categorical_actor(1, 2),
-                  frames_per_batch=200, total_frames=200 * 60, num_collectors=2, sync=False,
-                  remote_configs={{"num_cpus": 1, "resources": {{"host": 1}}}},
-                  inference="server", num_inference_servers=1,
-                  inference_remote_config={{"num_cpus": 1, "resources": {{"srv": 1}}}}) as collector:
-    for i, batch in enumerate(collector):
-        frames += batch.numel()
-        if lost_at is not None and last is not None:
-            stall = max(stall, time.time() - last)
-        last = time.time()
-        if i == 20:
-            actor = collector.server_handles()[0]._actor_id.hex()
-            lost = state.actors(actor)["Address"]["NodeID"]
-            cluster.remove_node(next(n for n in servers if n.node_id == lost),
-                                allow_graceful=False)
-            lost_at = time.time()
-    now = state.actors(actor)["Address"]["NodeID"]
-    stats = collector.stats()
-print(json.dumps({{"frames": frames, "stall_s": stall, "moved": now != lost,
-                  "restarts": stats["restarts"]}}))
-ray.shutdown()
-cluster.shutdown()
-"""
-
-
 def test_an_inference_servers_node_lost_loses_no_frame():
-    script = textwrap.dedent(SERVER_NODE).format(tests=str(TESTS))
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
+    # benchmarks/elastic_fleet.py's script: 2 collectors on one node, central inference on one
+    # server placed by the "srv" resource, a second such node spare; after batch 20 the
+    # server's node is lost: Ray restarts the server there and sends the requests again
+    text = elastic_fleet.script(elastic_fleet.SERVER)
+    out = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["frames"] == 200 * 60  # the requests in flight are sent again

@@ -21,7 +21,7 @@ then:
   withdrawn at shutdown. ``"auto"`` asks for nothing: it uses what the cluster has.
 
 Each change is logged with its worker and node, counted (:meth:`ElasticFleet.report`,
-``RayCollector.stats()["fleet"]``, the training run's ``fleet/*`` metrics) and kept in
+``RayCollector.stats()["fleet"]``, the training run's ``train/collectors*`` metrics) and kept in
 :attr:`ElasticFleet.events`.
 """
 
@@ -93,7 +93,7 @@ class ElasticFleet:
     def request(self) -> None:
         """Tell the autoscaler the maximum (one bundle per worker); nothing for ``auto``."""
         if self.size.max is not None and self.pool.slots:
-            demand = demand_of(self.pool.slots[0].remote_config)
+            demand = demand_of(self._template().remote_config)
             if demand:
                 self.pool.backend.request([demand] * self.size.max)
 
