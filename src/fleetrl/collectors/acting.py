@@ -28,6 +28,7 @@ type than sampling, at evaluation) goes to the actor itself.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,9 +43,6 @@ from tensordict.nn import (
 )
 from tensordict.nn.probabilistic import interaction_type, set_interaction_type
 from torch import nn
-from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules.distributions.utils import sample_and_log_prob
-from torchrl.modules.tensordict_module.probabilistic import SafeProbabilisticModule
 
 from fleetrl.collectors.sampling import DirectSampler, direct_sampler
 from fleetrl.keys import NestedKey
@@ -158,6 +156,15 @@ class TensorChain:
         return tuple(values[k] for k in self.out_keys)
 
 
+def _safe_forward() -> Callable[..., Any] | None:
+    """torchrl's ``SafeProbabilisticModule.forward``, or None where ``torchrl.modules`` was never
+    imported: then no module is one. Not imported here: torchrl.modules loads all of
+    torchrl.envs and torchrl.data with it (36 MB in each collector worker)."""
+    loaded = sys.modules.get("torchrl.modules.tensordict_module.probabilistic")
+    safe = getattr(loaded, "SafeProbabilisticModule", None)
+    return None if safe is None else safe.forward
+
+
 class TensorActor:
     """A ``ProbabilisticActor`` of one plain ``TensorDictModule`` and its distribution, as
     one call on tensors that returns the actor's outputs (``{key: tensor}``).
@@ -182,7 +189,11 @@ class TensorActor:
         self.action_key: NestedKey = prob.dist_sample_keys[0]
         self.log_prob_key: NestedKey = prob.log_prob_key
         #: torchrl's module samples and scores one draw at once; tensordict's samples, then scores
-        self.atomic = type(prob).forward is SafeProbabilisticModule.forward
+        self.atomic = type(prob).forward is _safe_forward()
+        if self.atomic:  # torchrl.modules is loaded: the module is one of its classes
+            from torchrl.modules.distributions.utils import sample_and_log_prob
+
+            self._sample_and_log_prob = sample_and_log_prob
         #: the draw and its score without building the distribution (None: built each step)
         self.direct: DirectSampler | None = direct_sampler(
             self.dist_class, self.dist_kwargs, self.dist_keys, atomic=self.atomic
@@ -213,10 +224,7 @@ class TensorActor:
         net = TensorChain.of(first, out_keys=list(first.out_keys))
         if net is None:
             return None
-        if type(prob).forward not in (
-            SafeProbabilisticModule.forward,
-            ProbabilisticTensorDictModule.forward,
-        ):
+        if type(prob).forward not in (_safe_forward(), ProbabilisticTensorDictModule.forward):
             return None
         if not type(policy).forward.__module__.startswith(("tensordict.", "torchrl.")):
             return None  # a user's subclass with a forward of its own
@@ -267,7 +275,7 @@ class TensorActor:
                 return out
         dist = self.dist_class(**params, **self.dist_kwargs)
         if self.atomic:
-            action, log_prob = sample_and_log_prob(dist, reparameterize=dist.has_rsample)
+            action, log_prob = self._sample_and_log_prob(dist, reparameterize=dist.has_rsample)
         else:
             action = dist.rsample() if dist.has_rsample else dist.sample()
             log_prob = dist.log_prob(action)
@@ -325,7 +333,7 @@ def tensor_actor(
     policy: Any,
     step: TensorDictBase,
     out_keys: list[NestedKey],
-    exploration_type: ExplorationType,
+    exploration_type: InteractionType,
 ) -> TensorActor | TeamActor | None:
     """:class:`TensorActor` (or :class:`TeamActor`) of ``policy`` where, from the same
     generator states, it gives exactly the policy's outputs on ``step`` (:data:`PROBES`
@@ -351,14 +359,14 @@ def _same_outputs(
     policy: Any,
     step: TensorDictBase,
     out_keys: list[NestedKey],
-    exploration_type: ExplorationType,
+    exploration_type: InteractionType,
 ) -> bool:
     """From the same generator states, ``fast`` and ``policy`` give the same keys, dtypes,
     shapes and values on ``step`` (:data:`PROBES` times)."""
     want_keys = set(out_keys)
     with (
         torch.inference_mode(),
-        set_exploration_type(exploration_type),
+        set_interaction_type(exploration_type),
         torch.random.fork_rng(devices=[]),
     ):
         for _ in range(PROBES):

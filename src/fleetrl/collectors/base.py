@@ -17,8 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torchrl  # noqa: F401 - its process settings (below)
 from tensordict import TensorDictBase
-from torchrl.envs.utils import ExplorationType
+
+# torchrl's ExplorationType is tensordict's InteractionType. Taken from tensordict: importing
+# torchrl.envs.utils loads all of torchrl.envs, .data and .modules (and mujoco), 36 MB in
+# each collector worker. torchrl itself is still imported, for what its import sets for the
+# whole process (multiprocessing's "spawn" start method, its torch.distributions patch).
+from tensordict.nn import InteractionType as ExplorationType
 
 from fleetrl.batch_sizes import is_unlimited
 from fleetrl.collectors.timing import CollectTimes

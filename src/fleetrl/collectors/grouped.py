@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDictBase
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from tensordict.nn import InteractionType as ExplorationType
+from tensordict.nn import set_interaction_type as set_exploration_type
 
 from fleetrl.collectors.acting import TeamActor, TensorActor, tensor_actor
 from fleetrl.collectors.episodes import EpisodeBook

@@ -224,12 +224,11 @@ class SplitEnv(BatchedEnv):
         envs that keep their own batch) the one env :func:`~fleetrl.envs.make_env` builds
         from ``num_envs`` (None: the env's own size, or one env): accepted and refused as
         without groups."""
-        from torchrl.envs import EnvBase
-
         from fleetrl.envs.atari import AtariEnv, is_atari_id
         from fleetrl.envs.grouped import is_grouped
         from fleetrl.envs.make import _call_factory, make_env
         from fleetrl.envs.mujoco import MujocoEnv
+        from fleetrl.envs.torchrl_env import is_torchrl_env
 
         half = 0 if num_envs is None else num_envs // 2
         # an env already built is one object: it cannot be two groups
@@ -245,7 +244,7 @@ class SplitEnv(BatchedEnv):
             # env is kept (the first group's first env), so the factory runs as often as
             # without groups
             made = _call_factory(create_env_fn, dict(create_env_kwargs or {}))
-            if isinstance(made, EnvBase) and is_grouped(made):  # a multi-agent env: one group
+            if is_torchrl_env(made) and is_grouped(made):  # a multi-agent env: one group
                 return make_env(_Reusing(create_env_fn, made), num_envs, create_env_kwargs)
             if _batched(made):  # keeps its own batch: one group, where it is num_envs
                 whole = make_env(made, None)

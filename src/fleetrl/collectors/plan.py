@@ -30,8 +30,9 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import InteractionType as ExplorationType
+from tensordict.nn import set_interaction_type as set_exploration_type
 from torch import nn
-from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from fleetrl.collectors.acting import tensor_actor
 from fleetrl.collectors.policies import PerEnvPolicy, ReshapeAction, accelerated, module_device
@@ -100,7 +101,11 @@ def initial_states(policy: Any, num_envs: int) -> dict[NestedKey, torch.Tensor]:
     """What ``policy`` reads besides the observation, at an episode's start: torchrl's
     recurrent primers (zeros) and ``is_init`` (True)."""
     states: dict[NestedKey, torch.Tensor] = {}
-    if isinstance(policy, nn.Module):
+    # only a module that makes primers has any: torchrl.modules.utils, imported for none,
+    # would load all of torchrl.envs, .data and .modules (36 MB in each collector worker)
+    if isinstance(policy, nn.Module) and any(
+        hasattr(m, "make_tensordict_primer") for m in policy.modules()
+    ):
         from torchrl.modules.utils import get_primers_from_module
 
         with warnings.catch_warnings():

@@ -41,11 +41,10 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from fleetrl.backends import Actor, Backend, RayBackend, make_backend
 from fleetrl.backends import on_driver_node as place_on_driver_node
@@ -53,6 +52,9 @@ from fleetrl.errors import Problems
 from fleetrl.keys import MASK_KEY, POLICY_VERSION_KEY, TRANSITION_KEYS, NestedKey
 from fleetrl.runtime import node_id, pin_threads
 from fleetrl.wire import SamplesWire, pack_samples, unpack_samples
+
+if TYPE_CHECKING:  # torchrl.data loads all of torchrl.envs and .modules: not in a worker
+    from torchrl.data import TensorDictReplayBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,7 @@ def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
 
     Examples:
         >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
         >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000))
         >>> _ = rb.extend(TensorDict({"obs": torch.zeros(3, 4, 84, 84, dtype=torch.uint8)}, [3]))
         >>> state = buffer_state(rb)
@@ -107,6 +110,7 @@ def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> 
 
     Examples:
         >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
         >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
         >>> _ = rb.extend(TensorDict({"obs": torch.arange(6)}, [6]))  # 4, 5 overwrote 0, 1
         >>> small = TensorDictReplayBuffer(storage=LazyTensorStorage(3))
@@ -258,6 +262,8 @@ class ReplayBufferActor:
     """
 
     def __init__(self, capacity: int, batch_size: int, num_threads: int | None = 1):
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
         pin_threads(num_threads)
         self.batch_size = batch_size
         # no batch size of its own: each sample call says how many transitions it draws

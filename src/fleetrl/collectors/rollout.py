@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from tensordict.nn import InteractionType as ExplorationType
+from tensordict.nn import set_interaction_type as set_exploration_type
 
 from fleetrl.collectors.acting import TensorActor
 from fleetrl.collectors.inference.client import ServerClient

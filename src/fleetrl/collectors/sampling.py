@@ -181,14 +181,18 @@ def direct_sampler(
     keywords ``names`` from the network, as an actor samples and scores it (``atomic``:
     torchrl's ``sample_and_log_prob``; otherwise tensordict's sample, then ``log_prob``),
     or None where there is none (see the module)."""
-    from torchrl.modules import IndependentNormal, TanhNormal
-
     kwargs = dict(dist_kwargs)
     names = set(names)
     if dist_class is D.Categorical:
         return _categorical if names == {"logits"} and not kwargs else None
     if names != {"loc", "scale"}:
         return None
+    if dist_class is D.Normal:
+        return None if kwargs else _Normal(0)
+    if not str(getattr(dist_class, "__module__", "")).startswith("torchrl."):
+        return None  # not torchrl's; importing torchrl.modules to ask costs a worker 36 MB
+    from torchrl.modules import IndependentNormal, TanhNormal
+
     if dist_class is TanhNormal:
         if not atomic:  # tensordict's module scores the squashed action, inverted
             return None
@@ -205,6 +209,4 @@ def direct_sampler(
         if kwargs.pop("tanh_loc", False) or kwargs or not isinstance(event_dims, int):
             return None
         return _Normal(event_dims)
-    if dist_class is D.Normal:
-        return None if kwargs else _Normal(0)
     return None

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict
-from torchrl.envs.utils import ExplorationType
+from tensordict.nn import InteractionType as ExplorationType
 
 from fleetrl.collectors.arguments import compile_options
 from fleetrl.collectors.episodes import EpisodeBook

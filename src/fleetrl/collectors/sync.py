@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType as ExplorationType
 from torch import nn
-from torchrl.envs.utils import ExplorationType
 
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
+from tensordict.nn import InteractionType as ExplorationType
 from torch import nn
-from torchrl.envs.utils import ExplorationType
 
 from fleetrl.collectors.inference.options import (
     Audience,
