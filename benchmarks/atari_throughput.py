@@ -26,7 +26,7 @@ of each, back to back) with medians over rounds:
    async with ``overlap=True``, against two raw loops run in two processes at once; then the bytes per frame a batch
    takes through Ray and its transfer time (worker-side packing, object store,
    driver-side unpacking), for the full and the compact wire layout
-   (:mod:`fleetrl.wire`), each with ``compress=None`` and ``"lz4"``.
+   (:mod:`fleetrl.distributed.wire`), each with ``compress=None`` and ``"lz4"``.
 
 3. With ``--rllib``: RLlib's env runners on the same Pong and policy size
    (``rllib_peer.py``, ``rllib_atari_sampler.py``), in RLlib's own virtualenv
@@ -61,9 +61,9 @@ import torch
 
 from common import IterTimer, LiveCollector, machine, print_table, write_json
 from fleetrl import SyncDataCollector
-from fleetrl.algorithms.models import make_actor_critic
 from fleetrl.envs.atari import AtariEnv
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
+from fleetrl.networks.models import make_actor_critic
 from rllib_peer import report_rllib, rllib_phase
 
 warnings.filterwarnings("ignore")
@@ -381,7 +381,7 @@ def _transfer_probe(spec: AtariEnv, n: int, steps: int, repeats: int) -> dict:
     """
     import ray
 
-    from fleetrl.wire import empty_round, pack_batch, unpack_batch
+    from fleetrl.distributed.wire import empty_round, pack_batch, unpack_batch
 
     @ray.remote(num_cpus=1)
     class Probe:

@@ -39,10 +39,10 @@ from torch.nn import functional as F
 
 from common import IterTimer, machine, print_table, write_json
 from fleetrl import SyncDataCollector
-from fleetrl.algorithms.models import make_actor
-from fleetrl.collectors.normalization import ObservationNormalizer, RunningMoments
 from fleetrl.envs.gymnasium import make_gym_vector_env
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
+from fleetrl.networks.models import make_actor
+from fleetrl.networks.normalization import ObservationNormalizer, RunningMoments
 
 warnings.filterwarnings("ignore")
 ENV = "HalfCheetah-v5"

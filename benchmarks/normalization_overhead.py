@@ -1,4 +1,4 @@
-"""What normalization costs a SyncDataCollector (fleetrl.collectors.normalization).
+"""What normalization costs a SyncDataCollector (fleetrl.networks.normalization).
 
 Pendulum-v1, PPO's default actor (64x64 MLP, TanhNormal), one process, one
 torch thread. Three contestants, each built and warmed once, then timed one
@@ -27,9 +27,9 @@ import torch
 
 from common import machine, print_table, write_json
 from fleetrl import SyncDataCollector
-from fleetrl.algorithms.models import make_actor
-from fleetrl.collectors.normalization import ObservationNormalizer, RunningMoments
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
+from fleetrl.networks.models import make_actor
+from fleetrl.networks.normalization import ObservationNormalizer, RunningMoments
 
 warnings.filterwarnings("ignore")
 ENV = "Pendulum-v1"

@@ -23,7 +23,7 @@ import torch
 
 from common import print_table, write_json
 from fleetrl import SyncDataCollector
-from fleetrl.wire import empty_round, pack_batch, unpack_batch
+from fleetrl.distributed.wire import empty_round, pack_batch, unpack_batch
 
 SHAPE = (4, 84, 84)
 

@@ -11,7 +11,7 @@ fleetrl's collector, then builds its envs and policy. Each stage runs in fresh p
 - ``private``: pages no other process shares.
 
 The stages: ``import torch``; ``+ tensordict``; ``+ torchrl, ray`` (torchrl's package only);
-``+ torchrl.envs``; ``+ fleetrl.collectors.worker`` (the worker's module, what fleetrl's
+``+ torchrl.envs``; ``+ fleetrl.collectors.remote.worker`` (the worker's module, what fleetrl's
 own imports add); ``+ a worker's collector`` (a ``SyncDataCollector`` of 4 CartPole envs
 acting at random, one batch collected).
 
@@ -37,11 +37,11 @@ STAGES = {
     "+ tensordict": "import torch, tensordict",
     "+ torchrl, ray": "import torch, tensordict, torchrl, ray",
     "+ torchrl.envs": "import torch, tensordict, torchrl, ray, torchrl.envs",
-    "+ fleetrl.collectors.worker": (
-        "import torch, tensordict, torchrl, ray, torchrl.envs; import fleetrl.collectors.worker"
+    "+ fleetrl.collectors.remote.worker": (
+        "import torch, tensordict, torchrl, ray, torchrl.envs; import fleetrl.collectors.remote.worker"
     ),
     "+ a worker's collector": (
-        "import torch, tensordict, torchrl, ray, torchrl.envs; import fleetrl.collectors.worker\n"
+        "import torch, tensordict, torchrl, ray, torchrl.envs; import fleetrl.collectors.remote.worker\n"
         "from fleetrl import SyncDataCollector\n"
         "torch.set_num_threads(1)\n"
         "collector = SyncDataCollector('CartPole-v1', None, frames_per_batch=256, num_envs=4)\n"

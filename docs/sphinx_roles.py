@@ -1,7 +1,7 @@
 """Sphinx cross-reference roles in fleetrl's docstrings, as links on the docs site.
 
 The docstrings name other objects the Sphinx way (``:class:`~fleetrl.RayCollector```,
-``:meth:`collect```, ``:mod:`fleetrl.wire```); mkdocstrings reads Markdown, which would show
+``:meth:`collect```, ``:mod:`fleetrl.distributed.wire```); mkdocstrings reads Markdown, which would show
 the roles as they are written. :class:`SphinxRoles`, a griffe extension (mkdocs.yml), rewrites
 every role of every docstring before mkdocstrings renders it: into an optional autorefs
 reference to the object the role names, resolved the way Python would from the docstring's
@@ -87,7 +87,7 @@ def _objects(obj) -> Iterator:
 
 def resolver(obj, exports: dict[str, str]) -> Callable[[str], str | None]:
     """How a role in ``obj``'s docstring finds its target: the dotted path as written
-    (``fleetrl.wire``), else its first name looked up from ``obj``'s scope outwards (a
+    (``fleetrl.distributed.wire``), else its first name looked up from ``obj``'s scope outwards (a
     method's class, its module, the module's imports), else a name of fleetrl's lazy
     exports (``fleetrl.RayCollector``, by ``exports``: name -> defining module). The
     result is the object's canonical path, the one its documentation is registered

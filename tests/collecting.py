@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fleetrl import SyncDataCollector
-from fleetrl.collectors.overlap import HalvedEnv
+from fleetrl.collectors.local.overlap import HalvedEnv
 from fleetrl.config import AtariConfig
 from fleetrl.envs.atari import AtariEnv
 from policies import atari_row_policy
@@ -97,8 +97,8 @@ def assert_keep_dying_gives_up(make_collector, sync: bool, budget_file: str, cau
 
     from fakes import ExitOnBuild, counting, kill_worker
     from fleetrl.collectors import frames_in
+    from fleetrl.distributed.workers import GAVE_UP_MSG
     from fleetrl.errors import WorkerError, WorkerLostError
-    from fleetrl.workers import GAVE_UP_MSG
     from policies import constant_policy
 
     factory = ExitOnBuild(budget_file, length=5, sleep=0.001)

@@ -108,13 +108,13 @@ def ray_session():
                 del os.environ["PYTHONPATH"]
             else:
                 os.environ["PYTHONPATH"] = path
-    from fleetrl.backends import warm_workers
+    from fleetrl.distributed.backends import warm_workers
 
     # a worker's process is reused by the next worker of its kind: tests start hundreds of
     # workers, and a process start (importing torch, tensordict, torchrl) costs ~4.5 s
     warm_workers(True)
     yield ray
-    from fleetrl import warm
+    from fleetrl.distributed import warm
 
     if os.environ.get("FLEETRL_WARM_STATS"):
         pool = warm.POOL

@@ -107,7 +107,7 @@ class ExitOnBuild:
         if left > 0:
             self.arm(left - 1)
             if os.getpid() == self.home:
-                from fleetrl.backends import SimulatedDeath
+                from fleetrl.distributed.backends import SimulatedDeath
 
                 raise SimulatedDeath("ExitOnBuild")
             os._exit(1)
@@ -410,7 +410,7 @@ register_fake_envs()
 
 def kill_worker(collector, worker_id: int) -> None:
     """Kill one of a RayCollector's workers, on whichever backend it runs."""
-    from fleetrl.backends import Actor
+    from fleetrl.distributed.backends import Actor
 
     collector.backend.kill(Actor(collector.backend, collector.worker_handles()[worker_id]))
 

@@ -38,17 +38,17 @@ _EXPORTS = {
     "PPO": "fleetrl.algorithms.ppo",
     "PPOConfig": "fleetrl.algorithms.sections",
     "PolicyError": "fleetrl.errors",
-    "RandomPolicy": "fleetrl.collectors.policies",
-    "RayCollector": "fleetrl.collectors.ray",
-    "RemoteReplayBuffer": "fleetrl.collectors.replay",
+    "RandomPolicy": "fleetrl.networks.policies",
+    "RayCollector": "fleetrl.collectors.remote.collector",
+    "RemoteReplayBuffer": "fleetrl.collectors.remote.replay",
     "SAC": "fleetrl.algorithms.sac",
     "SACConfig": "fleetrl.algorithms.sections",
     "SweepResult": "fleetrl.run.sweep",
-    "SyncDataCollector": "fleetrl.collectors.sync",
+    "SyncDataCollector": "fleetrl.collectors.local.sync",
     "Trainer": "fleetrl.run.trainer",
     "WorkerError": "fleetrl.errors",
     "WorkerLostError": "fleetrl.errors",
-    "as_policy": "fleetrl.collectors.policies",
+    "as_policy": "fleetrl.networks.policies",
     "episode_stats": "fleetrl.collectors.base",
     "load_config": "fleetrl.setup.load",
     "make_env": "fleetrl.envs.make",
@@ -127,7 +127,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         SyncDataCollector,
         episode_stats,
     )
-    from fleetrl.collectors.policies import RandomPolicy, as_policy
     from fleetrl.config import Config, EnvEngine
     from fleetrl.envs.atari import AtariEnv
     from fleetrl.envs.base import BatchedEnv
@@ -143,6 +142,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         WorkerError,
         WorkerLostError,
     )
+    from fleetrl.networks.policies import RandomPolicy, as_policy
     from fleetrl.run.sweep import SweepResult, tune
     from fleetrl.run.trainer import Trainer
     from fleetrl.setup.load import load_config

@@ -12,7 +12,7 @@ fleetrl bench NAME [args ...]   (from a repository checkout: see BENCHMARKS)
 Start-up: this module imports neither torch, torchrl nor Ray (``fleetrl --help``
 answers at once). ``fleetrl train`` reads the config's few keys that say
 whether the run needs Ray before anything heavy is imported, and starts Ray in
-the background (:class:`~fleetrl.runtime.RayStart`), so that Ray's processes
+the background (:class:`~fleetrl.distributed.runtime.RayStart`), so that Ray's processes
 come up while this process imports torch, checks the config and builds the
 networks.
 """
@@ -50,7 +50,7 @@ def _start_ray_early(args: argparse.Namespace, overrides: list[str], config: Any
     address = config.collector.address
     if not config.uses_ray or not (address is None or isinstance(address, str)):
         return None
-    from fleetrl.runtime import RayStart
+    from fleetrl.distributed.runtime import RayStart
 
     return RayStart({"address": address})
 
@@ -81,7 +81,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _run_training(args: argparse.Namespace, overrides: list[str], config: Any) -> int:
     """Train (``config``: a new run's screened config; None: resume ``args.resume``)."""
-    from fleetrl.runtime import pin_threads
+    from fleetrl.distributed.runtime import pin_threads
 
     pin_threads(1)  # imports torch: after Ray's start has begun
     from fleetrl.run.trainer import Trainer
@@ -191,7 +191,7 @@ def sweep_config(args: argparse.Namespace) -> Any:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from fleetrl.runtime import pin_threads
+    from fleetrl.distributed.runtime import pin_threads
 
     pin_threads(1)
     from fleetrl.run.sweep import tune

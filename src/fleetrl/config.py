@@ -217,7 +217,7 @@ class EnvConfig:
     build the env with them."""
     normalize_observation: bool = False
     """normalize observations by running mean and variance merged from every collector's
-    frames on the learner, published with the weights (fleetrl.collectors.normalization; PPO, A2C,
+    frames on the learner, published with the weights (fleetrl.networks.normalization; PPO, A2C,
     IMPALA, APPO with mlp networks, in every learner mode)."""
     clip_observation: float | None = 10.0
     """clip normalized observations to [-clip, clip] (null: off); CleanRL clips to 10."""
@@ -355,7 +355,7 @@ class TrainerConfig:
     collectors keep their own (the CPU)."""
     backend: str = "ray"
     """where remote collectors and gradient workers run: 'ray' (Ray actors) or 'inprocess'
-    (objects in this process, one task at a time: for debugging; fleetrl.backends)."""
+    (objects in this process, one task at a time: for debugging; fleetrl.distributed.backends)."""
 
 
 @dataclass

@@ -4,7 +4,7 @@ A fixed count (``num_collectors=4``), a range (``"2-8"``, or ``(2, 8)`` in Pytho
 ``"auto"``: from one to as many as the cluster's resources hold. A range starts with as
 many workers as the cluster holds within it (at least its minimum, which must fit), grows
 when nodes join and shrinks when nodes leave, never past its bounds
-(:mod:`fleetrl.collectors.elastic`). Torch-free: a config is screened with it before
+(:mod:`fleetrl.collectors.remote.elastic`). Torch-free: a config is screened with it before
 torch is imported.
 
 Examples:

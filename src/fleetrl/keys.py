@@ -73,7 +73,7 @@ TRUNCATED_KEY = ("next", TRUNCATED_NAME)
 #: the running return and length of the episode, its totals at the step that ends it
 EPISODE_RETURN_KEY = ("next", "episode_return")
 EPISODE_LENGTH_KEY = ("next", "episode_length")
-#: agent groups (a multi-agent env, :mod:`fleetrl.collectors.grouped`): the team's episode
+#: agent groups (a multi-agent env, :mod:`fleetrl.collectors.local.grouped`): the team's episode
 #: ended at this step (torchrl's trajectory end: any done of the env); ("next", "done") is
 #: the env's own key there, when it has one
 EPISODE_END_KEY = ("next", "episode_end")
@@ -81,7 +81,7 @@ EPISODE_END_KEY = ("next", "episode_end")
 #: over the group's episode) and whether the group's episode ended at this step
 GROUP_RETURN_KEY = ("next", "group_return")
 GROUP_END_KEY = ("next", "group_end")
-#: each env's running discounted return (reward scaling's statistic; fleetrl.collectors.normalization)
+#: each env's running discounted return (reward scaling's statistic; fleetrl.networks.normalization)
 DISCOUNTED_RETURN_KEY = ("next", "discounted_return")
 #: which steps of a padded batch were collected (a sync round with preemption, whole trajectories)
 MASK_KEY = ("collector", "mask")

@@ -10,7 +10,7 @@ import pytest
 
 from fakes import counting
 from fleetrl import RayCollector
-from fleetrl.collectors.fleet_metrics import METRICS
+from fleetrl.collectors.remote.fleet_metrics import METRICS
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

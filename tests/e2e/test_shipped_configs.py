@@ -359,7 +359,7 @@ def collector_workers() -> int:
     """
     from ray._private import state
 
-    from fleetrl import warm
+    from fleetrl.distributed import warm
 
     created = sum(a["ActorClassName"] == "CollectorWorker" for a in state.actors().values())
     hosted = warm.POOL.started_by.get("CollectorWorker", 0)

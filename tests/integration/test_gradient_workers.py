@@ -10,9 +10,9 @@ import ray
 
 from fakes import ExitOnBuild
 from fleetrl import ConfigError, WorkerLostError
+from fleetrl.distributed.workers import GAVE_UP_MSG
 from fleetrl.learners import UpdateWorker
 from fleetrl.setup.build import make_algorithm
-from fleetrl.workers import GAVE_UP_MSG
 from schemes import (
     FPB,
     dying_critic,

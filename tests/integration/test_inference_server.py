@@ -16,11 +16,12 @@ import torch
 from torchrl.envs.utils import ExplorationType
 
 from fakes import counting, kill_worker
-from fleetrl import RayCollector, warm
-from fleetrl.backends import make_backend
+from fleetrl import RayCollector
 from fleetrl.collectors.inference import InferenceOptions, InferenceServers
-from fleetrl.collectors.replay import RemoteReplayBuffer
-from fleetrl.warm import idle_held
+from fleetrl.collectors.remote.replay import RemoteReplayBuffer
+from fleetrl.distributed import warm
+from fleetrl.distributed.backends import make_backend
+from fleetrl.distributed.warm import idle_held
 from policies import weight_echo
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -168,7 +168,7 @@ def test_a_killed_worker_of_a_multi_agent_env_is_replaced_and_frames_stay_exact(
 
 
 def test_workers_write_a_multi_agent_envs_transitions_whole_into_a_replay_buffer():
-    from fleetrl.collectors.replay import RemoteReplayBuffer
+    from fleetrl.collectors.remote.replay import RemoteReplayBuffer
 
     env = _nested_env()
     want = {

@@ -28,9 +28,9 @@ from fleetrl import (
     SyncDataCollector,
     WorkerError,
     episode_stats,
-    warm,
 )
 from fleetrl.collectors import frames_in
+from fleetrl.distributed import warm
 from policies import categorical_actor, constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -300,7 +300,7 @@ def test_unsatisfiable_resources_refused_before_any_actor(tmp_path):
 
 
 def test_a_collector_whose_cpus_other_actors_hold_says_it_will_wait(caplog):
-    from fleetrl.collectors.ray_checks import WAIT_MSG, check_resources
+    from fleetrl.collectors.remote.checks import WAIT_MSG, check_resources
 
     @ray.remote(num_cpus=2)
     class Holder:  # one actor holds 2 of the session's 4 CPUs
@@ -313,7 +313,7 @@ def test_a_collector_whose_cpus_other_actors_hold_says_it_will_wait(caplog):
         # idle warm workers' CPUs count as free: a start ends them (tests/conftest.py)
         free = ray.available_resources().get("CPU", 0) + warm.idle_held().get("CPU", 0)
         assert free <= 2
-        with caplog.at_level(logging.WARNING, logger="fleetrl.collectors.ray_checks"):
+        with caplog.at_level(logging.WARNING, logger="fleetrl.collectors.remote.checks"):
             check_resources([{"num_cpus": 1}, {"num_cpus": 2}])  # 3 <= the cluster's 4
         assert WAIT_MSG.format(collectors="2 collectors", asked=3, name="CPU", free=free) in (
             caplog.text

@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from collecting import whole_trajectories
 from fakes import counting_vec
 from fleetrl import ConfigError, PolicyError, RayCollector
-from fleetrl.collectors.ray_checks import POLICY_PICKLE_MSG
+from fleetrl.collectors.remote.checks import POLICY_PICKLE_MSG
 from policies import categorical_actor, compiled_flag, locked_policy
 
 CUDAGRAPH_ON_CPU = "cudagraph_policy=True is invalid: CUDA graphs only run on a CUDA device"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from fleetrl.collectors.normalization import EPS
 from fleetrl.keys import DISCOUNTED_RETURN_KEY
 from fleetrl.learners.central import CentralLearner
+from fleetrl.networks.normalization import EPS
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 from runs import NORMALIZED_TINY

@@ -13,7 +13,7 @@ from collecting import assert_same_batches as assert_same
 from collecting import breakout as spec
 from collecting import collect_breakout as collect
 from fleetrl import ConfigError, RayCollector
-from fleetrl.collectors.overlap import (
+from fleetrl.collectors.local.overlap import (
     OVERLAP_NUM_ENVS_MSG,
 )
 from policies import atari_row_policy

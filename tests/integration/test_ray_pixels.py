@@ -9,7 +9,7 @@ import torch
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
 from fleetrl.algorithms import PPO, PPOConfig
 from fleetrl.collectors import RayCollector
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from runs import PIXEL_FRAMES as FRAMES
 from runs import conv_shapes, rows

@@ -7,8 +7,8 @@ import torch
 
 from fakes import counting
 from fleetrl import ConfigError, RayCollector
-from fleetrl.collectors.ray import POLL_MSG
-from fleetrl.collectors.replay import BAD_BUFFER_ALLOWED, TRANSITION_KEYS, RemoteReplayBuffer
+from fleetrl.collectors.remote.collector import POLL_MSG
+from fleetrl.collectors.remote.replay import BAD_BUFFER_ALLOWED, TRANSITION_KEYS, RemoteReplayBuffer
 from policies import constant_policy
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -169,7 +169,7 @@ def test_the_buffer_lives_on_the_drivers_node_unless_told_otherwise():
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from fleetrl.backends import RayBackend
+    from fleetrl.distributed.backends import RayBackend
 
     class Recording(RayBackend):  # Ray's backend, keeping the options each start was given
         def start(self, cls, *args, options=None, **kwargs):

@@ -1,4 +1,4 @@
-"""Warm workers (fleetrl.warm): an ended worker's process builds the next worker started
+"""Warm workers (fleetrl.distributed.warm): an ended worker's process builds the next worker started
 with the same Ray options, of any class, given back as a fresh process would be, and never
 when it is not clean or killed. The session runs with warm workers on (tests/conftest.py);
 other tests' idle processes may be around (of the same options too), so these tests count
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from fakes import OtherProbe, ProcessProbe
-from fleetrl import warm
-from fleetrl.backends import RayBackend, WorkerDied, warm_workers
-from fleetrl.runtime import resource_waits
+from fleetrl.distributed import warm
+from fleetrl.distributed.backends import RayBackend, WorkerDied, warm_workers
+from fleetrl.distributed.runtime import resource_waits
 
 ONE_CPU = {"num_cpus": 1}
 

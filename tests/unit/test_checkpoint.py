@@ -323,7 +323,7 @@ def _transitions(start: int, n: int):
 def test_a_buffer_saves_its_filled_rows_and_resumes_bit_for_bit(written):
     """A buffer of 100 after ``written`` writes: the state holds min(written, 100) rows; the
     restored buffer then takes the same writes and gives the same samples as the original."""
-    from fleetrl.collectors.replay import buffer_state, load_buffer_state
+    from fleetrl.collectors.remote.replay import buffer_state, load_buffer_state
 
     original = _buffer(100)
     if written:

@@ -26,8 +26,8 @@ from fleetrl.algorithms import (
     PPOConfig,
     SACConfig,
 )
-from fleetrl.algorithms.models import ModelKind
 from fleetrl.config import Config, EnvConfig, LearnerMode, Schedule
+from fleetrl.networks.models import ModelKind
 from fleetrl.setup.load import config_from_dict, load_config
 from fleetrl.setup.parse import CHANGELOG_SECTION, RENAMED, RENAMED_MSG, config_to_dict
 from fleetrl.setup.reference import config_keys

@@ -14,8 +14,8 @@ sys.path.insert(0, str(DOCS))
 import sphinx_roles
 
 TARGETS = {
-    "fleetrl.RayCollector": "fleetrl.collectors.ray.RayCollector",
-    "take": "fleetrl.collectors.replay.RemoteReplayBuffer.take",
+    "fleetrl.RayCollector": "fleetrl.collectors.remote.collector.RayCollector",
+    "take": "fleetrl.collectors.remote.replay.RemoteReplayBuffer.take",
 }
 
 
@@ -24,27 +24,27 @@ TARGETS = {
     [
         (
             ":class:`~fleetrl.RayCollector`",
-            '<autoref identifier="fleetrl.collectors.ray.RayCollector" optional>'
+            '<autoref identifier="fleetrl.collectors.remote.collector.RayCollector" optional>'
             "<code>RayCollector</code></autoref>",
         ),
         (
             ":py:class:`fleetrl.RayCollector`",
-            '<autoref identifier="fleetrl.collectors.ray.RayCollector" optional>'
+            '<autoref identifier="fleetrl.collectors.remote.collector.RayCollector" optional>'
             "<code>fleetrl.RayCollector</code></autoref>",
         ),
         (
             ":meth:`take`",
-            '<autoref identifier="fleetrl.collectors.replay.RemoteReplayBuffer.take" optional>'
+            '<autoref identifier="fleetrl.collectors.remote.replay.RemoteReplayBuffer.take" optional>'
             "<code>take()</code></autoref>",
         ),
         (
             ":meth:`the buffer's take <take>`",
-            '<autoref identifier="fleetrl.collectors.replay.RemoteReplayBuffer.take" optional>'
+            '<autoref identifier="fleetrl.collectors.remote.replay.RemoteReplayBuffer.take" optional>'
             "<code>the buffer's take</code></autoref>",
         ),
         (":func:`~fleetrl.nowhere.make()`", "<code>make()</code>"),  # not found: code
         (":class:`!fleetrl.RayCollector`", "<code>fleetrl.RayCollector</code>"),  # no link
-        (":mod:`fleetrl.wire`", "<code>fleetrl.wire</code>"),
+        (":mod:`fleetrl.distributed.wire`", "<code>fleetrl.distributed.wire</code>"),
         (":attr:`codec`", "<code>codec</code>"),
         (":data:`A<B`", "<code>A&lt;B</code>"),
         (":exc:`~fleetrl.errors.ConfigError`", "<code>ConfigError</code>"),
@@ -84,11 +84,14 @@ def test_roles_resolve_to_where_the_site_documents_the_object(fleetrl_docs):
     # the API page renders each export from its defining module (reference_pages.api_page),
     # so a link names that path, whatever import path the role used
     exports = sphinx_roles._exports(fleetrl_docs)
-    inside = fleetrl_docs["collectors.sync.SyncDataCollector"]
+    inside = fleetrl_docs["collectors.local.sync.SyncDataCollector"]
     resolve = sphinx_roles.resolver(inside, exports)
-    assert resolve("fleetrl.SyncDataCollector") == "fleetrl.collectors.sync.SyncDataCollector"
-    assert resolve("fleetrl.collectors.RayCollector") == "fleetrl.collectors.ray.RayCollector"
-    assert resolve("collect") == "fleetrl.collectors.sync.SyncDataCollector.collect"
+    assert resolve("fleetrl.SyncDataCollector") == "fleetrl.collectors.local.sync.SyncDataCollector"
+    assert (
+        resolve("fleetrl.collectors.RayCollector")
+        == "fleetrl.collectors.remote.collector.RayCollector"
+    )
+    assert resolve("collect") == "fleetrl.collectors.local.sync.SyncDataCollector.collect"
     assert resolve("fleetrl.envs.make_env") == "fleetrl.envs.make.make_env"
     assert resolve("no_such_name") is None
 

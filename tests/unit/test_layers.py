@@ -17,11 +17,17 @@ run           the Trainer and what a run writes and reads: evaluation,
 learners      the central, decoupled and gradient-worker learners
 setup         parse, verify and build a config's parts
 algorithms    the loss modules and networks
-collectors    SyncDataCollector, RayCollector and their parts; policies,
-              normalization statistics, evaluation videos
+collectors    the collectors: ``local`` (SyncDataCollector and its rollout),
+              ``remote`` (RayCollector, its workers, pool, rounds, replay
+              actor) and ``inference`` (central inference servers); what both
+              share; evaluation videos
+networks      network code: the default models and heads, policies, acting on
+              tensors, normalization statistics (the ``fleetrl.networks``
+              package)
 envs          every engine behind one batched-env interface, and EnvSpec
-base          config data, batch keys, errors, the wire format, batch sizes,
-              the runtime (Ray start), the backends and the worker group
+distributed   the runtime (Ray start), the backends, the worker group, warm
+              workers, the wire format, shared memory
+base          config data, batch keys, errors, batch sizes, fleet sizes
 ============  ==============================================================
 """
 
@@ -42,23 +48,20 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("setup", ["fleetrl.setup"]),
     ("algorithms", ["fleetrl.algorithms"]),
     ("collectors", ["fleetrl.collectors"]),
+    ("networks", ["fleetrl.networks"]),
     ("envs", ["fleetrl.envs"]),
+    ("distributed", ["fleetrl.distributed"]),
     (
         "base",
         [
             "fleetrl.config",
             "fleetrl.keys",
             "fleetrl.errors",
-            "fleetrl.wire",
             "fleetrl.batch_sizes",
             "fleetrl.fleet_size",
             "fleetrl._perf",
             "fleetrl._lazy",
             "fleetrl.extras",
-            "fleetrl.runtime",
-            "fleetrl.backends",
-            "fleetrl.warm",
-            "fleetrl.workers",
         ],
     ),
 ]

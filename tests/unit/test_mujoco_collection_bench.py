@@ -7,7 +7,7 @@ import torch
 from torchrl.modules import TanhNormal
 
 from fleetrl import load_config
-from fleetrl.collectors.normalization import ObservationNormalizer
+from fleetrl.networks.normalization import ObservationNormalizer
 from mujoco_collection import ENV, RawLoop, ppo_actor, tanh_normal_draw
 from runs import ROOT
 

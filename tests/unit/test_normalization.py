@@ -1,4 +1,4 @@
-"""Normalization with one statistic per run (fleetrl.collectors.normalization): exact merges, the
+"""Normalization with one statistic per run (fleetrl.networks.normalization): exact merges, the
 statistics every worker acts with, reward scaling, checkpoints and the config rules."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from tensordict import TensorDict
 
 from fleetrl.cli import main
 from fleetrl.collectors import SyncDataCollector
-from fleetrl.collectors.episodes import discounted_returns
-from fleetrl.collectors.normalization import (
+from fleetrl.collectors.local.episodes import discounted_returns
+from fleetrl.envs.probe import env_spec
+from fleetrl.errors import ConfigError
+from fleetrl.keys import DISCOUNTED_RETURN_KEY
+from fleetrl.networks.normalization import (
     EPS,
     ObservationNormalizer,
     RewardScaler,
     RunningMoments,
 )
-from fleetrl.envs.spec import env_spec
-from fleetrl.errors import ConfigError
-from fleetrl.keys import DISCOUNTED_RETURN_KEY
 from fleetrl.run.checkpoint import latest_checkpoint, load_checkpoint
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
@@ -222,7 +222,7 @@ def test_unsupported_combinations_are_refused_with_the_key_and_the_fix():
 
 
 def test_networks_passed_in_code_must_hold_a_normalizer():
-    from fleetrl.algorithms.models import make_actor
+    from fleetrl.networks.models import make_actor
 
     config = config_from_dict({"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}, NORMALIZED_TINY)
     actor = make_actor(env_spec("Pendulum-v1"), [8])
@@ -252,7 +252,7 @@ def test_resume_cannot_switch_normalization(tmp_path):
 
 @pytest.mark.parametrize("algo", ["a2c", "appo", "impala", "ppo"])
 def test_every_actor_critic_algorithm_shares_one_normalizer_between_actor_and_critic(algo):
-    from fleetrl.collectors.normalization import find_normalizers
+    from fleetrl.networks.normalization import find_normalizers
 
     config = config_from_dict(
         {"algorithm": algo, "env": {"id": "Pendulum-v1"}},

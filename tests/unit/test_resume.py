@@ -286,7 +286,7 @@ def test_resume_with_another_buffer_size_keeps_the_newest_transitions_and_trains
 ):
     """Saved with a buffer of 200 holding 256 writes (wrapped), resumed with ``size``: the
     buffer holds the newest transitions that fit, in write order, and the run goes on."""
-    from fleetrl.collectors.replay import _in_order
+    from fleetrl.collectors.remote.replay import _in_order
     from fleetrl.run.trainer import Trainer
 
     config, _, extra = ALGOS[algo]

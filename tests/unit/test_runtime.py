@@ -1,4 +1,4 @@
-"""fleetrl.runtime: Ray started in the background, and a start nobody needs any more."""
+"""fleetrl.distributed.runtime: Ray started in the background, and a start nobody needs any more."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import pytest
 import ray
 
-from fleetrl import runtime
 from fleetrl.cli import main
+from fleetrl.distributed import runtime
 from runs import ROOT
 
 

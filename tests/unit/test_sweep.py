@@ -206,14 +206,16 @@ class _FakeTune:
     def __init__(self, monkeypatch, checkpoint=None):
         import ray.tune
 
-        import fleetrl.runtime
+        import fleetrl.distributed.runtime
 
         self.reports: list[tuple[dict, list[str] | None]] = []
         context = type("Context", (), {"get_trial_id": lambda self: "t0"})()
         monkeypatch.setattr(ray.tune, "get_context", lambda: context)
         monkeypatch.setattr(ray.tune, "get_checkpoint", lambda: checkpoint)
         monkeypatch.setattr(ray.tune, "report", self.report)
-        monkeypatch.setattr(fleetrl.runtime, "pin_threads", lambda n: None)  # not this process
+        monkeypatch.setattr(
+            fleetrl.distributed.runtime, "pin_threads", lambda n: None
+        )  # not this process
 
     def report(self, metrics, checkpoint=None):
         files = sorted(os.listdir(checkpoint.path)) if checkpoint is not None else None

@@ -24,10 +24,10 @@ import fleetrl.setup.load
 import fleetrl.setup.resume
 import fleetrl.setup.verify.checked
 from fleetrl.algorithms import PPOConfig
-from fleetrl.algorithms.models import ModelKind
 from fleetrl.cli import main
 from fleetrl.config import CollectorConfig, Config, EnvConfig, LoggingConfig, TrainerConfig
 from fleetrl.errors import ConfigError
+from fleetrl.networks.models import ModelKind
 from fleetrl.run.trainer import Trainer
 from fleetrl.setup.load import load_config
 from fleetrl.setup.parse import config_to_dict, with_value
@@ -61,7 +61,7 @@ def counts(monkeypatch) -> dict[str, list[tuple]]:
     return {
         "verifications": counting(monkeypatch, fleetrl.setup.verify.checked.verify),
         "resolutions": counting(monkeypatch, fleetrl.envs.engine.resolve_env),
-        "env builds": counting(monkeypatch, fleetrl.envs.spec.env_spec),
+        "env builds": counting(monkeypatch, fleetrl.envs.probe.env_spec),
     }
 
 

@@ -1,4 +1,4 @@
-"""Every format that crosses Ray (fleetrl.wire), without Ray: batches, policy weights, parameters.
+"""Every format that crosses Ray (fleetrl.distributed.wire), without Ray: batches, policy weights, parameters.
 
 tests/collectors/test_ray.py sends the same batches through a real Ray and compares them with a
 local SyncDataCollector's.
@@ -13,7 +13,7 @@ from tensordict import TensorDict
 
 from fakes import PIXEL_SHAPE, counting_vec, invert_next_observation, pixel_vec
 from fleetrl import SyncDataCollector
-from fleetrl.wire import empty_round, pack_batch, unpack_batch
+from fleetrl.distributed.wire import empty_round, pack_batch, unpack_batch
 
 OBS_BYTES = int(np.prod(PIXEL_SHAPE))  # uint8
 NEXT_OBS = ("next", "observation")

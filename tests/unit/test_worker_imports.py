@@ -23,8 +23,8 @@ from tensordict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from fleetrl.collectors.sync import SyncDataCollector
-from fleetrl.collectors.worker import CollectorWorker
+from fleetrl.collectors.local.sync import SyncDataCollector
+from fleetrl.collectors.remote.worker import CollectorWorker
 
 imported = sorted(m for m in {heavy!r} if m in sys.modules)
 net = TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"])

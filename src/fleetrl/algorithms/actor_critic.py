@@ -1,7 +1,7 @@
 """ActorCritic: what PPO, A2C, IMPALA and APPO share.
 
 - The networks: the user's actor and critic, or the default ones for the
-  section's ``model`` (:func:`~fleetrl.algorithms.models.make_actor_critic`),
+  section's ``model`` (:func:`~fleetrl.networks.models.make_actor_critic`),
   on the learner's device, inside a torchrl loss module.
 - The loss coefficients as explicit properties that read and change the loss
   module's buffers (``entropy_coef``, ``critic_coef``; PPO and APPO add
@@ -11,7 +11,7 @@
   APPO), :func:`policy_gradient` (A2C, IMPALA), :func:`critic_loss` (value
   clipping included) and :func:`entropy_of`. An algorithm's :meth:`loss` puts
   them together on the networks' outputs
-  (:class:`~fleetrl.algorithms.heads.ActorCriticHeads`); an actor or critic of
+  (:class:`~fleetrl.networks.heads.ActorCriticHeads`); an actor or critic of
   another structure (a recurrent policy...) goes through the torchrl loss
   module's own forward instead (:meth:`ActorCritic.torchrl_loss`). Both give the
   same numbers: ``tests/unit/algorithms/test_loss_parity.py`` holds each term and
@@ -39,11 +39,6 @@ from torchrl.objectives.value import GAE
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, on
 from fleetrl.algorithms.gae import generalized_advantage_estimate
-from fleetrl.algorithms.heads import ActorCriticHeads, next_values
-from fleetrl.algorithms.models import (
-    ActionDistribution,
-    make_actor_critic,
-)
 from fleetrl.algorithms.sections import (
     ActorCriticConfig,
     PPOFields,
@@ -56,11 +51,16 @@ from fleetrl.algorithms.sequences import (
     is_recurrent,
     step_values,
 )
-from fleetrl.collectors.policies import to_device
 from fleetrl.config import Schedule
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
 from fleetrl.keys import DONE_KEY, MASK_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.networks.heads import ActorCriticHeads, next_values
+from fleetrl.networks.models import (
+    ActionDistribution,
+    make_actor_critic,
+)
+from fleetrl.networks.policies import to_device
 
 __all__ = [
     "ActorCritic",
@@ -339,7 +339,7 @@ class ActorCritic(LossCoefficients, Algorithm):
     def values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic's values of a batch's observations and next observations (what torchrl's
         GAE module computes through the TensorDict critic), a next observation that is the
-        next step's observation not computed twice (:func:`~fleetrl.algorithms.heads.next_values`);
+        next step's observation not computed twice (:func:`~fleetrl.networks.heads.next_values`);
         a recurrent critic's from the stored states (:func:`step_values`)."""
         if self.sequences is not None:
             return step_values(self.critic, batch)

@@ -12,7 +12,7 @@ The API follows PyTorchRL's ``Algorithm`` in TensorDict form:
 - the same four flat: :meth:`Algorithm.flat_gradients`,
   :meth:`Algorithm.apply_flat_gradients`, :meth:`Algorithm.flat_weights`,
   :meth:`Algorithm.load_flat_weights`, one ``float32`` numpy array in the
-  layout of :attr:`Algorithm.codec` (:class:`fleetrl.wire.ParamCodec`), as
+  layout of :attr:`Algorithm.codec` (:class:`fleetrl.distributed.wire.ParamCodec`), as
   gradients and weights cross Ray;
 - :meth:`Algorithm.update_algorithm_parameter` ``(name, value)``: changes a
   hyperparameter where it acts (the optimizer's lr, the loss's clip epsilon...);
@@ -36,7 +36,7 @@ The hot path (measured by ``benchmarks/learner_throughput.py``):
   of the batch helpers of :mod:`fleetrl.algorithms.batches`);
 - :meth:`minibatches` shuffles the data once per epoch and slices it (views,
   no copy per minibatch);
-- the losses call the networks on tensors (:mod:`fleetrl.algorithms.heads`);
+- the losses call the networks on tensors (:mod:`fleetrl.networks.heads`);
 - Adam is ``fused`` on the CPU (one kernel for every parameter) and
   ``foreach`` on CUDA; gradient clipping is ``foreach``;
 - logged values stay tensors until the batch is done: one stacked read per
@@ -66,16 +66,16 @@ from torch import nn
 from fleetrl._perf import skip_absent_pandas_probe
 from fleetrl.algorithms.batches import as_device, end_padded_rows, flatten_valid, to_learner_device
 from fleetrl.collectors.arguments import compile_options
-from fleetrl.collectors.normalization import (
+from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
+from fleetrl.distributed.wire import ParamCodec
+from fleetrl.errors import ConfigError
+from fleetrl.keys import NestedKey
+from fleetrl.networks.normalization import (
     Normalization,
     ObservationNormalizer,
     RewardScaler,
     find_normalizers,
 )
-from fleetrl.config import AlgorithmConfig, EvalActions, Schedule
-from fleetrl.errors import ConfigError
-from fleetrl.keys import NestedKey
-from fleetrl.wire import ParamCodec
 
 __all__ = [
     "Algorithm",
@@ -165,12 +165,12 @@ class Algorithm(abc.ABC):
     The trainable parameters (those of ``loss_module`` that require grad, in
     ``named_parameters()`` order; a shared module counted once) have one flat
     layout, :attr:`codec`, built here once: gradients and weights cross Ray
-    as one ``float32`` vector in that order (:mod:`fleetrl.wire`).
+    as one ``float32`` vector in that order (:mod:`fleetrl.distributed.wire`).
 
     Examples:
         >>> from fleetrl import SyncDataCollector
         >>> from fleetrl.algorithms import PPO, PPOConfig
-        >>> from fleetrl.envs.spec import env_spec
+        >>> from fleetrl.envs.probe import env_spec
         >>> ppo = PPO(PPOConfig(num_epochs=1, num_mini_batch=2), env_spec("CartPole-v1"))
         >>> isinstance(ppo, Algorithm), ppo.steps_per_batch
         (True, 2)
@@ -212,7 +212,7 @@ class Algorithm(abc.ABC):
     eval_actions: ClassVar[EvalActions] = EvalActions.SAMPLE
     #: hyperparameters that update_algorithm_parameter may change, besides "lr"
     tunable: ClassVar[tuple[str, ...]] = ()
-    #: scales the rewards learned from (``env.normalize_reward``; fleetrl.collectors.normalization)
+    #: scales the rewards learned from (``env.normalize_reward``; fleetrl.networks.normalization)
     reward_scaler: RewardScaler | None = None
     #: seconds spent preparing batches for the optimizer steps so far (:meth:`gradient_batches`:
     #: GAE, flattening; a replay algorithm's storing and sampling); learners read differences
@@ -302,7 +302,7 @@ class Algorithm(abc.ABC):
     @property
     def observation_normalizers(self) -> list[ObservationNormalizer]:
         """The observation normalizers in the policy and the critic (each once): the
-        statistics the learner merges from every batch (fleetrl.collectors.normalization)."""
+        statistics the learner merges from every batch (fleetrl.networks.normalization)."""
         found = find_normalizers(self.policy)
         found += [m for m in find_normalizers(self.__dict__.get("critic")) if m not in found]
         return found

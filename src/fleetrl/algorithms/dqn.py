@@ -25,8 +25,6 @@ from torchrl.modules import EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
 from fleetrl.algorithms.batches import as_device
-from fleetrl.algorithms.heads import TensorNet
-from fleetrl.algorithms.models import make_qnet
 from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.algorithms.sections import DQNConfig
 from fleetrl.algorithms.sequences import refuse_recurrent
@@ -40,6 +38,8 @@ from fleetrl.keys import (
     REWARD_KEY,
     TERMINATED_KEY,
 )
+from fleetrl.networks.heads import TensorNet
+from fleetrl.networks.models import make_qnet
 
 __all__ = ["DQN", "DQNConfig"]
 

@@ -39,7 +39,7 @@ schedules (a group's gradients touch only its own parameters; ``max_grad_norm`` 
 group's gradients on their own). ``group=`` trains one group alone.
 
 The loss runs on tensors (:meth:`MultiAgentPPO.loss`): each group's networks are called
-on the minibatch's tensors (:class:`~fleetrl.algorithms.heads.TensorChain`) and the terms are
+on the minibatch's tensors (:class:`~fleetrl.networks.heads.TensorChain`) and the terms are
 PPO's (``clipped_objective``, ``critic_loss``, ``entropy_of``), with the advantages
 standardized per agent; torchrl's ``MAPPOLoss`` / ``IPPOLoss`` hold the coefficients and keys
 and are the reference it matches (``tests/unit/algorithms/test_multiagent_loss_parity.py``).
@@ -77,9 +77,7 @@ from fleetrl.algorithms.agent_groups import (
 )
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import as_device, flatten_valid
-from fleetrl.algorithms.heads import LogitsCategorical, PolicyHead, TensorChain
 from fleetrl.algorithms.sections import IPPOConfig, MAPPOConfig, MultiAgentPPOConfig
-from fleetrl.collectors.policies import to_device
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problems
 from fleetrl.keys import (
@@ -87,6 +85,8 @@ from fleetrl.keys import (
     ACTION_LOG_PROB_KEY,
     NestedKey,
 )
+from fleetrl.networks.heads import LogitsCategorical, PolicyHead, TensorChain
+from fleetrl.networks.policies import to_device
 
 __all__ = [
     "IPPO",

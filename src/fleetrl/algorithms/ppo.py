@@ -34,7 +34,7 @@ class PPO(ClipEpsilon, ActorCritic):
         info: the env's spaces, for the default networks.
         actor: a ProbabilisticActor writing ``action`` and ``action_log_prob``
             (default: by ``config.model``, see
-            :func:`~fleetrl.algorithms.models.make_actor_critic`).
+            :func:`~fleetrl.networks.models.make_actor_critic`).
         critic: a module writing ``state_value`` (default: by ``config.model``).
         device: the learner's device (default: the CPU).
 

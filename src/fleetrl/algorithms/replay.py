@@ -8,7 +8,7 @@ draws with replacement either way: one call of ``k x batch_size`` is ``k``
 calls of ``batch_size``, without ``k - 1`` calls' overhead). Each optimizer
 step is followed by a target-network update
 (:meth:`ReplayAlgorithm.after_update`). The buffer is part of the checkpoint
-(its filled rows: :func:`~fleetrl.collectors.replay.buffer_state`), so a resumed
+(its filled rows: :func:`~fleetrl.collectors.remote.replay.buffer_state`), so a resumed
 run learns from the same data. In decoupled mode
 (``collector.decoupled``) the buffer lives in a Ray actor that the collectors
 write to (:mod:`fleetrl.learners.decoupled`); the learner counts its frames with
@@ -32,7 +32,7 @@ from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from fleetrl.algorithms.base import Algorithm
 from fleetrl.algorithms.batches import flatten_valid
 from fleetrl.algorithms.sections import ReplayConfig
-from fleetrl.collectors.replay import buffer_state, load_buffer_state
+from fleetrl.collectors.remote.replay import buffer_state, load_buffer_state
 from fleetrl.keys import TRANSITION_KEYS
 
 __all__ = ["ReplayAlgorithm", "ReplayConfig"]

@@ -27,12 +27,9 @@ from torchrl.modules import MLP, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
 
 from fleetrl.algorithms.batches import as_device
-from fleetrl.algorithms.heads import PolicyHead, StackedMLP, TensorNet
-from fleetrl.algorithms.models import make_actor
 from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.algorithms.sections import SAC_CUDAGRAPHS_MSG, SACConfig
 from fleetrl.algorithms.sequences import refuse_recurrent
-from fleetrl.collectors.policies import to_device
 from fleetrl.config import EvalActions
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
@@ -43,6 +40,9 @@ from fleetrl.keys import (
     REWARD_KEY,
     TERMINATED_KEY,
 )
+from fleetrl.networks.heads import PolicyHead, StackedMLP, TensorNet
+from fleetrl.networks.models import make_actor
+from fleetrl.networks.policies import to_device
 
 __all__ = ["SAC", "SACConfig"]
 

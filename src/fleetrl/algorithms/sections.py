@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fleetrl.algorithms.kinds import (
+from fleetrl.config import AlgorithmConfig, Config, Schedule
+from fleetrl.errors import Problems
+from fleetrl.networks.kinds import (
     BURN_IN_MSG,
     SEQ_LEN_MSG,
     ActionDistribution,
@@ -29,8 +31,6 @@ from fleetrl.algorithms.kinds import (
     TorsoKind,
     core_only_problems,
 )
-from fleetrl.config import AlgorithmConfig, Config, Schedule
-from fleetrl.errors import Problems
 
 __all__ = [
     "CRITIC_INPUTS",
@@ -186,7 +186,7 @@ class PPOConfig(PPOFields, ActorCriticConfig):
 
     Examples:
         >>> from fleetrl.algorithms.ppo import PPO
-        >>> from fleetrl.envs.spec import env_spec
+        >>> from fleetrl.envs.probe import env_spec
         >>> ppo = PPO(PPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
         >>> ppo.steps_per_batch, ppo.config.clip_epsilon
         (8, 0.2)"""
@@ -216,7 +216,7 @@ class A2CConfig(ActorCriticConfig):
 
     Examples:
         >>> from fleetrl.algorithms.a2c import A2C
-        >>> from fleetrl.envs.spec import env_spec
+        >>> from fleetrl.envs.probe import env_spec
         >>> a2c = A2C(A2CConfig(lr=1e-3, hidden_sizes=[32]), env_spec("CartPole-v1"))
         >>> a2c.steps_per_batch, a2c.optimizer.param_groups[0]["lr"]
         (1, 0.001)"""
@@ -310,7 +310,7 @@ class IMPALAConfig(VTraceConfig):
 
     Examples:
         >>> from fleetrl.algorithms.impala import IMPALA
-        >>> from fleetrl.envs.spec import env_spec
+        >>> from fleetrl.envs.probe import env_spec
         >>> impala = IMPALA(IMPALAConfig(hidden_sizes=[32]), env_spec("CartPole-v1"))
         >>> impala.steps_per_batch, impala.on_policy
         (1, True)"""
@@ -322,7 +322,7 @@ class APPOConfig(VTraceConfig):
 
     Examples:
         >>> from fleetrl.algorithms.appo import APPO
-        >>> from fleetrl.envs.spec import env_spec
+        >>> from fleetrl.envs.probe import env_spec
         >>> appo = APPO(APPOConfig(num_epochs=2, num_mini_batch=4), env_spec("CartPole-v1"))
         >>> appo.steps_per_batch, appo.config.clip_epsilon
         (8, 0.1)"""
@@ -373,7 +373,7 @@ class DQNConfig(ReplayConfig):
 
     Examples:
         >>> from fleetrl.algorithms.dqn import DQN
-        >>> from fleetrl.envs.spec import env_spec
+        >>> from fleetrl.envs.probe import env_spec
         >>> dqn = DQN(DQNConfig(batch_size=32, hidden_sizes=[32]), env_spec("CartPole-v1"))
         >>> dqn.on_policy, dqn.learning_starts, dqn.config.double_dqn
         (False, 2000, True)"""
@@ -441,7 +441,7 @@ class SACConfig(ReplayConfig):
 
     Examples:
         >>> from fleetrl.algorithms.sac import SAC
-        >>> from fleetrl.envs.spec import env_spec
+        >>> from fleetrl.envs.probe import env_spec
         >>> sac = SAC(SACConfig(hidden_sizes=[32, 32]), env_spec("Pendulum-v1"))
         >>> sac.on_policy, sac.config.tau
         (False, 0.005)"""

@@ -37,9 +37,9 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
-from fleetrl.algorithms.kinds import BURN_IN_MSG, SEQ_LEN_MSG
 from fleetrl.errors import ConfigError, PolicyError
 from fleetrl.keys import DONE_KEY, IS_INIT_KEY, MASK_KEY
+from fleetrl.networks.kinds import BURN_IN_MSG, SEQ_LEN_MSG
 
 __all__ = [
     "LOSS_MASK_KEY",
@@ -97,13 +97,13 @@ def is_recurrent(module: nn.Module | None) -> bool:
 @dataclass
 class SharedTrunk:
     """An actor and a critic that begin with the same modules (fleetrl's default recurrent
-    networks: one torso and one LSTM/GRU core, :func:`~fleetrl.algorithms.models.make_recurrent_actor_critic`),
+    networks: one torso and one LSTM/GRU core, :func:`~fleetrl.networks.models.make_recurrent_actor_critic`),
     split so that a sequence minibatch runs the trunk once, then each head: the actor's
     distribution and the critic's value as each network alone computes them, at half the
     recurrent work (forward and backward).
 
     Examples:
-        >>> from fleetrl.algorithms.models import ModelKind, make_recurrent_actor_critic
+        >>> from fleetrl.networks.models import ModelKind, make_recurrent_actor_critic
         >>> from fleetrl.envs.spec import EnvSpec
         >>> info = EnvSpec(4, 2, 1, None, None, (4,), torch.float32)
         >>> actor, critic = make_recurrent_actor_critic(ModelKind.LSTM, info, [8], 4)

@@ -42,11 +42,11 @@ from torchrl.objectives.value.functional import vtrace_advantage_estimate
 
 from fleetrl.algorithms.actor_critic import ActorCritic
 from fleetrl.algorithms.batches import end_padded_rows, flatten_valid
-from fleetrl.algorithms.heads import ActorCriticHeads, next_values
 from fleetrl.algorithms.sections import VTraceConfig
 from fleetrl.algorithms.sequences import sequence_log_prob, step_values
 from fleetrl.errors import PolicyError
 from fleetrl.keys import ACTION_KEY, ACTION_LOG_PROB_KEY, DONE_KEY, REWARD_KEY, TERMINATED_KEY
+from fleetrl.networks.heads import ActorCriticHeads, next_values
 
 __all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
 

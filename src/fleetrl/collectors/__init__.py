@@ -16,9 +16,9 @@ _EXPORTS = {
     "DataCollectorBase": "fleetrl.collectors.base",
     "EpisodeStats": "fleetrl.collectors.base",
     "InferenceOptions": "fleetrl.collectors.inference.options",
-    "RayCollector": "fleetrl.collectors.ray",
-    "RemoteReplayBuffer": "fleetrl.collectors.replay",
-    "SyncDataCollector": "fleetrl.collectors.sync",
+    "RayCollector": "fleetrl.collectors.remote.collector",
+    "RemoteReplayBuffer": "fleetrl.collectors.remote.replay",
+    "SyncDataCollector": "fleetrl.collectors.local.sync",
     "episode_stats": "fleetrl.collectors.base",
     "frames_in": "fleetrl.collectors.base",
 }
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from fleetrl.collectors.base import DataCollectorBase, EpisodeStats, episode_stats, frames_in
     from fleetrl.collectors.front import Collector
     from fleetrl.collectors.inference.options import InferenceOptions
-    from fleetrl.collectors.ray import RayCollector
-    from fleetrl.collectors.replay import RemoteReplayBuffer
-    from fleetrl.collectors.sync import SyncDataCollector
+    from fleetrl.collectors.local.sync import SyncDataCollector
+    from fleetrl.collectors.remote.collector import RayCollector
+    from fleetrl.collectors.remote.replay import RemoteReplayBuffer
     from fleetrl.collectors.timing import CollectTimes

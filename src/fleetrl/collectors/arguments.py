@@ -144,7 +144,7 @@ def check_feature_arguments(
 def _policy_device(device: Any, policy: Any) -> torch.device:
     if device is not None:
         return torch.device(device)
-    from fleetrl.collectors.policies import module_device
+    from fleetrl.networks.policies import module_device
 
     return module_device(policy) or torch.device("cpu")
 

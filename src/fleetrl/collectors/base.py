@@ -81,8 +81,8 @@ def check_common_arguments(
     p: Problems, *, policy: Any, postproc: Any, max_frames_per_traj: Any, init_random_frames: Any
 ) -> Any:
     """Checks every collector makes the same way; returns the acting policy (None: random)."""
-    from fleetrl.collectors.policies import as_policy
     from fleetrl.errors import PolicyError
+    from fleetrl.networks.policies import as_policy
 
     if max_frames_per_traj not in (None, -1):
         p.positive_int("max_frames_per_traj", max_frames_per_traj, allow_minus_one=True)
@@ -223,7 +223,7 @@ class DataCollectorBase(abc.ABC):
 class EpisodeStats:
     """Returns and lengths of the episodes that ended in a batch.
 
-    For a multi-agent env (:mod:`fleetrl.collectors.grouped`), ``returns`` are the
+    For a multi-agent env (:mod:`fleetrl.collectors.local.grouped`), ``returns`` are the
     team's and ``group_returns`` each agent group's (its agents' mean return).
 
     Examples:

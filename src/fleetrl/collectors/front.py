@@ -158,10 +158,10 @@ def Collector(
             create_env_fn = envs[0]
     p.raise_if_any()
     if chosen == "direct":
-        from fleetrl.collectors.sync import SyncDataCollector
+        from fleetrl.collectors.local.sync import SyncDataCollector
 
         return SyncDataCollector(create_env_fn, policy, **kwargs)
-    from fleetrl.collectors.ray import RayCollector
+    from fleetrl.collectors.remote.collector import RayCollector
 
     return RayCollector(
         create_env_fn,

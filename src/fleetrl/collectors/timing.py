@@ -10,7 +10,7 @@ Each part is seconds of one worker's (or the local collector's) wall time:
 ``pack_s``      building the batch around the loop (allocating its buffers, the
                 episode bookkeeping, tags, ``split_trajs`` / ``postproc``) and, on
                 a remote worker, packing it into its wire format
-                (:mod:`fleetrl.wire`: compact layout, compression), or writing it
+                (:mod:`fleetrl.distributed.wire`: compact layout, compression), or writing it
                 into the replay buffer
 ``weights_s``   loading new weights on a worker: unpacking them and copying them
                 into the policy, and asking the version board. Ray fetches the

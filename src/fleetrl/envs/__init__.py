@@ -35,7 +35,7 @@ _EXPORTS = {
     "PettingZooEnv": "fleetrl.envs.pettingzoo",
     "StepResult": "fleetrl.envs.base",
     "create_env_fn": "fleetrl.envs.make",
-    "env_spec": "fleetrl.envs.spec",
+    "env_spec": "fleetrl.envs.probe",
     "make_env": "fleetrl.envs.make",
 }
 
@@ -66,4 +66,5 @@ if TYPE_CHECKING:
     from fleetrl.envs.mujoco import MujocoEnv
     from fleetrl.envs.partial import GymId, PartialEnv
     from fleetrl.envs.pettingzoo import PettingZooEnv
-    from fleetrl.envs.spec import EnvSpec, env_spec
+    from fleetrl.envs.probe import env_spec
+    from fleetrl.envs.spec import EnvSpec

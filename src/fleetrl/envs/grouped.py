@@ -114,7 +114,7 @@ class GroupedEnv:
     """A torchrl env with agent groups, stepped as torchrl's collectors step it.
 
     Not a :class:`~fleetrl.envs.base.BatchedEnv`: it speaks TensorDicts, not
-    numpy, and its rollout is :mod:`fleetrl.collectors.grouped`.
+    numpy, and its rollout is :mod:`fleetrl.collectors.local.grouped`.
 
     Args:
         env: a torchrl ``EnvBase`` for which :func:`is_grouped` holds.

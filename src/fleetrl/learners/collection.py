@@ -15,13 +15,13 @@ A :class:`Collection` owns
   every ``trainer.weight_update_interval`` batches, and before the first batch
   of a learner that starts past the collector's version. Remote collectors of a
   learner on an accelerator (``trainer.device: cuda``) act on the CPU: they are
-  given a CPU copy of the policy (:class:`~fleetrl.collectors.policies.HostPolicy`), which
+  given a CPU copy of the policy (:class:`~fleetrl.networks.policies.HostPolicy`), which
   each publish brings up to date with one device-to-host copy, whatever the
   number of workers (:func:`host_policy`);
 - the books of what was collected since the last report (:class:`Collected`):
   frames and the episodes that ended, from batches or from progress records, and
   where the collectors' time went (:mod:`fleetrl.collectors.timing`);
-- the normalization moments (:mod:`fleetrl.collectors.normalization`) of each batch
+- the normalization moments (:mod:`fleetrl.networks.normalization`) of each batch
   delivered (stale batches dropped later count too), held until :meth:`take`,
   which comes after the update on the batch: the central learner's are merged
   there into its algorithm's statistics (which the next publish carries to
@@ -38,10 +38,10 @@ from tensordict import TensorDictBase
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.collectors.normalization import Moments
-from fleetrl.collectors.policies import HostPolicy, module_device
 from fleetrl.config import Config
 from fleetrl.learners.records import Collected
+from fleetrl.networks.normalization import Moments
+from fleetrl.networks.policies import HostPolicy, module_device
 from fleetrl.setup.build import make_collector
 
 __all__ = ["Collection", "host_policy", "warmup_frames"]

@@ -2,7 +2,7 @@
 
 ``collector.decoupled: true`` (DQN, SAC; the central learner, remote
 collectors). The layout of Ape-X: the buffer is a Ray actor
-(:class:`~fleetrl.collectors.replay.RemoteReplayBuffer`); every collector
+(:class:`~fleetrl.collectors.remote.replay.RemoteReplayBuffer`); every collector
 worker extends it with its batches' transitions itself and keeps collecting,
 first ready, while the learner samples minibatches from it and updates. Only
 progress records reach the learner (frames written, the policy version, the
@@ -40,7 +40,7 @@ on with the same data; the collectors are reseeded, as with any Ray
 collection. The workers write before the learner hears of it, so tasks in
 flight at a checkpoint (after a signal, or every ``checkpoint_every``) may have
 written transitions the run's frames do not include yet: the learner keeps
-the account of the writes it counted (:class:`~fleetrl.collectors.replay.CountedWrites`),
+the account of the writes it counted (:class:`~fleetrl.collectors.remote.replay.CountedWrites`),
 and the checkpoint's buffer holds those writes only. A resumed run would
 otherwise collect those frames again, and end with more transitions than its
 budget.
@@ -55,7 +55,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.collectors.replay import CountedWrites, RemoteReplayBuffer
+from fleetrl.collectors.remote.replay import CountedWrites, RemoteReplayBuffer
 from fleetrl.config import Config
 from fleetrl.errors import ConfigError
 from fleetrl.keys import POLICY_VERSION_KEY

@@ -12,7 +12,7 @@ current batch is used up it first collects a new one and prepares it (GAE with
 the current critic). The sequence of minibatches is the
 central learner's: :meth:`~fleetrl.algorithms.Algorithm.gradient_batches`.
 
-The same class runs on any backend (:mod:`fleetrl.backends`): a Ray actor, or
+The same class runs on any backend (:mod:`fleetrl.distributed.backends`): a Ray actor, or
 an object in the driver's process.
 """
 
@@ -30,11 +30,11 @@ from tensordict import TensorDict, TensorDictBase
 from fleetrl.algorithms.base import InfoMean
 from fleetrl.algorithms.replay import ReplayAlgorithm
 from fleetrl.config import Config
+from fleetrl.distributed.runtime import node_id, pin_threads
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.learners.collection import Collection
 from fleetrl.learners.records import StepReport
 from fleetrl.learners.versions import batch_version
-from fleetrl.runtime import node_id, pin_threads
 from fleetrl.setup.build import make_algorithm
 
 __all__ = ["GradWorker"]
@@ -177,7 +177,7 @@ class GradWorker:
         ``collection_version`` (the weights the data was collected with),
         ``batch_done`` (this was the last step on the current batch), the
         frames and finished episodes collected during this step, loss info and
-        timings; with normalization (:mod:`fleetrl.collectors.normalization`), ``moments``
+        timings; with normalization (:mod:`fleetrl.networks.normalization`), ``moments``
         of the frames collected since the last report. ``statistics``: the
         master's, sent with the weights (:meth:`set_weights`).
         """

@@ -29,8 +29,8 @@ import abc
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from fleetrl.algorithms.base import InfoMean
-from fleetrl.backends import WorkerDied, WorkerRaised
 from fleetrl.config import LearnerMode
+from fleetrl.distributed.backends import WorkerDied, WorkerRaised
 from fleetrl.errors import WorkerError
 from fleetrl.learners.records import StepReport
 from fleetrl.learners.report import IterationReport
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from fleetrl.algorithms import Algorithm
-    from fleetrl.backends import Actor, Backend
     from fleetrl.config import SchemeConfig
-    from fleetrl.workers import Pending
+    from fleetrl.distributed.backends import Actor, Backend
+    from fleetrl.distributed.workers import Pending
 
 
 class GradientWorkers(Protocol):

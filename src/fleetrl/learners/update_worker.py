@@ -19,9 +19,9 @@ own (:mod:`fleetrl.learners.update_modes`, chosen once at construction):
   0's weights for evaluation and checkpoints.
 
 The gradient workers run on the run's backend (``trainer.backend``,
-:mod:`fleetrl.backends`): Ray actors, or objects in this process (sync and
+:mod:`fleetrl.distributed.backends`): Ray actors, or objects in this process (sync and
 async; the decentralized all-reduce needs worker processes). They are a
-:class:`~fleetrl.workers.WorkerGroup`, the machinery the collector workers use
+:class:`~fleetrl.distributed.workers.WorkerGroup`, the machinery the collector workers use
 too: a gradient worker that dies (sync and async) is replaced by a new one that
 starts from the master's current state, and its lost step is issued again. A
 replacement that dies too (e.g. while building its collectors) is replaced
@@ -43,8 +43,10 @@ from tensordict import TensorDictBase
 
 from fleetrl.algorithms import Algorithm
 from fleetrl.algorithms.replay import ReplayAlgorithm
-from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised, make_backend
 from fleetrl.config import Config
+from fleetrl.distributed.backends import Actor, Backend, WorkerDied, WorkerRaised, make_backend
+from fleetrl.distributed.runtime import ray_running, start_ray
+from fleetrl.distributed.workers import Pending, WorkerGroup, WorkerSlot
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, WorkerError
 from fleetrl.learners.base import Learner
@@ -52,9 +54,7 @@ from fleetrl.learners.grad_worker import GradWorker
 from fleetrl.learners.records import IterationResult, StepReport
 from fleetrl.learners.report import IterationReport
 from fleetrl.learners.update_modes import update_strategy
-from fleetrl.runtime import ray_running, start_ray
 from fleetrl.setup.verify import resource_problems
-from fleetrl.workers import Pending, WorkerGroup, WorkerSlot
 
 __all__ = ["UpdateWorker", "average_flat"]
 

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fleetrl.distributed.runtime import human_bytes
 from fleetrl.errors import CheckpointError
-from fleetrl.runtime import human_bytes
 
 __all__ = [
     "CHECKPOINT_GLOB",

@@ -82,7 +82,7 @@ def evaluate(
 
     ``env_id``: a gymnasium id or an :class:`fleetrl.envs.AtariEnv` (the engine of training),
     or a multi-agent env's id (a :class:`~fleetrl.envs.pettingzoo.PettingZooId`): its
-    returns are the team's (:mod:`fleetrl.collectors.grouped`).
+    returns are the team's (:mod:`fleetrl.collectors.local.grouped`).
     ``exploration_type``: ``DETERMINISTIC`` (the distribution's deterministic action) or
     ``RANDOM`` (actions sampled from it, torch seeded with ``seed`` for them).
     """

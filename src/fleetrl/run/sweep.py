@@ -67,14 +67,14 @@ from typing import Any
 
 import yaml
 
-from fleetrl.backends import end_idle_workers
 from fleetrl.config import Config, TuneMode, TuneScheduler, TuneSearcher
+from fleetrl.distributed.backends import end_idle_workers
+from fleetrl.distributed.runtime import start_ray
 from fleetrl.errors import ConfigError, Problem
 from fleetrl.extras import pip_install
 from fleetrl.run.checkpoint import checkpoint_frames, checkpoint_paths, latest_checkpoint
 from fleetrl.run.metrics import read_metrics
 from fleetrl.run.report import wall_seconds
-from fleetrl.runtime import start_ray
 from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.parse import config_to_dict, deep_copy, parse_config, read_yaml_mapping
 from fleetrl.setup.search import Dimension, Distribution, parse_dimension
@@ -434,8 +434,8 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], directory: str) -
     ``directory/trials/<trial id>``, resumed from Tune's checkpoint where it gives one."""
     from ray import tune as ray_tune
 
+    from fleetrl.distributed.runtime import pin_threads
     from fleetrl.run.trainer import Trainer
-    from fleetrl.runtime import pin_threads
 
     pin_threads(1)
     # one line per checkpoint kept, from every trial, is Tune's bookkeeping, not the user's

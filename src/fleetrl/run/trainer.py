@@ -43,6 +43,7 @@ import yaml
 
 from fleetrl.algorithms.base import NetworkMisfit
 from fleetrl.config import Config
+from fleetrl.distributed.runtime import RayStart, ray_running
 from fleetrl.errors import CheckpointError, ConfigError
 from fleetrl.learners import Learner, make_learner
 from fleetrl.run.checkpoint import (
@@ -55,7 +56,6 @@ from fleetrl.run.evaluate import Evaluator, plot_learning_curve
 from fleetrl.run.metrics import MetricLogger
 from fleetrl.run.run_control import ProgressBar, RunDir, StopOnSignal, default_run_dir
 from fleetrl.run.tracking import RunEnd, Trackers
-from fleetrl.runtime import RayStart, ray_running
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.parse import config_to_dict, read_yaml_mapping
 from fleetrl.setup.resume import check_budget, check_resume_overrides

@@ -11,12 +11,12 @@ from typing import Any
 import torch
 
 from fleetrl.algorithms import ALGORITHMS, Algorithm
-from fleetrl.algorithms.models import ActionDistribution, make_actor_critic
-from fleetrl.collectors.normalization import ObservationNormalizer, RewardScaler, find_normalizers
 from fleetrl.config import Config
 from fleetrl.envs.make import create_env_fn
 from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError
+from fleetrl.networks.models import ActionDistribution, make_actor_critic
+from fleetrl.networks.normalization import ObservationNormalizer, RewardScaler, find_normalizers
 from fleetrl.setup.verify.checked import resolved_env, verified
 from fleetrl.setup.verify.env import describe
 
@@ -30,7 +30,7 @@ __all__ = [
 
 USER_NETWORK_MSG = (
     "env.normalize_observation=True but the {names} passed in code hold no "
-    "fleetrl.collectors.normalization.ObservationNormalizer: put one (the same instance in actor and "
+    "fleetrl.networks.normalization.ObservationNormalizer: put one (the same instance in actor and "
     "critic) first in their observation path, or set env.normalize_observation=false"
 )
 
@@ -84,7 +84,7 @@ def spec_of(config: Config) -> EnvSpec:
 
 def normalized_networks(config: Config, info: EnvSpec, modules: dict[str, Any]) -> dict[str, Any]:
     """The default actor and critic with one shared
-    :class:`~fleetrl.collectors.normalization.ObservationNormalizer` first in both (``env.normalize_observation``).
+    :class:`~fleetrl.networks.normalization.ObservationNormalizer` first in both (``env.normalize_observation``).
 
     Networks passed in code must hold their own normalizer: a missing one would
     leave the policy acting on raw observations while the config says otherwise.
@@ -152,7 +152,7 @@ def make_collector(
     env = create_env_fn(resolved_env(config))  # the run's resolution, where it verified here
     if reads is not None and hasattr(env, "reading"):
         env = env.reading(reads)
-    # env.normalize_reward: the collectors track each env's discounted return (fleetrl.collectors.normalization)
+    # env.normalize_reward: the collectors track each env's discounted return (fleetrl.networks.normalization)
     return_discount = config.algo.gamma if e.normalize_reward else None
     if c.fleet.min == 0:
         from fleetrl.collectors import SyncDataCollector

@@ -6,7 +6,7 @@ from tensordict import TensorDict
 
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import A2C, PPO, A2CConfig, PPOConfig
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from fleetrl import ConfigError, SyncDataCollector, load_config
 from fleetrl.algorithms import PPO, SAC, PPOConfig, SACConfig
 from fleetrl.algorithms.base import CUDAGRAPHS_CPU_MSG
 from fleetrl.algorithms.sac import SAC_CUDAGRAPHS_MSG
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 
 TOLERANCE = 1e-5
 SETTINGS = {

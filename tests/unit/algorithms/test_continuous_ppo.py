@@ -8,10 +8,10 @@ from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import TanhNormal
 
-from fleetrl.algorithms.models import ActionDistribution, StateIndependentScale, make_actor_critic
 from fleetrl.algorithms.ppo import PPO, PPOConfig
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.errors import ConfigError
+from fleetrl.networks.models import ActionDistribution, StateIndependentScale, make_actor_critic
 from fleetrl.setup.load import config_from_dict
 
 

@@ -18,9 +18,9 @@ from torch import nn
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig
 from fleetrl.algorithms.base import flatten_valid
-from fleetrl.envs.spec import env_spec
+from fleetrl.distributed.wire import FLAT_SIZE_MSG, PARAM_DTYPE_MSG, ParamCodec
+from fleetrl.envs.probe import env_spec
 from fleetrl.keys import TRANSITION_KEYS
-from fleetrl.wire import FLAT_SIZE_MSG, PARAM_DTYPE_MSG, ParamCodec
 
 CASES = {
     "ppo": (PPO, lambda: PPOConfig(hidden_sizes=[16], max_grad_norm=0.5), "CartPole-v1"),

@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import APPO, IMPALA, APPOConfig, IMPALAConfig
 from fleetrl.algorithms.vtrace import NO_BEHAVIOUR_LOG_PROB_MSG
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.errors import PolicyError
 from fleetrl.setup.load import config_from_dict
 

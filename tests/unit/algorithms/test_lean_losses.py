@@ -1,6 +1,6 @@
 """The losses on tensors compute torchrl's losses: the same values and the same gradients.
 
-Each algorithm calls its networks on tensors (:mod:`fleetrl.algorithms.heads`)
+Each algorithm calls its networks on tensors (:mod:`fleetrl.networks.heads`)
 where their structure allows, and its torchrl loss module's own forward
 otherwise. Both ways must be the same function of the same parameters: here
 each algorithm's loss and gradients on one minibatch are computed both ways
@@ -30,9 +30,9 @@ from fleetrl.algorithms import (
     SACConfig,
 )
 from fleetrl.algorithms.base import flatten_valid
-from fleetrl.algorithms.heads import ActorCriticHeads, LogitsCategorical, PolicyHead
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.keys import TRANSITION_KEYS
+from fleetrl.networks.heads import ActorCriticHeads, LogitsCategorical, PolicyHead
 from policies import two_network_actor
 
 CASES = {

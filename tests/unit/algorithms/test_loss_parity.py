@@ -1,7 +1,7 @@
 """One loss, two speeds: the learner's fast path against torchrl alone, term by term.
 
 PPO, A2C, IMPALA and APPO compute their losses on tensors
-(:mod:`fleetrl.algorithms.heads`; ``clipped_objective``, ``critic_loss``,
+(:mod:`fleetrl.networks.heads`; ``clipped_objective``, ``critic_loss``,
 ``policy_gradient``, ``entropy_of`` and ``standardized`` in
 :mod:`fleetrl.algorithms.actor_critic`; the V-trace targets of
 :mod:`fleetrl.algorithms.vtrace`) beside torchrl's ``ClipPPOLoss`` and ``A2CLoss``,

@@ -11,7 +11,9 @@ from torch import nn
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import A2C, DQN, PPO, A2CConfig, DQNConfig, PPOConfig
-from fleetrl.algorithms.models import (
+from fleetrl.envs.probe import env_spec
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.networks.models import (
     CONV_ACTIONS_MSG,
     CONV_OBS_MSG,
     ImpalaTorso,
@@ -20,7 +22,6 @@ from fleetrl.algorithms.models import (
     make_actor_critic,
     make_qnet,
 )
-from fleetrl.envs.spec import EnvSpec, env_spec
 from fleetrl.setup.load import config_from_dict
 
 ALGOS = {"ppo": (PPO, PPOConfig), "a2c": (A2C, A2CConfig), "dqn": (DQN, DQNConfig)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fleetrl.algorithms.heads import next_values
+from fleetrl.networks.heads import next_values
 
 
 def test_next_values_equal_the_critic_on_every_next_observation_and_call_it_on_few():

@@ -13,9 +13,10 @@ from torchrl.modules import GRUModule, LSTMModule
 from fakes import PIXEL_ENV_ID, PIXEL_SHAPE
 from fleetrl import ConfigError, SyncDataCollector
 from fleetrl.algorithms import PPO, A2CConfig, PPOConfig
-from fleetrl.algorithms.models import ImpalaTorso, NatureTorso
 from fleetrl.algorithms.sequences import LOSS_MASK_KEY
-from fleetrl.envs.spec import EnvSpec, env_spec
+from fleetrl.envs.probe import env_spec
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.networks.models import ImpalaTorso, NatureTorso
 from fleetrl.setup.load import config_from_dict, load_config
 
 #: Pong with one 84x84 frame per observation (ppo_atari_lstm.yaml's env): 6 actions
@@ -180,7 +181,7 @@ def test_head_sizes_are_refused_with_a_feed_forward_model_and_when_not_positive(
 
 
 def test_the_constructor_refuses_what_only_a_core_reads_under_a_feed_forward_model():
-    from fleetrl.algorithms.models import make_actor_critic
+    from fleetrl.networks.models import make_actor_critic
 
     info = env_spec("CartPole-v1")
     with pytest.raises(ValueError, match=r"^torso and head_sizes: read only under a recurrent"):

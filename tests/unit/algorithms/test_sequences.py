@@ -24,7 +24,7 @@ from fleetrl.algorithms import (
     PPOConfig,
 )
 from fleetrl.algorithms.sequences import LOSS_MASK_KEY, Sequences, is_recurrent
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.keys import DONE_KEY, MASK_KEY
 from fleetrl.setup.load import config_from_dict
 

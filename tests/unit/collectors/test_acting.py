@@ -1,6 +1,6 @@
 """A probabilistic policy acts on tensors in the collector's loop, with the actor's outputs.
 
-``fleetrl.collectors.acting``: the collector calls a plain ``ProbabilisticActor`` on
+``fleetrl.networks.acting``: the collector calls a plain ``ProbabilisticActor`` on
 tensors, after a probe shows the two calls give the same outputs. Here every batch is
 compared with the one collected through the actor's own TensorDict call, bit for bit, and
 every structure the tensor call cannot reproduce goes through the actor.
@@ -18,8 +18,8 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import ProbabilisticActor, TanhNormal
 
 from fleetrl import SyncDataCollector
-from fleetrl.collectors import acting
-from fleetrl.collectors.acting import TeamActor, TensorActor, tensor_actor
+from fleetrl.networks import acting
+from fleetrl.networks.acting import TeamActor, TensorActor, tensor_actor
 from policies import categorical_actor, mlp, two_network_actor
 
 
@@ -38,7 +38,7 @@ def tanh_normal_actor(obs_dim: int = 3, act_dim: int = 1, **kwargs) -> Probabili
 def collect(env_id, policy, num_envs, fast: bool, monkeypatch, batches: int = 2):
     with monkeypatch.context() as m:
         if not fast:
-            m.setattr("fleetrl.collectors.plan.tensor_actor", lambda *a: None)
+            m.setattr("fleetrl.collectors.local.plan.tensor_actor", lambda *a: None)
         torch.manual_seed(0)
         with SyncDataCollector(env_id, policy, frames_per_batch=64, num_envs=num_envs) as c:
             c.set_seed(1)
@@ -206,7 +206,7 @@ def test_a_probe_that_disagrees_keeps_the_actor(monkeypatch):
 def _grouped_batches(make_env, policy, fast: bool, monkeypatch, fast_kind=TensorActor):
     with monkeypatch.context() as m:
         if not fast:
-            m.setattr("fleetrl.collectors.grouped.tensor_actor", lambda *a: None)
+            m.setattr("fleetrl.collectors.local.grouped.tensor_actor", lambda *a: None)
         with SyncDataCollector(
             make_env, policy, frames_per_batch=24, total_frames=48, num_envs=3
         ) as c:

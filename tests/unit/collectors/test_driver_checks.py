@@ -28,7 +28,7 @@ def no_ray_start(monkeypatch):
     def started(*args, **kwargs):
         pytest.fail("the RayCollector started Ray before refusing its env")
 
-    monkeypatch.setattr("fleetrl.collectors.ray.start_ray", started)
+    monkeypatch.setattr("fleetrl.collectors.remote.collector.start_ray", started)
 
 
 def next_step_vector_env():

@@ -12,10 +12,10 @@ import pytest
 
 from fakes import counting
 from fleetrl import ConfigError, RayCollector
-from fleetrl.backends import InProcessBackend, SimulatedDeath
+from fleetrl.distributed.backends import InProcessBackend, SimulatedDeath
+from fleetrl.distributed.workers import Retire, WorkerGroup, WorkerSlot
 from fleetrl.fleet_size import FLEET_SIZE_ALLOWED, FleetSize
 from fleetrl.setup.load import load_config
-from fleetrl.workers import Retire, WorkerGroup, WorkerSlot
 from runs import ROOT
 
 RayCollector = functools.partial(RayCollector, backend="inprocess")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from fleetrl.collectors.fleet_metrics import METRICS, TAGS
+from fleetrl.collectors.remote.fleet_metrics import METRICS, TAGS
 from runs import ROOT
 
 

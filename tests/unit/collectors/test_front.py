@@ -12,7 +12,7 @@ import pytest
 
 from fleetrl import Collector, ConfigError, RayCollector, SyncDataCollector
 from fleetrl.collectors.front import BACKEND_ALTERNATIVES
-from fleetrl.collectors.ray import PAUSED_MSG, CollectorPausedError
+from fleetrl.collectors.remote.collector import PAUSED_MSG, CollectorPausedError
 
 TORCHRL_KEYS = {"frames", "batches", "requested_frames_per_batch", "total_frames", "completed"}
 

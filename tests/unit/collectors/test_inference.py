@@ -17,7 +17,6 @@ from torchrl.envs.utils import ExplorationType
 from collecting import assert_same_batches as assert_same
 from collecting import breakout
 from fleetrl import ConfigError, EnvError, PolicyError, RayCollector, SyncDataCollector
-from fleetrl.backends import make_backend
 from fleetrl.collectors.inference import (
     FACTORY_MSG,
     NO_POLICY_MSG,
@@ -25,8 +24,9 @@ from fleetrl.collectors.inference import (
     latency_summary,
     needs_env,
 )
-from fleetrl.collectors.overlap import SplitEnv
-from fleetrl.wire import pack_weights
+from fleetrl.collectors.local.overlap import SplitEnv
+from fleetrl.distributed.backends import make_backend
+from fleetrl.distributed.wire import pack_weights
 from policies import atari_row_policy, constant_policy, weight_echo
 
 
@@ -239,7 +239,7 @@ def test_refusals_name_the_argument_before_anything_starts():
 
 
 def test_a_policy_that_acts_one_env_at_a_time_is_refused(monkeypatch):
-    import fleetrl.collectors.ray as ray_module
+    import fleetrl.collectors.remote.collector as ray_module
     from fakes import TorchRLCountingEnv
     from policies import CountingPolicy
 
@@ -279,7 +279,7 @@ def test_a_shared_memory_channel_carries_requests_and_answers_and_leaves_no_name
 
     import numpy as np
 
-    from fleetrl.collectors.shm import ShmChannel, ShmEndpoint
+    from fleetrl.distributed.shm import ShmChannel, ShmEndpoint
 
     def serve(inputs):  # the action is the observation's sum; the version 7
         obs = np.concatenate([a for k, a in inputs if k == "observation"])
@@ -364,7 +364,7 @@ def test_the_direct_front_door_refuses_server_arguments():
 def test_a_channel_whose_server_end_closed_says_so_instead_of_answering():
     import numpy as np
 
-    from fleetrl.collectors.shm import ShmChannel, ShmEndpoint
+    from fleetrl.distributed.shm import ShmChannel, ShmEndpoint
 
     def serve(inputs):
         return [("action", np.zeros(2, dtype=np.int64))], 1, 1.0
@@ -508,7 +508,7 @@ def test_a_replaced_channel_leaves_the_server_one_mapping_and_one_descriptor():
     replaced, or its server restarted): the server drops the old one, mapping and pipe."""
     import numpy as np
 
-    from fleetrl.collectors.shm import ShmChannel, ShmEndpoint
+    from fleetrl.distributed.shm import ShmChannel, ShmEndpoint
 
     def serve(inputs):
         return [("action", np.full(2, 3, dtype=np.int64))], 1, 1.0

@@ -175,9 +175,9 @@ def test_the_rules_that_tie_options_to_other_settings_in_both_words():
 
 
 def test_a_cuda_device_needs_a_gpu_here_unless_a_cluster_is_named(monkeypatch):
-    import fleetrl.runtime
+    import fleetrl.distributed.runtime
 
-    monkeypatch.setattr(fleetrl.runtime, "ray_running", lambda: False)
+    monkeypatch.setattr(fleetrl.distributed.runtime, "ray_running", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cuda = InferenceOptions("server", device="cuda")
     assert said(cuda, num_collectors=1) == [

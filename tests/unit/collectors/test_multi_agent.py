@@ -17,7 +17,7 @@ from torchrl.testing.mocking_classes import (
 )
 
 from fleetrl import ConfigError, PolicyError, SyncDataCollector, episode_stats
-from fleetrl.collectors.grouped import GROUPED_ARGUMENT_MSG, ROOT_ACTION_MSG
+from fleetrl.collectors.local.grouped import GROUPED_ARGUMENT_MSG, ROOT_ACTION_MSG
 from fleetrl.keys import (
     EPISODE_END_KEY,
     EPISODE_LENGTH_KEY,
@@ -275,8 +275,8 @@ def test_a_ray_collector_refuses_what_the_grouped_rollout_lacks_before_any_worke
 def _servers(policy, count=1):
     from torchrl.envs.utils import ExplorationType
 
-    from fleetrl.backends import make_backend
     from fleetrl.collectors.inference import InferenceServers
+    from fleetrl.distributed.backends import make_backend
 
     backend = make_backend("inprocess")
     return InferenceServers(
@@ -318,7 +318,7 @@ def test_a_served_multi_agent_batch_is_tagged_with_the_version_that_acted():
     from tensordict import TensorDict
 
     from fleetrl.algorithms import MAPPO, MAPPOConfig
-    from fleetrl.wire import pack_weights
+    from fleetrl.distributed.wire import pack_weights
 
     make_env = ENVS["three_agents"]
     mappo = MAPPO(MAPPOConfig(hidden_sizes=[8]), make_env())

@@ -20,7 +20,7 @@ from collecting import assert_same_batches as assert_same
 from collecting import breakout as spec
 from collecting import collect_breakout as collect
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.collectors.overlap import (
+from fleetrl.collectors.local.overlap import (
     OVERLAP_ENV_MSG,
     OVERLAP_NUM_ENVS_MSG,
     OVERLAP_VALUE_MSG,

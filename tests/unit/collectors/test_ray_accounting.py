@@ -1,4 +1,4 @@
-"""RayCollector's accounting on the in-process backend (fleetrl.backends): exact frames,
+"""RayCollector's accounting on the in-process backend (fleetrl.distributed.backends): exact frames,
 versions, lag bounds, restarts and argument checks, in milliseconds. The same class on real
 Ray actors: tests/integration/test_ray_collector.py."""
 
@@ -26,7 +26,7 @@ from fleetrl import (
 )
 from fleetrl.collectors import frames_in
 from fleetrl.collectors.arguments import VERSION_MSG
-from fleetrl.collectors.ray_checks import MAX_RESTART_ATTEMPTS_ALLOWED, MAX_SERVED_LAG_ALLOWED
+from fleetrl.collectors.remote.checks import MAX_RESTART_ATTEMPTS_ALLOWED, MAX_SERVED_LAG_ALLOWED
 from fleetrl.errors import bad_value
 from policies import categorical_actor, constant_policy
 
@@ -333,7 +333,7 @@ def test_sync_share_not_divisible_by_envs():
 
 
 def test_unpack_batch_copies_uncompressed_leaves_unless_told_not_to():
-    from fleetrl.wire import pack_batch, unpack_batch
+    from fleetrl.distributed.wire import pack_batch, unpack_batch
 
     batch = TensorDict(
         {"observation": torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4)},

@@ -9,13 +9,13 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from fleetrl.collectors.replay import (
+from fleetrl.collectors.remote.replay import (
     CountedWrites,
     ReplayBufferActor,
     buffer_state,
     load_buffer_state,
 )
-from fleetrl.wire import pack_samples, unpack_samples
+from fleetrl.distributed.wire import pack_samples, unpack_samples
 
 
 def _buffer(capacity: int) -> TensorDictReplayBuffer:
@@ -156,7 +156,7 @@ def test_writes_no_record_counts_are_left_out_while_the_buffer_holds_them():
 
 def test_samples_are_minibatches_of_stored_rows_and_cross_the_wire_as_fresh_memory():
     """``sample(n)`` is ``[n, batch_size]`` rows of the buffer (one uniform draw); on the
-    wire (:func:`fleetrl.wire.pack_samples`) it comes back equal, keys, dtypes and batch
+    wire (:func:`fleetrl.distributed.wire.pack_samples`) it comes back equal, keys, dtypes and batch
     size kept, in writable memory of its own."""
     actor = _actor(50, 30)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Direct samplers (fleetrl.collectors.sampling): a draw and its log-probability from the
+"""Direct samplers (fleetrl.networks.sampling): a draw and its log-probability from the
 distribution's parameters, bit for bit what the distribution itself gives from the same
 generator state, the distribution's own errors kept, and the probe's fallback."""
 
@@ -13,12 +13,12 @@ from torchrl.modules import IndependentNormal, TanhNormal
 from torchrl.modules.distributions.utils import sample_and_log_prob
 
 from fleetrl import SyncDataCollector
-from fleetrl.algorithms.models import make_actor
-from fleetrl.collectors import sampling
-from fleetrl.collectors.acting import TensorActor, tensor_actor
-from fleetrl.collectors.normalization import ObservationNormalizer, RunningMoments
-from fleetrl.collectors.sampling import direct_sampler
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
+from fleetrl.networks import sampling
+from fleetrl.networks.acting import TensorActor, tensor_actor
+from fleetrl.networks.models import make_actor
+from fleetrl.networks.normalization import ObservationNormalizer, RunningMoments
+from fleetrl.networks.sampling import direct_sampler
 
 SHAPES = [(5,), (3, 4), (2, 3, 6)]
 

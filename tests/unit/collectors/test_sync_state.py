@@ -51,8 +51,8 @@ def make_policy(case: str):
     if case == "cartpole_lstm":
         return lstm_actor()
     if case == "pendulum_random":
-        from fleetrl.algorithms.models import make_actor
-        from fleetrl.envs.spec import env_spec
+        from fleetrl.envs.probe import env_spec
+        from fleetrl.networks.models import make_actor
 
         return make_actor(env_spec("Pendulum-v1"), [16])
     return categorical_actor()

@@ -14,7 +14,7 @@ import torch
 
 from collecting import engines, needs_envpool
 from fleetrl import ConfigError, EnvError, SyncDataCollector, make_env
-from fleetrl.collectors.overlap import HalvedEnv, available_cores, pays_off
+from fleetrl.collectors.local.overlap import HalvedEnv, available_cores, pays_off
 from fleetrl.config import AtariConfig, EnvEngine
 from fleetrl.envs.atari import (
     ATARI_KWARGS_MSG,
@@ -29,7 +29,7 @@ from fleetrl.envs.base import ENGINE_MSG
 from fleetrl.envs.cpp import EnvPoolEnv
 from fleetrl.envs.gymnasium import GymVectorEnv
 from fleetrl.envs.make import create_env_fn
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.run.evaluate import evaluate
 from fleetrl.setup.build import make_collector
 from fleetrl.setup.load import config_from_dict

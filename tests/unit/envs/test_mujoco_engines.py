@@ -25,7 +25,7 @@ from fleetrl.envs.mujoco import (
     NOT_MUJOCO_ID_MSG,
     EnvPoolMujocoEnv,
 )
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.setup.load import config_from_dict
 
 try:

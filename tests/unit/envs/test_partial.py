@@ -23,7 +23,7 @@ from fleetrl.envs.partial import (
     KeepEntries,
     PartialEnv,
 )
-from fleetrl.envs.spec import env_spec
+from fleetrl.envs.probe import env_spec
 from fleetrl.errors import ConfigError
 from fleetrl.run.evaluate import evaluate
 from fleetrl.setup import parse_config

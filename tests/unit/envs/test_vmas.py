@@ -15,8 +15,8 @@ from torchrl.envs.utils import ExplorationType
 
 from fleetrl import SyncDataCollector, episode_stats
 from fleetrl.algorithms import MAPPO, MAPPOConfig
-from fleetrl.backends import make_backend
 from fleetrl.collectors.inference import InferenceServers
+from fleetrl.distributed.backends import make_backend
 from fleetrl.keys import EPISODE_END_KEY, POLICY_VERSION_KEY, WORKER_ID_KEY
 
 #: VMAS truncates every env after max_steps

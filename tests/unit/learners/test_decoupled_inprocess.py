@@ -7,7 +7,7 @@ import torch
 
 from fakes import counting
 from fleetrl import RayCollector, Trainer, load_config
-from fleetrl.collectors.replay import RemoteReplayBuffer
+from fleetrl.collectors.remote.replay import RemoteReplayBuffer
 from policies import constant_policy
 from runs import DECOUPLED_DQN, DECOUPLED_TINY
 

@@ -1,5 +1,5 @@
 """Remote collectors of a learner on an accelerator act with a CPU copy of its policy
-(:class:`~fleetrl.collectors.policies.HostPolicy`), brought up to date by each publish; a CPU learner's
+(:class:`~fleetrl.networks.policies.HostPolicy`), brought up to date by each publish; a CPU learner's
 collectors get its own module, as before. The GPU itself: tests/integration/test_cuda.py."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from tensordict import TensorDict
 from torch import nn
 
 import fleetrl.learners.collection as collection_module
-from fleetrl.collectors.policies import HostPolicy
 from fleetrl.learners.collection import Collection, host_policy
 from fleetrl.learners.versions import batch_version
+from fleetrl.networks.policies import HostPolicy
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fleetrl import ConfigError, SyncDataCollector
-from fleetrl.backends import SimulatedDeath
+from fleetrl.distributed.backends import SimulatedDeath
 from fleetrl.learners import GradWorker
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict

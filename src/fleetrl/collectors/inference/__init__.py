@@ -18,14 +18,14 @@ requests that arrive while the policy runs form the next batch, which is how
 batches grow with the number of workers.
 
 **Double buffering** (Sample Factory's). A worker steps its envs as two
-groups (:class:`~fleetrl.collectors.overlap.SplitEnv`): it sends group A's
+groups (:class:`~fleetrl.collectors.local.overlap.SplitEnv`): it sends group A's
 observations, then steps group B with the actions that came back for B, and
 so on, so each group's env step overlaps the server's work on the other
-group (:func:`fleetrl.collectors.rollout.rollout`). No request is in flight
+group (:func:`fleetrl.collectors.local.rollout.rollout`). No request is in flight
 across batches.
 
 **Transport** (``inference_transport``). ``"auto"``: a worker on the server's node
-reaches it through shared memory (:mod:`fleetrl.collectors.shm`: tens of microseconds a
+reaches it through shared memory (:mod:`fleetrl.distributed.shm`: tens of microseconds a
 request), a worker on another node through Ray actor calls (about a millisecond, numpy
 arrays shipped without pickling their data); ``"ray"``: Ray calls only. The figures
 behind the choice are in ``docs/guides/inference.md``.
@@ -50,7 +50,7 @@ a killed server is restarted by Ray, starts from the newest weights on the
 by Ray for Ray calls, by the worker (as a Ray call) for shared memory, once it sees the
 server's end of the pipe close or its token change. A request is answered once, so no
 frame is lost or counted twice; the worker only waits longer. A killed env worker is replaced as
-without servers (:mod:`fleetrl.collectors.pool`).
+without servers (:mod:`fleetrl.collectors.remote.pool`).
 
 The modules: :mod:`~fleetrl.collectors.inference.options` (the options and their rules),
 :mod:`~fleetrl.collectors.inference.checks` (what is refused before anything starts),

@@ -176,9 +176,9 @@ def probe_batched(
     Raises:
         PolicyError: the policy acts on one env at a time.
     """
-    from fleetrl.collectors.plan import initial_states, plan_policy
-    from fleetrl.collectors.policies import PerEnvPolicy
+    from fleetrl.collectors.local.plan import initial_states, plan_policy
     from fleetrl.envs.make import make_env
+    from fleetrl.networks.policies import PerEnvPolicy
 
     try:
         env = make_env(create_env_fn, num_envs, create_env_kwargs)
@@ -269,7 +269,7 @@ def check_server_resources(
     """Once Ray is up, before any actor starts: a CUDA ``options.device`` needs a GPU in
     its cluster, and the servers' requests (``inference_remote_config``) must fit beside the
     collectors' (a request that never fits would leave an actor waiting forever)."""
-    from fleetrl.runtime import resource_shortfalls
+    from fleetrl.distributed.runtime import resource_shortfalls
 
     p = Problems()
     if options.device is not None:

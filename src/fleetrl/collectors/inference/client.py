@@ -1,6 +1,6 @@
 """How a worker's rollout reaches its inference server: :class:`ServerClient`.
 
-Shared memory where the server runs on the worker's node (:mod:`fleetrl.collectors.shm`:
+Shared memory where the server runs on the worker's node (:mod:`fleetrl.distributed.shm`:
 tens of microseconds a request), Ray calls across nodes or with ``transport="ray"`` (about
 a millisecond). A request lost with its server (the pipe closed, or the server's token
 changed: Ray restarted it) is asked again as a Ray call, which Ray delivers to the restarted
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised
-from fleetrl.collectors.shm import CHECK_EVERY_S, ShmChannel
+from fleetrl.distributed.backends import Actor, Backend, WorkerDied, WorkerRaised
+from fleetrl.distributed.shm import CHECK_EVERY_S, ShmChannel
 from fleetrl.errors import PolicyError, WorkerError
 from fleetrl.keys import NestedKey
 
@@ -31,7 +31,7 @@ class ServerClient:
     Args:
         server: the server actor.
         transport: ``"auto"``: shared memory where the server runs on this node
-            (:mod:`fleetrl.collectors.shm`), else Ray calls; ``"ray"``: Ray calls only.
+            (:mod:`fleetrl.distributed.shm`), else Ray calls; ``"ray"``: Ray calls only.
     """
 
     def __init__(self, server: Actor, transport: str = "auto"):
@@ -99,7 +99,7 @@ class ServerClient:
             if self.transport == "ray":
                 self._endpoint = False
             else:
-                from fleetrl.runtime import node_id
+                from fleetrl.distributed.runtime import node_id
 
                 info = self._answer(lambda: self.backend.get(self.server.call("endpoint")))
                 self._endpoint = info if info["node"] == node_id() else False

@@ -34,8 +34,8 @@ from fleetrl.collectors.rules import (
     phrase,
     whole_at_least,
 )
-from fleetrl.collectors.shm import TRANSPORTS
 from fleetrl.config import CollectorConfig
+from fleetrl.distributed.shm import TRANSPORTS
 from fleetrl.errors import Problem, Problems
 
 __all__ = [
@@ -332,7 +332,7 @@ def check_cuda(
     else here; a cluster given by ``address`` and not up yet is checked once it is."""
     import torch
 
-    from fleetrl.runtime import ray_running
+    from fleetrl.distributed.runtime import ray_running
 
     if torch.device(device).type != "cuda" or (address is not None and not ray_running()):
         return

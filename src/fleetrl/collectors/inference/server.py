@@ -4,7 +4,7 @@ A request is one env group's step input (``(key, array)`` pairs); the server bat
 requests that are ready (see :mod:`fleetrl.collectors.inference`), runs the policy once on
 the batch under ``torch.inference_mode()`` and answers each request with its rows and the
 version of the weights that produced them. Requests come as Ray calls (:meth:`InferenceServer.infer`)
-or through shared memory (:meth:`InferenceServer.endpoint`, :mod:`fleetrl.collectors.shm`).
+or through shared memory (:meth:`InferenceServer.endpoint`, :mod:`fleetrl.distributed.shm`).
 :class:`WeightsBoard` holds the newest weights, which a restarted server loads first.
 """
 
@@ -24,11 +24,11 @@ from tensordict import TensorDict
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from fleetrl.backends import Actor
-from fleetrl.collectors.shm import ShmEndpoint, new_token
+from fleetrl.distributed.backends import Actor
+from fleetrl.distributed.runtime import pin_threads
+from fleetrl.distributed.shm import ShmEndpoint, new_token
+from fleetrl.distributed.wire import unpack_weights
 from fleetrl.keys import NestedKey
-from fleetrl.runtime import pin_threads
-from fleetrl.wire import unpack_weights
 
 __all__ = ["InferenceServer", "WeightsBoard"]
 
@@ -138,8 +138,8 @@ class InferenceServer:
 
     def endpoint(self) -> dict[str, Any]:
         """Where workers on this node reach the server through shared memory
-        (:mod:`fleetrl.collectors.shm`): its node, request FIFO and token."""
-        from fleetrl.runtime import node_id
+        (:mod:`fleetrl.distributed.shm`): its node, request FIFO and token."""
+        from fleetrl.distributed.runtime import node_id
 
         with self._endpoint_lock:
             if self._endpoint is None:
@@ -154,7 +154,7 @@ class InferenceServer:
     def close(self) -> dict[str, Any]:
         """Release the shared-memory endpoint (its request FIFO and directory, the channels'
         mappings); returns this server's node and process id."""
-        from fleetrl.runtime import node_id
+        from fleetrl.distributed.runtime import node_id
 
         with self._endpoint_lock:
             if self._endpoint is not None:
@@ -264,7 +264,7 @@ class InferenceServer:
 
 def _reconstructed() -> bool:
     """Whether this is a Ray actor restarted after a death."""
-    from fleetrl.runtime import ray_running
+    from fleetrl.distributed.runtime import ray_running
 
     if not ray_running():
         return False

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.backends import Actor, Backend, WorkerDied, WorkerRaised, on_driver_node
 from fleetrl.collectors.inference.options import InferenceOptions, server_options
 from fleetrl.collectors.inference.server import InferenceServer, WeightsBoard
+from fleetrl.distributed.backends import Actor, Backend, WorkerDied, WorkerRaised, on_driver_node
 from fleetrl.errors import WorkerError
 
 __all__ = ["CLOSE_WAIT_S", "SERVER_START_MSG", "InferenceServers", "latency_summary"]
@@ -36,7 +36,7 @@ class InferenceServers:
     for their statistics.
 
     Args:
-        backend: where they run (:mod:`fleetrl.backends`).
+        backend: where they run (:mod:`fleetrl.distributed.backends`).
         policy_ref: the policy, stored once with the backend.
         count: how many servers.
         device, max_batch, max_wait_ms, exploration_type, num_threads: as
@@ -63,7 +63,7 @@ class InferenceServers:
     ):
         self.backend = backend
         self.device = device
-        #: how the workers reach the servers (:data:`~fleetrl.collectors.shm.TRANSPORTS`)
+        #: how the workers reach the servers (:data:`~fleetrl.distributed.shm.TRANSPORTS`)
         self.transport = transport
         # on the driver's node: a server that Ray restarts elsewhere after its node is lost
         # loads the newest weights from it
@@ -181,7 +181,7 @@ class InferenceServers:
 
         Each server closes first (within :data:`CLOSE_WAIT_S`): a killed server would leave
         its request FIFO's directory behind. Then they end through
-        :meth:`~fleetrl.backends.Backend.kill_all`, which on Ray waits until the cluster has
+        :meth:`~fleetrl.distributed.backends.Backend.kill_all`, which on Ray waits until the cluster has
         their CPUs (and GPU shares) back, so a collector started right after finds them free.
         """
         servers, self.servers = self.servers, []

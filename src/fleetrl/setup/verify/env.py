@@ -34,7 +34,16 @@ import math
 from fleetrl.algorithms import MULTI_AGENT_ALGORITHMS
 from fleetrl.algorithms.agent_groups import AgentGroupLayout
 from fleetrl.algorithms.mappo import SINGLE_AGENT_MSG
-from fleetrl.algorithms.models import (
+from fleetrl.config import AtariConfig, Config
+from fleetrl.distributed.runtime import human_bytes, physical_memory
+from fleetrl.envs.engine import EnvKind, ResolvedEnv, resolve_env
+from fleetrl.envs.partial import PartialEnv
+from fleetrl.envs.probe import env_spec
+from fleetrl.envs.registry import lookup_id
+from fleetrl.envs.spec import EnvSpec
+from fleetrl.errors import ConfigError, Problem, Problems
+from fleetrl.extras import pip_install
+from fleetrl.networks.models import (
     NORMALIZE_CONV_MSG,
     ModelKind,
     TorsoKind,
@@ -43,14 +52,6 @@ from fleetrl.algorithms.models import (
     resolve_torso,
     torso_problems,
 )
-from fleetrl.config import AtariConfig, Config
-from fleetrl.envs.engine import EnvKind, ResolvedEnv, resolve_env
-from fleetrl.envs.partial import PartialEnv
-from fleetrl.envs.registry import lookup_id
-from fleetrl.envs.spec import EnvSpec, env_spec
-from fleetrl.errors import ConfigError, Problem, Problems
-from fleetrl.extras import pip_install
-from fleetrl.runtime import human_bytes, physical_memory
 
 __all__ = [
     "ACTIONS_MSG",

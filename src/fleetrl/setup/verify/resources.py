@@ -3,15 +3,15 @@
 :func:`resource_problems` is asked once Ray runs, before any actor starts (the
 config's own checks, :func:`fleetrl.setup.verify.verify`, come first and need no
 cluster): the collectors', inference servers' and gradient workers' requests
-against the cluster's resources (:func:`fleetrl.runtime.resource_shortfalls`),
+against the cluster's resources (:func:`fleetrl.distributed.runtime.resource_shortfalls`),
 each problem in config keys with the arithmetic and the fix.
 """
 
 from __future__ import annotations
 
 from fleetrl.config import Config
+from fleetrl.distributed.runtime import resource_shortfalls
 from fleetrl.errors import ConfigError, Problem, Problems
-from fleetrl.runtime import resource_shortfalls
 
 __all__ = [
     "GRAD_WORKERS_MSG",
@@ -89,7 +89,7 @@ def check_trial_resources(config: Config, bundles: list[dict[str, float]]) -> No
 
 def resource_problems(config: Config) -> list[Problem]:
     """Where Ray runs already: the CPUs (and custom resources) the run's workers ask for,
-    against the cluster's (:func:`fleetrl.runtime.resource_shortfalls`), in config keys.
+    against the cluster's (:func:`fleetrl.distributed.runtime.resource_shortfalls`), in config keys.
     Empty where Ray does not run yet, or the workers run in process."""
     if config.trainer.backend != "ray":
         return []

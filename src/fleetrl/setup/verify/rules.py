@@ -27,10 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetrl.algorithms.sections import SECTIONS
-from fleetrl.backends import BACKENDS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.inference import config_problems
 from fleetrl.config import Config, LearnerMode, enum_of, enum_value, type_hints
+from fleetrl.distributed.backends import BACKENDS
 from fleetrl.errors import Problems
 from fleetrl.extras import pip_install
 from fleetrl.fleet_size import FleetSize
@@ -85,7 +85,7 @@ DECOUPLED_NEEDS = {
     "buffer as it is collected: needs null",
 }
 #: the algorithms whose default networks take an observation normalizer and whose
-#: learners scale rewards (fleetrl.collectors.normalization)
+#: learners scale rewards (fleetrl.networks.normalization)
 NORMALIZING_ALGORITHMS = ("a2c", "appo", "impala", "ppo")
 #: the batch-size rule in config keys (fleetrl.batch_sizes)
 CONFIG_NAMES = BatchSizeNames(
@@ -337,7 +337,7 @@ def batch_size_rules(config: Config, check: Problems) -> None:
         frames_per_batch=c.frames_per_batch,
         total_frames=t.total_frames,
         num_envs=config.env.num_envs if config.env.num_envs > 0 else None,
-        # a range's shares are whole env steps, not equal (fleetrl.collectors.rounds)
+        # a range's shares are whole env steps, not equal (fleetrl.collectors.remote.rounds)
         split=c.fleet.min if remote_sync and not c.fleet.elastic else 1,
         names=CONFIG_NAMES,
     ):
@@ -347,7 +347,7 @@ def batch_size_rules(config: Config, check: Problems) -> None:
 
 def normalization_rules(config: Config, check: Problems) -> None:
     """env.normalize_observation / env.normalize_reward: the algorithms whose default
-    networks and learners take the statistics (fleetrl.collectors.normalization)."""
+    networks and learners take the statistics (fleetrl.networks.normalization)."""
     for name in ("normalize_observation", "normalize_reward"):
         if getattr(config.env, name) is not True:
             continue
