@@ -416,7 +416,7 @@ class SyncDataCollector(DataCollectorBase):
         state: dict[str, Any] = {
             "frames": self._frames,
             "policy_version": self.policy_version,
-            **self._rolling.team.state_dict(),
+            **self._rolling.episodes.state_dict(),
             **self._rolling.state_dict(),
             "env": self.env.state_dict(),
         }
@@ -432,7 +432,7 @@ class SyncDataCollector(DataCollectorBase):
         if "policy_state_dict" in state:
             self.policy.load_state_dict(state["policy_state_dict"])
         saved_envs = state.get("env") is not None
-        self._rolling.team.load_state_dict(state, episodes=saved_envs)
+        self._rolling.episodes.load_state_dict(state, episodes=saved_envs)
         if saved_envs:
             self.env.load_state_dict(state["env"])
             self._rolling.load_state_dict(state)
@@ -447,19 +447,40 @@ class SyncDataCollector(DataCollectorBase):
     ) -> TensorDictBase:
         """Collect ``frames`` frames (a multiple of ``num_envs``) outside the iterator's budget.
 
-        This is what a remote worker runs per task. With ``should_stop``, the
-        rollout stops early, once it holds at least ``min_frames`` frames, at the
-        first step where ``should_stop()`` is true (straggler preemption); the
-        batch is then shorter in time. The check costs one call per step.
+        With ``should_stop``, the rollout stops early, once it holds at least ``min_frames``
+        frames, at the first step where ``should_stop()`` is true (straggler preemption);
+        the batch is then shorter in time. The check costs one call per step.
+
+        ``frames`` is checked here, where a caller passes it; the iterator and a
+        RayCollector's workers, whose sizes were checked when they were set, call
+        :meth:`collect_planned`.
         """
+        self._check_open()
+        problems = batch_size_problems(
+            frames_per_batch=frames, total_frames=None, num_envs=self.env.num_envs,
+            names=FRAMES_NAMES,
+        )  # fmt: skip
+        if not isinstance(frames, int) or frames <= 0 or problems:
+            raise ConfigError(problems or [bad_value("frames", frames, "must be > 0")])
+        return self.collect_planned(
+            frames, random=random, min_frames=min_frames, should_stop=should_stop
+        )
+
+    def collect_planned(
+        self,
+        frames: int,
+        *,
+        random: bool = False,
+        min_frames: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> TensorDictBase:
+        """:meth:`collect` of a size already known to be a positive multiple of ``num_envs``
+        (this collector's ``frames_per_batch``, or a RayCollector task's share, checked
+        against each worker's envs before any worker started): what a remote worker runs
+        per task."""
         start = time.perf_counter()
         self._check_open()
         n = self.env.num_envs
-        problems = batch_size_problems(
-            frames_per_batch=frames, total_frames=None, num_envs=n, names=FRAMES_NAMES
-        )
-        if frames <= 0 or problems:
-            raise ConfigError(problems or [bad_value("frames", frames, "must be > 0")])
         min_steps = frames // n if min_frames is None else max(1, -(-min_frames // n))
         times = CollectTimes(env_s=0.0, policy_s=0.0, batches=1)
         batch = self._rollout(
@@ -526,7 +547,7 @@ class SyncDataCollector(DataCollectorBase):
         )
         if frames <= 0:
             return None
-        batch = self.collect(frames, random=self._frames < self.init_random_frames)
+        batch = self.collect_planned(frames, random=self._frames < self.init_random_frames)
         self._frames += frames
         return batch
 

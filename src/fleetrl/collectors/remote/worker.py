@@ -160,6 +160,10 @@ class CollectorWorker:
             )
             self.collector = collector_class(frames_per_batch=frames_per_batch, **kwargs)
             self.served = getattr(self.collector, "server", None) is not None
+            # a task's size was checked against this worker's envs before the worker started:
+            # it is not checked again per task, unless a subclass collects its own way
+            own = type(self.collector).collect is not SyncDataCollector.collect
+            self._collect = self.collector.collect if own else self.collector.collect_planned
         else:
             env_fn = kwargs.pop("create_env_fn")
             policy = kwargs.pop("policy", None)
@@ -231,7 +235,7 @@ class CollectorWorker:
             should_stop = None
             if min_frames is not None and min_frames < frames:
                 should_stop = lambda: self._stop_round >= round_id  # noqa: E731
-            batch = self.collector.collect(
+            batch = self._collect(
                 frames, random=random, min_frames=min_frames, should_stop=should_stop
             )
             preempted = batch.numel() < frames
