@@ -544,8 +544,10 @@ class AlgorithmConfig:
             if member is not None:  # an unknown value is left for the checks to report
                 setattr(self, name, member)
 
-    def validate(self, config: Config, check: Problems) -> None:
-        """Append this section's problems (``check`` prefixes the keys with the section)."""
+    def check(self, check: Problems) -> None:
+        """Append the problems of this section's own keys, which need no other section: what
+        an algorithm's constructor asks of a section built in code (``check`` prefixes the
+        keys with the section). A subclass extends it with its own keys' rules."""
         check(self.lr > 0, "lr", self.lr, "must be > 0")
         check(0 < self.gamma <= 1, "gamma", self.gamma, "must be in (0, 1]")
         check(
@@ -560,6 +562,11 @@ class AlgorithmConfig:
             self.max_grad_norm,
             "must be > 0, or null: off",
         )
+
+    def validate(self, config: Config, check: Problems) -> None:
+        """Append this section's problems in a whole config: :meth:`check`'s, and the rules
+        that tie its keys to other sections' (a subclass extends it with its own)."""
+        self.check(check)
         device = config.trainer.device
         check(
             not self.cudagraphs or str(device).startswith("cuda"),
