@@ -27,7 +27,7 @@ class A2C(ActorCritic):
 
     Args:
         config: hyperparameters (``A2CConfig``).
-        info: the env's spaces, for the default networks.
+        spec: the env's spaces, for the default networks.
         actor: a ProbabilisticActor writing ``action`` (default: by ``config.model``).
         critic: a module writing ``state_value`` (default: by ``config.model``).
         device: the learner's device (default: the CPU).
@@ -49,13 +49,13 @@ class A2C(ActorCritic):
     def __init__(
         self,
         config: A2CConfig,
-        info: EnvSpec,
+        spec: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
         device: Any = None,
     ):
-        super().__init__(config, info, A2CLoss, actor=actor, critic=critic, device=device)
+        super().__init__(config, spec, A2CLoss, actor=actor, critic=critic, device=device)
         self.init_gae(config.gamma, config.gae_lambda)
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:

@@ -191,7 +191,7 @@ class ActorCritic(LossCoefficients, Algorithm):
     Args:
         config: the section (``model``, ``hidden_sizes``, ``entropy_coef``,
             ``critic_coef``, ``lr``, ``max_grad_norm``...).
-        info: the env's spaces, for the default networks.
+        spec: the env's spaces, for the default networks.
         loss_class: the torchrl loss (``ClipPPOLoss``, ``A2CLoss``).
 
     Keyword Args:
@@ -204,7 +204,7 @@ class ActorCritic(LossCoefficients, Algorithm):
     def __init__(
         self,
         config: Any,
-        info: EnvSpec,
+        spec: EnvSpec,
         loss_class: type[nn.Module],
         *,
         actor: nn.Module | None,
@@ -217,7 +217,7 @@ class ActorCritic(LossCoefficients, Algorithm):
         device = as_device(device)
         actor, critic = make_actor_critic(
             config.model,
-            info,
+            spec,
             config.hidden_sizes,
             actor=actor,
             critic=critic,
@@ -374,14 +374,14 @@ class ActorCritic(LossCoefficients, Algorithm):
 
         Flat data: the data itself, and no mask. Sequences: the networks run over each
         sequence in recurrent mode (gradients through time), after the burn-in
-        (:meth:`Sequences.warm_up`); the data, log-probabilities and values are those of
+        (:meth:`Sequences.refresh_states`); the data, log-probabilities and values are those of
         the steps under the loss mask, flat, so each loss term is their mean.
         """
         t = self.loss_module.tensor_keys
         if self.sequences is None:
             dist, value = self.heads(*(data.get(k) for k in self.heads.in_keys))
             return data, dist, dist.log_prob(data.get(t.action)), value, None
-        data = self.sequences.warm_up(data, [self.critic, self.actor])
+        data = self.sequences.refresh_states(data, [self.critic, self.actor])
         mask = data.get(LOSS_MASK_KEY)
         with set_recurrent_mode(True):
             if self.trunk is not None:  # one torso and core for both: run them once

@@ -31,7 +31,7 @@ class APPO(ClipEpsilon, VTraceActorCritic):
 
     Args:
         config: hyperparameters (``APPOConfig``).
-        info: the env's spaces, for the default networks.
+        spec: the env's spaces, for the default networks.
         actor: a ProbabilisticActor writing ``action`` and ``action_log_prob``
             (default: by ``config.model``).
         critic: a module writing ``state_value`` (default: by ``config.model``).
@@ -51,7 +51,7 @@ class APPO(ClipEpsilon, VTraceActorCritic):
     def __init__(
         self,
         config: APPOConfig,
-        info: EnvSpec,
+        spec: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
@@ -59,7 +59,7 @@ class APPO(ClipEpsilon, VTraceActorCritic):
     ):
         super().__init__(
             config,
-            info,
+            spec,
             ClipPPOLoss,
             actor=actor,
             critic=critic,

@@ -49,7 +49,7 @@ class DQN(ReplayAlgorithm):
 
     Args:
         config: hyperparameters (``DQNConfig``).
-        info: the env's spaces.
+        spec: the env's spaces.
         qnet: a module mapping ``observation`` to action values (default: by
             ``config.model``, a CNN for pixels and an MLP otherwise).
         device: the learner's device (default: the CPU).
@@ -75,26 +75,26 @@ class DQN(ReplayAlgorithm):
     def __init__(
         self,
         config: DQNConfig,
-        info: EnvSpec,
+        spec: EnvSpec,
         *,
         qnet: nn.Module | None = None,
         device: Any = None,
     ):
         refuse_recurrent("dqn", qnet=qnet)
-        if not info.discrete:
+        if not spec.discrete:
             raise ConfigError(
                 [
-                    f"info.num_actions={info.num_actions} is invalid: DQN needs an env with "
-                    f"discrete actions and this one has {info.action_dim}-dimensional continuous "
+                    f"spec.num_actions={spec.num_actions} is invalid: DQN needs an env with "
+                    f"discrete actions and this one has {spec.action_dim}-dimensional continuous "
                     "actions; use SAC, PPO or A2C for it"
                 ]
             )
         device = as_device(device)
-        spec = Categorical(info.num_actions, device=device)
-        qnet = qnet if qnet is not None else make_qnet(config.model, info, config.hidden_sizes)
-        self.qvalue = QValueActor(qnet.to(device), in_keys=[OBSERVATION_KEY], spec=spec)
+        action_spec = Categorical(spec.num_actions, device=device)
+        qnet = qnet if qnet is not None else make_qnet(config.model, spec, config.hidden_sizes)
+        self.qvalue = QValueActor(qnet.to(device), in_keys=[OBSERVATION_KEY], spec=action_spec)
         self.egreedy = EGreedyModule(
-            spec,
+            action_spec,
             eps_init=config.eps_init,
             eps_end=config.eps_end,
             annealing_num_steps=config.eps_anneal_frames,

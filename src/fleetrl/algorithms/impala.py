@@ -29,7 +29,7 @@ class IMPALA(VTraceActorCritic):
 
     Args:
         config: hyperparameters (``IMPALAConfig``).
-        info: the env's spaces, for the default networks.
+        spec: the env's spaces, for the default networks.
         actor: a ProbabilisticActor writing ``action`` and ``action_log_prob``
             (default: by ``config.model``).
         critic: a module writing ``state_value`` (default: by ``config.model``).
@@ -49,13 +49,13 @@ class IMPALA(VTraceActorCritic):
     def __init__(
         self,
         config: IMPALAConfig,
-        info: EnvSpec,
+        spec: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
         device: Any = None,
     ):
-        super().__init__(config, info, A2CLoss, actor=actor, critic=critic, device=device)
+        super().__init__(config, spec, A2CLoss, actor=actor, critic=critic, device=device)
         self.init_vtrace(config)
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:

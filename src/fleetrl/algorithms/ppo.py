@@ -31,7 +31,7 @@ class PPO(ClipEpsilon, ActorCritic):
 
     Args:
         config: hyperparameters (``PPOConfig``).
-        info: the env's spaces, for the default networks.
+        spec: the env's spaces, for the default networks.
         actor: a ProbabilisticActor writing ``action`` and ``action_log_prob``
             (default: by ``config.model``, see
             :func:`~fleetrl.networks.models.make_actor_critic`).
@@ -60,7 +60,7 @@ class PPO(ClipEpsilon, ActorCritic):
     def __init__(
         self,
         config: PPOConfig,
-        info: EnvSpec,
+        spec: EnvSpec,
         *,
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
@@ -68,7 +68,7 @@ class PPO(ClipEpsilon, ActorCritic):
     ):
         super().__init__(
             config,
-            info,
+            spec,
             ClipPPOLoss,
             actor=actor,
             critic=critic,

@@ -52,7 +52,7 @@ class SAC(ReplayAlgorithm):
 
     Args:
         config: hyperparameters (``SACConfig``).
-        info: the env's spaces.
+        spec: the env's spaces.
         actor: a ProbabilisticActor with a TanhNormal (default: MLP).
         qvalue: a module reading ``observation`` and ``action``, writing ``state_action_value``.
         device: the learner's device (default: the CPU).
@@ -80,17 +80,17 @@ class SAC(ReplayAlgorithm):
     def __init__(
         self,
         config: SACConfig,
-        info: EnvSpec,
+        spec: EnvSpec,
         *,
         actor: nn.Module | None = None,
         qvalue: nn.Module | None = None,
         device: Any = None,
     ):
         refuse_recurrent("sac", actor=actor, qvalue=qvalue)
-        if info.discrete:
+        if spec.discrete:
             raise ConfigError(
                 [
-                    f"info.num_actions={info.num_actions} is invalid: SAC needs an env with "
+                    f"spec.num_actions={spec.num_actions} is invalid: SAC needs an env with "
                     "continuous (Box) actions and this one has discrete actions; use DQN, PPO "
                     "or A2C for it"
                 ]
@@ -99,10 +99,10 @@ class SAC(ReplayAlgorithm):
             raise ConfigError([f"sac.cudagraphs=True is invalid: {SAC_CUDAGRAPHS_MSG}"])
         device = as_device(device)
         if actor is None:
-            actor = make_actor(info, config.hidden_sizes, activation=nn.ReLU)
+            actor = make_actor(spec, config.hidden_sizes, activation=nn.ReLU)
         if qvalue is None:
             net = MLP(
-                in_features=info.obs_dim + info.action_dim,
+                in_features=spec.obs_dim + spec.action_dim,
                 out_features=1,
                 num_cells=config.hidden_sizes,
                 activation_class=nn.ReLU,
@@ -118,7 +118,7 @@ class SAC(ReplayAlgorithm):
             num_qvalue_nets=2,
             loss_function="l2",
             alpha_init=config.alpha_init,
-            target_entropy=-float(info.action_dim),
+            target_entropy=-float(spec.action_dim),
             delay_qvalue=True,
         )
         loss.make_value_estimator(gamma=config.gamma)

@@ -14,7 +14,7 @@ and the network cannot learn what to remember. Here instead:
   stored state or from zeros); ``LOSS_MASK_KEY`` says which steps enter the loss.
 - With ``burn_in`` > 0, consecutive sequences overlap: each one's first ``burn_in``
   steps are the ``burn_in`` steps before its own, and they are only run (without
-  gradient, :meth:`Sequences.warm_up`) to bring the stored state up to date with
+  gradient, :meth:`Sequences.refresh_states`) to bring the stored state up to date with
   the current weights (R2D2's burn-in); every step enters the loss exactly once.
 - :meth:`Sequences.minibatches` shuffles sequences, not steps.
 - The loss runs the modules over each whole sequence in torchrl's recurrent mode
@@ -347,7 +347,7 @@ class Sequences:
         for part in order.tensor_split(num_mini_batch):
             yield data[part]
 
-    def warm_up(self, data: TensorDictBase, networks: Sequence[nn.Module]) -> TensorDictBase:
+    def refresh_states(self, data: TensorDictBase, networks: Sequence[nn.Module]) -> TensorDictBase:
         """The steps after the burn-in, each sequence's state brought up to date.
 
         The burn-in steps run through ``networks`` (in recurrent mode, without

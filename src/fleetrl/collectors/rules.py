@@ -4,7 +4,7 @@ A :class:`~fleetrl.RayCollector` caller writes ``inference_max_batch=0``; a
 config's author writes ``collector.inference_max_batch: 0``. The rule that
 refuses both (an int >= 1, or None) is one :class:`Rule`, and :func:`phrase`
 says it to either :class:`Audience`: the constructor's checks
-(:mod:`fleetrl.collectors.remote.plan`) and the config's (``fleetrl.setup.verify``,
+(:mod:`fleetrl.collectors.remote.preflight`) and the config's (``fleetrl.setup.verify``,
 through :func:`fleetrl.collectors.inference.config_problems`) read the same
 text.
 

@@ -5,9 +5,9 @@ A :class:`Collection` owns
 - the collector (:func:`~fleetrl.setup.build.make_collector`): in this process,
   acting with the learner's own module, or on remote workers; with a replay
   buffer, remote workers that write into it and report progress;
-- the warm-up rule: an algorithm whose class says ``random_start`` acts
+- the random-start rule: an algorithm whose class says ``random_start`` acts
   uniformly at random for its first ``learning_starts`` frames, shared out among
-  the learners that collect (:func:`warmup_frames`);
+  the learners that collect (:func:`random_start_frames`);
 - publishing: the collector is given the learner's version (its optimizer-step
   count, :mod:`fleetrl.learners.versions`). A collector that acts with the
   learner's own module (:meth:`~fleetrl.collectors.DataCollectorBase.acts_with`)
@@ -44,10 +44,10 @@ from fleetrl.networks.normalization import Moments
 from fleetrl.networks.policies import HostPolicy, module_device
 from fleetrl.setup.build import make_collector
 
-__all__ = ["Collection", "host_policy", "warmup_frames"]
+__all__ = ["Collection", "host_policy", "random_start_frames"]
 
 
-def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> int:
+def random_start_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> int:
     """The collector's ``init_random_frames``: -1 (none) unless the algorithm's class says
     ``random_start``; then this learner's part of ``learning_starts`` (a ``share``-th, rounded
     up, when ``share`` learners collect) less the frames it ``collected`` already.
@@ -55,7 +55,7 @@ def warmup_frames(algorithm: Algorithm, *, collected: int, share: int = 1) -> in
     Examples:
         >>> from types import SimpleNamespace
         >>> sac = SimpleNamespace(random_start=True, learning_starts=1000)
-        >>> warmup_frames(sac, collected=0), warmup_frames(sac, collected=300, share=3)
+        >>> random_start_frames(sac, collected=0), random_start_frames(sac, collected=300, share=3)
         (1000, 34)
     """
     if not algorithm.random_start:
@@ -85,8 +85,8 @@ class Collection:
         total_frames: the collector's frame budget (-1: endless).
         seed: seeds the collector; None leaves it unseeded, for ``state``.
         collected: frames this learner collected before (a resumed run), for
-            the warm-up rule.
-        share: how many learners split the warm-up (the gradient workers).
+            the random-start rule.
+        share: how many learners split the random start (the gradient workers).
         state: a local collector's saved state to load instead of seeding; a
             mismatch raises :class:`~fleetrl.errors.EnvError` (the collector is
             shut down first).
@@ -119,7 +119,7 @@ class Collection:
             algorithm.policy if self.host is None else self.host.module,
             total_frames=total_frames,
             seed=seed,
-            init_random_frames=warmup_frames(algorithm, collected=collected, share=share),
+            init_random_frames=random_start_frames(algorithm, collected=collected, share=share),
             replay_buffer=replay_buffer,
             reads=algorithm.env_keys_read(),
         )

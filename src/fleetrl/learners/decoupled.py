@@ -15,7 +15,7 @@ learner may have taken
     allowed(F) = (F - S) * updates_per_batch // frames_per_batch   (0 while F < S)
 
 optimizer steps, i.e. ``updates_per_frame = updates_per_batch /
-frames_per_batch`` per frame past the warm-up: the ratio of the alternating
+frames_per_batch`` per frame past the random start: the ratio of the alternating
 mode, counted in frames written. The learner never takes more (it waits for
 progress when it is ahead), and when it is behind it holds the collection
 back: no new task is issued while the frames written and in flight exceed
@@ -23,7 +23,7 @@ what its updates so far need by more than ``collector.decoupled_frames_ahead``
 (default: one ``frames_per_batch`` per collector), so the workers run dry and
 leave the cores to it. The budget's last frames are followed by every update
 they allow, as in the alternating mode, except the alternating mode's one
-batch's worth of updates at the warm-up's end.
+batch's worth of updates at the random start's end.
 
 Weights are published every ``trainer.weight_update_interval`` batches'
 worth of updates, ``updates_per_batch`` optimizer steps each: as often as the

@@ -3,7 +3,7 @@
 A gradient worker owns a replica of the algorithm and its collectors (a
 RayCollector, or with ``collector.num_collectors: 0`` a SyncDataCollector in
 its own process), which it collects through the central learner's path
-(:class:`~fleetrl.learners.collection.Collection`: publishing, warm-up, episode
+(:class:`~fleetrl.learners.collection.Collection`: publishing, the random start, episode
 statistics). Each :meth:`GradWorker.step` computes the gradient of one
 minibatch and returns it in a :class:`~fleetrl.learners.records.StepReport` with the weights version it was
 computed on (the master's optimizer-step count, :mod:`fleetrl.learners.versions`)

@@ -91,48 +91,48 @@ NORMALIZE_CONV_MSG = (
 )
 
 
-def resolve_model(model: str | ModelKind, info: EnvSpec) -> ModelKind:
+def resolve_model(model: str | ModelKind, spec: EnvSpec) -> ModelKind:
     """``auto`` -> ``cnn`` for pixels (3-D uint8), ``mlp`` otherwise; other kinds as given."""
     kind = ModelKind(model)
     if kind is ModelKind.AUTO:
-        return ModelKind.CNN if info.pixels and info.discrete else ModelKind.MLP
+        return ModelKind.CNN if spec.pixels and spec.discrete else ModelKind.MLP
     return kind
 
 
-def resolve_torso(torso: str | TorsoKind, info: EnvSpec) -> ModelKind:
+def resolve_torso(torso: str | TorsoKind, spec: EnvSpec) -> ModelKind:
     """The network family of a recurrent core's torso: ``auto`` as :func:`resolve_model`
     resolves it (``cnn`` for frames), other kinds as given."""
-    return resolve_model(ModelKind(TorsoKind(torso).value), info)
+    return resolve_model(ModelKind(TorsoKind(torso).value), spec)
 
 
-def torso_problems(algo: str, model: str, torso: str, env_id: str, info: EnvSpec) -> list[str]:
+def torso_problems(algo: str, model: str, torso: str, env_id: str, spec: EnvSpec) -> list[str]:
     """Why ``torso`` cannot serve under ``model`` on this env (empty when it can; a torso
     set under a feed-forward ``model`` is the section's own check, :func:`core_only_problems`)."""
     if TorsoKind(torso) is TorsoKind.AUTO or not ModelKind(model).recurrent:
         return []
-    kind = resolve_torso(torso, info)
-    if kind is ModelKind.MLP or len(info.obs_shape) == 3:  # any action heads sit on the core
+    kind = resolve_torso(torso, spec)
+    if kind is ModelKind.MLP or len(spec.obs_shape) == 3:  # any action heads sit on the core
         return []
     return [
         CONV_OBS_MSG.format(
-            algo=algo, key="torso", model=kind.value, env_id=env_id, shape=info.obs_shape
+            algo=algo, key="torso", model=kind.value, env_id=env_id, shape=spec.obs_shape
         )
     ]
 
 
-def conv_problems(algo: str, model: str, env_id: str, info: EnvSpec) -> list[str]:
+def conv_problems(algo: str, model: str, env_id: str, spec: EnvSpec) -> list[str]:
     """Why ``model`` cannot serve this env (empty when it can): for config validation."""
-    kind = resolve_model(model, info)
+    kind = resolve_model(model, spec)
     if kind in (ModelKind.AUTO, ModelKind.MLP) or kind.recurrent:
         return []
     problems = []
-    if len(info.obs_shape) != 3:
+    if len(spec.obs_shape) != 3:
         problems.append(
             CONV_OBS_MSG.format(
-                algo=algo, key="model", model=kind.value, env_id=env_id, shape=info.obs_shape
+                algo=algo, key="model", model=kind.value, env_id=env_id, shape=spec.obs_shape
             )
         )
-    if not info.discrete and algo != "dqn":  # DQN's own check already says it needs discrete
+    if not spec.discrete and algo != "dqn":  # DQN's own check already says it needs discrete
         problems.append(CONV_ACTIONS_MSG.format(algo=algo, model=kind.value, env_id=env_id))
     return problems
 
@@ -240,11 +240,11 @@ class ImpalaTorso(_PixelTorso):
         self.out_features = features
 
 
-def make_torso(kind: ModelKind, info: EnvSpec) -> _PixelTorso:
+def make_torso(kind: ModelKind, spec: EnvSpec) -> _PixelTorso:
     """The conv torso of ``kind`` (``cnn`` or ``impala``) for this env's frames."""
     if kind is ModelKind.IMPALA:
-        return ImpalaTorso(info.obs_shape)
-    return NatureTorso(info.obs_shape)
+        return ImpalaTorso(spec.obs_shape)
+    return NatureTorso(spec.obs_shape)
 
 
 def mlp(
@@ -271,15 +271,15 @@ class _FlatInput(nn.Module):
 
 
 def _mlp_for(
-    info: EnvSpec,
+    spec: EnvSpec,
     out_dim: int,
     hidden: list[int],
     activation: type[nn.Module] = nn.Tanh,
     normalizer: nn.Module | None = None,
 ) -> nn.Module:
-    net = mlp(info.obs_dim, out_dim, hidden, activation)
-    if len(info.obs_shape) > 1 or info.obs_dtype == torch.uint8:
-        net = nn.Sequential(_FlatInput(info.obs_shape), net)
+    net = mlp(spec.obs_dim, out_dim, hidden, activation)
+    if len(spec.obs_shape) > 1 or spec.obs_dtype == torch.uint8:
+        net = nn.Sequential(_FlatInput(spec.obs_shape), net)
     # the flat float case without a normalizer keeps the plain MLP (and its state_dict keys)
     return net if normalizer is None else nn.Sequential(normalizer, net)
 
@@ -321,18 +321,18 @@ INTEGER_ACTIONS_MSG = (
 )
 
 
-def check_default_actions(info: EnvSpec) -> None:
+def check_default_actions(spec: EnvSpec) -> None:
     """Refuse to build a default network for actions it cannot produce (before any actor).
 
     Raises:
         EnvError: a MultiDiscrete or MultiBinary action space.
     """
-    if info.integer_actions:
-        raise EnvError(INTEGER_ACTIONS_MSG.format(env_id=info.env_id, dim=info.action_dim))
+    if spec.integer_actions:
+        raise EnvError(INTEGER_ACTIONS_MSG.format(env_id=spec.env_id, dim=spec.action_dim))
 
 
 def make_actor(
-    info: EnvSpec,
+    spec: EnvSpec,
     hidden: list[int],
     activation: type[nn.Module] = nn.Tanh,
     normalizer: nn.Module | None = None,
@@ -345,14 +345,14 @@ def make_actor(
     A ``normalizer`` (:class:`~fleetrl.networks.normalization.ObservationNormalizer`) comes first in
     the network: the policy acts on normalized observations.
     """
-    check_default_actions(info)
-    if info.discrete:
-        return _categorical(_mlp_for(info, info.num_actions, hidden, activation, normalizer))
+    check_default_actions(spec)
+    if spec.discrete:
+        return _categorical(_mlp_for(spec, spec.num_actions, hidden, activation, normalizer))
     if ActionDistribution(distribution) is ActionDistribution.NORMAL:
         loc_net = _init_cleanrl(
-            _mlp_for(info, info.action_dim, hidden, activation, normalizer), 0.01
+            _mlp_for(spec, spec.action_dim, hidden, activation, normalizer), 0.01
         )
-        body = StateIndependentScale(loc_net, info.action_dim)
+        body = StateIndependentScale(loc_net, spec.action_dim)
         net = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["loc", "scale"])
         return ProbabilisticActor(
             net,
@@ -361,7 +361,7 @@ def make_actor(
             return_log_prob=True,
         )
     body = nn.Sequential(
-        _mlp_for(info, 2 * info.action_dim, hidden, activation, normalizer),
+        _mlp_for(spec, 2 * spec.action_dim, hidden, activation, normalizer),
         NormalParamExtractor(),
     )
     net = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["loc", "scale"])
@@ -369,13 +369,13 @@ def make_actor(
         net,
         in_keys=["loc", "scale"],
         distribution_class=TanhNormal,
-        distribution_kwargs={"low": info.action_low, "high": info.action_high},
+        distribution_kwargs={"low": spec.action_low, "high": spec.action_high},
         return_log_prob=True,
     )
 
 
 def make_critic(
-    info: EnvSpec,
+    spec: EnvSpec,
     hidden: list[int],
     normalizer: nn.Module | None = None,
     *,
@@ -383,7 +383,7 @@ def make_critic(
 ) -> ValueOperator:
     """An MLP state value V(s), written to ``state_value`` (``normalizer`` first, if given;
     ``cleanrl_init``: orthogonal, gain 1 on the value head)."""
-    net = _mlp_for(info, 1, hidden, normalizer=normalizer)
+    net = _mlp_for(spec, 1, hidden, normalizer=normalizer)
     return ValueOperator(
         _init_cleanrl(net, 1.0) if cleanrl_init else net, in_keys=[OBSERVATION_KEY]
     )
@@ -401,7 +401,7 @@ def _categorical(logits_net: nn.Module) -> ProbabilisticActor:
 
 def make_actor_critic(
     model: str | ModelKind,
-    info: EnvSpec,
+    spec: EnvSpec,
     hidden: list[int],
     *,
     actor: nn.Module | None = None,
@@ -428,16 +428,16 @@ def make_actor_critic(
     on a ``torso`` (:class:`TorsoKind`), and heads of ``head_sizes`` hidden widths.
 
     Examples:
-        >>> info = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
-        >>> actor, critic = make_actor_critic("auto", info, [64, 64])
+        >>> spec = EnvSpec(4 * 84 * 84, 6, 1, None, None, (4, 84, 84), torch.uint8)
+        >>> actor, critic = make_actor_critic("auto", spec, [64, 64])
         >>> [type(m).__name__ for m in critic.module]
         ['NatureTorso', 'Linear']
     """
-    kind = resolve_model(model, info)
+    kind = resolve_model(model, spec)
     if kind.recurrent:
         return make_recurrent_actor_critic(
             kind,
-            info,
+            spec,
             hidden,
             recurrent_size,
             actor=actor,
@@ -454,18 +454,18 @@ def make_actor_critic(
             f"'gru'), not with model={kind.value!r}"
         )
     if kind is ModelKind.MLP:
-        cleanrl = not info.discrete and distribution == ActionDistribution.NORMAL
+        cleanrl = not spec.discrete and distribution == ActionDistribution.NORMAL
         if actor is None:
-            actor = make_actor(info, hidden, normalizer=normalizer, distribution=distribution)
+            actor = make_actor(spec, hidden, normalizer=normalizer, distribution=distribution)
         if critic is None:
-            critic = make_critic(info, hidden, normalizer, cleanrl_init=cleanrl)
+            critic = make_critic(spec, hidden, normalizer, cleanrl_init=cleanrl)
         return actor, critic
     if normalizer is not None:
-        raise ConfigError([NORMALIZE_CONV_MSG.format(model=kind.value, shape=info.obs_shape)])
-    torso = make_torso(kind, info) if actor is None or critic is None else None
+        raise ConfigError([NORMALIZE_CONV_MSG.format(model=kind.value, shape=spec.obs_shape)])
+    torso = make_torso(kind, spec) if actor is None or critic is None else None
     if actor is None:
-        check_default_actions(info)
-        head = layer_init(nn.Linear(torso.out_features, info.num_actions), std=0.01)
+        check_default_actions(spec)
+        head = layer_init(nn.Linear(torso.out_features, spec.num_actions), std=0.01)
         actor = _categorical(nn.Sequential(torso, head))
     if critic is None:
         # the same torso module as the actor's when both are built here: torchrl's
@@ -477,7 +477,7 @@ def make_actor_critic(
 
 def make_recurrent_actor_critic(
     kind: ModelKind,
-    info: EnvSpec,
+    spec: EnvSpec,
     hidden: list[int],
     recurrent_size: int,
     *,
@@ -508,8 +508,8 @@ def make_recurrent_actor_critic(
     (``mlp``): a core of its own would read a state nobody carries.
 
     Examples:
-        >>> info = EnvSpec(4, 2, 1, None, None, (4,), torch.float32)
-        >>> actor, critic = make_recurrent_actor_critic(ModelKind.LSTM, info, [64], 32)
+        >>> spec = EnvSpec(4, 2, 1, None, None, (4,), torch.float32)
+        >>> actor, critic = make_recurrent_actor_critic(ModelKind.LSTM, spec, [64], 32)
         >>> sorted(k for k in actor.in_keys)
         ['is_init', 'observation', 'recurrent_state_c', 'recurrent_state_h']
         >>> list(critic.module)[1] is list(actor.module[0].module)[1]
@@ -522,35 +522,35 @@ def make_recurrent_actor_critic(
     if actor is not None or critic is not None:
         return make_actor_critic(
             ModelKind.MLP,
-            info,
+            spec,
             hidden,
             actor=actor,
             critic=critic,
             normalizer=normalizer,
             distribution=distribution,
         )
-    check_default_actions(info)
-    torso_kind = resolve_torso(torso, info)
+    check_default_actions(spec)
+    torso_kind = resolve_torso(torso, spec)
     if torso_kind is ModelKind.MLP:
-        width = hidden[-1] if hidden else info.obs_dim
+        width = hidden[-1] if hidden else spec.obs_dim
         body: nn.Module = (
-            nn.Sequential(_mlp_for(info, width, hidden[:-1], normalizer=normalizer), nn.Tanh())
+            nn.Sequential(_mlp_for(spec, width, hidden[:-1], normalizer=normalizer), nn.Tanh())
             if hidden
             else nn.Sequential(
-                *([normalizer] if normalizer is not None else []), _FlatInput(info.obs_shape)
+                *([normalizer] if normalizer is not None else []), _FlatInput(spec.obs_shape)
             )
         )
     else:
         if normalizer is not None:
             raise ConfigError(
-                [NORMALIZE_CONV_MSG.format(model=torso_kind.value, shape=info.obs_shape)]
+                [NORMALIZE_CONV_MSG.format(model=torso_kind.value, shape=spec.obs_shape)]
             )
-        if len(info.obs_shape) != 3:
+        if len(spec.obs_shape) != 3:
             raise ValueError(
                 f"torso={torso_kind.value!r} needs a 3-D (channels, height, width) "
-                f"observation, not shape {info.obs_shape}"
+                f"observation, not shape {spec.obs_shape}"
             )
-        body = make_torso(torso_kind, info)
+        body = make_torso(torso_kind, spec)
         width = body.out_features
     trunk = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["embed"])
     core_class = LSTMModule if kind is ModelKind.LSTM else GRUModule
@@ -563,8 +563,8 @@ def make_recurrent_actor_critic(
                 nn.init.constant_(param, 0.0)
             elif "weight" in name:
                 nn.init.orthogonal_(param, 1.0)
-    if info.discrete:
-        head = _head(recurrent_size, info.num_actions, head_sizes, std=0.01)
+    if spec.discrete:
+        head = _head(recurrent_size, spec.num_actions, head_sizes, std=0.01)
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["logits"])
         actor = ProbabilisticActor(
             TensorDictSequential(trunk, core, policy),
@@ -574,8 +574,8 @@ def make_recurrent_actor_critic(
         )
     elif ActionDistribution(distribution) is ActionDistribution.NORMAL:
         # CleanRL's Normal, as make_actor builds it: a state-independent scale
-        loc = _head(recurrent_size, info.action_dim, head_sizes, std=0.01)
-        head = StateIndependentScale(loc, info.action_dim)
+        loc = _head(recurrent_size, spec.action_dim, head_sizes, std=0.01)
+        head = StateIndependentScale(loc, spec.action_dim)
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
         actor = ProbabilisticActor(
             TensorDictSequential(trunk, core, policy),
@@ -585,7 +585,7 @@ def make_recurrent_actor_critic(
         )
     else:
         head = nn.Sequential(
-            _head(recurrent_size, 2 * info.action_dim, head_sizes, std=0.01),
+            _head(recurrent_size, 2 * spec.action_dim, head_sizes, std=0.01),
             NormalParamExtractor(),
         )
         policy = TensorDictModule(head, in_keys=["memory"], out_keys=["loc", "scale"])
@@ -593,7 +593,7 @@ def make_recurrent_actor_critic(
             TensorDictSequential(trunk, core, policy),
             in_keys=["loc", "scale"],
             distribution_class=TanhNormal,
-            distribution_kwargs={"low": info.action_low, "high": info.action_high},
+            distribution_kwargs={"low": spec.action_low, "high": spec.action_high},
             return_log_prob=True,
         )
     value = ValueOperator(_head(recurrent_size, 1, head_sizes, std=1.0), in_keys=["memory"])
@@ -615,17 +615,17 @@ def _head(
     return nn.Sequential(*layers, last)
 
 
-def make_qnet(model: str | ModelKind, info: EnvSpec, hidden: list[int]) -> nn.Module:
+def make_qnet(model: str | ModelKind, spec: EnvSpec, hidden: list[int]) -> nn.Module:
     """DQN's default Q network, observation -> one value per action.
 
     ``cnn``: CleanRL's ``dqn_atari.py`` network (Nature torso, then a linear
     layer per action); ``impala``: the IMPALA torso instead; ``mlp``: ReLU
     layers of ``hidden`` widths.
     """
-    check_default_actions(info)
-    kind = resolve_model(model, info)
+    check_default_actions(spec)
+    kind = resolve_model(model, spec)
     if kind is ModelKind.MLP:
-        return _mlp_for(info, info.num_actions, hidden, nn.ReLU)
-    torso = make_torso(kind, info)
+        return _mlp_for(spec, spec.num_actions, hidden, nn.ReLU)
+    torso = make_torso(kind, spec)
     # CleanRL's DQN keeps PyTorch's default init; the shared orthogonal torso does as well
-    return nn.Sequential(torso, layer_init(nn.Linear(torso.out_features, info.num_actions), 1.0))
+    return nn.Sequential(torso, layer_init(nn.Linear(torso.out_features, spec.num_actions), 1.0))

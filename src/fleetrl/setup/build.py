@@ -56,14 +56,14 @@ def make_algorithm(
     if seed is not None:
         torch.manual_seed(seed)
     cls = ALGORITHMS[config.algorithm]
-    info = env_spec if env_spec is not None else spec_of(config)
-    if info.grouped and modules:  # MAPPO/IPPO build their MultiAgentMLPs from the env's specs
+    spec = env_spec if env_spec is not None else spec_of(config)
+    if spec.grouped and modules:  # MAPPO/IPPO build their MultiAgentMLPs from the env's specs
         raise ConfigError(
             [GROUPED_MODULES_MSG.format(algo=config.algorithm, names=sorted(modules))]
         )
     if config.env.normalize_observation:
-        modules = normalized_networks(config, info, modules)
-    algorithm = cls(config.algo, info, device=config.trainer.device, **modules)
+        modules = normalized_networks(config, spec, modules)
+    algorithm = cls(config.algo, spec, device=config.trainer.device, **modules)
     if config.env.normalize_reward:
         algorithm.reward_scaler = RewardScaler(clip=config.env.clip_reward)
     return algorithm
@@ -82,7 +82,7 @@ def spec_of(config: Config) -> EnvSpec:
     return spec
 
 
-def normalized_networks(config: Config, info: EnvSpec, modules: dict[str, Any]) -> dict[str, Any]:
+def normalized_networks(config: Config, spec: EnvSpec, modules: dict[str, Any]) -> dict[str, Any]:
     """The default actor and critic with one shared
     :class:`~fleetrl.networks.normalization.ObservationNormalizer` first in both (``env.normalize_observation``).
 
@@ -95,11 +95,11 @@ def normalized_networks(config: Config, info: EnvSpec, modules: dict[str, Any]) 
         raise ConfigError([USER_NETWORK_MSG.format(names=missing)])
     if len(given) == 2:
         return modules
-    normalizer = ObservationNormalizer(info.obs_shape, clip=config.env.clip_observation)
+    normalizer = ObservationNormalizer(spec.obs_shape, clip=config.env.clip_observation)
     algo = config.algo
     actor, critic = make_actor_critic(
         algo.model,
-        info,
+        spec,
         algo.hidden_sizes,
         normalizer=normalizer,
         # PPO's section has it; A2C's and IMPALA's keep the TanhNormal

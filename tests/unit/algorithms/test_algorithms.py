@@ -123,12 +123,12 @@ def test_algorithm_on_the_wrong_action_space_speaks_the_python_api():
     with pytest.raises(ConfigError) as info:
         SAC(SACConfig(), env_spec("CartPole-v1"))
     assert str(info.value) == (
-        "info.num_actions=2 is invalid: SAC needs an env with continuous (Box) actions and this "
+        "spec.num_actions=2 is invalid: SAC needs an env with continuous (Box) actions and this "
         "one has discrete actions; use DQN, PPO or A2C for it"
     )
     with pytest.raises(ConfigError) as info:
         DQN(DQNConfig(), env_spec("Pendulum-v1"))
     assert str(info.value) == (
-        "info.num_actions=None is invalid: DQN needs an env with discrete actions and this one "
+        "spec.num_actions=None is invalid: DQN needs an env with discrete actions and this one "
         "has 1-dimensional continuous actions; use SAC, PPO or A2C for it"
     )

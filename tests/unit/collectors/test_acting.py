@@ -38,7 +38,7 @@ def tanh_normal_actor(obs_dim: int = 3, act_dim: int = 1, **kwargs) -> Probabili
 def collect(env_id, policy, num_envs, fast: bool, monkeypatch, batches: int = 2):
     with monkeypatch.context() as m:
         if not fast:
-            m.setattr("fleetrl.collectors.local.plan.tensor_actor", lambda *a: None)
+            m.setattr("fleetrl.collectors.local.acting_setup.tensor_actor", lambda *a: None)
         torch.manual_seed(0)
         with SyncDataCollector(env_id, policy, frames_per_batch=64, num_envs=num_envs) as c:
             c.set_seed(1)

@@ -18,7 +18,7 @@ from fleetrl import (
     SyncDataCollector,
     episode_stats,
 )
-from fleetrl.collectors.local.plan import NO_ACTION_MSG
+from fleetrl.collectors.local.acting_setup import NO_ACTION_MSG
 from fleetrl.envs.gymnasium import NEXT_STEP_MSG
 from policies import categorical_actor, constant_policy, mlp
 

@@ -11,7 +11,7 @@ import torch
 
 from fleetrl.learners import GradWorker
 from fleetrl.learners.central import CentralLearner
-from fleetrl.learners.collection import Collection, warmup_frames
+from fleetrl.learners.collection import Collection, random_start_frames
 from fleetrl.setup.build import make_algorithm
 from fleetrl.setup.load import config_from_dict
 
@@ -55,14 +55,14 @@ def test_central_learner_and_gradient_worker_collect_the_same_episodes():
     assert sum(result.lengths) <= FPB and all(n >= 1 for n in result.lengths)
 
 
-def test_the_warm_up_is_the_algorithm_classs_and_shared_out_among_learners():
+def test_the_random_start_is_the_algorithm_classs_and_shared_out_among_learners():
     sac = make_algorithm(config("sac", {"learning_starts": 100}, num_envs=2), SEED)
     ppo = make_algorithm(config(), SEED)
     assert type(sac).random_start and not type(ppo).random_start
-    assert warmup_frames(ppo, collected=0) == -1
-    assert warmup_frames(sac, collected=0) == 100
-    assert warmup_frames(sac, collected=0, share=3) == 34  # ceil(100 / 3) per learner
-    assert warmup_frames(sac, collected=40, share=3) == 0  # its share is behind it
+    assert random_start_frames(ppo, collected=0) == -1
+    assert random_start_frames(sac, collected=0) == 100
+    assert random_start_frames(sac, collected=0, share=3) == 34  # ceil(100 / 3) per learner
+    assert random_start_frames(sac, collected=40, share=3) == 0  # its share is behind it
 
 
 def test_a_local_collector_is_told_every_version_and_the_collection_is_taken_once():

@@ -176,7 +176,7 @@ def probe_batched(
     Raises:
         PolicyError: the policy acts on one env at a time.
     """
-    from fleetrl.collectors.local.plan import initial_states, plan_policy
+    from fleetrl.collectors.local.acting_setup import initial_states, set_up_acting
     from fleetrl.envs.make import make_env
     from fleetrl.networks.policies import PerEnvPolicy
 
@@ -191,7 +191,7 @@ def probe_batched(
             step.set(key, torch.as_tensor(value))
         for key, value in initial_states(policy, n).items():
             step.set(key, value)
-        plan = plan_policy(policy, env, step, exploration_type)
+        plan = set_up_acting(policy, env, step, exploration_type)
     except Exception:
         return
     finally:

@@ -227,7 +227,7 @@ class GroupedRollout:
         self.exploration_type = exploration_type
         n = env.num_envs
         #: the team's episodes: trajectory ids, running return and length
-        self.team = EpisodeBook(n, traj_id_start)
+        self.episodes = EpisodeBook(n, traj_id_start)
         #: each group's episodes (only their running returns are used)
         self.groups = {name: EpisodeBook(n) for name in env.groups}
         #: what the policy reads next
@@ -250,7 +250,7 @@ class GroupedRollout:
         reads next (None: the current step)."""
         if td is not None:
             self.td = td
-        self.team.start_all()
+        self.episodes.start_all()
         for book in self.groups.values():
             book.start_all()
 
@@ -325,7 +325,7 @@ class GroupedRollout:
         team_end = root_end | _any_of(
             flat, [k for g in env.groups.values() for k in g.done_keys], n, steps
         )
-        running, ended, length, traj_ids = _columns(self.team, team_reward, team_end)
+        running, ended, length, traj_ids = _columns(self.episodes, team_reward, team_end)
         batch.set(EPISODE_RETURN_KEY, _shaped(running, batch))
         batch.set(EPISODE_LENGTH_KEY, _shaped(length, batch))
         batch.set(EPISODE_END_KEY, _shaped(ended, batch))
@@ -334,7 +334,7 @@ class GroupedRollout:
     def state_dict(self) -> dict[str, Any]:
         """What the collector's state adds for this rollout, under ``"grouped"``: each
         group's episodes in progress and the step the policy reads next, as tensors and
-        plain values (the team's episodes are :attr:`team`'s, saved by the collector)."""
+        plain values (the team's episodes are in :attr:`episodes`, saved by the collector)."""
         step = [
             [list(_tuple(key)), value.clone()]
             for key, value in self.td.items(include_nested=True, leaves_only=True)

@@ -83,7 +83,7 @@ class StepInput:
     Args:
         env: the envs (their observation spec and count).
         states: the states the policy reads besides the observation, as at an
-            episode's start (:func:`fleetrl.collectors.local.plan.initial_states`).
+            episode's start (:func:`fleetrl.collectors.local.acting_setup.initial_states`).
     """
 
     def __init__(self, env: BatchedEnv, states: dict[NestedKey, torch.Tensor]):

@@ -8,7 +8,7 @@ batch, episode columns filled), ``start_episodes``, ``state_dict`` /
 tags and shapes the batch they return.
 
 This one owns the single-agent parts: the policy's
-:class:`~fleetrl.collectors.local.plan.PolicyPlan` (how it is called and what it
+:class:`~fleetrl.collectors.local.acting_setup.ActingSetup` (how it is called and what it
 writes, from a pure probe when built), its step input
 (:class:`~fleetrl.collectors.local.rollout.StepInput`: the observation and the states it
 carries), and the episode bookkeeping (:class:`~fleetrl.collectors.local.episodes.EpisodeBook`).
@@ -29,9 +29,14 @@ from tensordict.nn import InteractionType as ExplorationType
 from fleetrl.collectors.arguments import compile_options
 from fleetrl.collectors.inference.checks import PER_ENV_MSG
 from fleetrl.collectors.inference.client import ServerClient
+from fleetrl.collectors.local.acting_setup import (
+    accelerate,
+    initial_states,
+    place_policy,
+    set_up_acting,
+)
 from fleetrl.collectors.local.episodes import EpisodeBook
 from fleetrl.collectors.local.overlap import SplitEnv
-from fleetrl.collectors.local.plan import accelerate, initial_states, place_policy, plan_policy
 from fleetrl.collectors.local.rollout import StepInput, alloc_batch, rollout
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.base import BatchedEnv
@@ -47,7 +52,7 @@ class SingleRollout:
     the rollout.
 
     The envs are reset, the policy placed on its device and probed
-    (:func:`~fleetrl.collectors.local.plan.plan_policy`), when built.
+    (:func:`~fleetrl.collectors.local.acting_setup.set_up_acting`), when built.
 
     Args:
         env: the envs (a :class:`~fleetrl.collectors.local.overlap.SplitEnv` steps in halves).
@@ -96,7 +101,9 @@ class SingleRollout:
         #: what the policy reads at each step: the observation and the states it carries
         self.step = StepInput(env, states)
         self.step.set_obs(env.reset())
-        plan = plan_policy(self.policy, env, self.step.for_policy(policy_device), exploration_type)
+        plan = set_up_acting(
+            self.policy, env, self.step.for_policy(policy_device), exploration_type
+        )
         if serve is not None and isinstance(plan.act, PerEnvPolicy):
             raise PolicyError(PER_ENV_MSG.format(policy=policy))
         if self.policy is not self.random:
@@ -110,7 +117,7 @@ class SingleRollout:
         #: how the policy is called and what it writes
         self.plan = plan
         #: the episodes in progress and the trajectory ids
-        self.team = EpisodeBook(env.num_envs, traj_id_start, return_discount)
+        self.episodes = EpisodeBook(env.num_envs, traj_id_start, return_discount)
         #: each env's and step's policy version of the last batch, ``[num_envs, steps]``,
         #: as the server answered (None: the policy acted here)
         self.versions: np.ndarray | None = None
@@ -122,7 +129,7 @@ class SingleRollout:
         if obs is not None:
             self.step.set_obs(obs)
         self.step.start_episodes()
-        self.team.start_all()
+        self.episodes.start_all()
 
     def rollout(
         self,
@@ -166,7 +173,7 @@ class SingleRollout:
             to_env=to_env,
             device=device if on_device else None,
             exploration_type=self.exploration_type,
-            ages=self.team.lengths.copy() if max_len is not None else None,
+            ages=self.episodes.lengths.copy() if max_len is not None else None,
             max_len=max_len,
             stop_from=stop_from if should_stop is not None else None,
             should_stop=should_stop,
@@ -179,7 +186,7 @@ class SingleRollout:
             views = {k: v[:, :taken] for k, v in views.items()}
         self.versions = None if versions is None else versions[:, :taken]
         # once per batch with numpy cumulative sums, not five writes per step in the hot loop
-        g = self.team.fill(views)
+        g = self.episodes.fill(views)
         if g is not None:
             td.set(DISCOUNTED_RETURN_KEY, torch.from_numpy(g.astype(np.float32)[..., None]))
         if self.set_truncated:  # after the bookkeeping: the episodes go on in the next batch
@@ -190,7 +197,7 @@ class SingleRollout:
     def state_dict(self) -> dict[str, Any]:
         """What the collector's state adds for this rollout: the observation and states
         the policy sees next, as tensors (``"obs"``, ``"step_state"``); the episodes are
-        :attr:`team`'s, saved by the collector."""
+        :attr:`episodes`'s, saved by the collector."""
         return self.step.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

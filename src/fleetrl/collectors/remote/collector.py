@@ -20,7 +20,7 @@ The guide is ``docs/guides/ray-collector.md``; the parts, each with its rules:
 - ``inference="server"``: the policy runs on inference servers, which get the weights:
   :mod:`fleetrl.collectors.inference`.
 - Arguments are checked and the envs probed before anything starts:
-  :mod:`fleetrl.collectors.remote.plan`; torchrl 0.14's newer arguments have torchrl's
+  :mod:`fleetrl.collectors.remote.preflight`; torchrl 0.14's newer arguments have torchrl's
   meaning: :mod:`fleetrl.collectors.arguments`.
 - ``backend=``: Ray actors (``"ray"``) or objects in this process, one task at a time
   (``"inprocess"``: debugging, fast tests): :mod:`fleetrl.distributed.backends`. Every rule holds on
@@ -60,9 +60,9 @@ from fleetrl.collectors.remote.checks import (
 from fleetrl.collectors.remote.elastic import ElasticFleet
 from fleetrl.collectors.remote.first_ready import FirstReady
 from fleetrl.collectors.remote.fleet_metrics import FleetMetrics
-from fleetrl.collectors.remote.plan import RayPlan, plan_collection
 from fleetrl.collectors.remote.pool import CollectorSlot, WorkerPool
-from fleetrl.collectors.remote.rounds import SyncRounds
+from fleetrl.collectors.remote.preflight import Preflight, preflight
+from fleetrl.collectors.remote.rounds import StackedRounds
 from fleetrl.collectors.remote.served import ServedStats
 from fleetrl.collectors.remote.views import RayViews
 from fleetrl.collectors.remote.weights import WeightStore
@@ -246,43 +246,43 @@ class RayCollector(RayViews):
         self._started_ray = False
         self._weights: WeightStore | None = None
         self._pool: WorkerPool | None = None  # the actors, once Ray is up
-        self._rounds: SyncRounds | None = None  # sync mode's rounds in flight
+        self._rounds: StackedRounds | None = None  # sync mode's rounds in flight
         self._first_ready: FirstReady | None = None  # first-ready mode's tasks in flight
         self._servers: InferenceServers | None = None  # inference="server"'s servers
         self._fleet: ElasticFleet | None = None  # a range of collectors: the fleet's growth
         # every argument checked, every problem said at once, the envs (and for servers the
-        # policy) probed: before anything starts (fleetrl.collectors.remote.plan)
-        plan = plan_collection(**given)
-        self._keep(plan)
+        # policy) probed: before anything starts (fleetrl.collectors.remote.preflight)
+        checked = preflight(**given)
+        self._keep(checked)
         try:
-            self._start_backend(plan)
+            self._start_backend(checked)
             self._weights = WeightStore(
                 self.backend, with_board=self.max_weight_update_interval > 0
             )
             policy_ref = put_policy(self.backend, self.policy)
-            if plan.inference.served:
+            if checked.inference.served:
                 self._servers = InferenceServers.start(
-                    self.backend, policy_ref, plan.inference, **plan.server_arguments()
+                    self.backend, policy_ref, checked.inference, **checked.server_arguments()
                 )
-            self._start_pool(plan, policy_ref)
+            self._start_pool(checked, policy_ref)
         except BaseException:
             self._shutdown()  # release what started; the collector never becomes READY
             raise
         self.state = CollectorState.READY
 
-    def _keep(self, plan: RayPlan) -> None:
+    def _keep(self, checked: Preflight) -> None:
         """The checked arguments, kept as attributes (torchrl's collector has most of them)."""
-        g = plan.given
+        g = checked.given
         #: the buffer the workers extend (their tasks then yield progress records), or None
         self.replay_buffer = g["replay_buffer"]
         #: ``"local"`` or ``"server"`` (central inference: :attr:`inference_options`)
-        self.inference = plan.inference.mode.value
+        self.inference = checked.inference.mode.value
         #: central inference's options (:class:`~fleetrl.collectors.inference.InferenceOptions`)
-        self.inference_options = plan.inference
-        self.policy = plan.args.policy
-        self.native = plan.args.native
+        self.inference_options = checked.inference
+        self.policy = checked.args.policy
+        self.native = checked.args.native
         #: where the workers run (:mod:`fleetrl.distributed.backends`)
-        self.backend = plan.backend
+        self.backend = checked.backend
         self.frames_per_batch = g["frames_per_batch"]
         self.total_frames = g["total_frames"]
         self.sync = g["sync"]
@@ -300,7 +300,7 @@ class RayCollector(RayViews):
         self.compress = g["compress"]
         self.split_trajs = g["split_trajs"]
         self.postproc = g["postproc"]
-        self.init_random_frames = plan.args.init_random_frames
+        self.init_random_frames = checked.args.init_random_frames
         self.trajs_per_batch = g["trajs_per_batch"]
         self._trajs = (
             None
@@ -313,21 +313,25 @@ class RayCollector(RayViews):
         #: on Ray, the workers' series in Ray's metrics (its ``tag``: this collector's id)
         self.fleet_metrics: FleetMetrics | None = None
 
-    def _start_backend(self, plan: RayPlan) -> None:
+    def _start_backend(self, checked: Preflight) -> None:
         """On Ray: Ray up (started or attached to), and the actors' requests checked against
         the cluster before any starts."""
         if self.backend.name != "ray":
             return
-        self._started_ray = start_ray(plan.given["ray_init_config"])
-        check_resources(plan.args.remotes)
-        if plan.inference.served:
-            check_server_resources(plan.inference, plan.args.remotes)
+        self._started_ray = start_ray(checked.given["ray_init_config"])
+        check_resources(checked.args.remotes)
+        if checked.inference.served:
+            check_server_resources(checked.inference, checked.args.remotes)
 
-    def _start_pool(self, plan: RayPlan, policy_ref: Any) -> None:
+    def _start_pool(self, checked: Preflight, policy_ref: Any) -> None:
         """The workers, one per collector, and the rounds (sync) or tasks (first ready) that
         they collect."""
         pool = WorkerPool(
-            self.backend, self._weights, policy_ref, servers=self._servers, **plan.pool_arguments()
+            self.backend,
+            self._weights,
+            policy_ref,
+            servers=self._servers,
+            **checked.pool_arguments(),
         )
         self._pool = pool
         if self.backend.remote:  # each worker's series in Ray's metrics (Prometheus)
@@ -337,7 +341,7 @@ class RayCollector(RayViews):
             "budget": self._budget,
             "random_next": self._random_next,
         }
-        self._rounds = SyncRounds(
+        self._rounds = StackedRounds(
             pool,
             self._served,
             fraction_workers=self.fraction_workers,
@@ -345,9 +349,9 @@ class RayCollector(RayViews):
             **budget,
         )
         self._first_ready = FirstReady(pool, self._served, self._weights, **budget)
-        args = plan.args
-        if plan.fleet.elastic:  # set before the workers start: their checks know it
-            self._fleet = ElasticFleet(pool, plan.fleet)
+        args = checked.args
+        if checked.fleet.elastic:  # set before the workers start: their checks know it
+            self._fleet = ElasticFleet(pool, checked.fleet)
         pool.add_slots(args.env_fns, args.kwargs_list, args.remotes, first_index=0)
         if self._fleet is not None:
             self._fleet.request()

@@ -1,6 +1,6 @@
 """FirstReady: the tasks of a first-ready :class:`~fleetrl.collectors.RayCollector` (``sync=False``).
 
-The twin of :class:`~fleetrl.collectors.remote.rounds.SyncRounds`. Each worker is kept
+The twin of :class:`~fleetrl.collectors.remote.rounds.StackedRounds`. Each worker is kept
 at a number of tasks in flight (``max(1, prefetch)``) while the frame budget
 holds frames: a task asks for ``frames_per_batch`` frames, the last one for
 exactly the remainder, and its frames count as issued

@@ -1,4 +1,4 @@
-"""SyncRounds: the rounds of a sync :class:`~fleetrl.collectors.RayCollector`.
+"""StackedRounds: the rounds of a sync :class:`~fleetrl.collectors.RayCollector`.
 
 Each round, every worker collects its share of ``frames_per_batch`` (split as
 evenly as whole env steps allow); the shares are stacked along a leading
@@ -37,7 +37,7 @@ from fleetrl.distributed.wire import empty_round, unpack_batch
 from fleetrl.distributed.workers import Pending
 from fleetrl.keys import MASK_KEY
 
-__all__ = ["Round", "SyncRounds", "split_frames"]
+__all__ = ["Round", "StackedRounds", "split_frames"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Round:
     results: dict[int, TaskResult] = field(default_factory=dict)  # kept across a WorkerError
 
 
-class SyncRounds:
+class StackedRounds:
     """The rounds in flight, oldest first; starts, gathers and stacks them.
 
     Args:
