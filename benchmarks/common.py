@@ -474,6 +474,59 @@ def plot_learner_ratios(
     return _save(fig, plt, out / f"{name}.png")
 
 
+def return_curve(rows: list[dict], wall: float) -> list[list[float]]:
+    """A run's ``metrics.csv`` rows as ``[frames, train/episode_return, seconds since the
+    process started]`` points, rows without a return left out; ``wall``: the process's
+    seconds from start to exit (the start-up before the trainer's clock is added to it)."""
+    offset = wall - float(rows[-1]["time/elapsed_s"])
+    return [
+        [
+            int(float(r["train/frames"])),
+            float(r["train/episode_return"]),
+            offset + float(r["time/elapsed_s"]),
+        ]
+        for r in rows
+        if r.get("train/episode_return", "") not in ("", "nan")
+    ]
+
+
+def summed_columns(rows: list[dict], keys: Sequence[str]) -> dict[str, float]:
+    """Each of ``keys`` (per-iteration seconds) summed over a run's ``metrics.csv`` rows:
+    where the run's time went. A key the file lacks is left out."""
+    return {
+        key: sum(float(r[key]) for r in rows if r.get(key, "") not in ("", "nan"))
+        for key in keys
+        if key in rows[-1]
+    }
+
+
+def plot_returns(
+    path: Path,
+    title: str,
+    curves: dict[str, list[list[float]]],
+    *,
+    xlabel: str,
+    line: tuple[float, str] | None = None,
+) -> Path | None:
+    """A learning-curve PNG: each curve's ``[steps, mean training return, ...]`` points
+    against steps, one line per label, and ``line`` (a value and its label: a target, a
+    random policy's score) dashed; None where matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, curve in curves.items():
+        if curve:
+            ax.plot([c[0] for c in curve], [c[1] for c in curve], label=label)
+    if line is not None:
+        ax.axhline(line[0], color="grey", linestyle="--", label=line[1])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("mean training return (last 20 episodes)")
+    ax.set_title(title)
+    ax.legend()
+    return _save(fig, plt, path)
+
+
 def _save(fig, plt, path: Path) -> Path:
     path.parent.mkdir(exist_ok=True)
     fig.tight_layout()

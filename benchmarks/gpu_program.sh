@@ -20,7 +20,8 @@
 # 4. learner_compiled: the learner benchmark again with --compile on ppo_atari (compiling
 #    takes tens of seconds a contestant: a run of its own, so that it cannot cost the first
 #    its figures);
-# 5. appo: fleetrl train configs/appo_atari.yaml with a CUDA learner and 14 CPU collectors,
+# 5. appo: fleetrl train configs/appo_atari.yaml on Breakout (the game of the Atari learning
+#    page, benchmarks/atari_learning.py) with a CUDA learner and 14 CPU collectors,
 #    for the time left, then stopped by SIGINT (a checkpoint, metrics.csv, the curve).
 #
 # Each part runs under its own time budget (timeout), and a part runs whatever the one
@@ -362,14 +363,14 @@ PYEOF
 
 # ---------------------------------------------------------------- 4. appo
 appo() {
-    local run=$SCRATCH/appo_pong
+    local run=$SCRATCH/appo_breakout
     rm -rf "$run"
     # the time left, to the end: SIGINT stops it after the iteration (a checkpoint, the
     # metrics, the curve) and 45 s are left for that and Ray's shutdown. Batches lag by up to
     # one round of the collectors' (4 updates each): max_learn_lag keeps two rounds.
     # shellcheck disable=SC2086
     part appo "$APPO_MAX_S" 45 INT "$PY" -m fleetrl.cli train configs/appo_atari.yaml \
-        --run-dir "$run" trainer.device="$DEVICE" collector.num_collectors="$COLLECTORS" \
+        --run-dir "$run" env.id=ALE/Breakout-v5 trainer.device="$DEVICE" collector.num_collectors="$COLLECTORS" \
         appo.max_learn_lag=$((8 * COLLECTORS)) trainer.total_frames=20000000 \
         trainer.test_every=0 trainer.checkpoint_every=0 logging.progress_bar=false $APPO_ARGS
     cp "$run/metrics.csv" "$OUT/appo_metrics.csv" 2>/dev/null
@@ -391,7 +392,7 @@ for p in $PARTS; do
 done
 tar -czf "$OUT/extras.tgz" -C "$SCRATCH" --ignore-failed-read \
     pytest_cuda.xml facts.json parts.tsv appo_report.txt tree/benchmarks/results \
-    --exclude='checkpoints' appo_pong 2>/dev/null
+    --exclude='checkpoints' appo_breakout 2>/dev/null
 summary
 say "done in $((SECONDS - START))s: $(ls "$OUT" | tr '\n' ' ')"
 failed=$(awk -F'\t' '$2 != "ok" { printf "%s%s", sep, $1; sep = " " }' "$SCRATCH/parts.tsv")

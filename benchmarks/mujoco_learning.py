@@ -50,7 +50,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ensure_rllib_venv, machine, print_table, run_json, train_command, write_json
+from common import (
+    ensure_rllib_venv,
+    machine,
+    plot_returns,
+    print_table,
+    return_curve,
+    run_json,
+    summed_columns,
+    train_command,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -117,23 +127,9 @@ def run_fleetrl(algo: str, env_id: str, steps: int, seed: int, overrides: list[s
             raise RuntimeError(out.stderr[-3000:])
         rows = list(csv.DictReader((run / "metrics.csv").open()))
         last = rows[-1]
-        # seconds since process start: the start-up before the trainer's clock, plus its clock
-        offset = wall - float(last["time/elapsed_s"])
-        curve = [
-            [
-                int(float(r["train/frames"])),
-                float(r["train/episode_return"]),
-                offset + float(r["time/elapsed_s"]),
-            ]
-            for r in rows
-            if r.get("train/episode_return", "") not in ("", "nan")
-        ]
+        curve = return_curve(rows, wall)
         # where the time went: the trainer's per-iteration seconds, summed over the run
-        breakdown = {
-            key: sum(float(r[key]) for r in rows if r.get(key, "") not in ("", "nan"))
-            for key in ("time/collect_s", "time/learn_s", "time/broadcast_s")
-            if key in last
-        }
+        breakdown = summed_columns(rows, ("time/collect_s", "time/learn_s", "time/broadcast_s"))
         frames = int(float(last["train/frames"]))
         updates = int(float(last["train/policy_version"]))
         evaluation = subprocess.run(
@@ -202,30 +198,13 @@ def compare_with_rllib(fleetrl: dict, rllib: dict) -> dict:
 
 def plot(name: str, curves: dict[str, list[list[float]]], target: float | None) -> Path | None:
     """A PNG of training return against env steps, one line per contestant."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for label, curve in curves.items():
-        if curve:
-            xs, ys = [c[0] for c in curve], [c[1] for c in curve]
-            ax.plot(xs, ys, label=label)
-    if target is not None:
-        ax.axhline(target, color="grey", linestyle="--", label=f"target {target:,.0f}")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("mean training return (last 20 episodes)")
-    ax.set_title(name)
-    ax.legend()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"mujoco_learning_{name.replace(' ', '_')}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return plot_returns(
+        RESULTS / f"mujoco_learning_{name.replace(' ', '_')}.png",
+        name,
+        curves,
+        xlabel="env steps",
+        line=None if target is None else (target, f"target {target:,.0f}"),
+    )
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import html
 import json
 import posixpath
 import re
+import sys
 import types
 from pathlib import Path
 
@@ -454,7 +455,7 @@ def machine_line(data: dict) -> str:
 #: the result files whose tables the page builds from the stored results with the
 #: benchmark's own report code (``benchmarks/NAME.py``'s ``page_tables``), not the tables
 #: the run printed: a page whose figures are checked against each other, by one code
-BUILT_TABLES = ("marl",)
+BUILT_TABLES = ("atari_learning", "marl")
 
 
 def benchmark_module(name: str) -> types.ModuleType:
@@ -466,8 +467,13 @@ def benchmark_module(name: str) -> types.ModuleType:
     path = ROOT / "benchmarks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"fleetrl_benchmark_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():
-        spec.loader.exec_module(module)
+    # its sibling modules (common.py, ...) import as they do when it runs as a script
+    sys.path.insert(0, str(path.parent))
+    try:
+        with warnings.catch_warnings():
+            spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 
@@ -545,6 +551,22 @@ def _mujoco_learning_plot(png: Path) -> tuple[str, str]:
         f"Learning curves of {caption}: the mean training return of the last 20 episodes "
         f"against env steps, {' and '.join(who)}, with the target score "
         f"{runs[key]['target']:,.0f} as a dashed line"
+    )
+    return alt, caption
+
+
+def _atari_learning_plot(png: Path) -> tuple[str, str]:
+    """atari_learning_ALGO_GAME.png: one run's learning curve, from ``atari_learning.json``."""
+    runs = load_result("atari_learning")["results"]
+    key = next((k for k, r in runs.items() if Path(r.get("png") or "").name == png.name), None)
+    if key is None:
+        raise MarkerError(f"benchmarks/results/atari_learning.json names no run of {png.name}")
+    run = runs[key]
+    caption = f"{run['algo'].upper()} on {run['game']}{run.get('suffix', '')}"
+    alt = (
+        f"Learning curve of {caption}: the mean training return of the last 20 episodes "
+        f"against agent steps, from {run['curve'][0][1]:.1f} to {run['score']:.1f} at "
+        f"{run['frames']:,} steps, with a random policy's score as a dashed line"
     )
     return alt, caption
 
@@ -649,6 +671,7 @@ def _marl_plot(png: Path) -> tuple[str, str]:
 
 #: the alt text and caption of each plot, by its results prefix: a plot is said in words
 PLOT_TEXT = {
+    "atari_learning": _atari_learning_plot,
     "marl": _marl_plot,
     "memory": _memory_plot,
     "mujoco_learning": _mujoco_learning_plot,

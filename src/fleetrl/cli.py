@@ -334,6 +334,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 #: the scripts ``fleetrl bench NAME`` runs, from the checkout's ``benchmarks/`` folder
 BENCHMARKS = (
+    "atari_learning",
     "atari_throughput",
     "collector_throughput",
     "decoupled",
