@@ -181,7 +181,7 @@ config = load_config("ppo_cartpole", [
     "collector.address=" + cluster.address, "logging.progress_bar=false",
     "logging.tensorboard=false"])
 trainer = Trainer(config, run_dir={run_dir!r})
-lost, restarts = [], []
+lost, restarts, killers = [], [], []
 
 def lose(node_id):
     time.sleep(0.3)  # partway into the next iteration: the worker's batch is in progress
@@ -192,7 +192,10 @@ def on_iteration(row, checkpoint):
     if trainer.iterations == 3:
         node_id = trainer.learner.workers[1].ask("node_id")
         lost.append(node_id)
-        threading.Thread(target=lose, args=(node_id,)).start()
+        killers.append(threading.Thread(target=lose, args=(node_id,)))
+        killers[0].start()
+    if trainer.iterations == 4:  # on a loaded machine the removal can land late: not after
+        killers[0].join()        # the run's end, where no iteration would see the loss
 
 trainer.train(on_iteration=on_iteration)
 print(json.dumps({{"frames": trainer.frames, "iterations": trainer.iterations,
