@@ -84,6 +84,20 @@ def run_overrides(game: str, steps: int, seed: int) -> list[str]:
     ]
 
 
+def config_problem(algo: str, args: argparse.Namespace) -> str | None:
+    """What ``fleetrl train`` would refuse in a run's config, the env's checks included (None:
+    nothing), said before the random policy's episodes or any run start."""
+    from fleetrl import load_config
+    from fleetrl.errors import ConfigError
+
+    overrides = [*run_overrides(args.game, args.steps, args.seed), *args.overrides]
+    try:
+        load_config(str(config_path(algo)), overrides)
+    except ConfigError as err:
+        return f"{algo}: {err}"
+    return None
+
+
 def run_fleetrl(
     algo: str, game: str, steps: int, seed: int, overrides: list[str], keep: Path | None
 ) -> dict:
@@ -249,8 +263,16 @@ def main() -> None:
         action="store_true",
         help="measure the random policy's score on --game (again) and nothing else",
     )
-    parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value overrides for every run; before --algos, which takes every word after it",
+    )
     args = parser.parse_args()
+    if not args.report:  # every run's config checked, env included, before any runs
+        problems = [config_problem(a, args) for a in args.algos]
+        if any(problems):
+            parser.error("; ".join(p for p in problems if p))
     path = RESULTS / "atari_learning.json"
     saved = json.loads(path.read_text()) if path.exists() else {"results": {}, "random": {}}
     random = saved.get("random", {})

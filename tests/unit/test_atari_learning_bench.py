@@ -3,6 +3,7 @@ here: a run is 30 minutes on this machine)."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 
@@ -14,6 +15,7 @@ from atari_learning import (
     STEPS,
     TIME_COLUMNS,
     config_path,
+    config_problem,
     page_tables,
     random_score,
     run_overrides,
@@ -90,3 +92,12 @@ def test_the_random_floor_is_whole_episodes_of_the_runs_env():
     floor = random_score("ALE/Breakout-v5", episodes=3)
     assert (floor["episodes"], floor["seed"]) == (3, 0)
     assert 0 <= floor["mean"] < 50  # whole games of Breakout at random: a few points each
+
+
+def test_a_runs_bad_setting_is_refused_by_its_key_before_anything_runs():
+    args = argparse.Namespace(game="ALE/Breakout-v5", steps=0, seed=0, overrides=[])
+    assert config_problem("appo", args) == "appo: trainer.total_frames=0 is invalid: must be > 0"
+    args = argparse.Namespace(game="ALE/Breakout-v5", steps=STEPS, seed=0, overrides=["ppo.lrr=1"])
+    assert config_problem("ppo", args).startswith("ppo: ppo.lrr is not a config key")
+    args.overrides = []
+    assert config_problem("ppo", args) is None
