@@ -18,8 +18,14 @@ training's). A frame is one agent step (4 emulator frames, frame skip 4).
 A uniformly random policy's mean return over 100 episodes, with the same env settings, is
 measured once per game and drawn under the curves: the floor a curve must leave.
 
+``--algos plain`` runs the floor under fleetrl's PPO instead: PPO in one process over
+envpool with CleanRL's ``ppo_atari_envpool.py`` settings (``plain_atari.py``: the same env,
+network and hyperparameters as ``ppo_atari.yaml``, no Ray, no TensorDict); the page sets
+fleetrl's PPO run beside it at the plain run's budget.
+
     python benchmarks/atari_learning.py                      # APPO and PPO, Breakout, 1M steps
     python benchmarks/atari_learning.py --algos appo --steps 200000
+    python benchmarks/atari_learning.py --algos plain --steps 500000   # the plain PPO floor
     python benchmarks/atari_learning.py --report             # the saved results' table again
 
 Writes ``benchmarks/results/atari_learning.json`` (after every run, merged into the results
@@ -90,9 +96,11 @@ def config_problem(algo: str, args: argparse.Namespace) -> str | None:
     from fleetrl import load_config
     from fleetrl.errors import ConfigError
 
+    if algo == "plain" and args.overrides:
+        return f"plain: the plain PPO loop is the fixed floor; it takes no overrides ({args.overrides})"
     overrides = [*run_overrides(args.game, args.steps, args.seed), *args.overrides]
     try:
-        load_config(str(config_path(algo)), overrides)
+        load_config(str(config_path("ppo" if algo == "plain" else algo)), overrides)
     except ConfigError as err:
         return f"{algo}: {err}"
     return None
@@ -128,6 +136,33 @@ def run_fleetrl(
         )
         summary["report"] = report.stdout.strip()
     return summary
+
+
+def run_plain(game: str, steps: int, seed: int) -> dict:
+    """The plain PPO loop (``plain_atari.py``) in a fresh process; its score, curve, time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "plain.json"
+        cmd = [
+            sys.executable,
+            str(Path(__file__).with_name("plain_atari.py")),
+            *("--game", game, "--steps", str(steps), "--seed", str(seed), "--out", str(out)),
+        ]
+        print(f"plain: {' '.join(cmd[1:])}", flush=True)
+        start = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-3000:])
+        r = json.loads(out.read_text())
+    r.update(
+        wall_s=wall,  # from outside, as fleetrl's runs are timed
+        frames_per_s=r["frames"] / wall,
+        eval_return=math.nan,
+        best_score=max((c[1] for c in r["curve"]), default=math.nan),
+        time_breakdown_s={},
+        command=" ".join(["python", "benchmarks/plain_atari.py", *cmd[2:-2]]),
+    )
+    return r
 
 
 def random_score(game: str, episodes: int = RANDOM_EPISODES, seed: int = 0) -> dict:
@@ -205,6 +240,11 @@ HEADER = [
 ]
 
 
+def _fmt(value: float, spec: str) -> str:
+    """``value`` formatted, or "-" where there is none (nan)."""
+    return "-" if math.isnan(value) else format(value, spec)
+
+
 def table_rows(results: dict[str, dict]) -> list[list[str]]:
     """One row per run: its scores, time and throughput, and where its time went."""
     rows = []
@@ -216,14 +256,59 @@ def table_rows(results: dict[str, dict]) -> list[list[str]]:
                 f"{r['frames']:,}",
                 f"{score_at(r['curve'], r['frames'] // 2):.1f}",
                 f"{r['score']:.1f}",
-                f"{r['eval_return']:.1f}",
+                _fmt(r["eval_return"], ".1f"),
                 f"{r['wall_s']:,.0f}",
                 f"{r['frames_per_s']:,.0f}",
-                f"{b.get('time/collect_s', math.nan):,.0f}",
-                f"{b.get('time/learn_s', math.nan):,.0f}",
+                _fmt(b.get("time/collect_s", math.nan), ",.0f"),
+                _fmt(b.get("time/learn_s", math.nan), ",.0f"),
                 r.get("date", "-"),
             ]
         )
+    return rows
+
+
+def time_at(curve: list[list[float]], frames: int) -> float:
+    """Seconds since launch at the curve's first point at or past ``frames`` (nan: none)."""
+    return next((c[2] for c in curve if c[0] >= frames), math.nan)
+
+
+FLOOR_HEADER = [
+    "plain run",
+    "fleetrl run",
+    "agent steps",
+    "plain score",
+    "fleetrl score",
+    "plain s",
+    "fleetrl s",
+    "fleetrl time / plain",
+]
+
+
+def floor_rows(results: dict[str, dict]) -> list[list[str]]:
+    """Each plain PPO run beside fleetrl's PPO run on its game with the same seed, at the
+    plain run's budget: the scores there, and the seconds each took to get there."""
+    rows = []
+    for key, plain in results.items():
+        if plain.get("algo") != "plain":
+            continue
+        steps = plain["frames"]
+        for other, r in results.items():
+            same = (r.get("game"), r.get("seed", 0)) == (plain.get("game"), plain.get("seed", 0))
+            if r.get("algo") != "ppo" or not same or r["frames"] < steps:
+                continue
+            fleet_s = time_at(r["curve"], steps)
+            rows.append(
+                [
+                    key,
+                    other,
+                    f"{steps:,}",
+                    f"{plain['score']:.1f}",
+                    _fmt(score_at(r["curve"], steps), ".1f"),
+                    f"{plain['wall_s']:,.0f}",
+                    _fmt(fleet_s, ",.0f"),
+                    _fmt(fleet_s / plain["wall_s"], ".2f") + "x",
+                ]
+            )
     return rows
 
 
@@ -238,21 +323,37 @@ def page_tables(data: dict) -> list[dict]:
         "end); eval: 10 episodes of `fleetrl eval` on the final checkpoint"
         + (f"; {floors}" if floors else "")
     )
-    return [{"title": title, "header": HEADER, "rows": table_rows(data["results"])}]
+    tables = [{"title": title, "header": HEADER, "rows": table_rows(data["results"])}]
+    floor = floor_rows(data["results"])
+    if floor:
+        tables.append(
+            {
+                "title": "fleetrl's PPO against the plain PPO loop (one process, envpool, "
+                "CleanRL's settings) at the plain run's budget: the score there (the last "
+                "20 episodes' mean) and the seconds from launch to it",
+                "header": FLOOR_HEADER,
+                "rows": floor,
+            }
+        )
+    return tables
 
 
 def report(results: dict[str, dict], random: dict[str, dict]) -> None:
     """Print the table of ``results`` and (re)draw their PNGs (``png`` added in place)."""
     for key, r in results.items():
         floor = random.get(r.get("game", GAME), {}).get("mean")
-        png = plot(key.removeprefix("fleetrl "), r["curve"], floor)
+        png = plot(key.removeprefix("fleetrl "), r["curve"], floor)  # "plain ppo ..." stays
         r["png"] = str(png.relative_to(ROOT)) if png else None
     print_table(HEADER, table_rows(results))
+    if floor_rows(results):
+        print_table(FLOOR_HEADER, floor_rows(results))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algos", nargs="+", default=["appo", "ppo"], choices=["appo", "ppo"])
+    parser.add_argument(
+        "--algos", nargs="+", default=["appo", "ppo"], choices=["appo", "ppo", "plain"]
+    )
     parser.add_argument("--game", default=GAME)
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--seed", type=int, default=0)
@@ -304,14 +405,18 @@ def main() -> None:
             write_json("atari_learning", saved | {"random": random, "note": NOTE}, tables=False)
             return
     for algo in args.algos:
-        r = run_fleetrl(algo, args.game, args.steps, args.seed, args.overrides, args.keep_runs)
+        if algo == "plain":
+            r = run_plain(args.game, args.steps, args.seed)
+        else:
+            r = run_fleetrl(algo, args.game, args.steps, args.seed, args.overrides, args.keep_runs)
         tags = [f"steps={args.steps}"] if args.steps != STEPS else []
         tags += [f"seed={args.seed}"] if args.seed != 0 else []
         tags += args.overrides
         suffix = f" [{' '.join(tags)}]" if tags else ""
         r.update(algo=algo, game=args.game, engine=ENGINE, seed=args.seed, suffix=suffix)
         r["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        results[f"fleetrl {algo} {args.game}{suffix}"] = r
+        who = "plain ppo" if algo == "plain" else f"fleetrl {algo}"
+        results[f"{who} {args.game}{suffix}"] = r
         save()
         print(
             f"{algo} {args.game}: score {r['score']:.1f} (eval {r['eval_return']:.1f}) "

@@ -562,13 +562,30 @@ def _atari_learning_plot(png: Path) -> tuple[str, str]:
     if key is None:
         raise MarkerError(f"benchmarks/results/atari_learning.json names no run of {png.name}")
     run = runs[key]
-    caption = f"{run['algo'].upper()} on {run['game']}{run.get('suffix', '')}"
+    who = "the plain PPO loop" if run["algo"] == "plain" else run["algo"].upper()
+    caption = f"{who} on {run['game']}{run.get('suffix', '')}"
     alt = (
         f"Learning curve of {caption}: the mean training return of the last 20 episodes "
         f"against agent steps, from {run['curve'][0][1]:.1f} to {run['score']:.1f} at "
         f"{run['frames']:,} steps, with a random policy's score as a dashed line"
     )
     return alt, caption
+
+
+def _atari_peer_plot(png: Path) -> tuple[str, str]:
+    """atari_peer.png: both sides' learning curves, each seed, from ``atari_peer.json``."""
+    data = load_result("atari_peer")
+    ends = [
+        f"{who} seed {seed} ends at {run['score']:.1f}"
+        for who, side in (("fleetrl", "fleetrl"), ("Sample Factory", "sample_factory"))
+        for seed, run in data[side].items()
+    ]
+    alt = (
+        f"Learning curves of APPO on {data['game']}, fleetrl and Sample Factory 2.1.1, one "
+        f"line per seed: the mean training return of the last 20 episodes against agent "
+        f"steps, up to {data['steps']:,}; " + "; ".join(ends)
+    )
+    return alt, f"APPO on {data['game']}: fleetrl and Sample Factory, two seeds each"
 
 
 def _collector_throughput_plot(png: Path) -> tuple[str, str]:
@@ -672,6 +689,7 @@ def _marl_plot(png: Path) -> tuple[str, str]:
 #: the alt text and caption of each plot, by its results prefix: a plot is said in words
 PLOT_TEXT = {
     "atari_learning": _atari_learning_plot,
+    "atari_peer": _atari_peer_plot,
     "marl": _marl_plot,
     "memory": _memory_plot,
     "mujoco_learning": _mujoco_learning_plot,

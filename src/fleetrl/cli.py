@@ -335,6 +335,7 @@ def _eval(args: argparse.Namespace) -> int:
 #: the scripts ``fleetrl bench NAME`` runs, from the checkout's ``benchmarks/`` folder
 BENCHMARKS = (
     "atari_learning",
+    "atari_peer",
     "atari_throughput",
     "collector_throughput",
     "decoupled",

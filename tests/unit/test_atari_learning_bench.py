@@ -11,11 +11,13 @@ import pytest
 
 from atari_learning import (
     ENGINE,
+    FLOOR_HEADER,
     HEADER,
     STEPS,
     TIME_COLUMNS,
     config_path,
     config_problem,
+    floor_rows,
     page_tables,
     random_score,
     run_overrides,
@@ -101,3 +103,50 @@ def test_a_runs_bad_setting_is_refused_by_its_key_before_anything_runs():
     assert config_problem("ppo", args).startswith("ppo: ppo.lrr is not a config key")
     args.overrides = []
     assert config_problem("ppo", args) is None
+    # the plain floor is ppo_atari.yaml's settings: checked by that config; no overrides
+    assert config_problem("plain", args) is None
+    args.steps = 0
+    assert config_problem("plain", args) == "plain: trainer.total_frames=0 is invalid: must be > 0"
+    args.overrides = ["ppo.lr=1e-3"]
+    assert config_problem("plain", args).startswith("plain: the plain PPO loop is the fixed floor")
+
+
+def test_the_plain_floor_sits_beside_fleetrls_ppo_at_the_plain_runs_budget():
+    plain = {
+        "algo": "plain",
+        "game": "G",
+        "seed": 0,
+        "frames": 1000,
+        "score": 3.0,
+        "wall_s": 50.0,
+        "curve": [[500, 2.0, 30.0], [1000, 3.0, 50.0]],
+        "eval_return": math.nan,
+        "frames_per_s": 20.0,
+        "time_breakdown_s": {},
+    }
+    ppo = {
+        "algo": "ppo",
+        "game": "G",
+        "seed": 0,
+        "frames": 2000,
+        "score": 9.0,
+        "curve": [[512, 1.0, 20.0], [1024, 2.5, 40.0], [2048, 9.0, 80.0]],
+        "eval_return": 8.0,
+        "wall_s": 90.0,
+        "frames_per_s": 22.2,
+        "time_breakdown_s": {},
+    }
+    other_seed = ppo | {"seed": 1}
+    appo = ppo | {"algo": "appo"}
+    rows = floor_rows(
+        {"plain ppo G": plain, "fleetrl ppo G": ppo, "fleetrl ppo G [seed=1]": other_seed,
+         "fleetrl appo G": appo}
+    )  # fmt: skip
+    # fleetrl's score at 1,000 steps is its point at 512 (1.0); it passed 1,000 at 40 s
+    assert rows == [["plain ppo G", "fleetrl ppo G", "1,000", "3.0", "1.0", "50", "40", "0.80x"]]
+    assert len(FLOOR_HEADER) == len(rows[0])
+    tables = page_tables({"results": {"plain ppo G": plain, "fleetrl ppo G": ppo}})
+    assert [t["header"] for t in tables] == [HEADER, FLOOR_HEADER]
+    assert tables[1]["rows"] == rows
+    # the plain run has no eval and no trainer columns: "-", never "nan"
+    assert tables[0]["rows"][0][4:9] == ["-", "50", "20", "-", "-"]

@@ -31,10 +31,12 @@ from fleetrl.setup.reference import config_keys
 HELPER_SCRIPTS = {
     "common",
     "config_results",  # gathers results for fleetrl configs; measures nothing
+    "plain_atari",  # the Atari learning benchmark's plain PPO floor (atari_learning.py runs it)
     "plain_learners",
     "plain_multiagent",
     "rllib_atari_sampler",
     "rllib_peer",
+    "sf_atari_runner",  # runs in Sample Factory's venv, started by atari_peer.py
 }
 
 
