@@ -40,6 +40,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -217,8 +218,9 @@ def score_at(curve: list[list[float]], frames: int) -> float:
 
 def plot(name: str, curve: list[list[float]], floor: float | None) -> Path | None:
     """A PNG of training return against agent steps, with the random policy's score."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")  # a file name and a URL as is
     return plot_returns(
-        RESULTS / f"atari_learning_{name.replace(' ', '_').replace('/', '_')}.png",
+        RESULTS / f"atari_learning_{safe}.png",
         name,
         {"fleetrl": curve},
         xlabel="agent steps",
