@@ -23,14 +23,18 @@ from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.local.overlap import check_overlap_kwargs
 from fleetrl.collectors.local.sync import SyncDataCollector
 from fleetrl.collectors.rules import (
+    COMPRESS,
+    FRACTION_SAMPLES,
+    FRACTION_WORKERS,
     MAX_RESTART_ATTEMPTS,
     MAX_SERVED_LAG,
+    NUM_THREADS,
+    PREFETCH,
     REPLACEMENT_TIMEOUT,
     Audience,
 )
 from fleetrl.distributed.backends import Backend, WorkerRaised
 from fleetrl.distributed.runtime import resource_shortfalls, resource_waits
-from fleetrl.distributed.wire import Compression
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
 
 __all__ = [
@@ -158,28 +162,16 @@ def check_arguments(
         p.items += batch_size_problems(
             frames_per_batch=frames_per_batch, total_frames=None, num_envs=None, split=count
         )
-    for name, value in (
-        ("fraction_samples", fraction_samples),
-        ("fraction_workers", fraction_workers),
-    ):
-        p.check(
-            isinstance(value, (int, float)) and 0 < value <= 1, name, value, "must be in (0, 1]"
-        )
+    FRACTION_SAMPLES.check(p, fraction_samples, Audience.ARGUMENTS)
+    FRACTION_WORKERS.check(p, fraction_workers, Audience.ARGUMENTS)
     if not sync and (fraction_samples != 1.0 or fraction_workers != 1.0):
         p.add(
             "fraction_workers" if fraction_workers != 1.0 else "fraction_samples",
             fraction_workers if fraction_workers != 1.0 else fraction_samples,
             "straggler preemption only applies to sync=True; leave it at 1.0 for sync=False",
         )
-    p.check(
-        compress is None or compress in Compression.NAMES,
-        "compress",
-        compress,
-        f"must be None or one of {list(Compression.NAMES)}",
-    )
-    p.check(
-        isinstance(prefetch, int) and prefetch >= 0, "prefetch", prefetch, "must be an int >= 0"
-    )
+    COMPRESS.check(p, compress, Audience.ARGUMENTS)
+    PREFETCH.check(p, prefetch, Audience.ARGUMENTS)
     p.check(
         isinstance(max_weight_update_interval, int)
         and (max_weight_update_interval == -1 or max_weight_update_interval > 0),
@@ -562,12 +554,18 @@ def all_problems(p: Problems, check: Any, **arguments: Any) -> Any:
 
 
 def check_bounds(
-    p: Problems, max_served_lag: Any, max_restart_attempts: Any, replacement_timeout_s: Any
+    p: Problems,
+    max_served_lag: Any,
+    max_restart_attempts: Any,
+    replacement_timeout_s: Any,
+    num_threads: Any = 1,
 ) -> None:
-    """Check the policy-lag bound, the restart attempts and the replacement's wait (before any
-    actor starts): the rules a config's ``collector.max_served_lag``,
-    ``collector.max_restart_attempts`` and ``collector.replacement_timeout_s`` obey
+    """Check the policy-lag bound, the restart attempts, the replacement's wait and the
+    workers' torch threads (before any actor starts): the rules a config's
+    ``collector.max_served_lag``, ``collector.max_restart_attempts``,
+    ``collector.replacement_timeout_s`` and ``collector.num_threads`` obey
     (:mod:`fleetrl.collectors.rules`), said in the constructor's words."""
     MAX_SERVED_LAG.check(p, max_served_lag, Audience.ARGUMENTS)
     MAX_RESTART_ATTEMPTS.check(p, max_restart_attempts, Audience.ARGUMENTS)
     REPLACEMENT_TIMEOUT.check(p, replacement_timeout_s, Audience.ARGUMENTS)
+    NUM_THREADS.check(p, num_threads, Audience.ARGUMENTS)

@@ -97,7 +97,13 @@ def preflight(**given: Any) -> Preflight:
     p = Problems()
     if not isinstance(g["backend"], Backend) and g["backend"] not in BACKENDS:
         p.add("backend", g["backend"], f"must be one of {list(BACKENDS)} or a fleetrl Backend")
-    check_bounds(p, g["max_served_lag"], g["max_restart_attempts"], g["replacement_timeout_s"])
+    check_bounds(
+        p,
+        g["max_served_lag"],
+        g["max_restart_attempts"],
+        g["replacement_timeout_s"],
+        g["num_threads"],
+    )
     check_replay_buffer(
         p,
         g["replay_buffer"],

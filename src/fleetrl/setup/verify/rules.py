@@ -29,6 +29,7 @@ from typing import Any
 from fleetrl.algorithms.sections import SECTIONS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.inference import config_problems
+from fleetrl.collectors.rules import COLLECTOR_KEYS, Audience
 from fleetrl.config import Config, LearnerMode, enum_of, enum_value, type_hints
 from fleetrl.distributed.backends import BACKENDS
 from fleetrl.errors import Problems
@@ -122,19 +123,10 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "must be >= 0 (0: local, no Ray), a range 'MIN-MAX' with 1 <= MIN <= MAX (e.g. '2-8'), "
         "or 'auto'",
     ),
-    "collector.prefetch": (_at_least(0), "must be >= 0"),
-    "collector.num_threads": (_at_least(1, null=True), "must be >= 1, or null for torch's default"),
     "collector.num_cpus_per_collector": (_at_least(0), "must be >= 0"),
-    "collector.max_served_lag": (_at_least(0, null=True), "must be null (no bound) or >= 0"),
     "collector.decoupled_frames_ahead": (_above(0, null=True), "must be > 0, or null"),
-    "collector.max_restart_attempts": (
-        _at_least(0),
-        "must be >= 0 (0: a collector worker's death ends the run)",
-    ),
-    "collector.replacement_timeout_s": (_above(0), "must be > 0"),
-    "collector.fraction_samples": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "collector.fraction_workers": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
+    # the keys RayCollector's arguments share: their rules, written once (fleetrl.collectors.rules)
+    **{rule.config_key: (rule.ok, rule.says(Audience.CONFIG)) for rule in COLLECTOR_KEYS},
     "collector.overlap": (
         lambda v: v in (None, True, False, "auto", "on", "off"),
         "must be auto (or null), on (or true) or off (or false)",

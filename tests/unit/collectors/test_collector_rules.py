@@ -1,0 +1,60 @@
+"""The rules a config's ``collector`` section and RayCollector's arguments share are written
+once (:data:`fleetrl.collectors.rules.COLLECTOR_KEYS`): the config's verification and the
+constructor say the same rule, each in its reader's words (issue 59)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fleetrl import ConfigError, RayCollector
+from fleetrl.collectors.rules import CODECS, COLLECTOR_KEYS, Audience
+from fleetrl.config import CollectorConfig
+from fleetrl.distributed.wire import Compression
+from fleetrl.setup.load import config_from_dict
+from fleetrl.setup.verify import RANGES
+
+#: a value each rule refuses, and what the two readers are told
+REFUSED = {
+    "prefetch": (-1, "must be an int >= 0", "must be >= 0"),
+    "num_threads": (
+        0,
+        "must be an int >= 1, or None for torch's default",
+        "must be >= 1, or null for torch's default",
+    ),
+    "max_served_lag": (-1, "must be None (no bound) or an int >= 0", "must be null (no bound) or >= 0"),
+    "max_restart_attempts": (
+        -2,
+        "must be an int >= 0 (0: a collector worker's death ends the run)",
+        "must be >= 0 (0: a collector worker's death ends the run)",
+    ),
+    "replacement_timeout_s": (0, "must be a number > 0", "must be > 0"),
+    "fraction_samples": (1.5, "must be in (0, 1]", "must be in (0, 1]"),
+    "fraction_workers": (0, "must be in (0, 1]", "must be in (0, 1]"),
+    "compress": ("gzip", "must be None, 'lz4' or 'zstd'", "must be null, 'lz4' or 'zstd'"),
+}  # fmt: skip
+
+
+def test_every_shared_rule_is_a_config_key_whose_range_is_the_rule():
+    fields = {f.name for f in dataclasses.fields(CollectorConfig)}
+    assert {r.argument for r in COLLECTOR_KEYS} == set(REFUSED)
+    for rule in COLLECTOR_KEYS:
+        assert rule.config_key.removeprefix("collector.") in fields
+        ok, allowed = RANGES[rule.config_key]
+        assert ok is rule.ok and allowed == rule.says(Audience.CONFIG)
+    assert tuple(Compression.NAMES) == CODECS
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_shared_rule_refuses_the_config_key_and_the_argument_alike(name):
+    value, for_arguments, for_config = REFUSED[name]
+    with pytest.raises(ConfigError) as config_error:
+        config_from_dict({"algorithm": "ppo"}, [f"collector.{name}={value}"])
+    assert any(
+        p.startswith(f"collector.{name}=") and p.endswith(f" is invalid: {for_config}")
+        for p in config_error.value.problems
+    ), config_error.value.problems
+    with pytest.raises(ConfigError) as argument_error:
+        RayCollector("CartPole-v1", None, frames_per_batch=8, backend="inprocess", **{name: value})
+    assert f"{name}={value!r} is invalid: {for_arguments}" in argument_error.value.problems
