@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from fleetrl import ConfigError, RayCollector
+from fleetrl.collectors.remote.fleet_options import FleetOptions
 from fleetrl.collectors.rules import CODECS, COLLECTOR_KEYS, Audience
 from fleetrl.config import CollectorConfig
 from fleetrl.distributed.wire import Compression
@@ -58,3 +59,50 @@ def test_a_shared_rule_refuses_the_config_key_and_the_argument_alike(name):
     with pytest.raises(ConfigError) as argument_error:
         RayCollector("CartPole-v1", None, frames_per_batch=8, backend="inprocess", **{name: value})
     assert f"{name}={value!r} is invalid: {for_arguments}" in argument_error.value.problems
+
+
+def test_fleet_options_check_themselves_once_made_in_either_readers_words():
+    with pytest.raises(ConfigError) as arguments:
+        FleetOptions(prefetch=-1, compress="gzip", fraction_workers=0.5)
+    assert arguments.value.problems == [
+        "prefetch=-1 is invalid: must be an int >= 0",
+        "compress='gzip' is invalid: must be None, 'lz4' or 'zstd'",
+        "fraction_workers=0.5 is invalid: straggler preemption only applies to sync=True; "
+        "leave it at 1.0 for sync=False",
+    ]
+    config = CollectorConfig(prefetch=-1, num_threads=0)
+    with pytest.raises(ConfigError) as keys:
+        FleetOptions.from_config(config)
+    assert keys.value.problems == [
+        "collector.prefetch=-1 is invalid: must be >= 0",
+        "collector.num_threads=0 is invalid: must be >= 1, or null for torch's default",
+    ]
+    options = FleetOptions.from_config(CollectorConfig(sync=True, prefetch=0, compress="lz4"))
+    assert (options.sync, options.prefetch, options.compress) == (True, 0, "lz4")
+    assert FleetOptions.from_config(CollectorConfig(sync=True), sync=False).sync is False
+    assert options.arguments()["prefetch"] == 0 and "said_as" not in options.arguments()
+
+
+def test_a_collector_takes_the_fleet_options_as_one_object_or_as_keywords_not_both():
+    fleet = FleetOptions(sync=True, prefetch=0, max_served_lag=3)
+    collector = RayCollector(
+        "CartPole-v1", None, frames_per_batch=8, total_frames=16, num_collectors=2,
+        backend="inprocess", fleet=fleet,
+    )  # fmt: skip
+    try:
+        assert (collector.sync, collector.prefetch, collector.max_served_lag) == (True, 0, 3)
+        assert collector.fleet_options is fleet
+        assert [tuple(b.batch_size) for b in collector] == [
+            (2, 1, 4),
+            (2, 1, 4),
+        ]  # stacked: [collectors, envs, time]
+    finally:
+        collector.shutdown()
+    with pytest.raises(ConfigError) as both:
+        RayCollector(
+            "CartPole-v1", None, frames_per_batch=8, backend="inprocess", fleet=fleet, prefetch=2
+        )
+    assert both.value.problems == [
+        "prefetch=2 is invalid: is given twice: fleet=FleetOptions(...) holds the fleet's "
+        "options; set FleetOptions(prefetch=...) there instead"
+    ]
