@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from fleetrl.collectors.front import Collector
     from fleetrl.collectors.inference.options import InferenceOptions
     from fleetrl.collectors.local.sync import SyncDataCollector
-    from fleetrl.collectors.remote.fleet_options import FleetOptions
     from fleetrl.collectors.remote.collector import RayCollector
+    from fleetrl.collectors.remote.fleet_options import FleetOptions
     from fleetrl.collectors.remote.replay import RemoteReplayBuffer
     from fleetrl.collectors.timing import CollectTimes
