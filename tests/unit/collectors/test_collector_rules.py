@@ -106,3 +106,72 @@ def test_a_collector_takes_the_fleet_options_as_one_object_or_as_keywords_not_bo
         "prefetch=2 is invalid: is given twice: fleet=FleetOptions(...) holds the fleet's "
         "options; set FleetOptions(prefetch=...) there instead"
     ]
+
+
+@pytest.fixture
+def rule_runs(monkeypatch):
+    """How often each Rule ran, by its argument's name (the options' cache emptied first)."""
+    from collections import Counter
+
+    from fleetrl.collectors import rules
+    from fleetrl.collectors.remote import fleet_options
+
+    fleet_options._from_config.cache_clear()
+    runs: Counter[str] = Counter()
+    check = rules.Rule.check
+
+    def counted(self, p, value, audience, **values):
+        runs[self.argument] += 1
+        return check(self, p, value, audience, **values)
+
+    monkeypatch.setattr(rules.Rule, "check", counted)
+    return runs
+
+
+#: the rules the fleet's options hold
+FLEET_RULES = (*sorted(REFUSED), "sync")
+
+
+def test_a_runs_fleet_rules_run_once_from_its_config_to_its_collector(rule_runs):
+    from fleetrl.setup.build import make_collector
+
+    config = config_from_dict(
+        {
+            "env": {"id": "CartPole-v1", "num_envs": 1},
+            "collector": {"num_collectors": 2, "frames_per_batch": 8, "prefetch": 2},
+            "trainer": {"backend": "inprocess"},
+        }
+    )
+    collector = make_collector(config, None, total_frames=16, seed=0)
+    try:
+        assert collector.prefetch == 2 and sum(b.numel() for b in collector) == 16
+    finally:
+        collector.shutdown()
+    assert {name: rule_runs[name] for name in FLEET_RULES} == dict.fromkeys(FLEET_RULES, 1)
+
+
+def test_a_collectors_fleet_rules_run_once_from_its_keywords(rule_runs):
+    collector = RayCollector(
+        "CartPole-v1", None, frames_per_batch=8, total_frames=16, num_collectors=2,
+        backend="inprocess", prefetch=2, sync=True,
+    )  # fmt: skip
+    collector.shutdown()
+    # the two rules only a caller's arguments have (a config has no such keys) run too
+    once = (*FLEET_RULES, "max_weight_update_interval", "update_after_each_batch")
+    assert {name: rule_runs[name] for name in once} == dict.fromkeys(once, 1)
+
+
+def test_the_fleet_options_defaults_are_the_collectors_and_the_configs():
+    import inspect
+
+    from fleetrl.collectors.remote.fleet_options import FLEET_ARGUMENTS, FLEET_CONFIG_KEYS
+    from fleetrl.distributed.workers import DEFAULT_MAX_RESTART_ATTEMPTS
+
+    signature = inspect.signature(RayCollector).parameters
+    defaults = FleetOptions()
+    assert {n: signature[n].default for n in FLEET_ARGUMENTS} == defaults.arguments()
+    assert defaults.max_restart_attempts == DEFAULT_MAX_RESTART_ATTEMPTS
+    config = CollectorConfig()
+    # a config's defaults differ only where an on-policy run's do: stacked rounds, no prefetch
+    differ = {n for n in FLEET_CONFIG_KEYS if getattr(config, n) != getattr(defaults, n)}
+    assert differ == {"sync", "prefetch"}

@@ -27,6 +27,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,10 +44,14 @@ from fleetrl.collectors.rules import (
     Rule,
 )
 from fleetrl.config import CollectorConfig
-from fleetrl.distributed.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 from fleetrl.errors import ConfigError, Problems
 
-__all__ = ["FLEET_ARGUMENTS", "FleetOptions", "given_fleet"]
+__all__ = ["FLEET_ARGUMENTS", "FLEET_CONFIG_KEYS", "FleetOptions", "given_fleet"]
+
+#: a dead worker's replacements tried in a row by default
+#: (:data:`fleetrl.distributed.workers.DEFAULT_MAX_RESTART_ATTEMPTS`, which a test ties to it;
+#: not imported: a config's checks read this module before torch or Ray is loaded)
+DEFAULT_MAX_RESTART_ATTEMPTS = 3
 
 SYNC = Rule("sync", lambda v: isinstance(v, bool), "must be {True} or {False}")
 MAX_WEIGHT_UPDATE_INTERVAL = Rule(
@@ -145,7 +150,16 @@ class FleetOptions:
         values = {name: getattr(collector, name) for name in FLEET_CONFIG_KEYS}
         if sync is not None:
             values["sync"] = sync
-        return cls(**values, said_as=Audience.CONFIG)
+        return _from_config(tuple(values.items()))
+
+
+@functools.lru_cache(maxsize=32)
+def _from_config(values: tuple[tuple[str, Any], ...]) -> FleetOptions:
+    """Options of these config values, made (and so checked) once per process: the config's
+    verification makes them, and the run's collector takes the same object. A config
+    changed since has other values, and is checked when its options are made. A refusal
+    is not kept: the same values are refused again."""
+    return FleetOptions(**dict(values), said_as=Audience.CONFIG)
 
 
 #: RayCollector's keywords that :class:`FleetOptions` holds (the fields but ``said_as``)
@@ -176,8 +190,8 @@ def given_fleet(p: Problems, fleet: Any, **keywords: Any) -> FleetOptions | None
     if not isinstance(fleet, FleetOptions):
         p.add("fleet", fleet, "must be None (the separate keywords) or a FleetOptions")
         return None
-    defaults = FleetOptions()
+    defaults = {f.name: f.default for f in dataclasses.fields(FleetOptions)}
     for name, value in keywords.items():
-        if value != getattr(defaults, name):
+        if value != defaults[name]:
             p.add(name, value, BOTH_MSG.format(name=name))
     return fleet
