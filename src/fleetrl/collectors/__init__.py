@@ -15,6 +15,7 @@ _EXPORTS = {
     "Collector": "fleetrl.collectors.front",
     "DataCollectorBase": "fleetrl.collectors.base",
     "EpisodeStats": "fleetrl.collectors.base",
+    "FleetOptions": "fleetrl.collectors.remote.fleet_options",
     "InferenceOptions": "fleetrl.collectors.inference.options",
     "RayCollector": "fleetrl.collectors.remote.collector",
     "RemoteReplayBuffer": "fleetrl.collectors.remote.replay",
@@ -28,6 +29,7 @@ __all__ = [
     "Collector",
     "DataCollectorBase",
     "EpisodeStats",
+    "FleetOptions",
     "InferenceOptions",
     "RayCollector",
     "RemoteReplayBuffer",
@@ -44,5 +46,6 @@ if TYPE_CHECKING:
     from fleetrl.collectors.inference.options import InferenceOptions
     from fleetrl.collectors.local.sync import SyncDataCollector
     from fleetrl.collectors.remote.collector import RayCollector
+    from fleetrl.collectors.remote.fleet_options import FleetOptions
     from fleetrl.collectors.remote.replay import RemoteReplayBuffer
     from fleetrl.collectors.timing import CollectTimes

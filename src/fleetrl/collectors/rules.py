@@ -42,8 +42,15 @@ from typing import Any
 from fleetrl.errors import Problems
 
 __all__ = [
+    "COLLECTOR_KEYS",
+    "COMPRESS",
+    "FRACTION_SAMPLES",
+    "FRACTION_WORKERS",
     "MAX_RESTART_ATTEMPTS",
     "MAX_SERVED_LAG",
+    "NUM_THREADS",
+    "PREFETCH",
+    "REPLACEMENT_TIMEOUT",
     "Audience",
     "Rule",
     "named",
@@ -131,6 +138,11 @@ class Rule:
             return f"collector.{self.key}"
         return named(self.argument, audience)
 
+    @property
+    def config_key(self) -> str:
+        """The config key this rule checks: ``collector.<key>``."""
+        return self.name(Audience.CONFIG)
+
     def says(self, audience: Audience, **values: Any) -> str:
         """What is allowed, in ``audience``'s words."""
         return phrase(self.allowed, audience, **values)
@@ -159,17 +171,51 @@ def optional(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or test(v)
 
 
+def fraction(v: Any) -> bool:
+    """A number (not a bool) in (0, 1]."""
+    return number_at_least(0)(v) and 0 < v <= 1
+
+
 #: ``max_served_lag`` / ``collector.max_served_lag``
 MAX_SERVED_LAG = Rule(
     "max_served_lag", optional(whole_at_least(0)), "must be {None} (no bound) or {int}>= 0"
 )
 #: ``replacement_timeout_s`` / ``collector.replacement_timeout_s``
 REPLACEMENT_TIMEOUT = Rule(
-    "replacement_timeout_s", lambda v: number_at_least(0)(v) and v > 0, "must be a number > 0"
+    "replacement_timeout_s", lambda v: number_at_least(0)(v) and v > 0, "must be {number}> 0"
 )
 #: ``max_restart_attempts`` / ``collector.max_restart_attempts``
 MAX_RESTART_ATTEMPTS = Rule(
     "max_restart_attempts",
     whole_at_least(0),
     "must be {int}>= 0 (0: a collector worker's death ends the run)",
+)
+#: ``prefetch`` / ``collector.prefetch``
+PREFETCH = Rule("prefetch", whole_at_least(0), "must be {int}>= 0")
+#: ``num_threads`` / ``collector.num_threads``: torch threads in each worker process
+NUM_THREADS = Rule(
+    "num_threads", optional(whole_at_least(1)), "must be {int}>= 1, or {None} for torch's default"
+)
+#: ``fraction_samples`` / ``collector.fraction_samples``
+FRACTION_SAMPLES = Rule("fraction_samples", fraction, "must be in (0, 1]")
+#: ``fraction_workers`` / ``collector.fraction_workers``
+FRACTION_WORKERS = Rule("fraction_workers", fraction, "must be in (0, 1]")
+#: the codecs of ``compress`` (:class:`fleetrl.distributed.wire.Compression`'s names)
+CODECS = ("lz4", "zstd")
+#: ``compress`` / ``collector.compress``
+COMPRESS = Rule("compress", lambda v: v is None or v in CODECS, "must be {None}, 'lz4' or 'zstd'")
+
+#: the rules of the keys a config's ``collector`` section and RayCollector's arguments share,
+#: each written once here: the constructor checks its arguments with them
+#: (:func:`fleetrl.collectors.remote.checks.check_arguments`) and a config's verification its
+#: keys (:data:`fleetrl.setup.verify.RANGES` holds them by config key)
+COLLECTOR_KEYS: tuple[Rule, ...] = (
+    PREFETCH,
+    NUM_THREADS,
+    MAX_SERVED_LAG,
+    MAX_RESTART_ATTEMPTS,
+    REPLACEMENT_TIMEOUT,
+    FRACTION_SAMPLES,
+    FRACTION_WORKERS,
+    COMPRESS,
 )

@@ -170,6 +170,7 @@ def make_collector(
         )
     else:
         from fleetrl.collectors import RayCollector
+        from fleetrl.collectors.remote.fleet_options import FleetOptions
 
         collector = RayCollector(
             env,
@@ -178,15 +179,8 @@ def make_collector(
             total_frames=total_frames,
             num_collectors=c.fleet,
             num_workers_per_collector=e.num_envs,
-            sync=c.sync and replay_buffer is None,
-            prefetch=c.prefetch,
-            compress=c.compress,
-            fraction_samples=c.fraction_samples,
-            fraction_workers=c.fraction_workers,
-            max_served_lag=c.max_served_lag,
-            max_restart_attempts=c.max_restart_attempts,
-            replacement_timeout_s=c.replacement_timeout_s,
-            num_threads=c.num_threads,
+            # decoupled: the workers write into the buffer, first ready, whatever collector.sync
+            fleet=FleetOptions.from_config(c, sync=c.sync and replay_buffer is None),
             max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,
             collector_kwargs={"overlap": c.overlap, "return_discount": return_discount},

@@ -22,15 +22,9 @@ from fleetrl.collectors.arguments import check_weight_update
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.local.overlap import check_overlap_kwargs
 from fleetrl.collectors.local.sync import SyncDataCollector
-from fleetrl.collectors.rules import (
-    MAX_RESTART_ATTEMPTS,
-    MAX_SERVED_LAG,
-    REPLACEMENT_TIMEOUT,
-    Audience,
-)
+from fleetrl.collectors.rules import MAX_RESTART_ATTEMPTS, MAX_SERVED_LAG, Audience
 from fleetrl.distributed.backends import Backend, WorkerRaised
 from fleetrl.distributed.runtime import resource_shortfalls, resource_waits
-from fleetrl.distributed.wire import Compression
 from fleetrl.errors import ConfigError, EnvError, FleetError, PolicyError, Problems, WorkerError
 
 __all__ = [
@@ -41,7 +35,6 @@ __all__ = [
     "all_problems",
     "check_added_collectors",
     "check_arguments",
-    "check_bounds",
     "check_collector_kwargs",
     "check_env_counts",
     "check_resources",
@@ -128,18 +121,14 @@ def check_arguments(
     sync: bool,
     remote_configs: Any,
     num_collectors: Any,
-    max_weight_update_interval: Any,
-    prefetch: Any,
-    fraction_samples: Any,
-    fraction_workers: Any,
-    compress: Any,
     init_random_frames: Any,
     exploration_type: Any,
     postproc: Any,
     devices: dict[str, Any],
     max_frames_per_traj: Any = None,
 ) -> RayArguments:
-    """Check every argument; raise one ConfigError listing all problems."""
+    """Check every argument but the fleet's options (:class:`~fleetrl.collectors.remote.fleet_options.FleetOptions`
+    checks those when made); raise one ConfigError listing all problems."""
     p = Problems()
     p.positive_int("frames_per_batch", frames_per_batch)
     p.positive_int("total_frames", total_frames, allow_minus_one=True)
@@ -158,35 +147,6 @@ def check_arguments(
         p.items += batch_size_problems(
             frames_per_batch=frames_per_batch, total_frames=None, num_envs=None, split=count
         )
-    for name, value in (
-        ("fraction_samples", fraction_samples),
-        ("fraction_workers", fraction_workers),
-    ):
-        p.check(
-            isinstance(value, (int, float)) and 0 < value <= 1, name, value, "must be in (0, 1]"
-        )
-    if not sync and (fraction_samples != 1.0 or fraction_workers != 1.0):
-        p.add(
-            "fraction_workers" if fraction_workers != 1.0 else "fraction_samples",
-            fraction_workers if fraction_workers != 1.0 else fraction_samples,
-            "straggler preemption only applies to sync=True; leave it at 1.0 for sync=False",
-        )
-    p.check(
-        compress is None or compress in Compression.NAMES,
-        "compress",
-        compress,
-        f"must be None or one of {list(Compression.NAMES)}",
-    )
-    p.check(
-        isinstance(prefetch, int) and prefetch >= 0, "prefetch", prefetch, "must be an int >= 0"
-    )
-    p.check(
-        isinstance(max_weight_update_interval, int)
-        and (max_weight_update_interval == -1 or max_weight_update_interval > 0),
-        "max_weight_update_interval",
-        max_weight_update_interval,
-        "must be -1 (off) or an int > 0",
-    )
     exploration = as_exploration_type(exploration_type, p)
     acting = check_common_arguments(
         p,
@@ -559,15 +519,3 @@ def all_problems(p: Problems, check: Any, **arguments: Any) -> Any:
         raise ConfigError(err.problems + p.items) from None
     p.raise_if_any()
     return result
-
-
-def check_bounds(
-    p: Problems, max_served_lag: Any, max_restart_attempts: Any, replacement_timeout_s: Any
-) -> None:
-    """Check the policy-lag bound, the restart attempts and the replacement's wait (before any
-    actor starts): the rules a config's ``collector.max_served_lag``,
-    ``collector.max_restart_attempts`` and ``collector.replacement_timeout_s`` obey
-    (:mod:`fleetrl.collectors.rules`), said in the constructor's words."""
-    MAX_SERVED_LAG.check(p, max_served_lag, Audience.ARGUMENTS)
-    MAX_RESTART_ATTEMPTS.check(p, max_restart_attempts, Audience.ARGUMENTS)
-    REPLACEMENT_TIMEOUT.check(p, replacement_timeout_s, Audience.ARGUMENTS)

@@ -60,6 +60,7 @@ from fleetrl.collectors.remote.checks import (
 from fleetrl.collectors.remote.elastic import ElasticFleet
 from fleetrl.collectors.remote.first_ready import FirstReady
 from fleetrl.collectors.remote.fleet_metrics import FleetMetrics
+from fleetrl.collectors.remote.fleet_options import FleetOptions
 from fleetrl.collectors.remote.pool import CollectorSlot, WorkerPool
 from fleetrl.collectors.remote.preflight import Preflight, preflight
 from fleetrl.collectors.remote.rounds import StackedRounds
@@ -178,6 +179,12 @@ class RayCollector(RayViews):
         num_inference_servers: with ``inference_device``, ``inference_max_batch``,
             ``inference_max_wait_ms``, ``inference_remote_config`` and ``inference_transport``:
             :class:`~fleetrl.collectors.inference.InferenceOptions`' fields as keywords.
+        fleet: a :class:`~fleetrl.collectors.remote.fleet_options.FleetOptions` holding
+            ``sync``, ``prefetch``, ``max_served_lag``, ``max_restart_attempts``,
+            ``replacement_timeout_s``, ``num_threads``, ``fraction_samples``,
+            ``fraction_workers``, ``compress``, ``max_weight_update_interval`` and
+            ``update_after_each_batch`` at once (a config's ``collector`` section builds
+            one), instead of the separate keywords.
         backend: where the workers run: ``"ray"`` (Ray actors, the default),
             ``"inprocess"`` (objects in this process, one task at a time: debugging and
             tests) or a :class:`~fleetrl.distributed.backends.Backend` (:mod:`fleetrl.distributed.backends`).
@@ -232,6 +239,7 @@ class RayCollector(RayViews):
         set_truncated: bool = False,
         replay_buffer: Any = None,
         backend: str | Backend = "ray",
+        fleet: FleetOptions | None = None,
         inference: str | InferenceOptions = "local",
         num_inference_servers: int = 1,
         inference_device: Any = None,
@@ -285,19 +293,21 @@ class RayCollector(RayViews):
         self.backend = checked.backend
         self.frames_per_batch = g["frames_per_batch"]
         self.total_frames = g["total_frames"]
-        self.sync = g["sync"]
+        #: how the fleet collects and is kept (:class:`~fleetrl.collectors.remote.fleet_options.FleetOptions`)
+        self.fleet_options = o = checked.options
+        self.sync = o.sync
         self.collector_class = g["collector_class"]
         self.num_workers_per_collector = g["num_workers_per_collector"]
-        self.update_after_each_batch = g["update_after_each_batch"]
-        self.max_weight_update_interval = g["max_weight_update_interval"]
-        self.prefetch = g["prefetch"]
-        self.max_served_lag = g["max_served_lag"]
-        self.max_restart_attempts = g["max_restart_attempts"]
-        self.replacement_timeout_s = g["replacement_timeout_s"]
-        self.num_threads = g["num_threads"]
-        self.fraction_samples = float(g["fraction_samples"])
-        self.fraction_workers = float(g["fraction_workers"])
-        self.compress = g["compress"]
+        self.update_after_each_batch = o.update_after_each_batch
+        self.max_weight_update_interval = o.max_weight_update_interval
+        self.prefetch = o.prefetch
+        self.max_served_lag = o.max_served_lag
+        self.max_restart_attempts = o.max_restart_attempts
+        self.replacement_timeout_s = o.replacement_timeout_s
+        self.num_threads = o.num_threads
+        self.fraction_samples = float(o.fraction_samples)
+        self.fraction_workers = float(o.fraction_workers)
+        self.compress = o.compress
         self.split_trajs = g["split_trajs"]
         self.postproc = g["postproc"]
         self.init_random_frames = checked.args.init_random_frames

@@ -41,6 +41,7 @@ from typing import Any
 from fleetrl.collectors.inference.servers import InferenceServers
 from fleetrl.collectors.local.overlap import available_cores, worker_overlap
 from fleetrl.collectors.remote.checks import check_env_counts, takes_env_list, worker_failure
+from fleetrl.collectors.remote.fleet_options import FleetOptions
 from fleetrl.collectors.remote.weights import WeightStore
 from fleetrl.collectors.remote.worker import CollectorWorker, TaskResult
 from fleetrl.distributed.backends import Actor, Backend, WorkerDied, WorkerRaised
@@ -118,14 +119,14 @@ class WorkerPool:
         policy_ref: the policy module, stored once with the backend.
 
     Keyword Args:
-        collector_class, native, num_workers_per_collector, sync,
-            frames_per_batch, total_frames, compress, max_weight_update_interval,
-            num_threads, init_random_frames: as :class:`~fleetrl.collectors.RayCollector`
+        collector_class, native, num_workers_per_collector, frames_per_batch,
+            total_frames, init_random_frames: as :class:`~fleetrl.collectors.RayCollector`
             was given them (checked there).
+        options: the fleet's options (valid: :class:`~fleetrl.collectors.remote.fleet_options.FleetOptions`):
+            stacked or first ready, compression, the workers' threads and weight checks,
+            the replacements tried in a row and how long one waits for a node.
         devices: the device arguments, one list per name (one value per collector).
         common: the collector arguments every worker gets.
-        max_restart_attempts: replacements of a dead worker tried in a row.
-        replacement_timeout_s: how long a replacement waits for a node that can host it.
         replay_buffer: the replay buffer actor the workers extend with their
             batches (they then return progress records), or None.
         servers: central inference (:mod:`fleetrl.collectors.inference`): each worker
@@ -141,17 +142,12 @@ class WorkerPool:
         collector_class: Any,
         native: bool,
         num_workers_per_collector: int,
-        sync: bool,
+        options: FleetOptions,
         frames_per_batch: int,
         total_frames: int,
-        compress: str | None,
-        max_weight_update_interval: int,
-        num_threads: int | None,
         init_random_frames: int,
         devices: dict[str, list[Any]],
         common: dict[str, Any],
-        max_restart_attempts: int,
-        replacement_timeout_s: float = 120.0,
         replay_buffer: Actor | None = None,
         servers: InferenceServers | None = None,
     ):
@@ -163,12 +159,12 @@ class WorkerPool:
         self.collector_class = collector_class
         self.native = native
         self.num_workers_per_collector = num_workers_per_collector
-        self.sync = sync
+        self.sync = options.sync
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
-        self.compress = compress
-        self.max_weight_update_interval = max_weight_update_interval
-        self.num_threads = num_threads
+        self.compress = options.compress
+        self.max_weight_update_interval = options.max_weight_update_interval
+        self.num_threads = options.num_threads
         self.init_random_frames = init_random_frames
         self.devices = devices
         self.common = common
@@ -178,7 +174,7 @@ class WorkerPool:
             start=self._start_actor,
             issue=self._issue,
             ready=self._wait_ready,
-            max_attempts=max_restart_attempts,
+            max_attempts=options.max_restart_attempts,
             on_reissue=self._reissued,
             # Ray's own detector declares a lost node's workers dead only after its health
             # checks (about 13 s): a probe answered beside the rollout finds them in seconds
@@ -191,7 +187,7 @@ class WorkerPool:
         self.may_shrink: Callable[[CollectorSlot], bool] | None = None
         #: called while a wait for results lasts (an elastic fleet admits new workers)
         self.on_wait: Callable[[], None] | None = None
-        self.replacement_timeout_s = replacement_timeout_s
+        self.replacement_timeout_s = options.replacement_timeout_s
         #: nodes whose workers looked lost with them: node id -> when (time.monotonic())
         self.suspect_nodes: dict[str, float] = {}
         self.issued = 0  # frames in tasks issued and not yet delivered

@@ -19,13 +19,8 @@ from fleetrl.collectors.inference.checks import check_inference, probe_batched
 from fleetrl.collectors.inference.options import InferenceOptions, given_options
 from fleetrl.collectors.local.grouped import check_grouped_arguments
 from fleetrl.collectors.local.sync import SyncDataCollector
-from fleetrl.collectors.remote.checks import (
-    RayArguments,
-    all_problems,
-    check_arguments,
-    check_bounds,
-    probe_envs,
-)
+from fleetrl.collectors.remote.checks import RayArguments, all_problems, check_arguments, probe_envs
+from fleetrl.collectors.remote.fleet_options import FLEET_ARGUMENTS, FleetOptions, given_fleet
 from fleetrl.collectors.remote.replay import buffer_actor, check_replay_buffer
 from fleetrl.distributed.backends import BACKENDS, Backend, make_backend
 from fleetrl.errors import Problems
@@ -44,6 +39,8 @@ class Preflight:
     """the arguments expanded to one entry per collector, and the policy it acts with."""
     inference: InferenceOptions
     """where the policy runs (:mod:`fleetrl.collectors.inference`)."""
+    options: FleetOptions
+    """how the fleet collects and is kept (:mod:`fleetrl.collectors.remote.fleet_options`)."""
     backend: Backend
     """where the workers (and servers) run."""
     common: dict[str, Any]
@@ -57,7 +54,7 @@ class Preflight:
         keywords, but the options."""
         return {
             "exploration_type": self.args.exploration_type,
-            "num_threads": self.given["num_threads"],
+            "num_threads": self.options.num_threads,
             "num_workers": len(self.args.env_fns),
         }
 
@@ -68,17 +65,12 @@ class Preflight:
             "collector_class": g["collector_class"],
             "native": self.args.native,
             "num_workers_per_collector": g["num_workers_per_collector"],
-            "sync": g["sync"],
+            "options": self.options,
             "frames_per_batch": g["frames_per_batch"],
             "total_frames": g["total_frames"],
-            "compress": g["compress"],
-            "max_weight_update_interval": g["max_weight_update_interval"],
-            "num_threads": g["num_threads"],
             "init_random_frames": self.args.init_random_frames,
             "devices": self.args.devices,
             "common": self.common,
-            "max_restart_attempts": g["max_restart_attempts"],
-            "replacement_timeout_s": g["replacement_timeout_s"],
             "replay_buffer": None if replay_buffer is None else buffer_actor(replay_buffer),
         }
 
@@ -97,12 +89,15 @@ def preflight(**given: Any) -> Preflight:
     p = Problems()
     if not isinstance(g["backend"], Backend) and g["backend"] not in BACKENDS:
         p.add("backend", g["backend"], f"must be one of {list(BACKENDS)} or a fleetrl Backend")
-    check_bounds(p, g["max_served_lag"], g["max_restart_attempts"], g["replacement_timeout_s"])
+    options = given_fleet(p, g["fleet"], **{k: g[k] for k in FLEET_ARGUMENTS})
+    # the options as given where they have problems (raised below, with every other one)
+    fleet_values = options.arguments() if options else {k: g[k] for k in FLEET_ARGUMENTS}
     check_replay_buffer(
         p,
         g["replay_buffer"],
-        **{k: g[k] for k in ("sync", "trajs_per_batch", "split_trajs", "postproc")},
-        max_served_lag=g["max_served_lag"],
+        **{k: g[k] for k in ("trajs_per_batch", "split_trajs", "postproc")},
+        sync=fleet_values["sync"],
+        max_served_lag=fleet_values["max_served_lag"],
         backend=g["backend"],
     )
     features = {k: g[k] for k in FEATURES}
@@ -115,11 +110,12 @@ def preflight(**given: Any) -> Preflight:
         **features,
     )
     fleet = _fleet_size(p, g)
-    inference = _inference(p, g, fleet)
+    inference = _inference(p, g, fleet, fleet_values["max_weight_update_interval"])
     args = all_problems(
         p,
         check_arguments,
         **{k: g[k] for k in CHECKED},
+        sync=fleet_values["sync"],
         num_collectors=None if fleet is None else fleet.min,
         devices={k: g[k] for k in ("device", "storing_device", "env_device", "policy_device")},
     )
@@ -155,8 +151,15 @@ def preflight(**given: Any) -> Preflight:
         **{k: v for k, v in features.items() if v is not None and v is not False},
     }
     fleet = fleet or FleetSize(len(args.env_fns), len(args.env_fns))
+    assert options is not None  # a problem of the options was raised with the others
     return Preflight(
-        given=g, args=args, inference=inference, backend=backend, common=common, fleet=fleet
+        given=g,
+        args=args,
+        inference=inference,
+        options=options,
+        backend=backend,
+        common=common,
+        fleet=fleet,
     )
 
 
@@ -171,13 +174,7 @@ CHECKED = (
     "collector_class",
     "collector_kwargs",
     "num_workers_per_collector",
-    "sync",
     "remote_configs",
-    "max_weight_update_interval",
-    "prefetch",
-    "fraction_samples",
-    "fraction_workers",
-    "compress",
     "init_random_frames",
     "exploration_type",
     "postproc",
@@ -231,7 +228,9 @@ def _fleet_size(p: Problems, g: dict[str, Any]) -> FleetSize | None:
     return fleet
 
 
-def _inference(p: Problems, g: dict[str, Any], fleet: FleetSize | None) -> InferenceOptions:
+def _inference(
+    p: Problems, g: dict[str, Any], fleet: FleetSize | None, max_weight_update_interval: Any
+) -> InferenceOptions:
     """The inference options (``inference=InferenceOptions(...)`` or the separate keywords),
     checked with what the collector's other arguments must leave to the servers."""
     options = given_options(
@@ -260,7 +259,7 @@ def _inference(p: Problems, g: dict[str, Any], fleet: FleetSize | None) -> Infer
         devices={"device": g["device"], "policy_device": g["policy_device"]},
         compile_policy=g["compile_policy"],
         cudagraph_policy=g["cudagraph_policy"],
-        max_weight_update_interval=g["max_weight_update_interval"],
+        max_weight_update_interval=max_weight_update_interval,
         address=ray_init.get("address") if isinstance(ray_init, dict) else None,
     )
     return options

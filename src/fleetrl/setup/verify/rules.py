@@ -9,7 +9,7 @@ to the :class:`~fleetrl.errors.Problems` they are given.
 (:mod:`fleetrl.setup.verify.env`) and the sweep's (:mod:`fleetrl.setup.verify.sweep`).
 
 Examples:
-    >>> from fleetrl.errors import Problems
+    >>> from fleetrl.errors import ConfigError, Problems
     >>> from fleetrl.setup import parse_config
     >>> config, _ = parse_config({"algorithm": "ppo", "env": {"num_envs": 0}})
     >>> check = Problems()
@@ -29,9 +29,11 @@ from typing import Any
 from fleetrl.algorithms.sections import SECTIONS
 from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.inference import config_problems
+from fleetrl.collectors.remote.fleet_options import FLEET_CONFIG_KEYS, FleetOptions
+from fleetrl.collectors.rules import COLLECTOR_KEYS, Audience
 from fleetrl.config import Config, LearnerMode, enum_of, enum_value, type_hints
 from fleetrl.distributed.backends import BACKENDS
-from fleetrl.errors import Problems
+from fleetrl.errors import ConfigError, Problems
 from fleetrl.extras import pip_install
 from fleetrl.fleet_size import FleetSize
 from fleetrl.setup.parse import allowed_values
@@ -122,19 +124,11 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "must be >= 0 (0: local, no Ray), a range 'MIN-MAX' with 1 <= MIN <= MAX (e.g. '2-8'), "
         "or 'auto'",
     ),
-    "collector.prefetch": (_at_least(0), "must be >= 0"),
-    "collector.num_threads": (_at_least(1, null=True), "must be >= 1, or null for torch's default"),
     "collector.num_cpus_per_collector": (_at_least(0), "must be >= 0"),
-    "collector.max_served_lag": (_at_least(0, null=True), "must be null (no bound) or >= 0"),
     "collector.decoupled_frames_ahead": (_above(0, null=True), "must be > 0, or null"),
-    "collector.max_restart_attempts": (
-        _at_least(0),
-        "must be >= 0 (0: a collector worker's death ends the run)",
-    ),
-    "collector.replacement_timeout_s": (_above(0), "must be > 0"),
-    "collector.fraction_samples": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "collector.fraction_workers": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "collector.compress": (lambda v: v in (None, "lz4", "zstd"), "must be null, 'lz4' or 'zstd'"),
+    # the keys RayCollector's arguments share: their rules, written once (fleetrl.collectors.rules)
+    # and checked by the fleet's options when the config's are made (fleet_rules)
+    **{rule.config_key: (rule.ok, rule.says(Audience.CONFIG)) for rule in COLLECTOR_KEYS},
     "collector.overlap": (
         lambda v: v in (None, True, False, "auto", "on", "off"),
         "must be auto (or null), on (or true) or off (or false)",
@@ -181,6 +175,7 @@ def config_rules(config: Config, check: Problems) -> None:
     so a typo or a value out of range is refused at once; :func:`device_rules` and the
     env's checks follow (:func:`fleetrl.setup.verify.verify`)."""
     range_rules(config, check)
+    fleet_rules(config, check)
     collector_rules(config, check)
     inference_rules(config, check)
     overlap_rules(config, check)
@@ -206,9 +201,25 @@ def range_rules(config: Config, check: Problems) -> None:
         f"must be one of {sorted(SECTIONS)}",
     )
     for key, (ok, allowed) in RANGES.items():
+        if key in FLEET_KEYS:  # the fleet's options check these when made (fleet_rules)
+            continue
         section, name = key.split(".")
         value = getattr(getattr(config, section), name)
         check(ok(value), key, value, allowed)
+
+
+#: the config keys :class:`~fleetrl.collectors.FleetOptions` checks when a config's are made
+FLEET_KEYS = frozenset(f"collector.{name}" for name in FLEET_CONFIG_KEYS)
+
+
+def fleet_rules(config: Config, check: Problems) -> None:
+    """The fleet's options of the config's ``collector`` section, made (and so checked) once
+    for the run: the collector takes the same object (:meth:`FleetOptions.from_config
+    <fleetrl.collectors.FleetOptions.from_config>`). Their problems are said in config keys."""
+    try:
+        FleetOptions.from_config(config.collector)
+    except ConfigError as err:
+        check.extend(p for p in err.details if not check.has(p.key))
 
 
 def field_rules(obj: Any, check: Problems) -> None:
