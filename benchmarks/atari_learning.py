@@ -56,6 +56,7 @@ from common import (
     write_json,
 )
 from mujoco_learning import _eval_mean
+from plain_atari import NUM_ENVS, STEPS_PER_UPDATE
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -99,12 +100,29 @@ def config_problem(algo: str, args: argparse.Namespace) -> str | None:
 
     if algo == "plain" and args.overrides:
         return f"plain: the plain PPO loop is the fixed floor; it takes no overrides ({args.overrides})"
+    if algo == "plain" and 0 < args.steps < PLAIN_UPDATE:
+        return f"plain: --steps {args.steps} is less than one update ({PLAIN_UPDATE} agent steps)"
     overrides = [*run_overrides(args.game, args.steps, args.seed), *args.overrides]
     try:
         load_config(str(config_path("ppo" if algo == "plain" else algo)), overrides)
     except ConfigError as err:
         return f"{algo}: {err}"
     return None
+
+
+#: the plain loop's agent steps per update (its envs x steps per env)
+PLAIN_UPDATE = NUM_ENVS * STEPS_PER_UPDATE
+
+
+def timed_run(cmd: list[str]) -> float:
+    """Run ``cmd`` from the checkout; its seconds from start to exit (a failure raises its
+    stderr's end)."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return wall
 
 
 def run_fleetrl(
@@ -115,12 +133,7 @@ def run_fleetrl(
         run = (keep or Path(tmp)) / f"{algo}_{game.split('/')[-1]}_s{seed}"
         cmd = train_command(config_path(algo), run, *run_overrides(game, steps, seed), *overrides)
         print(f"fleetrl: {' '.join(cmd[3:])}", flush=True)
-        start = time.perf_counter()
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        wall = time.perf_counter() - start
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr[-3000:])
-        summary = summarize(run, wall)
+        summary = summarize(run, timed_run(cmd))
         summary["command"] = " ".join(["fleetrl", *cmd[3:]])
         evaluation = subprocess.run(
             [sys.executable, "-m", "fleetrl.cli", "eval", str(run), "--episodes", "10"],
@@ -149,11 +162,7 @@ def run_plain(game: str, steps: int, seed: int) -> dict:
             *("--game", game, "--steps", str(steps), "--seed", str(seed), "--out", str(out)),
         ]
         print(f"plain: {' '.join(cmd[1:])}", flush=True)
-        start = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr[-3000:])
+        wall = timed_run(cmd)
         r = json.loads(out.read_text())
     r.update(
         wall_s=wall,  # from outside, as fleetrl's runs are timed

@@ -109,6 +109,10 @@ def test_a_runs_bad_setting_is_refused_by_its_key_before_anything_runs():
     assert config_problem("plain", args) == "plain: trainer.total_frames=0 is invalid: must be > 0"
     args.overrides = ["ppo.lr=1e-3"]
     assert config_problem("plain", args).startswith("plain: the plain PPO loop is the fixed floor")
+    args.overrides, args.steps = [], 1000  # the plain script would refuse it after start-up
+    assert config_problem("plain", args) == (
+        "plain: --steps 1000 is less than one update (1024 agent steps)"
+    )
 
 
 def test_the_plain_floor_sits_beside_fleetrls_ppo_at_the_plain_runs_budget():

@@ -44,14 +44,10 @@ from fleetrl.collectors.rules import (
     Rule,
 )
 from fleetrl.config import CollectorConfig
+from fleetrl.distributed.workers import DEFAULT_MAX_RESTART_ATTEMPTS
 from fleetrl.errors import ConfigError, Problems
 
 __all__ = ["FLEET_ARGUMENTS", "FLEET_CONFIG_KEYS", "FleetOptions", "given_fleet"]
-
-#: a dead worker's replacements tried in a row by default
-#: (:data:`fleetrl.distributed.workers.DEFAULT_MAX_RESTART_ATTEMPTS`, which a test ties to it;
-#: not imported: a config's checks read this module before torch or Ray is loaded)
-DEFAULT_MAX_RESTART_ATTEMPTS = 3
 
 SYNC = Rule("sync", lambda v: isinstance(v, bool), "must be {True} or {False}")
 MAX_WEIGHT_UPDATE_INTERVAL = Rule(
