@@ -356,9 +356,22 @@ class RayBackend(Backend):
     ) -> tuple[list[Any], list[Any]]:
         import ray
 
-        if not refs:
-            return [], []
-        return ray.wait(list(refs), num_returns=min(num_returns, len(refs)), timeout=timeout)
+        refs = list(refs)
+        want = min(num_returns, len(refs))
+        if not want:
+            return [], refs
+        ready, rest = ray.wait(refs, num_returns=want, timeout=timeout)
+        if not ready or want == len(refs):
+            return ready, rest
+        # ray.wait picks its num_returns among the refs done by now in no set order; a caller
+        # served out of issue order (a learner slower than its workers) would see lags hang
+        # on the draw. Of the done ones, the first given are returned, as documented.
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if len(done) == len(ready):
+            return ready, rest
+        order = {ref: i for i, ref in enumerate(refs)}
+        chosen = set(sorted(done, key=order.__getitem__)[: len(ready)])
+        return [r for r in refs if r in chosen], [r for r in refs if r not in chosen]
 
     def put(self, value: Any) -> Any:
         import ray
