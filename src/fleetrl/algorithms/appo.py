@@ -7,6 +7,9 @@ epsilon), the V-trace targets once per batch, and the loss of one minibatch:
 the clipped surrogate, whose ratio is the current policy over the behaviour
 policy that collected the batch, whatever version that was; V-trace's
 truncated weights correct the advantages and value targets for the same lag.
+With ``appo.advantage: gae`` the advantages and targets are GAE's from the current
+critic, as PPO's, and the lag is left to the clip and ``max_learn_lag`` (Sample
+Factory's default: its ``with_vtrace`` is off).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import ClipPPOLoss
 
-from fleetrl.algorithms.actor_critic import ClipEpsilon
-from fleetrl.algorithms.sections import APPOConfig
+from fleetrl.algorithms.actor_critic import ActorCritic, ClipEpsilon
+from fleetrl.algorithms.sections import Advantage, APPOConfig
 from fleetrl.algorithms.vtrace import VTraceActorCritic
 from fleetrl.envs.spec import EnvSpec
 
@@ -73,7 +76,16 @@ class APPO(ClipEpsilon, VTraceActorCritic):
             },
         )
         self.init_vtrace(config)
+        if config.advantage == Advantage.GAE:
+            self.init_gae(config.gamma, config.gae_lambda)
         self.init_clip_epsilon()
+
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """The batch's advantages and value targets, by ``appo.advantage``: V-trace's
+        (:meth:`VTraceActorCritic.prepare`) or GAE's (:meth:`ActorCritic.prepare`, as PPO)."""
+        if self.config.advantage == Advantage.GAE:
+            return ActorCritic.prepare(self, batch)
+        return super().prepare(batch)
 
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The clipped surrogate + ``critic_coef`` x the (clipped) value loss - the entropy

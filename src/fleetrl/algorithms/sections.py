@@ -18,6 +18,7 @@ Examples:
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,6 +41,7 @@ __all__ = [
     "A2CConfig",
     "APPOConfig",
     "ActorCriticConfig",
+    "Advantage",
     "DQNConfig",
     "IMPALAConfig",
     "IPPOConfig",
@@ -53,6 +55,13 @@ __all__ = [
     "check_clipped_objective",
     "check_clipping",
 ]
+
+
+class Advantage(str, enum.Enum):
+    """What APPO's clipped objective is given (``appo.advantage``)."""
+
+    VTRACE = "vtrace"  # V-trace's advantages and targets, corrected for the batch's lag
+    GAE = "gae"  # GAE's with the current critic; the lag is left to the clip (Sample Factory's)
 
 
 @dataclass
@@ -344,6 +353,13 @@ class APPOConfig(VTraceConfig):
     """normalize advantages per minibatch."""
     max_grad_norm: float | None = 0.5
     """clip the gradient norm (None: off)."""
+    advantage: Advantage = Advantage.VTRACE
+    """'vtrace': the clipped objective on V-trace's advantages and value targets (rho_bar,
+    c_bar), corrected for each batch's lag; 'gae': on GAE(gae_lambda) advantages and targets
+    from the current critic, the lag left to the clip and max_learn_lag (Sample Factory's
+    APPO default, with_vtrace=False)."""
+    gae_lambda: float = 0.95
+    """advantage 'gae': GAE's lambda."""
 
     @property
     def steps_per_batch(self) -> int:
@@ -352,6 +368,23 @@ class APPOConfig(VTraceConfig):
     def validate(self, config: Config, check: Problems) -> None:
         super().validate(config, check)
         check_clipped_objective(self, config, check)
+        gae = self.advantage == Advantage.GAE
+        for name in ("rho_bar", "c_bar"):
+            value = getattr(self, name)
+            check(
+                not gae or value == getattr(APPOConfig, name),  # the default: not given
+                name,
+                value,
+                "applies with appo.advantage 'vtrace' only: GAE has no importance weights "
+                "(leave it out, or write appo.advantage: vtrace)",
+            )
+        check(
+            gae or self.gae_lambda == APPOConfig.gae_lambda,
+            "gae_lambda",
+            self.gae_lambda,
+            "applies with appo.advantage 'gae' only: V-trace's traces are cut by c_bar "
+            "(leave it out, or write appo.advantage: gae)",
+        )
 
 
 @dataclass

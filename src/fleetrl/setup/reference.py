@@ -76,7 +76,10 @@ _RULES = {
     f"{algo}.max_learn_lag": "null (no bound) or >= (trainer.weight_update_interval - 1) x "
     "the optimizer steps per batch, the lag the interval alone gives"
     for algo in ("impala", "appo")
-} | {"sac.cudagraphs": f"false only: {SAC_CUDAGRAPHS_MSG}"}
+} | {
+    "sac.cudagraphs": f"false only: {SAC_CUDAGRAPHS_MSG}",
+    "appo.gae_lambda": "in [0, 1]; set only with appo.advantage: gae",
+}
 
 
 @dataclass(frozen=True)

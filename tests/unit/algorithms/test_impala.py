@@ -172,6 +172,44 @@ def test_appo_learns_with_its_clipped_ratio_over_the_behaviour_policy():
     assert {"loss/objective", "loss/critic", "loss/entropy", "loss/clip_fraction"} <= set(info)
 
 
+def gae_reference(batch, v, nv, gamma, lmbda):
+    """GAE (Schulman et al. 2016) by a numpy loop: delta_s + gamma * lambda * A_{s+1},
+    the trace cut where an episode ended, no bootstrap past a termination."""
+    r = batch["next", "reward"][..., 0].numpy()
+    done = batch["next", "done"][..., 0].numpy()
+    terminated = batch["next", "terminated"][..., 0].numpy()
+    adv = np.zeros_like(r)
+    for i in range(r.shape[0]):
+        last = 0.0
+        for s in reversed(range(r.shape[1])):
+            delta = r[i, s] + gamma * nv[i, s] * (1 - terminated[i, s]) - v[i, s]
+            last = delta + gamma * lmbda * (1 - done[i, s]) * last
+            adv[i, s] = last
+    return adv
+
+
+def test_appo_with_gae_advantages_takes_gae_from_the_current_critic():
+    """``appo.advantage: gae`` (Sample Factory's default): the clipped objective on GAE's
+    advantages and targets, whatever the behaviour policy; no importance weight in them."""
+    torch.manual_seed(4)
+    cfg = APPOConfig(advantage="gae", gae_lambda=0.8, gamma=GAMMA, hidden_sizes=[8])
+    appo = APPO(cfg, env_spec("CartPole-v1"))
+    batch = fixed_batch(appo)
+    v, nv, _ = inputs(appo, batch)
+    prepared = appo.prepare(batch.clone())
+    expected = gae_reference(batch, v, nv, GAMMA, 0.8).reshape(-1)
+    np.testing.assert_allclose(prepared["advantage"][..., 0].numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(
+        prepared["value_target"][..., 0].numpy(), expected + v.reshape(-1), atol=1e-5
+    )
+    vtrace = APPO(APPOConfig(gamma=GAMMA, hidden_sizes=[8]), env_spec("CartPole-v1"))
+    vtrace.set_weights(appo.get_weights())
+    # the behaviour policy is not the current one: V-trace's advantages differ from GAE's
+    assert not np.allclose(vtrace.prepare(batch.clone())["advantage"][..., 0].numpy(), expected)
+    info = appo.learn(batch)
+    assert appo.num_updates == 1 and info["loss/kl_approx"] != 0.0
+
+
 class ValueAndFeatures(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -233,6 +271,18 @@ BAD = [
     ),
     ("impala", {"rho_bar": ".nan"}, "impala.rho_bar="),
     ("appo", {"max_learn_lag": -1}, "appo.max_learn_lag=-1 is invalid: must be null"),
+    ("appo", {"advantage": "td"}, "appo.advantage='td' is invalid: must be 'vtrace' or 'gae'"),
+    (
+        "appo",
+        {"advantage": "gae", "c_bar": 0.5},
+        "appo.c_bar=0.5 is invalid: applies with appo.advantage 'vtrace' only",
+    ),
+    (
+        "appo",
+        {"gae_lambda": 0.9},
+        "appo.gae_lambda=0.9 is invalid: applies with appo.advantage 'gae' only",
+    ),
+    ("appo", {"advantage": "gae", "gae_lambda": 1.5}, "appo.gae_lambda=1.5 is invalid: must be"),
 ]
 
 
