@@ -9,7 +9,9 @@ policy that collected the batch, whatever version that was; V-trace's
 truncated weights correct the advantages and value targets for the same lag.
 With ``appo.advantage: gae`` the advantages and targets are GAE's from the current
 critic, as PPO's, and the lag is left to the clip and ``max_learn_lag`` (Sample
-Factory's default: its ``with_vtrace`` is off).
+Factory's default: its ``with_vtrace`` is off). With ``appo.decoupled`` the ratio is
+taken over the proximal policy instead (:meth:`APPO.decouple`), the lag corrected by a
+truncated importance weight.
 """
 
 from __future__ import annotations
@@ -84,8 +86,42 @@ class APPO(ClipEpsilon, VTraceActorCritic):
         """The batch's advantages and value targets, by ``appo.advantage``: V-trace's
         (:meth:`VTraceActorCritic.prepare`) or GAE's (:meth:`ActorCritic.prepare`, as PPO)."""
         if self.config.advantage == Advantage.GAE:
-            return ActorCritic.prepare(self, batch)
-        return super().prepare(batch)
+            data = ActorCritic.prepare(self, batch)
+        else:
+            data = super().prepare(batch)
+        if self.config.decoupled:
+            self.decouple(data)
+        return data
+
+    @torch.no_grad()
+    def decouple(self, data: TensorDictBase) -> None:
+        """Hilton et al.'s decoupled objective (``appo.decoupled``): the clipped ratio's
+        denominator becomes the proximal policy's log-probability of each action (the
+        current policy's, before the batch's first step), so a lagged batch starts at ratio
+        1 as PPO's fresh one does; its lag is corrected by the truncated weight
+        min(rho_bar, proximal / behaviour) on the advantages (V-trace's carry it already)."""
+        t = self.loss_module.tensor_keys
+        log_mu = data.get(t.sample_log_prob)
+        log_prox = self._log_prob_of_actions(data).reshape(log_mu.shape)
+        if self.config.advantage == Advantage.GAE:
+            advantage = data.get(t.advantage)
+            weight = (log_prox - log_mu).exp().clamp(max=self.config.rho_bar)
+            data.set(t.advantage, advantage * weight.reshape(advantage.shape))
+        data.set(t.sample_log_prob, log_prox)
+
+    def _log_prob_of_actions(self, data: TensorDictBase) -> torch.Tensor:
+        """The current policy's log-probability of each action in prepared data (flat, or
+        sequences: every step, those outside the loss mask kept as they were)."""
+        t = self.loss_module.tensor_keys
+        if self.sequences is not None:
+            _, _, log_prob, _, mask = self.forward_heads(data)
+            full = data.get(t.sample_log_prob).clone()
+            full[mask] = log_prob.reshape(full[mask].shape)
+            return full
+        if self.heads is not None:
+            return self.forward_heads(data)[2]
+        dist = self.actor.get_dist(data.select(*self.actor.in_keys).clone(False))
+        return dist.log_prob(data.get(t.action))
 
     def loss(self, data: TensorDictBase) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The clipped surrogate + ``critic_coef`` x the (clipped) value loss - the entropy

@@ -360,6 +360,12 @@ class APPOConfig(VTraceConfig):
     APPO default, with_vtrace=False)."""
     gae_lambda: float = 0.95
     """advantage 'gae': GAE's lambda."""
+    decoupled: bool = False
+    """clip the ratio of the current policy over the proximal one (the learner's when the
+    batch's first step starts) instead of over the behaviour policy that collected it, and
+    correct the lag with the weight min(rho_bar, proximal/behaviour) on the advantages
+    (Hilton et al. 2021's decoupled objective): a lagged batch is not clipped before the
+    learner moved on it."""
 
     @property
     def steps_per_batch(self) -> int:
@@ -369,15 +375,20 @@ class APPOConfig(VTraceConfig):
         super().validate(config, check)
         check_clipped_objective(self, config, check)
         gae = self.advantage == Advantage.GAE
-        for name in ("rho_bar", "c_bar"):
-            value = getattr(self, name)
-            check(
-                not gae or value == getattr(APPOConfig, name),  # the default: not given
-                name,
-                value,
-                "applies with appo.advantage 'vtrace' only: GAE has no importance weights "
-                "(leave it out, or write appo.advantage: vtrace)",
-            )
+        check(
+            not gae or self.c_bar == APPOConfig.c_bar,  # the default: not given
+            "c_bar",
+            self.c_bar,
+            "applies with appo.advantage 'vtrace' only: GAE has no traces to cut "
+            "(leave it out, or write appo.advantage: vtrace)",
+        )
+        check(
+            not gae or self.decoupled or self.rho_bar == APPOConfig.rho_bar,
+            "rho_bar",
+            self.rho_bar,
+            "applies with appo.advantage 'vtrace', or 'gae' with appo.decoupled: true (it "
+            "truncates the decoupled weight); GAE alone has no importance weights",
+        )
         check(
             gae or self.gae_lambda == APPOConfig.gae_lambda,
             "gae_lambda",

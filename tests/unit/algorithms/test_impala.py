@@ -210,6 +210,52 @@ def test_appo_with_gae_advantages_takes_gae_from_the_current_critic():
     assert appo.num_updates == 1 and info["loss/kl_approx"] != 0.0
 
 
+@pytest.mark.parametrize("advantage", ["vtrace", "gae"])
+def test_decoupled_appo_clips_over_the_proximal_policy_and_weighs_the_lag(advantage):
+    """``appo.decoupled``: the ratio's denominator is the current policy's log-probability of
+    each action when the batch's update starts, so the first step's ratio is 1 (no kl, no
+    clipping) however old the behaviour policy; GAE's advantages carry the truncated weight
+    min(rho_bar, proximal / behaviour), V-trace's are left as they are."""
+    torch.manual_seed(5)
+    spec = env_spec("CartPole-v1")
+    common = {"gamma": GAMMA, "hidden_sizes": [8], "advantage": advantage}
+    plain = APPO(APPOConfig(**common), spec)
+    decoupled = APPO(APPOConfig(**common, decoupled=True, rho_bar=0.9), spec)
+    decoupled.set_weights(plain.get_weights())
+    batch = fixed_batch(plain)
+    _, _, log_pi = inputs(plain, batch)
+    before = plain.prepare(batch.clone())
+    after = decoupled.prepare(batch.clone())
+    np.testing.assert_allclose(after["action_log_prob"].numpy(), log_pi.reshape(-1), atol=1e-6)
+    weight = np.minimum(
+        0.9, np.exp(log_pi.reshape(-1) - batch["action_log_prob"].numpy().reshape(-1))
+    )
+    expected = before["advantage"][..., 0].numpy() * (weight if advantage == "gae" else 1.0)
+    if advantage == "vtrace":  # V-trace's own weights are rho_bar-truncated: redo them at 0.9
+        redo = APPO(APPOConfig(gamma=GAMMA, hidden_sizes=[8], rho_bar=0.9), spec)
+        redo.set_weights(plain.get_weights())
+        expected = redo.prepare(batch.clone())["advantage"][..., 0].numpy()
+    np.testing.assert_allclose(after["advantage"][..., 0].numpy(), expected, atol=1e-6)
+    assert not np.allclose(weight, 1.0)  # the behaviour policy is another one
+    info = decoupled.learn(batch)  # one step: its ratio is exactly 1
+    assert info["loss/kl_approx"] == 0.0 and info["loss/clip_fraction"] == 0.0
+    assert plain.learn(batch)["loss/kl_approx"] != 0.0
+
+
+def test_decoupled_appo_takes_the_proximal_log_probs_of_recurrent_sequences():
+    """With an LSTM the proximal log-probabilities come from the networks run over each
+    sequence: the first step's ratio is 1 though the batch's behaviour log-probs are off."""
+    torch.manual_seed(6)
+    cfg = APPOConfig(model="lstm", recurrent_size=8, seq_len=4, decoupled=True, advantage="gae")
+    appo = APPO(cfg, env_spec("CartPole-v1"))
+    with SyncDataCollector("CartPole-v1", appo.policy, frames_per_batch=32, num_envs=2) as c:
+        c.set_seed(0)
+        batch = c.next()
+    batch["action_log_prob"] = batch["action_log_prob"] - 0.3  # an older behaviour policy
+    info = appo.learn(batch)
+    assert info["loss/kl_approx"] == 0.0 and info["loss/clip_fraction"] == 0.0
+
+
 class ValueAndFeatures(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -283,6 +329,12 @@ BAD = [
         "appo.gae_lambda=0.9 is invalid: applies with appo.advantage 'gae' only",
     ),
     ("appo", {"advantage": "gae", "gae_lambda": 1.5}, "appo.gae_lambda=1.5 is invalid: must be"),
+    (
+        "appo",
+        {"advantage": "gae", "rho_bar": 2.0},
+        "appo.rho_bar=2.0 is invalid: applies with appo.advantage 'vtrace', or 'gae' with "
+        "appo.decoupled: true",
+    ),
 ]
 
 
@@ -306,3 +358,5 @@ def test_a_lag_bound_below_what_the_publish_interval_gives_is_a_config_error():
     assert "appo.max_learn_lag=7 is invalid: must be null (no bound) or >= 8" in str(err.value)
     ok = config("appo", rho_bar=2.0, c_bar=2.0, max_learn_lag=None)
     assert (ok.algo.rho_bar, ok.algo.c_bar, ok.algo.max_learn_lag) == (2.0, 2.0, None)
+    ok = config("appo", advantage="gae", decoupled=True, rho_bar=2.0)
+    assert (ok.algo.advantage, ok.algo.decoupled, ok.algo.rho_bar) == ("gae", True, 2.0)
