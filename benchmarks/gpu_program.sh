@@ -367,11 +367,11 @@ appo() {
     rm -rf "$run"
     # the time left, to the end: SIGINT stops it after the iteration (a checkpoint, the
     # metrics, the curve) and 45 s are left for that and Ray's shutdown. Batches lag by up to
-    # one round of the collectors' (4 updates each): max_learn_lag keeps two rounds.
+    # one round of the collectors' (8 updates each): max_learn_lag keeps two rounds.
     # shellcheck disable=SC2086
     part appo "$APPO_MAX_S" 45 INT "$PY" -m fleetrl.cli train configs/appo_atari.yaml \
         --run-dir "$run" env.id=ALE/Breakout-v5 trainer.device="$DEVICE" collector.num_collectors="$COLLECTORS" \
-        appo.max_learn_lag=$((8 * COLLECTORS)) trainer.total_frames=20000000 \
+        appo.max_learn_lag=$((16 * COLLECTORS)) trainer.total_frames=20000000 \
         trainer.test_every=0 trainer.checkpoint_every=0 logging.progress_bar=false $APPO_ARGS
     cp "$run/metrics.csv" "$OUT/appo_metrics.csv" 2>/dev/null
     cp "$run/learning_curve.png" "$OUT/appo_learning_curve.png" 2>/dev/null
