@@ -20,8 +20,10 @@ pytestmark = pytest.mark.standalone  # each script starts its own cluster
 TESTS = Path(__file__).resolve().parents[1]
 
 #: 2 collectors of PixelEnvs (28 KB frames: a 240-frame batch lives in the object store) on
-#: two nodes with the "host" resource; after the 4th batch the driver waits 2 s (the
-#: workers finish their next batches), then the node of worker 0 is lost
+#: three nodes that host one collector each (the "host" resource): the two never share a
+#: node, as Ray's default placement sometimes had them (then both died with it), and the
+#: third hosts the replacement. After the 4th batch the driver waits 2 s (the workers
+#: finish their next batches), then the node of worker 0 is lost
 NODE_LOSS = """
 import json, sys, time
 import ray
@@ -34,7 +36,7 @@ from fleetrl import RayCollector
 cloudpickle.register_pickle_by_value(fakes)
 
 cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 1}})
-nodes = [cluster.add_node(num_cpus=2, resources={{"host": 2}}) for _ in range(2)]
+nodes = [cluster.add_node(num_cpus=1, resources={{"host": 1}}) for _ in range(3)]
 cluster.wait_for_nodes()
 frames, lost, lost_at, first_after = 0, None, None, None
 with RayCollector(lambda: PixelEnv(6), None, frames_per_batch=240, total_frames=240 * 24,
