@@ -112,22 +112,6 @@ def normalized_networks(config: Config, spec: EnvSpec, modules: dict[str, Any]) 
     return {**modules, "actor": actor, "critic": critic}
 
 
-def inference_arguments(c: Any) -> dict[str, Any]:
-    """RayCollector's central-inference arguments from the collector section (none with
-    ``collector.inference: local``, RayCollector's default)."""
-    if c.inference != "server":
-        return {}
-    return {
-        "inference": "server",
-        "num_inference_servers": c.num_inference_servers,
-        "inference_device": c.inference_device,
-        "inference_max_batch": c.inference_max_batch,
-        "inference_max_wait_ms": c.inference_max_wait_ms,
-        "inference_remote_config": {"num_cpus": c.num_cpus_per_inference_server},
-        "inference_transport": c.inference_transport,
-    }
-
-
 def make_collector(
     config: Config,
     policy: Any,
@@ -170,6 +154,7 @@ def make_collector(
         )
     else:
         from fleetrl.collectors import RayCollector
+        from fleetrl.collectors.inference.options import InferenceOptions
         from fleetrl.collectors.remote.fleet_options import FleetOptions
 
         collector = RayCollector(
@@ -188,7 +173,7 @@ def make_collector(
             ray_init_config={"address": c.address} if c.address else None,
             replay_buffer=replay_buffer,
             backend=config.trainer.backend,
-            **inference_arguments(c),
+            inference=InferenceOptions.from_config(c),
         )
     if seed is not None:
         collector.set_seed(seed)

@@ -15,6 +15,7 @@ from fleetrl.config import CollectorConfig
 from fleetrl.distributed.wire import Compression
 from fleetrl.setup.load import config_from_dict
 from fleetrl.setup.verify import RANGES
+from policies import weight_echo
 
 #: a value each rule refuses, and what the two readers are told
 REFUSED = {
@@ -114,17 +115,25 @@ def rule_runs(monkeypatch):
     from collections import Counter
 
     from fleetrl.collectors import rules
+    from fleetrl.collectors.inference import options as inference_options
     from fleetrl.collectors.remote import fleet_options
 
     fleet_options._from_config.cache_clear()
+    inference_options._from_config.cache_clear()
     runs: Counter[str] = Counter()
     check = rules.Rule.check
+    context = inference_options._check_context
 
     def counted(self, p, value, audience, **values):
         runs[self.argument] += 1
         return check(self, p, value, audience, **values)
 
+    def counted_context(*args, **kwargs):
+        runs["inference context"] += 1
+        return context(*args, **kwargs)
+
     monkeypatch.setattr(rules.Rule, "check", counted)
+    monkeypatch.setattr(inference_options, "_check_context", counted_context)
     return runs
 
 
@@ -175,3 +184,55 @@ def test_the_fleet_options_defaults_are_the_collectors_and_the_configs():
     # a config's defaults differ only where an on-policy run's do: stacked rounds, no prefetch
     differ = {n for n in FLEET_CONFIG_KEYS if getattr(config, n) != getattr(defaults, n)}
     assert differ == {"sync", "prefetch"}
+
+
+#: central inference's own rules, and the rules that tie them to the run (servers per
+#: collector, a GPU: one check of the context)
+INFERENCE_RULES = (
+    "inference",
+    "num_inference_servers",
+    "inference_device",
+    "inference_max_batch",
+    "inference_max_wait_ms",
+    "inference_transport",
+    "inference_remote_config['num_cpus']",
+    "inference context",
+)
+
+
+def test_a_runs_inference_rules_run_once_from_its_config_to_its_collector(rule_runs):
+    from fleetrl.collectors.inference import InferenceOptions
+    from fleetrl.setup.build import make_collector
+
+    config = config_from_dict(
+        {
+            "env": {"id": "CartPole-v1", "num_envs": 2},
+            "collector": {
+                "num_collectors": 2,
+                "frames_per_batch": 8,
+                "inference": "server",
+                "num_inference_servers": 2,
+            },
+            "trainer": {"backend": "inprocess"},
+        }
+    )
+    options = InferenceOptions.from_config(config.collector)
+    collector = make_collector(config, weight_echo(), total_frames=16, seed=0)
+    try:
+        assert collector.inference_options is options and options.num_servers == 2
+        assert sum(b.numel() for b in collector) == 16
+    finally:
+        collector.shutdown()
+    assert {name: rule_runs[name] for name in INFERENCE_RULES} == dict.fromkeys(INFERENCE_RULES, 1)
+
+
+def test_a_collectors_inference_rules_run_once_from_its_keywords(rule_runs):
+    collector = RayCollector(
+        "CartPole-v1", weight_echo(), frames_per_batch=8, total_frames=16, num_collectors=2,
+        backend="inprocess", inference="server", num_inference_servers=2,
+        num_workers_per_collector=2, inference_remote_config={"num_cpus": 1},
+    )  # fmt: skip
+    collector.shutdown()
+    # a caller's remote_config is a dict of Ray options first: one rule more than a config's
+    once = (*INFERENCE_RULES, "inference_remote_config")
+    assert {name: rule_runs[name] for name in once} == dict.fromkeys(once, 1)

@@ -318,7 +318,7 @@ def problems_of(*overrides):
 
 
 def test_the_config_keys_are_checked_with_everything_else():
-    from fleetrl.setup.build import inference_arguments
+    from fleetrl.collectors.inference import InferenceOptions
     from fleetrl.setup.load import config_from_dict
 
     text = problems_of("collector.inference=server", "collector.num_collectors=0")
@@ -341,7 +341,7 @@ def test_the_config_keys_are_checked_with_everything_else():
         {"algorithm": "ppo", "env": {"id": "CartPole-v1"}},
         ["collector.inference=server", "collector.inference_max_wait_ms=0.5"],
     )
-    assert inference_arguments(config.collector) == {
+    assert InferenceOptions.from_config(config.collector).arguments() == {
         "inference": "server",
         "num_inference_servers": 1,
         "inference_device": None,

@@ -106,7 +106,8 @@ def check_inference(
     address: Any = None,
 ) -> None:
     """Refuse inference arguments that cannot work, each naming its argument, before any actor
-    starts: the options' own rules (:func:`~fleetrl.collectors.inference.check_options`), then
+    starts: the rules that tie the options (valid since made) to the collector's count and
+    cluster (:func:`~fleetrl.collectors.inference.check_options`, once per context), then
     with ``inference='server'`` what the collector's other arguments must leave to the
     servers. ``native``: ``collector_class`` is fleetrl's SyncDataCollector (or a subclass);
     ``address``: the Ray cluster to attach to, if any."""

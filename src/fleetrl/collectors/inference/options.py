@@ -4,25 +4,38 @@
 :data:`FIELDS` names each field's ``RayCollector`` keyword and config key once,
 so the front door, the config builder and the config checks read one list
 (:data:`INFERENCE_ARGUMENTS`, :data:`INFERENCE_CONFIG_KEYS`). Each rule is one
-:class:`~fleetrl.collectors.rules.Rule`; :func:`check_options` applies them to
-a collector's arguments, :func:`config_problems` to a config's ``collector``
-section, each in its reader's words (:func:`~fleetrl.collectors.rules.phrase`).
+:class:`~fleetrl.collectors.rules.Rule`, said in its reader's words
+(:func:`~fleetrl.collectors.rules.phrase`): a caller's arguments, or a config's
+``collector`` keys (:meth:`InferenceOptions.from_config`, :func:`config_problems`).
+
+An :class:`InferenceOptions` checks its own values when it is made, once: what holds
+one holds valid options. The rules that tie the options to the rest of a run (servers per
+collector, a GPU for ``device="cuda"``) are checked by :meth:`InferenceOptions.check_context`
+where the run's collectors and cluster are known, once per context.
 
 Examples:
     >>> options = InferenceOptions("server", num_servers=2, max_wait_ms=0.5)
     >>> options.served, options.arguments()["inference_max_wait_ms"]
     (True, 0.5)
+    >>> try:
+    ...     InferenceOptions("server", max_batch=0)
+    ... except ConfigError as err:
+    ...     print(err)
+    inference_max_batch=0 is invalid: must be an int >= 1, or None: no bound
     >>> p = Problems()
-    >>> check_options(p, InferenceOptions("server", max_batch=0), num_collectors=2)
-    >>> [str(x) for x in p]
-    ['inference_max_batch=0 is invalid: must be an int >= 1, or None: no bound']
+    >>> check_options(p, InferenceOptions("server", num_servers=3), num_collectors=2)
+    >>> [str(x) for x in p]  # doctest: +NORMALIZE_WHITESPACE
+    ['num_inference_servers=3 is invalid: must be <= num_collectors=2: each server serves at
+    least one collector']
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleetrl.collectors.rules import (
@@ -36,7 +49,7 @@ from fleetrl.collectors.rules import (
 )
 from fleetrl.config import CollectorConfig
 from fleetrl.distributed.shm import TRANSPORTS
-from fleetrl.errors import Problem, Problems
+from fleetrl.errors import ConfigError, Problem, Problems
 
 __all__ = [
     "DEVICE",
@@ -78,9 +91,13 @@ class InferenceOptions:
     """Central inference's options (:mod:`fleetrl.collectors.inference`), as one object.
 
     ``RayCollector(inference=InferenceOptions(...))`` takes it, as it takes the
-    same values as separate keywords (:data:`FIELDS` pairs them). Values are
-    kept as given and checked by the collector (:func:`check_options`), which
-    names every problem before anything starts.
+    same values as separate keywords (:data:`FIELDS` pairs them). It checks its
+    own values when made, naming every problem at once in its reader's words
+    (:attr:`said_as`); the rules that need the rest of the run (servers per
+    collector, a GPU) are :meth:`check_context`'s.
+
+    Raises:
+        ConfigError: every value out of its range at once.
 
     Examples:
         >>> options = InferenceOptions("server", num_servers=2, device="cuda", max_batch=256)
@@ -111,11 +128,38 @@ class InferenceOptions:
     """how workers reach their server: ``"auto"`` (shared memory on one node, Ray calls
     across nodes) or ``"ray"`` (Ray calls only)."""
 
+    said_as: Audience = field(default=Audience.ARGUMENTS, compare=False, repr=False)
+    """whose words a problem is said in: a caller's arguments, or a config's keys."""
+    _context: tuple[Any, ...] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )  # the last context check_context found nothing in
+
     def __post_init__(self) -> None:
         if self.mode in INFERENCE_MODES:  # a bad mode stays as given, for the check to name
             object.__setattr__(self, "mode", InferenceMode(self.mode))
         if isinstance(self.remote_config, dict):  # the caller's dict is never changed
             object.__setattr__(self, "remote_config", dict(self.remote_config))
+        p = Problems()
+        _check_own(p, self._values(), self.said_as)
+        p.raise_if_any()
+
+    def _values(self) -> dict[str, Any]:
+        return {f.field: getattr(self, f.field) for f in FIELDS}
+
+    def check_context(self, p: Problems, *, num_collectors: Any, address: Any = None) -> None:
+        """Add to ``p`` the problems of these options with the rest of the run, in
+        :attr:`said_as`'s words: servers need remote collectors, at most one per collector,
+        and a CUDA ``device`` a GPU. ``num_collectors``: the collectors (anything but an
+        int >= 0: not known yet); ``address``: the Ray cluster to attach to, if any (its
+        GPUs are checked once it is up). A context found fine is not checked again: a run's
+        config and its collector ask the same options the same question once."""
+        context = (num_collectors, address)
+        if self._context == context:
+            return
+        before = len(p)
+        _check_context(p, self._values(), self.said_as, num_collectors, address)
+        if len(p) == before:
+            object.__setattr__(self, "_context", context)
 
     @property
     def served(self) -> bool:
@@ -139,11 +183,29 @@ class InferenceOptions:
     def from_config(cls, collector: CollectorConfig) -> InferenceOptions:
         """The options a config's ``collector`` section holds (``collector.inference`` and
         the keys :data:`INFERENCE_CONFIG_KEYS` lists; the servers' CPUs,
-        ``collector.num_cpus_per_inference_server``, go to :attr:`remote_config`)."""
-        values = {f.field: getattr(collector, f.key) for f in FIELDS}
-        served = values["mode"] == InferenceMode.SERVER
-        values["remote_config"] = {"num_cpus": values["remote_config"]} if served else None
-        return cls(**values)
+        ``collector.num_cpus_per_inference_server``, go to :attr:`remote_config`), problems
+        said in config keys. Made once per process for the same values: the config's
+        verification makes them, and the run's collector takes the same object."""
+        values = tuple((f.field, getattr(collector, f.key)) for f in FIELDS)
+        try:
+            hash(values)
+        except TypeError:  # a YAML list or dict where a number goes: refused, never kept
+            return _from_config.__wrapped__(values)
+        return _from_config(values)
+
+
+@functools.lru_cache(maxsize=32)
+def _from_config(values: tuple[tuple[str, Any], ...]) -> InferenceOptions:
+    """Options of a config section's values (see :meth:`InferenceOptions.from_config`); a
+    refusal is not kept: the same values are refused again."""
+    given = dict(values)
+    cpus = given.pop("remote_config")
+    served = given["mode"] == InferenceMode.SERVER
+    # the servers' CPUs go with a server; a local run keeps them only to refuse them
+    keep = served or cpus != _CONFIG_DEFAULTS["remote_config"]
+    return InferenceOptions(
+        **given, remote_config={"num_cpus": cpus} if keep else None, said_as=Audience.CONFIG
+    )
 
 
 @dataclass(frozen=True)
@@ -175,6 +237,17 @@ FIELDS = (
 INFERENCE_ARGUMENTS = tuple(f.argument for f in FIELDS)
 #: the ``collector`` config keys that hold them (``inference`` first)
 INFERENCE_CONFIG_KEYS = tuple(f.key for f in FIELDS)
+INFERENCE_FIELDS = tuple(f.field for f in FIELDS)
+#: each field's default, for a caller (InferenceOptions') and for a config (its keys')
+_DEFAULTS = {
+    Audience.ARGUMENTS: {
+        f.name: f.default
+        for f in dataclasses.fields(InferenceOptions)
+        if f.name in INFERENCE_FIELDS
+    },
+    Audience.CONFIG: {f.field: getattr(CollectorConfig(), f.key) for f in FIELDS},
+}
+_CONFIG_DEFAULTS = _DEFAULTS[Audience.CONFIG]
 
 
 # ----------------------------------------------------------------------- rules
@@ -240,20 +313,25 @@ BOTH_MSG = (
 )
 
 
-def given_options(p: Problems, inference: Any, **keywords: Any) -> InferenceOptions:
+def given_options(p: Problems, inference: Any, **keywords: Any) -> InferenceOptions | None:
     """The options a collector was given: ``inference=InferenceOptions(...)``, or
-    ``inference="local"|"server"`` and the separate keywords (:data:`INFERENCE_ARGUMENTS`).
+    ``inference="local"|"server"`` and the separate keywords (:data:`INFERENCE_ARGUMENTS`);
+    their problems are added to ``p`` (None where the keywords have some).
 
     An options object and a separate keyword that is not its default are refused together,
     naming the field to set instead.
     """
     if not isinstance(inference, InferenceOptions):
         by_argument = {f.argument: f.field for f in FIELDS}
-        return InferenceOptions(inference, **{by_argument[k]: v for k, v in keywords.items()})
-    defaults = InferenceOptions()
+        try:
+            return InferenceOptions(inference, **{by_argument[k]: v for k, v in keywords.items()})
+        except ConfigError as err:
+            p.items += err.details
+            return None
+    defaults = _DEFAULTS[Audience.ARGUMENTS]
     for f in FIELDS[1:]:
-        value = keywords.get(f.argument, getattr(defaults, f.field))
-        if value != getattr(defaults, f.field):
+        value = keywords.get(f.argument, defaults[f.field])
+        if value != defaults[f.field]:
             p.add(f.argument, value, BOTH_MSG.format(field=f.field))
     return inference
 
@@ -261,48 +339,50 @@ def given_options(p: Problems, inference: Any, **keywords: Any) -> InferenceOpti
 def check_options(
     p: Problems, options: InferenceOptions, *, num_collectors: Any, address: Any = None
 ) -> None:
-    """The rules on ``options``, said in ``RayCollector``'s arguments. ``num_collectors``:
-    the collectors (anything but a positive int: not known yet); ``address``: the Ray cluster
-    to attach to, if any (its GPUs are checked once it is up: :func:`check_cuda`)."""
-    values = {f.field: getattr(options, f.field) for f in FIELDS}
-    defaults = {f.field: getattr(InferenceOptions(), f.field) for f in FIELDS}
-    _check(p, values, defaults, Audience.ARGUMENTS, num_collectors, address)
+    """The rules that tie ``options`` (valid since made) to the rest of a collector's
+    arguments, said in its reader's words: :meth:`InferenceOptions.check_context`.
+    ``num_collectors``: the collectors (anything but an int >= 0: not known yet);
+    ``address``: the Ray cluster to attach to, if any (its GPUs are checked once it is up:
+    :func:`check_cuda`)."""
+    options.check_context(p, num_collectors=num_collectors, address=address)
 
 
 def config_problems(collector: CollectorConfig, p: Problems | None = None) -> list[Problem]:
     """Central inference's problems in a config's ``collector`` section, in config keys: the
-    rules ``RayCollector`` applies to its arguments (:func:`check_options`), and that servers
-    serve remote collectors. With ``p`` (a config's problems so far), they are added to it,
-    none for a key that has one already; either way the new ones are returned."""
+    options' own rules (:meth:`InferenceOptions.from_config` makes them, once), and those
+    that tie them to the section (servers serve remote collectors, at most one per
+    collector; a GPU). With ``p`` (a config's problems so far), they are added to it, none
+    for a key that has one already; either way the new ones are returned."""
     p = Problems() if p is None else p
     before = len(p)
-    values = {f.field: getattr(collector, f.key) for f in FIELDS}
-    defaults = {f.field: getattr(CollectorConfig(), f.key) for f in FIELDS}
-    _check(p, values, defaults, Audience.CONFIG, collector.fleet.min, collector.address)
+    try:
+        options = InferenceOptions.from_config(collector)
+    except ConfigError as err:
+        for problem in err.details:
+            if not p.has(problem.key):
+                p.items.append(problem)
+        return list(p)[before:]
+    options.check_context(p, num_collectors=collector.fleet.min, address=collector.address)
     return list(p)[before:]
 
 
-def _check(
-    p: Problems,
-    values: Mapping[str, Any],
-    defaults: Mapping[str, Any],
-    audience: Audience,
-    num_collectors: Any,
-    address: Any,
-) -> None:
-    """Every rule, on the options' values by field (a config's ``remote_config`` is the
-    servers' CPU count)."""
+def _check_own(p: Problems, values: Mapping[str, Any], audience: Audience) -> None:
+    """The options' own rules, on their values by field (a config's ``remote_config`` holds
+    the servers' CPU count as ``{"num_cpus": n}``, said as the count)."""
     mode = values["mode"]
     if not MODE.check(p, mode, audience):
         return
-    servers_ok = NUM_SERVERS.check(p, values["num_servers"], audience)
+    defaults = _DEFAULTS[audience]
+    NUM_SERVERS.check(p, values["num_servers"], audience)
     MAX_BATCH.check(p, values["max_batch"], audience)
     MAX_WAIT_MS.check(p, values["max_wait_ms"], audience)
     TRANSPORT.check(p, values["transport"], audience)
-    device_ok = DEVICE.check(p, values["device"], audience)
+    DEVICE.check(p, values["device"], audience)
     remote = values["remote_config"]
     if audience is Audience.CONFIG:
-        SERVER_CPUS.check(p, remote, audience)
+        cpus = remote["num_cpus"] if remote else defaults["remote_config"]
+        values = {**values, "remote_config": cpus}
+        SERVER_CPUS.check(p, cpus, audience)
     elif REMOTE_CONFIG.check(p, remote, audience) and remote and "num_cpus" in remote:
         SERVER_CPUS.check(p, remote["num_cpus"], audience)
     if mode == InferenceMode.LOCAL:
@@ -310,18 +390,25 @@ def _check(
             name, value = named(f.argument, audience), values[f.field]
             if value != defaults[f.field] and not p.has(name):
                 p.add(name, value, phrase(LOCAL_ONLY, audience))
+
+
+def _check_context(
+    p: Problems, values: Mapping[str, Any], audience: Audience, num_collectors: Any, address: Any
+) -> None:
+    """The rules that tie valid options to the run's collectors and cluster."""
+    if values["mode"] != InferenceMode.SERVER:
         return
     n = num_collectors if whole_at_least(0)(num_collectors) else None
     if n == 0 and audience is Audience.CONFIG:
-        p.add(MODE.name(audience), mode, phrase(REMOTE_ONLY, audience))
-    elif n and servers_ok:
+        p.add(MODE.name(audience), values["mode"], phrase(REMOTE_ONLY, audience))
+    elif n:
         p.check(
             values["num_servers"] <= n,
             NUM_SERVERS.name(audience),
             values["num_servers"],
             phrase(SERVERS_PER_COLLECTOR, audience, n=n),
         )
-    if device_ok and values["device"] is not None:
+    if values["device"] is not None:
         check_cuda(p, values["device"], audience, address=address)
 
 

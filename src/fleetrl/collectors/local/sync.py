@@ -69,6 +69,12 @@ logger = logging.getLogger(__name__)
 FRAMES_NAMES = BatchSizeNames(frames_per_batch="frames")
 
 
+CLIENT_TRANSPORT_MSG = (
+    "is given twice: the ServerClient passed as inference_server holds its transport; "
+    "leave inference_transport at 'auto'"
+)
+
+
 class SyncDataCollector(DataCollectorBase):
     """Collects TensorDict batches from a batch of envs in the calling process.
 
@@ -133,7 +139,10 @@ class SyncDataCollector(DataCollectorBase):
             (double-buffered: :class:`~fleetrl.collectors.local.overlap.SplitEnv`) where the
             envs can be split. ``policy`` is still given: it is probed here for what it
             writes, and never run. Each step is tagged with the version the server
-            answered with. A RayCollector with ``inference="server"`` passes it.
+            answered with. A RayCollector with ``inference="server"`` passes each worker
+            a :class:`~fleetrl.collectors.inference.client.ServerClient` on its server,
+            with the transport its options chose; what the driver checked is not checked
+            again.
         return_discount: track each env's running discounted return with this
             discount and write it to ``("next", "discounted_return")``, what
             reward scaling takes the variance of (:mod:`fleetrl.networks.normalization`);
@@ -214,11 +223,15 @@ class SyncDataCollector(DataCollectorBase):
             policy_devices=self.policy_device,
         )
         split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
-        TRANSPORT.check(p, inference_transport, Audience.ARGUMENTS)
-        if inference_server is not None:
-            check_served(
-                p, policy, policy_factory, self.policy_device, compile_policy, cudagraph_policy
-            )
+        if isinstance(inference_server, ServerClient):  # a RayCollector's: checked there
+            if inference_transport != "auto":
+                p.add("inference_transport", inference_transport, CLIENT_TRANSPORT_MSG)
+        else:
+            TRANSPORT.check(p, inference_transport, Audience.ARGUMENTS)
+            if inference_server is not None:
+                check_served(
+                    p, policy, policy_factory, self.policy_device, compile_policy, cudagraph_policy
+                )
         if return_discount is not None and not 0 < return_discount <= 1:
             p.add("return_discount", return_discount, "must be in (0, 1], or None: off")
         p.raise_if_any()
@@ -249,8 +262,8 @@ class SyncDataCollector(DataCollectorBase):
         skip_absent_pandas_probe()
         #: central inference: how the rollout reaches the server (None: the policy runs here)
         self.server = (
-            None
-            if inference_server is None
+            inference_server
+            if inference_server is None or isinstance(inference_server, ServerClient)
             else ServerClient(inference_server, inference_transport)
         )
         if self.server is not None:  # two groups where the envs split: double buffering

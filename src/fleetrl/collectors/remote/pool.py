@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.inference.servers import InferenceServers
 from fleetrl.collectors.local.overlap import available_cores, worker_overlap
 from fleetrl.collectors.remote.checks import check_env_counts, takes_env_list, worker_failure
@@ -232,8 +233,10 @@ class WorkerPool:
                 kwargs["max_frames_per_traj"] = -1
         kwargs.update(slot.kwargs)
         if self.servers is not None:
-            kwargs["inference_server"] = self.servers.for_worker(slot.worker_id)
-            kwargs["inference_transport"] = self.servers.transport
+            # the options' transport, checked by the driver: the worker does not check it
+            kwargs["inference_server"] = ServerClient(
+                self.servers.for_worker(slot.worker_id), self.servers.transport
+            )
         if self.native:  # automatic overlap only where each worker leaves a core to its engine
             kwargs["overlap"] = worker_overlap(
                 kwargs.get("overlap"), len(self.active), available_cores()

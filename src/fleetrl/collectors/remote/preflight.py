@@ -119,6 +119,7 @@ def preflight(**given: Any) -> Preflight:
         num_collectors=None if fleet is None else fleet.min,
         devices={k: g[k] for k in ("device", "storing_device", "env_device", "policy_device")},
     )
+    assert inference is not None  # a problem of the options was raised with the others
     backend = make_backend(g["backend"])
     # what a worker would refuse in its envs, or could not be sent it: refused here
     if probe_envs(args.env_fns, args.kwargs_list, build=args.native):
@@ -230,9 +231,10 @@ def _fleet_size(p: Problems, g: dict[str, Any]) -> FleetSize | None:
 
 def _inference(
     p: Problems, g: dict[str, Any], fleet: FleetSize | None, max_weight_update_interval: Any
-) -> InferenceOptions:
+) -> InferenceOptions | None:
     """The inference options (``inference=InferenceOptions(...)`` or the separate keywords),
-    checked with what the collector's other arguments must leave to the servers."""
+    checked with what the collector's other arguments must leave to the servers (None where
+    the keywords have problems: they are in ``p``)."""
     options = given_options(
         p,
         g["inference"],
@@ -243,6 +245,8 @@ def _inference(
         inference_remote_config=g["inference_remote_config"],
         inference_transport=g["inference_transport"],
     )
+    if options is None:
+        return None
     envs = g["create_env_fn"]
     ray_init = g["ray_init_config"]
     collector_class = g["collector_class"]
