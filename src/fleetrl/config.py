@@ -218,7 +218,8 @@ class EnvConfig:
     normalize_observation: bool = False
     """normalize observations by running mean and variance merged from every collector's
     frames on the learner, published with the weights (fleetrl.networks.normalization; PPO, A2C,
-    IMPALA, APPO with mlp networks, in every learner mode)."""
+    IMPALA, APPO, in every learner mode); per element, so per pixel of a frame stack in front
+    of a conv torso (Sample Factory's normalize_input)."""
     clip_observation: float | None = 10.0
     """clip normalized observations to [-clip, clip] (null: off); CleanRL clips to 10."""
     normalize_reward: bool = False
@@ -603,6 +604,22 @@ class Config:
     tune: TuneConfig = field(default_factory=TuneConfig)
     algo: AlgorithmConfig | None = None
     """the chosen algorithm's section, written under its name (``ppo:``) in YAML."""
+
+    @property
+    def verification(self) -> Any:
+        """What verified this config as a whole, and the config as it was then
+        (:func:`fleetrl.setup.verify.checked_config` reads it; None: not verified). It is
+        not a key: equality, copies and pickles leave it out, so a copy is checked again."""
+        return self.__dict__.get("_verification")
+
+    @verification.setter
+    def verification(self, value: Any) -> None:
+        self.__dict__["_verification"] = value
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_verification", None)
+        return state
 
     @property
     def uses_ray(self) -> bool:

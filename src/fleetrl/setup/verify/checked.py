@@ -11,14 +11,15 @@ describes the env and verifies the config, raising one
 A config is verified once: :func:`~fleetrl.setup.load.load_config` (and
 :func:`~fleetrl.setup.resume.check_resume_overrides`) check it, and the run
 takes that verification (:func:`checked_config`) without checking again, for
-as long as the config is as it was verified. A config built in code, or changed
-since (any key), is checked where the run starts. Nothing here changes a config.
+as long as the config is as it was verified. The verification travels with the
+config object itself (:meth:`~fleetrl.config.Config.verification`); a copy, a
+pickled config (a Ray worker's), a config built in code or one changed since (any
+key) is checked where its run starts. Nothing here changes a config's keys.
 """
 
 from __future__ import annotations
 
 import copy
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -164,13 +165,13 @@ def checked_config(config: Config | CheckedConfig) -> CheckedConfig:
 
 
 def verified(config: Config) -> CheckedConfig | None:
-    """``config``'s verification in this process, where it is as it was verified (None:
-    never checked, or changed since)."""
-    entry = _REMEMBERED.get(id(config))
+    """``config``'s verification, where it is as it was verified (None: never checked, or
+    changed since)."""
+    entry = config.verification
     if entry is None:
         return None
-    ref, env, spec, snapshot = entry
-    if ref() is not config or snapshot != config:
+    env, spec, snapshot = entry
+    if snapshot != config:
         return None
     return CheckedConfig(config, env, spec, snapshot)
 
@@ -182,16 +183,5 @@ def resolved_env(config: Config) -> ResolvedEnv:
     return checked.env if checked is not None else resolve_env(config.env)
 
 
-#: id of a verified config -> (the config, weakly; its env, its spec, a copy as verified)
-_REMEMBERED: dict[int, tuple[weakref.ref[Config], ResolvedEnv, EnvSpec, Config]] = {}
-
-
 def _remember(checked: CheckedConfig) -> None:
-    key = id(checked.config)
-
-    def forget(ref: weakref.ref[Config]) -> None:  # the config is gone
-        if key in _REMEMBERED and _REMEMBERED[key][0] is ref:
-            del _REMEMBERED[key]
-
-    ref = weakref.ref(checked.config, forget)
-    _REMEMBERED[key] = (ref, checked.env, checked.spec, checked.snapshot)
+    checked.config.verification = (checked.env, checked.spec, checked.snapshot)
