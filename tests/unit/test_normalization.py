@@ -230,15 +230,38 @@ def test_networks_passed_in_code_must_hold_a_normalizer():
         make_algorithm(config, actor=actor)
 
 
-def test_pixel_networks_refuse_observation_normalization():
+def test_pixel_networks_normalize_each_pixel_of_the_uint8_frames():
+    """Sample Factory's ``normalize_input``: a conv network with ``env.normalize_observation``
+    has the normalizer first, per element of the (C, H, W) frame stack, and reads its float
+    output as it is (no 1/255 scaling on top)."""
     from fakes import PIXEL_ENV_ID
+    from fleetrl.networks.normalization import RunningMoments, find_normalizers
 
-    with pytest.raises(ConfigError) as err:
-        config_from_dict(
-            {"algorithm": "ppo", "env": {"id": PIXEL_ENV_ID, "num_envs": 2}},
-            ["env.normalize_observation=true", "collector.frames_per_batch=64"],
-        )
-    assert "env.normalize_observation=True is invalid with a 'cnn' network" in str(err.value)
+    config = config_from_dict(
+        {"algorithm": "ppo", "env": {"id": PIXEL_ENV_ID, "num_envs": 2}},
+        [
+            "env.normalize_observation=true",
+            "collector.frames_per_batch=64",
+            "env.clip_observation=5",
+        ],
+    )
+    algorithm = make_algorithm(config, 0)
+    (norm,) = algorithm.observation_normalizers
+    shape = norm.shape
+    assert len(shape) == 3 and norm.clip == 5.0
+    assert find_normalizers(algorithm.policy) == find_normalizers(algorithm.critic) == [norm]
+    frames = torch.randint(0, 256, (32, *shape), dtype=torch.uint8)
+    norm.merge_(RunningMoments.of(frames))
+    expected = (
+        (frames.double() - frames.double().mean(0))
+        / (frames.double().var(0, unbiased=False) + 1e-8).sqrt()
+    ).clamp(-5, 5)
+    torch.testing.assert_close(norm(frames), expected.float())
+    # the torso after the normalizer sees its float output unscaled
+    body, _ = algorithm.critic.module
+    normalizer, torso = body
+    assert normalizer is norm
+    torch.testing.assert_close(body(frames[:4]), torso.net(norm(frames[:4])))
 
 
 def test_resume_cannot_switch_normalization(tmp_path):

@@ -48,7 +48,7 @@ from torchrl.modules import (
 )
 
 from fleetrl.envs.spec import EnvSpec
-from fleetrl.errors import ConfigError, EnvError
+from fleetrl.errors import EnvError
 from fleetrl.keys import OBSERVATION_KEY
 from fleetrl.networks.kinds import ActionDistribution, ModelKind, TorsoKind, core_only_problems
 
@@ -81,13 +81,6 @@ CONV_OBS_MSG = (
 CONV_ACTIONS_MSG = (
     "{algo}.model={model!r} builds discrete-action heads, but env {env_id!r} has "
     "continuous actions; use {algo}.model=mlp (or auto)"
-)
-
-
-NORMALIZE_CONV_MSG = (
-    "env.normalize_observation=True is invalid with a {model!r} network (observation shape "
-    "{shape}): pixel frames are scaled by 1/255 inside the network; normalize only flat "
-    "observations (model mlp), or set env.normalize_observation=false"
 )
 
 
@@ -460,18 +453,17 @@ def make_actor_critic(
         if critic is None:
             critic = make_critic(spec, hidden, normalizer, cleanrl_init=cleanrl)
         return actor, critic
-    if normalizer is not None:
-        raise ConfigError([NORMALIZE_CONV_MSG.format(model=kind.value, shape=spec.obs_shape)])
     torso = make_torso(kind, spec) if actor is None or critic is None else None
+    body = torso if normalizer is None or torso is None else nn.Sequential(normalizer, torso)
     if actor is None:
         check_default_actions(spec)
         head = layer_init(nn.Linear(torso.out_features, spec.num_actions), std=0.01)
-        actor = _categorical(nn.Sequential(torso, head))
+        actor = _categorical(nn.Sequential(body, head))
     if critic is None:
         # the same torso module as the actor's when both are built here: torchrl's
         # losses count a shared parameter once, and the critic's gradient reaches it too
         head = layer_init(nn.Linear(torso.out_features, 1), std=1.0)
-        critic = ValueOperator(nn.Sequential(torso, head), in_keys=[OBSERVATION_KEY])
+        critic = ValueOperator(nn.Sequential(body, head), in_keys=[OBSERVATION_KEY])
     return actor, critic
 
 
@@ -541,17 +533,14 @@ def make_recurrent_actor_critic(
             )
         )
     else:
-        if normalizer is not None:
-            raise ConfigError(
-                [NORMALIZE_CONV_MSG.format(model=torso_kind.value, shape=spec.obs_shape)]
-            )
         if len(spec.obs_shape) != 3:
             raise ValueError(
                 f"torso={torso_kind.value!r} needs a 3-D (channels, height, width) "
                 f"observation, not shape {spec.obs_shape}"
             )
-        body = make_torso(torso_kind, spec)
-        width = body.out_features
+        pixels = make_torso(torso_kind, spec)
+        width = pixels.out_features
+        body = pixels if normalizer is None else nn.Sequential(normalizer, pixels)
     trunk = TensorDictModule(body, in_keys=[OBSERVATION_KEY], out_keys=["embed"])
     core_class = LSTMModule if kind is ModelKind.LSTM else GRUModule
     core = core_class(

@@ -205,6 +205,8 @@ class ObservationNormalizer(nn.Module):
         return RunningMoments.of(valid_values(batch, self.in_key, len(self.shape)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if not obs.is_floating_point():  # uint8 frames: normalized in float32
+            obs = obs.float()
         # acting: the statistics' last values, kept (dynamo cannot trace the mode's check)
         if not torch.compiler.is_compiling() and torch.is_inference_mode_enabled():
             shift, scale = self._acting_affine(obs.dtype)

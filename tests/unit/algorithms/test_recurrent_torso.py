@@ -129,16 +129,17 @@ def test_a_torso_that_cannot_serve_is_refused_by_key_and_value(data, overrides, 
     assert info.value.problems == [problem]
 
 
-def test_frames_under_a_recurrent_core_are_not_normalized():
-    """The conv torso scales frames by 1/255 inside: the normalizer is refused for it as for
-    model cnn, and allowed under torso mlp."""
-    with pytest.raises(ConfigError) as info:
-        load_config("configs/ppo_atari_lstm.yaml", [*LOCAL, "env.normalize_observation=true"])
-    assert [str(p) for p in info.value.problems] == [
-        "env.normalize_observation=True is invalid with a 'cnn' network (observation shape "
-        "(1, 84, 84)): pixel frames are scaled by 1/255 inside the network; normalize only "
-        "flat observations (model mlp), or set env.normalize_observation=false"
-    ]
+def test_frames_under_a_recurrent_core_are_normalized_before_the_conv_torso():
+    """The normalizer goes first under the core, before the conv torso, as in model cnn; under
+    torso mlp it goes before the MLP."""
+    from fleetrl.networks.normalization import find_normalizers
+    from fleetrl.setup.build import make_algorithm
+
+    config = load_config("configs/ppo_atari_lstm.yaml", [*LOCAL, "env.normalize_observation=true"])
+    algorithm = make_algorithm(config, 0)
+    (norm,) = algorithm.observation_normalizers
+    assert norm.shape == (1, 84, 84)
+    assert find_normalizers(algorithm.policy) == find_normalizers(algorithm.critic) == [norm]
     config = load_config(
         "configs/ppo_atari_lstm.yaml", [*LOCAL, "env.normalize_observation=true", "ppo.torso=mlp"]
     )

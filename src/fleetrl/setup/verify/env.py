@@ -44,12 +44,9 @@ from fleetrl.envs.spec import EnvSpec
 from fleetrl.errors import ConfigError, Problem, Problems
 from fleetrl.extras import pip_install
 from fleetrl.networks.models import (
-    NORMALIZE_CONV_MSG,
     ModelKind,
     TorsoKind,
     conv_problems,
-    resolve_model,
-    resolve_torso,
     torso_problems,
 )
 
@@ -300,14 +297,6 @@ def space_rules(config: Config, spec: EnvSpec, check: Problems) -> None:
         ]
         for key, text in wrong_network:
             check.say(key, text)
-        # a network that cannot read this observation at all is the one problem to name
-        if config.env.normalize_observation and not wrong_network:
-            kind = resolve_model(model, spec)
-            if kind.recurrent:  # the torso under the core sees the observation
-                kind = resolve_torso(torso, spec)
-            if kind is not ModelKind.MLP:
-                text = NORMALIZE_CONV_MSG.format(model=kind.value, shape=spec.obs_shape)
-                check.say("env.normalize_observation", text)
     _replay_memory(config, spec, check)
     if config.algorithm not in ACTION_KINDS:
         return
