@@ -34,6 +34,7 @@ difference >= 0); wall time to the shared return <= 0.7x; full-loop agent steps/
     python benchmarks/atari_peer.py --steps 100000 --seeds 0
     python benchmarks/atari_peer.py --runs-dir DIR        # keep the runs; a run whose
                                                           # result is in DIR is read, not rerun
+    python benchmarks/atari_peer.py --runs-dir DIR --note "..."   # say how, in the result
 
 Writes ``benchmarks/results/atari_peer.json`` and ``atari_peer.png`` (both sides' curves).
 """
@@ -260,6 +261,8 @@ def compare(fl: dict[int, dict], sf: dict[int, dict], steps: int) -> dict:
 
 def report(data: dict) -> None:
     """Print the sitting's tables (kept for the page) and draw both sides' curves."""
+    if data.get("note"):
+        print(f"note: {data['note']}")
     fl = {int(k): v for k, v in data["fleetrl"].items()}
     sf = {int(k): v for k, v in data["sample_factory"].items()}
     c = compare(fl, sf, data["steps"])
@@ -349,6 +352,11 @@ def main() -> None:
     )
     parser.add_argument("--no-collection", action="store_true", help="skip collection alone")
     parser.add_argument("--report", action="store_true", help="run nothing: the saved tables")
+    parser.add_argument(
+        "--note",
+        default=None,
+        help="how the runs were made, kept with the result (e.g. which came from --runs-dir)",
+    )
     parser.add_argument("--fleetrl-collection", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fleetrl_collection:  # the child process of the collection-alone measurement
@@ -369,6 +377,8 @@ def main() -> None:
         runs = args.runs_dir or Path(tmp)
         runs.mkdir(parents=True, exist_ok=True)
         data = {"game": GAME, "steps": args.steps, "fleetrl": {}, "sample_factory": {}}
+        if args.note:
+            data["note"] = args.note
         for seed in args.seeds:  # alternating sides, so drift on the machine touches both
             sf_log = runs / f"sf_s{seed}.log"
             saved = sf_log.read_text() if sf_log.exists() else ""
