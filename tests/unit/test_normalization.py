@@ -290,3 +290,18 @@ def test_every_actor_critic_algorithm_shares_one_normalizer_between_actor_and_cr
     assert algorithm.codec.numel == sum(
         p.numel() for p in algorithm.loss_module.parameters() if p.requires_grad
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+def test_moments_of_8_bit_frames_are_the_float64_moments(dtype):
+    """uint8 frames take integer sums (no float64 copy of the batch): the same moments."""
+    from fleetrl.networks.normalization import RunningMoments
+
+    low, high = (0, 256) if dtype == torch.uint8 else (-128, 128)
+    frames = torch.randint(low, high, (600, 4, 21, 21), dtype=dtype)
+    fast, exact = RunningMoments.of(frames), RunningMoments.of(frames.double())
+    assert fast.count.item() == exact.count.item() == 600
+    torch.testing.assert_close(fast.mean, exact.mean, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fast.m2, exact.m2, rtol=1e-12, atol=1e-6)
+    constant = torch.full((5, 3), 7, dtype=dtype)
+    assert RunningMoments.of(constant).m2.eq(0).all()

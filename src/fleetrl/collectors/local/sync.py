@@ -494,10 +494,10 @@ class SyncDataCollector(DataCollectorBase):
         start = time.perf_counter()
         self._check_open()
         n = self.env.num_envs
-        min_steps = frames // n if min_frames is None else max(1, -(-min_frames // n))
+        stop_from = frames // n if min_frames is None else max(1, -(-min_frames // n))
         times = CollectTimes(env_s=0.0, policy_s=0.0, batches=1)
         batch = self._rollout(
-            frames // n, random=random, min_steps=min_steps, should_stop=should_stop, times=times
+            frames // n, random=random, stop_from=stop_from, should_stop=should_stop, times=times
         )
         times.frames = batch.numel()
         if self.split_trajs:
@@ -581,7 +581,7 @@ class SyncDataCollector(DataCollectorBase):
         steps: int,
         *,
         random: bool,
-        min_steps: int | None = None,
+        stop_from: int | None = None,
         should_stop: Callable[[], bool] | None = None,
         times: CollectTimes | None = None,
     ) -> TensorDictBase:
@@ -593,7 +593,7 @@ class SyncDataCollector(DataCollectorBase):
             self._start_episodes(self.env.reset())
             if times is not None:
                 times.env_s += time.perf_counter() - reset_start
-        batch = self._rolling.rollout(steps, random, min_steps, should_stop, times)
+        batch = self._rolling.rollout(steps, random, stop_from, should_stop, times)
         return self._tag_batch(batch, self._rolling.versions)
 
     def _tag_batch(self, td: TensorDict, versions: np.ndarray | None) -> TensorDictBase:
