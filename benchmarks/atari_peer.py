@@ -184,13 +184,19 @@ def sf_summary(text: str) -> dict:
 
 def fleetrl_params(run: Path) -> int:
     """Parameters of the policy and value networks in a run's final checkpoint, a tensor
-    that two networks share (the torso) counted once."""
+    that two networks share (the torso) counted once; an observation normalizer's
+    statistics are buffers, not parameters (Sample Factory's count leaves its own out too)."""
     import torch
 
+    from fleetrl.networks.normalization import ObservationNormalizer
+
+    statistics = {name for name, _ in ObservationNormalizer((1,)).named_buffers()}
     path = sorted((run / "checkpoints").glob("checkpoint_*.pt"))[-1]
     state = torch.load(path, map_location="cpu", weights_only=False)["algorithm"]["loss_module"]
     seen, count = set(), 0
     for key, value in state.items():
+        if key.rsplit(".", 1)[-1] in statistics:
+            continue
         if "_network_params." in key and value.untyped_storage().data_ptr() not in seen:
             seen.add(value.untyped_storage().data_ptr())
             count += value.numel()

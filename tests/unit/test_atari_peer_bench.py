@@ -121,6 +121,10 @@ def test_a_shared_torso_is_counted_once(tmp_path):
         "actor_network_params.module.1.weight": torch.zeros(4, 512),
         "critic_network_params.module.0.weight": torso,  # the same tensor: shared
         "critic_network_params.module.1.weight": torch.zeros(1, 512),
+        # a per-pixel observation normalizer's statistics: buffers, not parameters
+        "actor_network_params.module.0.norm.count": torch.zeros((), dtype=torch.float64),
+        "actor_network_params.module.0.norm.mean": torch.zeros(4, 84, 84, dtype=torch.float64),
+        "actor_network_params.module.0.norm.m2": torch.zeros(4, 84, 84, dtype=torch.float64),
     }
     (tmp_path / "checkpoints").mkdir()
     torch.save(
