@@ -202,7 +202,7 @@ def _from_config(values: tuple[tuple[str, Any], ...]) -> InferenceOptions:
     cpus = given.pop("remote_config")
     served = given["mode"] == InferenceMode.SERVER
     # the servers' CPUs go with a server; a local run keeps them only to refuse them
-    keep = served or cpus != _CONFIG_DEFAULTS["remote_config"]
+    keep = served or cpus != _DEFAULTS[Audience.CONFIG]["remote_config"]
     return InferenceOptions(
         **given, remote_config={"num_cpus": cpus} if keep else None, said_as=Audience.CONFIG
     )
@@ -237,17 +237,11 @@ FIELDS = (
 INFERENCE_ARGUMENTS = tuple(f.argument for f in FIELDS)
 #: the ``collector`` config keys that hold them (``inference`` first)
 INFERENCE_CONFIG_KEYS = tuple(f.key for f in FIELDS)
-INFERENCE_FIELDS = tuple(f.field for f in FIELDS)
 #: each field's default, for a caller (InferenceOptions') and for a config (its keys')
 _DEFAULTS = {
-    Audience.ARGUMENTS: {
-        f.name: f.default
-        for f in dataclasses.fields(InferenceOptions)
-        if f.name in INFERENCE_FIELDS
-    },
+    Audience.ARGUMENTS: {f.name: f.default for f in dataclasses.fields(InferenceOptions) if f.init},
     Audience.CONFIG: {f.field: getattr(CollectorConfig(), f.key) for f in FIELDS},
 }
-_CONFIG_DEFAULTS = _DEFAULTS[Audience.CONFIG]
 
 
 # ----------------------------------------------------------------------- rules
