@@ -25,10 +25,13 @@ from torchrl.objectives import ClipPPOLoss
 
 from fleetrl.algorithms.actor_critic import ActorCritic, ClipEpsilon
 from fleetrl.algorithms.sections import Advantage, APPOConfig
-from fleetrl.algorithms.vtrace import VTraceActorCritic
+from fleetrl.algorithms.vtrace import VTraceActorCritic, values_and_log_prob
 from fleetrl.envs.spec import EnvSpec
 
 __all__ = ["APPO", "APPOConfig"]
+
+#: where the targets' pass keeps the current policy's log-probabilities for ``decouple``
+PROXIMAL_LOG_PROB_KEY = "proximal_log_prob"
 
 
 class APPO(ClipEpsilon, VTraceActorCritic):
@@ -77,9 +80,13 @@ class APPO(ClipEpsilon, VTraceActorCritic):
                 "clip_value": config.clip_value,
             },
         )
-        self.init_vtrace(config)
+        # the decoupled objective's proximal log-probs, kept from the targets' pass
+        proximal = PROXIMAL_LOG_PROB_KEY if config.decoupled else None
+        self.init_vtrace(config, log_pi_key=proximal)
         if config.advantage == Advantage.GAE:
             self.init_gae(config.gamma, config.gae_lambda)
+        if proximal is not None and self.keys is not None:
+            self.keys.append(proximal)
         self.init_clip_epsilon()
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
@@ -94,6 +101,17 @@ class APPO(ClipEpsilon, VTraceActorCritic):
         return data
 
     @torch.no_grad()
+    def values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE's values (:meth:`ActorCritic.values`); with ``appo.decoupled`` and flat
+        networks on tensors, the policy's log-probabilities from the same pass too, kept for
+        :meth:`decouple` (the torso runs once over the batch, not twice)."""
+        if not self.config.decoupled or self.heads is None or self.sequences is not None:
+            return super().values(batch)
+        value, next_value, log_pi = values_and_log_prob(self.heads, batch)
+        batch.set(PROXIMAL_LOG_PROB_KEY, log_pi)
+        return value, next_value
+
+    @torch.no_grad()
     def decouple(self, data: TensorDictBase) -> None:
         """Hilton et al.'s decoupled objective (``appo.decoupled``): the clipped ratio's
         denominator becomes the proximal policy's log-probability of each action (the
@@ -102,7 +120,10 @@ class APPO(ClipEpsilon, VTraceActorCritic):
         min(rho_bar, proximal / behaviour) on the advantages (V-trace's carry it already)."""
         t = self.loss_module.tensor_keys
         log_mu = data.get(t.sample_log_prob)
-        log_prox = self._log_prob_of_actions(data).reshape(log_mu.shape)
+        if PROXIMAL_LOG_PROB_KEY in data.keys(include_nested=True):  # kept by the targets' pass
+            log_prox = data.pop(PROXIMAL_LOG_PROB_KEY).reshape(log_mu.shape)
+        else:
+            log_prox = self._log_prob_of_actions(data).reshape(log_mu.shape)
         if self.config.advantage == Advantage.GAE:
             advantage = data.get(t.advantage)
             weight = (log_prox - log_mu).exp().clamp(max=self.config.rho_bar)

@@ -48,7 +48,7 @@ from fleetrl.errors import PolicyError
 from fleetrl.keys import ACTION_KEY, ACTION_LOG_PROB_KEY, DONE_KEY, REWARD_KEY, TERMINATED_KEY
 from fleetrl.networks.heads import ActorCriticHeads, next_values
 
-__all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets"]
+__all__ = ["VTraceActorCritic", "VTraceConfig", "VTraceTargets", "values_and_log_prob"]
 
 NO_BEHAVIOUR_LOG_PROB_MSG = (
     "V-trace needs the behaviour policy's log-probabilities in the batch at key {key!r}, and "
@@ -73,6 +73,10 @@ class VTraceTargets:
         recurrent: the networks hold a recurrent core: the values come from the stored
             states (:func:`~fleetrl.algorithms.sequences.step_values`), log pi from the
             actor run over each whole row in recurrent mode.
+        log_pi_key: where to keep log pi in the batch, for a reader after the targets
+            (APPO's decoupled objective: its proximal policy), so the policy is not run
+            again (None: not kept; with a recurrent core it never is, as the sequences'
+            log-probabilities come from a burn-in this one does not have).
 
     Writes ``advantage`` (``clip(rho, rho_bar) * (r + gamma * v_{s+1} - V(x_s))``),
     ``value_target`` (``v_s``) and ``state_value`` (``V(x_s)``, the critic's value
@@ -90,8 +94,10 @@ class VTraceTargets:
         log_prob_key: str | tuple[str, ...] = ACTION_LOG_PROB_KEY,
         heads: ActorCriticHeads | None = None,
         recurrent: bool = False,
+        log_pi_key: str | None = None,
     ):
         self.heads = heads
+        self.log_pi_key = log_pi_key
         self.recurrent = recurrent
         self.actor = actor
         self.critic = critic
@@ -116,22 +122,15 @@ class VTraceTargets:
             next_value = self._value(batch.get("next"))
             dist = self.actor.get_dist(batch.select(*self.actor.in_keys).clone(False))
             return value, next_value, dist.log_prob(action).reshape(value.shape)
-        # the policy and the value of the observations in one call (a shared torso once), the
-        # next observations' values reused from them where they are the next step's
-        keys, lead = self.heads.in_keys, batch.batch_size
-        observations = [batch.get(k) for k in keys]
-        dist, value = self.heads(*(o.reshape(-1, *o.shape[len(lead) :]) for o in observations))
-        value = value.reshape(*lead, -1)
-        log_pi = dist.log_prob(action.reshape(-1, *action.shape[len(lead) :]))
-        nxt = [batch.get(("next", k)) for k in keys]
-        next_value = next_values(value, observations, nxt, self.heads.value)
-        return value, next_value, log_pi.reshape(value.shape)
+        return values_and_log_prob(self.heads, batch)
 
     @torch.no_grad()
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         if self.log_prob_key not in batch.keys(include_nested=True):
             raise PolicyError(NO_BEHAVIOUR_LOG_PROB_MSG.format(key=self.log_prob_key))
         value, next_value, log_pi = self._values_and_log_pi(batch)
+        if self.log_pi_key is not None and not self.recurrent:
+            batch.set(self.log_pi_key, log_pi)
         log_mu = batch.get(self.log_prob_key).reshape(value.shape)
         reward = batch.get(REWARD_KEY).reshape(value.shape).to(value.dtype)
         done = batch.get(DONE_KEY).reshape(value.shape)
@@ -155,12 +154,32 @@ class VTraceTargets:
         return batch
 
 
+@torch.no_grad()
+def values_and_log_prob(
+    heads: ActorCriticHeads, batch: TensorDictBase
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """V(x_s), V(x_{s+1}) and log pi(a_s|x_s) of a batch laid out ``[*batch, time]``, through
+    ``heads``: the policy and the value of the observations in one call (a shared torso
+    once), the next observations' values reused from them where they are the next step's
+    (:func:`~fleetrl.networks.heads.next_values`). Each is shaped ``[*batch, time, 1]``."""
+    keys, lead = heads.in_keys, batch.batch_size
+    observations = [batch.get(k) for k in keys]
+    dist, value = heads(*(o.reshape(-1, *o.shape[len(lead) :]) for o in observations))
+    value = value.reshape(*lead, -1)
+    action = batch.get(ACTION_KEY)
+    log_pi = dist.log_prob(action.reshape(-1, *action.shape[len(lead) :]))
+    nxt = [batch.get(("next", k)) for k in keys]
+    next_value = next_values(value, observations, nxt, heads.value)
+    return value, next_value, log_pi.reshape(value.shape)
+
+
 class VTraceActorCritic(ActorCritic):
     """What IMPALA and APPO share: V-trace targets on the whole batch, then the loss."""
 
     config: VTraceConfig
 
-    def init_vtrace(self, config: VTraceConfig) -> None:
+    def init_vtrace(self, config: VTraceConfig, log_pi_key: str | None = None) -> None:
+        """The V-trace targets of ``config``; ``log_pi_key``: :class:`VTraceTargets`'."""
         self.vtrace = VTraceTargets(
             self.actor,
             self.critic,
@@ -170,6 +189,7 @@ class VTraceActorCritic(ActorCritic):
             log_prob_key=self.loss_module.tensor_keys.sample_log_prob,
             heads=self.heads,
             recurrent=self.sequences is not None,
+            log_pi_key=log_pi_key,
         )
 
     @property

@@ -242,6 +242,34 @@ def test_decoupled_appo_clips_over_the_proximal_policy_and_weighs_the_lag(advant
     assert plain.learn(batch)["loss/kl_approx"] != 0.0
 
 
+@pytest.mark.parametrize("advantage", ["vtrace", "gae"])
+def test_decoupled_appo_runs_its_networks_once_over_a_batch_to_prepare_it(advantage, monkeypatch):
+    """The proximal log-probabilities come from the targets' own pass: ``prepare`` runs the
+    policy and the value over the batch's 12 observations once (one call of the heads), and
+    the critic alone only over next observations (all 12 here: random observations never
+    repeat), 24 rows in all, where a second pass for the log-probabilities made it 36."""
+    from fleetrl.networks.heads import ActorCriticHeads
+
+    rows: dict[str, list[int]] = {"both": [], "value": []}
+    call, value = ActorCriticHeads.__call__, ActorCriticHeads.value
+
+    def counted_call(self, *inputs):
+        rows["both"].append(inputs[0].shape[0])
+        return call(self, *inputs)
+
+    def counted_value(self, *inputs):
+        rows["value"].append(inputs[0].shape[0])
+        return value(self, *inputs)
+
+    monkeypatch.setattr(ActorCriticHeads, "__call__", counted_call)
+    monkeypatch.setattr(ActorCriticHeads, "value", counted_value)
+    cfg = APPOConfig(gamma=GAMMA, hidden_sizes=[8], advantage=advantage, decoupled=True)
+    appo = APPO(cfg, env_spec("CartPole-v1"))
+    prepared = appo.prepare(fixed_batch(appo))
+    assert rows == {"both": [12], "value": [12]}
+    assert "proximal_log_prob" not in prepared.keys(include_nested=True)  # read, then dropped
+
+
 def test_decoupled_appo_takes_the_proximal_log_probs_of_recurrent_sequences():
     """With an LSTM the proximal log-probabilities come from the networks run over each
     sequence: the first step's ratio is 1 though the batch's behaviour log-probs are off."""
