@@ -19,6 +19,7 @@ _EXPORTS = {
     "InferenceOptions": "fleetrl.collectors.inference.options",
     "RayCollector": "fleetrl.collectors.remote.collector",
     "RemoteReplayBuffer": "fleetrl.collectors.remote.replay",
+    "RolloutOptions": "fleetrl.collectors.rollout_options",
     "SyncDataCollector": "fleetrl.collectors.local.sync",
     "episode_stats": "fleetrl.collectors.base",
     "frames_in": "fleetrl.collectors.base",
@@ -33,6 +34,7 @@ __all__ = [
     "InferenceOptions",
     "RayCollector",
     "RemoteReplayBuffer",
+    "RolloutOptions",
     "SyncDataCollector",
     "episode_stats",
     "frames_in",
@@ -48,4 +50,5 @@ if TYPE_CHECKING:
     from fleetrl.collectors.remote.collector import RayCollector
     from fleetrl.collectors.remote.fleet_options import FleetOptions
     from fleetrl.collectors.remote.replay import RemoteReplayBuffer
+    from fleetrl.collectors.rollout_options import RolloutOptions
     from fleetrl.collectors.timing import CollectTimes

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from fleetrl.batch_sizes import batch_size_problems
 from fleetrl.collectors.inference.checks import WEIGHTS_TARGET_MSG
+from fleetrl.collectors.rollout_options import RolloutOptions
 from fleetrl.envs.base import BatchedEnv
 from fleetrl.envs.grouped import GroupedEnv
 from fleetrl.envs.torchrl_env import TorchRLEnv
@@ -200,16 +200,14 @@ def check_weight_update(
 def check_env(
     env: BatchedEnv | GroupedEnv,
     *,
-    frames_per_batch: int,
-    total_frames: int,
+    rollout: RolloutOptions,
     env_device: torch.device | None,
 ) -> None:
-    """Refuse batch sizes the built envs cannot split into, and an ``env_device`` other than
-    the CPU for envs that run on the CPU; a torchrl env is moved to ``env_device``."""
+    """Refuse batch sizes the built envs cannot split into (where their count was not known
+    before: :meth:`RolloutOptions.env_problems`), and an ``env_device`` other than the CPU
+    for envs that run on the CPU; a torchrl env is moved to ``env_device``."""
     p = Problems()
-    p.items += batch_size_problems(
-        frames_per_batch=frames_per_batch, total_frames=total_frames, num_envs=env.num_envs
-    )
+    p.items += rollout.env_problems(env.num_envs)
     torchrl = isinstance(env, (TorchRLEnv, GroupedEnv))
     if not torchrl and env_device not in (None, torch.device("cpu")):
         p.add("env_device", str(env_device), GYM_DEVICE_MSG)

@@ -78,14 +78,14 @@ def as_device(value: Any, arg: str, problems: Problems) -> torch.device | None:
 
 
 def check_common_arguments(
-    p: Problems, *, policy: Any, postproc: Any, max_frames_per_traj: Any, init_random_frames: Any
+    p: Problems, *, policy: Any, postproc: Any, init_random_frames: Any
 ) -> Any:
-    """Checks every collector makes the same way; returns the acting policy (None: random)."""
+    """Checks every collector makes the same way; returns the acting policy (None: random).
+    The sizes (``max_frames_per_traj`` among them) are the rollout options' to check
+    (:class:`~fleetrl.collectors.rollout_options.RolloutOptions`)."""
     from fleetrl.errors import PolicyError
     from fleetrl.networks.policies import as_policy
 
-    if max_frames_per_traj not in (None, -1):
-        p.positive_int("max_frames_per_traj", max_frames_per_traj, allow_minus_one=True)
     if init_random_frames not in (None, -1):
         p.check(
             isinstance(init_random_frames, int) and init_random_frames >= 0,

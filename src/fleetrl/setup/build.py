@@ -132,22 +132,23 @@ def make_collector(
     modules read (:meth:`~fleetrl.algorithms.Algorithm.env_keys_read`), where known: an env
     that can leave out what nothing reads does (a PettingZoo env's global ``"state"``).
     """
+    from fleetrl.collectors.rollout_options import RolloutOptions
+
     c, e = config.collector, config.env
     env = create_env_fn(resolved_env(config))  # the run's resolution, where it verified here
     if reads is not None and hasattr(env, "reading"):
         env = env.reading(reads)
     # env.normalize_reward: the collectors track each env's discounted return (fleetrl.networks.normalization)
     return_discount = config.algo.gamma if e.normalize_reward else None
+    # the sizes the config's verification checked (the same object, for the config's budget)
+    rollout = RolloutOptions.from_config(config, total_frames=total_frames)
     if c.fleet.min == 0:
         from fleetrl.collectors import SyncDataCollector
 
         collector = SyncDataCollector(
             env,
             policy,
-            frames_per_batch=c.frames_per_batch,
-            total_frames=total_frames,
-            num_envs=e.num_envs,
-            max_frames_per_traj=e.max_episode_steps,
+            rollout=rollout,
             init_random_frames=init_random_frames,
             overlap=c.overlap,
             return_discount=return_discount,
@@ -160,13 +161,11 @@ def make_collector(
         collector = RayCollector(
             env,
             policy,
-            frames_per_batch=c.frames_per_batch,
-            total_frames=total_frames,
+            rollout=rollout,
             num_collectors=c.fleet,
             num_workers_per_collector=e.num_envs,
             # decoupled: the workers write into the buffer, first ready, whatever collector.sync
             fleet=FleetOptions.from_config(c, sync=c.sync and replay_buffer is None),
-            max_frames_per_traj=e.max_episode_steps,
             init_random_frames=init_random_frames,
             collector_kwargs={"overlap": c.overlap, "return_discount": return_discount},
             remote_configs={"num_cpus": c.num_cpus_per_collector},

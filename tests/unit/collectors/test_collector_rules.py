@@ -5,6 +5,7 @@ constructor say the same rule, each in its reader's words (issue 59)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -114,15 +115,28 @@ def rule_runs(monkeypatch):
     """How often each Rule ran, by its argument's name (the options' cache emptied first)."""
     from collections import Counter
 
-    from fleetrl.collectors import rules
+    import fleetrl.collectors.remote.checks
+    import fleetrl.setup.verify.rules  # noqa: F401
+    from fleetrl.batch_sizes import batch_size_problems
+    from fleetrl.collectors import rollout_options, rules
     from fleetrl.collectors.inference import options as inference_options
     from fleetrl.collectors.remote import fleet_options
 
     fleet_options._from_config.cache_clear()
     inference_options._from_config.cache_clear()
+    rollout_options._from_config.cache_clear()
     runs: Counter[str] = Counter()
     check = rules.Rule.check
     context = inference_options._check_context
+
+    def counted_batch_sizes(**kwargs):
+        runs["batch sizes"] += 1
+        return batch_size_problems(**kwargs)
+
+    # every module that asks the batch-size rule (fleetrl.batch_sizes), wherever it is
+    for module in list(sys.modules.values()):
+        if getattr(module, "batch_size_problems", None) is batch_size_problems:
+            monkeypatch.setattr(module, "batch_size_problems", counted_batch_sizes)
 
     def counted(self, p, value, audience, **values):
         runs[self.argument] += 1
@@ -137,8 +151,8 @@ def rule_runs(monkeypatch):
     return runs
 
 
-#: the rules the fleet's options hold
-FLEET_RULES = (*sorted(REFUSED), "sync")
+#: the rules the fleet's options hold, and the batch-size rule of the rollout's options
+FLEET_RULES = (*sorted(REFUSED), "sync", "batch sizes")
 
 
 def test_a_runs_fleet_rules_run_once_from_its_config_to_its_collector(rule_runs):
@@ -148,7 +162,7 @@ def test_a_runs_fleet_rules_run_once_from_its_config_to_its_collector(rule_runs)
         {
             "env": {"id": "CartPole-v1", "num_envs": 1},
             "collector": {"num_collectors": 2, "frames_per_batch": 8, "prefetch": 2},
-            "trainer": {"backend": "inprocess"},
+            "trainer": {"backend": "inprocess", "total_frames": 16},
         }
     )
     collector = make_collector(config, None, total_frames=16, seed=0)
@@ -236,3 +250,128 @@ def test_a_collectors_inference_rules_run_once_from_its_keywords(rule_runs):
     # a caller's remote_config is a dict of Ray options first: one rule more than a config's
     once = (*INFERENCE_RULES, "inference_remote_config")
     assert {name: rule_runs[name] for name in once} == dict.fromkeys(once, 1)
+
+
+# ------------------------------------------------------------ the rollout's sizes
+
+
+def test_a_local_collectors_batch_size_rule_runs_once_known_or_first_known_at_its_env(
+    rule_runs,
+):
+    from fakes import counting_vec
+    from fleetrl import SyncDataCollector
+
+    with SyncDataCollector(
+        "CartPole-v1", None, frames_per_batch=8, total_frames=16, num_envs=2
+    ) as collector:
+        assert sum(b.numel() for b in collector) == 16
+    assert rule_runs["batch sizes"] == 1  # when made: the count is given
+    # a vector env of its own size: its count is known once it is built, and checked then
+    with SyncDataCollector(lambda: counting_vec([3, 4, 5]), None, frames_per_batch=9) as c:
+        assert c.rollout_options.num_envs is None and c.num_envs == 3
+    assert rule_runs["batch sizes"] == 2
+    with pytest.raises(ConfigError) as error:
+        SyncDataCollector(lambda: counting_vec([3, 4, 5]), None, frames_per_batch=8)
+    assert error.value.problems == [
+        "frames_per_batch=8 is invalid: must be a multiple of the number of envs (3); use 6 or 9"
+    ]
+
+
+def test_a_fleet_whose_env_counts_its_workers_first_know_checks_them_once_on_the_driver(
+    rule_runs,
+):
+    from fakes import counting_vec
+
+    factory = [lambda: counting_vec([3, 4]), lambda: counting_vec([3, 4])]
+    collector = RayCollector(
+        factory, None, frames_per_batch=8, total_frames=16, sync=True, backend="inprocess"
+    )
+    try:
+        # the split when made; the counts (2 and 2) as the workers report them
+        assert collector.rollout_options.num_envs is None
+        assert sum(b.numel() for b in collector) == 16
+    finally:
+        collector.shutdown()
+    assert rule_runs["batch sizes"] == 2
+    with pytest.raises(ConfigError) as error:
+        RayCollector(
+            factory, None, frames_per_batch=6, total_frames=12, sync=True, backend="inprocess"
+        )
+    assert error.value.problems == [
+        "frames_per_batch=6 is invalid: sync=True splits each batch across the 2 "
+        "collectors: frames_per_batch / num_collectors = 3 frames per collector must be a "
+        "multiple of each collector's 2 envs; use frames_per_batch=4 or 8"
+    ]
+
+
+def test_rollout_options_are_taken_as_one_object_or_as_keywords_not_both():
+    from fleetrl import SyncDataCollector
+    from fleetrl.collectors.rollout_options import RolloutOptions
+
+    sizes = RolloutOptions(frames_per_batch=8, total_frames=16, num_envs=2)
+    with SyncDataCollector("CartPole-v1", None, rollout=sizes) as collector:
+        assert collector.rollout_options is sizes
+        assert [b.batch_size for b in collector] == [(2, 4), (2, 4)]
+    with pytest.raises(ConfigError) as both:
+        SyncDataCollector("CartPole-v1", None, rollout=sizes, frames_per_batch=8)
+    assert both.value.problems == [
+        "frames_per_batch=8 is invalid: is given twice: rollout=RolloutOptions(...) holds "
+        "the rollout's sizes; set RolloutOptions(frames_per_batch=...) there instead"
+    ]
+    with pytest.raises(ConfigError) as neither:
+        SyncDataCollector("CartPole-v1", None)
+    assert neither.value.problems == [
+        "frames_per_batch=None is invalid: is required (or rollout=RolloutOptions(...), "
+        "which holds it)"
+    ]
+    split = RolloutOptions(frames_per_batch=8, num_envs=2, split=2)
+    with pytest.raises(ConfigError, match=r"splits each batch over 2 collectors"):
+        SyncDataCollector("CartPole-v1", None, rollout=split)
+    collector = RayCollector(
+        "CartPole-v1", None, rollout=split, num_collectors=2, num_workers_per_collector=2,
+        sync=True, backend="inprocess",
+    )  # fmt: skip
+    try:
+        assert next(iter(collector)).batch_size == (2, 2, 2)
+    finally:
+        collector.shutdown()
+    with pytest.raises(ConfigError) as first_ready:
+        RayCollector("CartPole-v1", None, rollout=split, num_collectors=2, backend="inprocess")
+    assert [p.split(" is invalid: ")[1] for p in first_ready.value.problems] == [
+        "splits each batch over 2 collectors; these collectors need 1 (a sync fleet of a "
+        "fixed size splits it over its collectors, any other takes whole batches)",
+        "is given twice: rollout=RolloutOptions(num_envs=2) holds the envs per collector; "
+        "leave it out here, or make them agree",
+    ]
+
+
+def test_rollout_options_from_a_config_say_its_keys_and_split_a_sync_fleets_batch():
+    from fleetrl.collectors.rollout_options import RolloutOptions
+
+    config = config_from_dict(
+        {
+            "env": {"id": "CartPole-v1", "num_envs": 2},
+            "collector": {"num_collectors": 2, "frames_per_batch": 8, "sync": True},
+            "trainer": {"total_frames": 16},
+        }
+    )
+    sizes = RolloutOptions.from_config(config)
+    assert (sizes.frames_per_batch, sizes.total_frames, sizes.num_envs, sizes.split) == (
+        8, 16, 2, 2,
+    )  # fmt: skip
+    assert RolloutOptions.from_config(config) is sizes  # made once for the same values
+    assert sizes.share(num_envs=2).frames_per_batch == 4
+    with pytest.raises(ConfigError) as error:
+        config_from_dict(
+            {
+                "env": {"id": "CartPole-v1", "num_envs": 2},
+                "collector": {"num_collectors": 2, "frames_per_batch": 6, "sync": True},
+                "trainer": {"total_frames": 12},
+            }
+        )
+    assert (
+        "collector.frames_per_batch=6 is invalid: collector.sync=true splits each batch "
+        "across the 2 collectors: collector.frames_per_batch / collector.num_collectors = 3 "
+        "frames per collector must be a multiple of each collector's 2 envs; use "
+        "collector.frames_per_batch=4 or 8"
+    ) in error.value.problems

@@ -52,6 +52,7 @@ from fleetrl.collectors.local.grouped import GroupedRollout, check_grouped_argum
 from fleetrl.collectors.local.overlap import HalvedEnv, Overlap, SplitEnv, as_overlap, overlap_spec
 from fleetrl.collectors.local.single import SingleRollout
 from fleetrl.collectors.local.trajectories import TrajectoryBatcher
+from fleetrl.collectors.rollout_options import RolloutOptions, given_rollout
 from fleetrl.collectors.rules import Audience
 from fleetrl.collectors.timing import CollectTimes
 from fleetrl.envs.base import BatchedEnv
@@ -69,6 +70,10 @@ logger = logging.getLogger(__name__)
 FRAMES_NAMES = BatchSizeNames(frames_per_batch="frames")
 
 
+WHOLE_BATCHES_MSG = (
+    "splits each batch over {split} collectors, and a SyncDataCollector gathers whole "
+    "batches: pass RolloutOptions(split=1), or one collector's part (RolloutOptions.share)"
+)
 CLIENT_TRANSPORT_MSG = (
     "is given twice: the ServerClient passed as inference_server holds its transport; "
     "leave inference_transport at 'auto'"
@@ -147,6 +152,10 @@ class SyncDataCollector(DataCollectorBase):
             discount and write it to ``("next", "discounted_return")``, what
             reward scaling takes the variance of (:mod:`fleetrl.networks.normalization`);
             part of :meth:`state_dict`. None (default): off.
+        rollout: a :class:`~fleetrl.collectors.rollout_options.RolloutOptions` holding
+            ``frames_per_batch``, ``total_frames``, ``num_envs`` and
+            ``max_frames_per_traj`` at once, checked when it was made (a config builds
+            one; a RayCollector's worker gets its share), instead of those keywords.
 
     Examples:
         >>> import torch
@@ -167,7 +176,7 @@ class SyncDataCollector(DataCollectorBase):
         create_env_fn: Any,
         policy: Any = None,
         *,
-        frames_per_batch: int,
+        frames_per_batch: int | None = None,
         total_frames: int = -1,
         num_envs: int | None = None,
         create_env_kwargs: dict[str, Any] | None = None,
@@ -192,13 +201,21 @@ class SyncDataCollector(DataCollectorBase):
         return_discount: float | None = None,
         inference_server: Any = None,
         inference_transport: str = "auto",
+        rollout: RolloutOptions | None = None,
     ):
         super().__init__()
         p = Problems()
-        p.positive_int("frames_per_batch", frames_per_batch)
-        p.positive_int("total_frames", total_frames, allow_minus_one=True)
-        if num_envs is not None:
-            p.positive_int("num_envs", num_envs)
+        # the sizes: one object, checked once (a RayCollector's worker gets its share, checked)
+        sizes = given_rollout(
+            p,
+            rollout,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            num_envs=num_envs,
+            max_frames_per_traj=max_frames_per_traj,
+        )
+        if sizes is not None and sizes.split != 1:
+            p.add("rollout", sizes, WHOLE_BATCHES_MSG.format(split=sizes.split))
         self.exploration_type = as_exploration_type(exploration_type, p)
         device = as_device(device, "device", p)
         self.env_device = as_device(env_device, "env_device", p) or device
@@ -208,7 +225,6 @@ class SyncDataCollector(DataCollectorBase):
             p,
             policy=policy,
             postproc=postproc,
-            max_frames_per_traj=max_frames_per_traj,
             init_random_frames=init_random_frames,
         )
         check_feature_arguments(
@@ -222,6 +238,7 @@ class SyncDataCollector(DataCollectorBase):
             set_truncated=set_truncated,
             policy_devices=self.policy_device,
         )
+        num_envs = sizes.num_envs if sizes is not None else num_envs
         split = overlap_spec(create_env_fn, num_envs, create_env_kwargs, as_overlap(overlap, p), p)
         if isinstance(inference_server, ServerClient):  # a RayCollector's: checked there
             if inference_transport != "auto":
@@ -236,12 +253,13 @@ class SyncDataCollector(DataCollectorBase):
             p.add("return_discount", return_discount, "must be in (0, 1], or None: off")
         p.raise_if_any()
 
-        self.frames_per_batch = frames_per_batch
+        assert sizes is not None  # its problems were raised with the others
+        #: the rollout's sizes (:class:`~fleetrl.collectors.rollout_options.RolloutOptions`)
+        self.rollout_options = sizes
+        self.frames_per_batch = sizes.frames_per_batch
         self.return_discount = return_discount
-        self.total_frames = total_frames
-        self.max_frames_per_traj = (
-            max_frames_per_traj if max_frames_per_traj not in (None, -1) else None
-        )
+        self.total_frames = sizes.total_frames
+        self.max_frames_per_traj = sizes.max_frames_per_traj
         self.init_random_frames = init_random_frames if init_random_frames not in (None, -1) else 0
         self.reset_at_each_iter = reset_at_each_iter
         self.split_trajs = split_trajs
@@ -278,12 +296,7 @@ class SyncDataCollector(DataCollectorBase):
         #: central inference: the oldest version in the last batch (the lag it is served with)
         self.batch_version = 0
         try:
-            check_env(
-                self.env,
-                frames_per_batch=frames_per_batch,
-                total_frames=total_frames,
-                env_device=self.env_device,
-            )
+            check_env(self.env, rollout=sizes, env_device=self.env_device)
             if isinstance(self.env, GroupedEnv):  # what its rollout does not take yet
                 check_grouped_arguments(
                     overlap=True if as_overlap(overlap, p) is Overlap.ON else None,

@@ -2,9 +2,11 @@
 
 Every problem is gathered and raised at once (:class:`~fleetrl.errors.ConfigError`),
 naming the argument, the value and what is allowed. The checks that need the
-cluster (:func:`check_resources`) ask Ray for its totals; those that need each
-collector's env count (:func:`check_env_counts`) run on what the arguments tell,
-and again on what the workers report.
+cluster (:func:`check_resources`) ask Ray for its totals. The sizes become one
+:class:`~fleetrl.collectors.rollout_options.RolloutOptions`, checked once against each
+collector's env count where the arguments tell it (:func:`fleet_rollout`); a count first
+known when a worker builds its envs is checked when the worker reports it
+(:func:`check_env_counts`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import Any
 
 from torchrl.envs.utils import ExplorationType
 
-from fleetrl.batch_sizes import batch_size_problems
+from fleetrl.batch_sizes import batch_size_problems, is_unlimited
 from fleetrl.collectors.arguments import check_weight_update
 from fleetrl.collectors.base import as_exploration_type, check_common_arguments
 from fleetrl.collectors.local.overlap import check_overlap_kwargs
 from fleetrl.collectors.local.sync import SyncDataCollector
+from fleetrl.collectors.rollout_options import RolloutOptions, given_rollout
 from fleetrl.collectors.rules import MAX_RESTART_ATTEMPTS, MAX_SERVED_LAG, Audience
 from fleetrl.distributed.backends import Backend, WorkerRaised
 from fleetrl.distributed.runtime import resource_shortfalls, resource_waits
@@ -39,6 +42,8 @@ __all__ = [
     "check_env_counts",
     "check_resources",
     "check_weight_update",
+    "env_counts",
+    "fleet_rollout",
     "is_torchrl_collector_class",
     "per_collector_args",
     "probe_envs",
@@ -80,7 +85,7 @@ SET_BY_RAY_MSG = (
     "is set by RayCollector itself; pass it to RayCollector(...) instead of collector_kwargs"
 )
 #: collector arguments RayCollector passes itself
-SET_BY_RAY = frozenset({"create_env_fn", "policy", "frames_per_batch", "total_frames"})
+SET_BY_RAY = frozenset({"create_env_fn", "policy", "frames_per_batch", "total_frames", "rollout"})
 POLICY_PICKLE_MSG = (
     "policy={policy!r} cannot be pickled to reach the Ray workers ({err}); pass "
     "policy_factory=<a callable returning the policy> instead of policy=, so that each worker "
@@ -99,6 +104,8 @@ def default_remote_config() -> dict[str, Any]:
 class RayArguments:
     """The arguments, checked and expanded to one entry per collector."""
 
+    rollout: RolloutOptions
+    counts: list[int | None]
     policy: Any
     native: bool
     env_fns: list[Any]
@@ -126,12 +133,18 @@ def check_arguments(
     postproc: Any,
     devices: dict[str, Any],
     max_frames_per_traj: Any = None,
+    rollout: RolloutOptions | None = None,
+    elastic: bool = False,
 ) -> RayArguments:
     """Check every argument but the fleet's options (:class:`~fleetrl.collectors.remote.fleet_options.FleetOptions`
-    checks those when made); raise one ConfigError listing all problems."""
+    checks those when made); raise one ConfigError listing all problems.
+
+    The sizes become one :class:`~fleetrl.collectors.rollout_options.RolloutOptions`
+    (``rollout`` as given, or made from the keywords), checked once here with each
+    collector's env count where the arguments tell it; a count first known when a worker
+    builds its envs is checked by the driver when the worker reports it
+    (:func:`check_env_counts`)."""
     p = Problems()
-    p.positive_int("frames_per_batch", frames_per_batch)
-    p.positive_int("total_frames", total_frames, allow_minus_one=True)
     env_fns, kwargs_list, remotes, count = per_collector_args(
         p, create_env_fn, collector_kwargs, remote_configs, num_collectors
     )
@@ -143,21 +156,28 @@ def check_arguments(
         check_collector_kwargs(p, collector_class, kwargs_list, SET_BY_RAY)
         if native:
             check_overlap_kwargs(p, env_fns, kwargs_list, num_workers_per_collector)
-    if sync and count:  # the env counts are checked once known (check_env_counts)
-        p.items += batch_size_problems(
-            frames_per_batch=frames_per_batch, total_frames=None, num_envs=None, split=count
-        )
+    counts = env_counts(p, env_fns, kwargs_list, num_workers_per_collector) if native else []
+    sizes = fleet_rollout(
+        p,
+        rollout,
+        counts,
+        sync=sync,
+        elastic=elastic,
+        split=count if sync and not elastic else 1,
+        frames_per_batch=frames_per_batch,
+        total_frames=total_frames,
+        max_frames_per_traj=max_frames_per_traj,
+    )
     exploration = as_exploration_type(exploration_type, p)
     acting = check_common_arguments(
-        p,
-        policy=policy,
-        postproc=postproc,
-        max_frames_per_traj=max_frames_per_traj,
-        init_random_frames=init_random_frames,
+        p, policy=policy, postproc=postproc, init_random_frames=init_random_frames
     )
     per_device = {name: per_collector(p, name, value, count) for name, value in devices.items()}
     p.raise_if_any()
+    assert sizes is not None  # its problems were raised with the others
     return RayArguments(
+        rollout=sizes,
+        counts=counts,
         policy=acting,
         native=native,
         env_fns=env_fns,
@@ -167,6 +187,79 @@ def check_arguments(
         exploration_type=exploration,
         init_random_frames=0 if init_random_frames in (None, -1) else init_random_frames,
     )
+
+
+ROLLOUT_ENVS_MSG = (
+    "is given twice: rollout=RolloutOptions(num_envs={n}) holds the envs per collector; "
+    "leave it out here, or make them agree"
+)
+
+
+def env_counts(
+    p: Problems, env_fns: list[Any], kwargs_list: list[dict[str, Any]], per_collector: Any
+) -> list[int | None]:
+    """Each native collector's envs per call where its arguments tell (None: the env's own
+    count, known once a worker builds it); a ``collector_kwargs`` count is checked here."""
+    counts: list[int | None] = []
+    for i, (env_fn, kwargs) in enumerate(zip(env_fns, kwargs_list)):
+        if not isinstance(kwargs, dict):
+            counts.append(None)
+            continue
+        cut = kwargs.get("max_frames_per_traj")
+        if not is_unlimited(cut):  # a collector's own episode cut: its share takes it
+            p.positive_int(
+                f"collector_kwargs[{i}]['max_frames_per_traj']", cut, allow_minus_one=True
+            )
+        n = kwargs.get("num_envs")
+        if n is not None:
+            p.positive_int(f"collector_kwargs[{i}]['num_envs']", n)
+        elif isinstance(per_collector, int) and per_collector > 1:
+            n = per_collector
+        elif isinstance(env_fn, str):
+            n = 1
+        counts.append(n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None)
+    return counts
+
+
+def fleet_rollout(
+    p: Problems,
+    rollout: RolloutOptions | None,
+    counts: list[int | None],
+    *,
+    sync: bool,
+    elastic: bool,
+    split: int,
+    **given: Any,
+) -> RolloutOptions | None:
+    """The fleet's rollout options: ``rollout`` as given (its env count agreeing with the
+    collectors' own), or made from the keywords with the collectors' count where every
+    collector's is the same and known; with counts that differ (first ready), the one
+    check of the sizes against them (:func:`check_env_counts`)."""
+    known = counts and None not in counts and len(set(counts)) == 1
+    if rollout is not None:
+        sizes = given_rollout(p, rollout, **given)
+        if sizes is None:
+            return None
+        if sizes.split != split:
+            p.add("rollout", sizes, ROLLOUT_SPLIT_MSG.format(split=sizes.split, want=split))
+        n = sizes.num_envs
+        if n is not None and any(c is not None and c != n for c in counts):
+            p.add("num_workers_per_collector", counts, ROLLOUT_ENVS_MSG.format(n=n))
+        return sizes
+    sizes = given_rollout(p, None, num_envs=counts[0] if known else None, split=split, **given)
+    if sizes is not None and not known and counts and None not in counts:
+        try:  # first ready, each collector its own count: the lcm rule, said once here
+            check_env_counts(counts, sync=sync, frames_per_batch=sizes.frames_per_batch,
+                             total_frames=sizes.total_frames, elastic=elastic)  # fmt: skip
+        except ConfigError as err:
+            p.extend(err.details)
+    return sizes
+
+
+ROLLOUT_SPLIT_MSG = (
+    "splits each batch over {split} collectors; these collectors need {want} (a sync "
+    "fleet of a fixed size splits it over its collectors, any other takes whole batches)"
+)
 
 
 def per_collector_args(

@@ -68,6 +68,7 @@ from fleetrl.collectors.remote.served import ServedStats
 from fleetrl.collectors.remote.views import RayViews
 from fleetrl.collectors.remote.weights import WeightStore
 from fleetrl.collectors.remote.worker import TaskResult
+from fleetrl.collectors.rollout_options import RolloutOptions
 from fleetrl.distributed.backends import Backend
 from fleetrl.distributed.runtime import ray_running, start_ray
 from fleetrl.distributed.workers import DEFAULT_MAX_RESTART_ATTEMPTS
@@ -185,6 +186,10 @@ class RayCollector(RayViews):
             ``fraction_workers``, ``compress``, ``max_weight_update_interval`` and
             ``update_after_each_batch`` at once (a config's ``collector`` section builds
             one), instead of the separate keywords.
+        rollout: a :class:`~fleetrl.collectors.rollout_options.RolloutOptions` holding
+            ``frames_per_batch``, ``total_frames``, ``max_frames_per_traj`` and the envs per
+            collector at once (a config builds one), instead of the separate keywords;
+            ``frames_per_batch`` is then left out.
         backend: where the workers run: ``"ray"`` (Ray actors, the default),
             ``"inprocess"`` (objects in this process, one task at a time: debugging and
             tests) or a :class:`~fleetrl.distributed.backends.Backend` (:mod:`fleetrl.distributed.backends`).
@@ -203,7 +208,7 @@ class RayCollector(RayViews):
         create_env_fn: Any,
         policy: Any = None,
         *,
-        frames_per_batch: int,
+        frames_per_batch: int | None = None,
         total_frames: int = -1,
         device: Any = None,
         storing_device: Any = None,
@@ -247,6 +252,7 @@ class RayCollector(RayViews):
         inference_max_wait_ms: float = 0.0,
         inference_remote_config: dict[str, Any] | None = None,
         inference_transport: str = "auto",
+        rollout: RolloutOptions | None = None,
     ):
         super().__init__()
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -291,8 +297,10 @@ class RayCollector(RayViews):
         self.native = checked.args.native
         #: where the workers run (:mod:`fleetrl.distributed.backends`)
         self.backend = checked.backend
-        self.frames_per_batch = g["frames_per_batch"]
-        self.total_frames = g["total_frames"]
+        #: the rollout's sizes (:class:`~fleetrl.collectors.rollout_options.RolloutOptions`)
+        self.rollout_options = checked.args.rollout
+        self.frames_per_batch = checked.args.rollout.frames_per_batch
+        self.total_frames = checked.args.rollout.total_frames
         #: how the fleet collects and is kept (:class:`~fleetrl.collectors.remote.fleet_options.FleetOptions`)
         self.fleet_options = o = checked.options
         self.sync = o.sync

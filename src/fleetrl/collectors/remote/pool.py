@@ -45,6 +45,7 @@ from fleetrl.collectors.remote.checks import check_env_counts, takes_env_list, w
 from fleetrl.collectors.remote.fleet_options import FleetOptions
 from fleetrl.collectors.remote.weights import WeightStore
 from fleetrl.collectors.remote.worker import CollectorWorker, TaskResult
+from fleetrl.collectors.rollout_options import RolloutOptions
 from fleetrl.distributed.backends import Actor, Backend, WorkerDied, WorkerRaised
 from fleetrl.distributed.workers import Pending, Retire, WorkerGroup, WorkerSlot
 from fleetrl.errors import WorkerError, WorkerLostError
@@ -120,9 +121,12 @@ class WorkerPool:
         policy_ref: the policy module, stored once with the backend.
 
     Keyword Args:
-        collector_class, native, num_workers_per_collector, frames_per_batch,
-            total_frames, init_random_frames: as :class:`~fleetrl.collectors.RayCollector`
-            was given them (checked there).
+        collector_class, native, num_workers_per_collector, init_random_frames: as
+            :class:`~fleetrl.collectors.RayCollector` was given them (checked there).
+        rollout: the fleet's rollout sizes (valid: :class:`~fleetrl.collectors.rollout_options.RolloutOptions`);
+            each native worker gets its share (:meth:`RolloutOptions.share`).
+        env_counts: the collectors' env counts the sizes were checked with, where the
+            arguments told every one (None: checked as the workers report them).
         options: the fleet's options (valid: :class:`~fleetrl.collectors.remote.fleet_options.FleetOptions`):
             stacked or first ready, compression, the workers' threads and weight checks,
             the replacements tried in a row and how long one waits for a node.
@@ -144,8 +148,8 @@ class WorkerPool:
         native: bool,
         num_workers_per_collector: int,
         options: FleetOptions,
-        frames_per_batch: int,
-        total_frames: int,
+        rollout: RolloutOptions,
+        env_counts: list[int] | None = None,
         init_random_frames: int,
         devices: dict[str, list[Any]],
         common: dict[str, Any],
@@ -161,8 +165,11 @@ class WorkerPool:
         self.native = native
         self.num_workers_per_collector = num_workers_per_collector
         self.sync = options.sync
-        self.frames_per_batch = frames_per_batch
-        self.total_frames = total_frames
+        self.rollout = rollout
+        self.frames_per_batch = rollout.frames_per_batch
+        self.total_frames = rollout.total_frames
+        #: the env counts the rollout's sizes were checked with (checked once each)
+        self.checked_counts: set[tuple[int, ...]] = {tuple(env_counts)} if env_counts else set()
         self.compress = options.compress
         self.max_weight_update_interval = options.max_weight_update_interval
         self.num_threads = options.num_threads
@@ -219,10 +226,7 @@ class WorkerPool:
         for name, values in self.devices.items():
             if values[i] is not None:
                 kwargs[name] = values[i]
-        if self.native:
-            if self.num_workers_per_collector > 1:
-                kwargs["num_envs"] = self.num_workers_per_collector
-        else:
+        if not self.native:
             kwargs["split_trajs"] = False
             if self.init_random_frames:
                 kwargs["init_random_frames"] = -1
@@ -232,6 +236,18 @@ class WorkerPool:
             if kwargs.get("max_frames_per_traj") is None:
                 kwargs["max_frames_per_traj"] = -1
         kwargs.update(slot.kwargs)
+        if self.native:  # its share of the checked sizes, with its own envs per call
+            kwargs.pop("num_envs", None)
+            n = self._known_num_envs(slot)
+            # 1 env is what make_env builds of an id or factory unasked: an env that batches
+            # itself (a vector env's factory) keeps its own count, checked as it reports it
+            own = n == 1 and "num_envs" not in slot.kwargs and not isinstance(slot.env_fn, str)
+            share = self.rollout.share(
+                num_envs=None if own else n,
+                frames=self._task_frames(),
+                max_frames_per_traj=kwargs.pop("max_frames_per_traj", None),
+            )
+            kwargs["rollout"] = share
         if self.servers is not None:
             # the options' transport, checked by the driver: the worker does not check it
             kwargs["inference_server"] = ServerClient(
@@ -401,23 +417,35 @@ class WorkerPool:
             self.on_wait()
 
     def _known_num_envs(self, slot: CollectorSlot) -> int | None:
-        """Envs per call of a native collector, when the arguments alone tell."""
+        """Envs per call of a native collector, when the arguments alone tell (as
+        :func:`~fleetrl.collectors.remote.checks.env_counts` reads them)."""
         if not self.native:
             return None
-        kwargs = self.worker_kwargs(slot)
-        if kwargs.get("num_envs") is not None:
-            return kwargs["num_envs"]
+        if slot.kwargs.get("num_envs") is not None:
+            return slot.kwargs["num_envs"]
+        if self.rollout.num_envs is not None:
+            return self.rollout.num_envs
+        if self.num_workers_per_collector > 1:
+            return self.num_workers_per_collector
         return 1 if isinstance(slot.env_fn, str) else None
 
     def _check_env_counts(self, slots: list[CollectorSlot]) -> None:
-        if self.native:
-            check_env_counts(
-                [s.num_envs for s in slots],
-                sync=self.sync,
-                frames_per_batch=self.frames_per_batch,
-                total_frames=self.total_frames,
-                elastic=self.may_shrink is not None,
-            )
+        """The sizes against the workers' env counts, where these were not checked already
+        (the counts the arguments told, or the same counts reported before)."""
+        counts = [s.num_envs for s in slots]
+        if not self.native or None in counts:
+            return
+        n = self.rollout.num_envs
+        if (n is not None and set(counts) == {n}) or tuple(counts) in self.checked_counts:
+            return
+        check_env_counts(
+            counts,
+            sync=self.sync,
+            frames_per_batch=self.frames_per_batch,
+            total_frames=self.total_frames,
+            elastic=self.may_shrink is not None,
+        )
+        self.checked_counts.add(tuple(counts))
 
     def revive_dead(self) -> None:
         """Start the workers left dead by a WorkerLostError the caller caught."""

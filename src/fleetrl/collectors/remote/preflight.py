@@ -66,8 +66,9 @@ class Preflight:
             "native": self.args.native,
             "num_workers_per_collector": g["num_workers_per_collector"],
             "options": self.options,
-            "frames_per_batch": g["frames_per_batch"],
-            "total_frames": g["total_frames"],
+            "rollout": self.args.rollout,
+            # the counts the sizes were checked with, where the arguments told every one
+            "env_counts": None if None in self.args.counts else self.args.counts,
             "init_random_frames": self.args.init_random_frames,
             "devices": self.args.devices,
             "common": self.common,
@@ -117,6 +118,7 @@ def preflight(**given: Any) -> Preflight:
         **{k: g[k] for k in CHECKED},
         sync=fleet_values["sync"],
         num_collectors=None if fleet is None else fleet.min,
+        elastic=fleet is not None and fleet.elastic,
         devices={k: g[k] for k in ("device", "storing_device", "env_device", "policy_device")},
     )
     assert inference is not None  # a problem of the options was raised with the others
@@ -127,9 +129,7 @@ def preflight(**given: Any) -> Preflight:
         check_grouped_arguments(
             trajs_per_batch=g["trajs_per_batch"],
             split_trajs=g["split_trajs"],
-            max_frames_per_traj=None
-            if g["max_frames_per_traj"] in (None, -1)
-            else g["max_frames_per_traj"],
+            max_frames_per_traj=args.rollout.max_frames_per_traj,
             compile_policy=g["compile_policy"] or None,
             cudagraph_policy=g["cudagraph_policy"] or None,
             set_truncated=g["set_truncated"],
@@ -144,7 +144,7 @@ def preflight(**given: Any) -> Preflight:
             args.exploration_type,
         )
     common = {
-        "max_frames_per_traj": g["max_frames_per_traj"],
+        "max_frames_per_traj": args.rollout.max_frames_per_traj,
         "reset_at_each_iter": g["reset_at_each_iter"],
         "exploration_type": args.exploration_type,
         # torchrl 0.14's arguments reach the workers only when set (any collector class takes
@@ -180,6 +180,7 @@ CHECKED = (
     "exploration_type",
     "postproc",
     "max_frames_per_traj",
+    "rollout",
 )
 
 

@@ -158,7 +158,10 @@ class CollectorWorker:
                 "traj_id_start",
                 worker_id * TRAJ_IDS_PER_WORKER + incarnation * TRAJ_IDS_PER_INCARNATION,
             )
-            self.collector = collector_class(frames_per_batch=frames_per_batch, **kwargs)
+            # a RayCollector's worker: its share of the fleet's sizes, which the driver checked
+            if "rollout" not in kwargs:
+                kwargs["frames_per_batch"] = frames_per_batch
+            self.collector = collector_class(**kwargs)
             self.served = getattr(self.collector, "server", None) is not None
             # a task's size was checked against this worker's envs before the worker started:
             # it is not checked again per task, unless a subclass collects its own way

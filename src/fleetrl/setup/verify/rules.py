@@ -27,9 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetrl.algorithms.sections import SECTIONS
-from fleetrl.batch_sizes import BatchSizeNames, batch_size_problems
 from fleetrl.collectors.inference import config_problems
 from fleetrl.collectors.remote.fleet_options import FLEET_CONFIG_KEYS, FleetOptions
+from fleetrl.collectors.rollout_options import CONFIG_NAMES, RolloutOptions
 from fleetrl.collectors.rules import COLLECTOR_KEYS, Audience
 from fleetrl.config import Config, LearnerMode, enum_of, enum_value, type_hints
 from fleetrl.distributed.backends import BACKENDS
@@ -89,13 +89,6 @@ DECOUPLED_NEEDS = {
 #: the algorithms whose default networks take an observation normalizer and whose
 #: learners scale rewards (fleetrl.networks.normalization)
 NORMALIZING_ALGORITHMS = ("a2c", "appo", "impala", "ppo")
-#: the batch-size rule in config keys (fleetrl.batch_sizes)
-CONFIG_NAMES = BatchSizeNames(
-    frames_per_batch="collector.frames_per_batch",
-    total_frames="trainer.total_frames",
-    num_collectors="collector.num_collectors",
-    sync="collector.sync=true",
-)
 
 
 def _fleet_size(value: Any) -> FleetSize | None:
@@ -342,18 +335,11 @@ def batch_size_rules(config: Config, check: Problems) -> None:
     c, t = config.collector, config.trainer
     check(c.frames_per_batch > 0, "collector.frames_per_batch", c.frames_per_batch, "must be > 0")
     check(t.total_frames > 0, "trainer.total_frames", t.total_frames, "must be > 0")
-    # a sync RayCollector splits each batch (decoupled collection is first ready)
-    remote_sync = c.sync and c.fleet.min > 0 and not c.decoupled
-    for problem in batch_size_problems(
-        frames_per_batch=c.frames_per_batch,
-        total_frames=t.total_frames,
-        num_envs=config.env.num_envs if config.env.num_envs > 0 else None,
-        # a range's shares are whole env steps, not equal (fleetrl.collectors.remote.rounds)
-        split=c.fleet.min if remote_sync and not c.fleet.elastic else 1,
-        names=CONFIG_NAMES,
-    ):
-        if not check.has(problem.key):
-            check.extend([problem])
+    # made (and so checked) once for the run: its collector takes the same object
+    try:
+        RolloutOptions.from_config(config)
+    except ConfigError as err:
+        check.extend(p for p in err.details if not check.has(p.key))
 
 
 def normalization_rules(config: Config, check: Problems) -> None:
