@@ -338,6 +338,7 @@ BENCHMARKS = (
     "atari_peer",
     "atari_throughput",
     "collector_throughput",
+    "conv_memory_format",
     "decoupled",
     "elastic_fleet",
     "fleet_scale",

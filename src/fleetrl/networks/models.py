@@ -147,9 +147,9 @@ class _PixelTorso(nn.Module):
     A forward that records gradients on the CPU (the learner's) takes its frames in
     ``channels_last`` memory order: oneDNN's convolutions and their backward pass run about
     a fifth faster so (a Nature CNN's step on 256 frames stacks of 4x84x84 with Adam, one
-    thread: 108-124 ms where the default order took 145-150 ms), while a forward without
-    gradients (acting, a batch's targets) keeps the default order, faster there (94 against
-    116 ms for 512 frames). The weights and their gradients keep the default order.
+    thread: ``benchmarks/conv_memory_format.py``), while a forward without gradients
+    (acting, a batch's targets) keeps the default order, faster there for the Nature CNN.
+    The weights and their gradients keep the default order.
     """
 
     out_features: int
