@@ -433,10 +433,18 @@ def test_config_error_in_a_worker_arrives_as_config_error():
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
         )
 
+    # a count the arguments do not tell: the driver checks it once the worker reports it
     with pytest.raises(ConfigError) as info:
         RayCollector(three_envs, None, frames_per_batch=10)
+    assert info.value.problems == [
+        "frames_per_batch=10 is invalid: must be a multiple of the number of envs (3); use 9 or 12"
+    ]
+    assert not isinstance(info.value, WorkerError)
+    # a value only the worker checks arrives as the worker's ConfigError, naming it
+    with pytest.raises(ConfigError) as info:
+        RayCollector(three_envs, None, frames_per_batch=9, collector_kwargs={"return_discount": 5})
     assert info.value.problems[0].startswith(
-        "collector 0: frames_per_batch=10 is invalid: must be a multiple of the number of envs (3)"
+        "collector 0: return_discount=5 is invalid: must be in (0, 1]"
     )
     assert "remote traceback of collector 0:" in str(info.value)
     assert not isinstance(info.value, WorkerError)
