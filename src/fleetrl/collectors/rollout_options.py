@@ -19,8 +19,8 @@ builds the env (:meth:`RolloutOptions.env_problems`), or for a RayCollector's wo
 driver when they report it (:func:`~fleetrl.collectors.remote.checks.check_env_counts`).
 
 Examples:
-    >>> RolloutOptions(frames_per_batch=64, total_frames=256, num_envs=4).steps_per_batch
-    16
+    >>> RolloutOptions(frames_per_batch=64, total_frames=256, num_envs=4).num_envs
+    4
     >>> try:
     ...     RolloutOptions(frames_per_batch=10, num_envs=4)
     ... except ConfigError as err:
@@ -125,18 +125,6 @@ class RolloutOptions:
         """How a batch-size problem names the sizes, for :attr:`said_as`."""
         return CONFIG_NAMES if self.said_as is Audience.CONFIG else PYTHON_NAMES
 
-    @property
-    def unlimited(self) -> bool:
-        """Whether there is no frame budget."""
-        return self.total_frames == -1
-
-    @property
-    def steps_per_batch(self) -> int | None:
-        """Steps of each env per batch (None while the env count is unknown)."""
-        if self.num_envs is None:
-            return None
-        return self.frames_per_batch // self.split // self.num_envs
-
     def env_problems(self, num_envs: int) -> list[Problem]:
         """The batch-size problems of these sizes with ``num_envs`` envs, a count first known
         once the env is built (none where :attr:`num_envs` was given: checked then)."""
@@ -174,10 +162,6 @@ class RolloutOptions:
         for name, value in changes.items():
             object.__setattr__(part, name, value)
         return part
-
-    def arguments(self) -> dict[str, Any]:
-        """The same options as the collectors' separate keywords."""
-        return {name: getattr(self, name) for name in ROLLOUT_ARGUMENTS}
 
     @classmethod
     def from_config(cls, config: Any, total_frames: int | None = None) -> RolloutOptions:

@@ -49,6 +49,7 @@ __all__ = [
     "probe_envs",
     "put_policy",
     "takes_env_list",
+    "told_num_envs",
     "worker_failure",
 ]
 
@@ -163,7 +164,7 @@ def check_arguments(
         counts,
         sync=sync,
         elastic=elastic,
-        split=count if sync and not elastic else 1,
+        count=count,
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
         max_frames_per_traj=max_frames_per_traj,
@@ -189,6 +190,10 @@ def check_arguments(
     )
 
 
+ROLLOUT_SPLIT_MSG = (
+    "splits each batch over {split} collectors; these collectors need {want} (a sync "
+    "fleet of a fixed size splits it over its collectors, any other takes whole batches)"
+)
 ROLLOUT_ENVS_MSG = (
     "is given twice: rollout=RolloutOptions(num_envs={n}) holds the envs per collector; "
     "leave it out here, or make them agree"
@@ -210,15 +215,22 @@ def env_counts(
             p.positive_int(
                 f"collector_kwargs[{i}]['max_frames_per_traj']", cut, allow_minus_one=True
             )
-        n = kwargs.get("num_envs")
-        if n is not None:
-            p.positive_int(f"collector_kwargs[{i}]['num_envs']", n)
-        elif isinstance(per_collector, int) and per_collector > 1:
-            n = per_collector
-        elif isinstance(env_fn, str):
-            n = 1
-        counts.append(n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None)
+        if kwargs.get("num_envs") is not None:
+            p.positive_int(f"collector_kwargs[{i}]['num_envs']", kwargs["num_envs"])
+        counts.append(told_num_envs(env_fn, kwargs, per_collector))
     return counts
+
+
+def told_num_envs(env_fn: Any, kwargs: dict[str, Any], per_collector: Any) -> int | None:
+    """A native collector's envs per call where its arguments tell: its ``collector_kwargs``'
+    ``num_envs``, else ``per_collector`` above 1, else 1 env of a gymnasium id; None: the
+    env's own count (a factory's, known once a worker builds it; make_env treats 1 so too)."""
+    n = kwargs.get("num_envs")
+    if n is None and isinstance(per_collector, int) and per_collector > 1:
+        n = per_collector
+    elif n is None and isinstance(env_fn, str):
+        n = 1
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def fleet_rollout(
@@ -228,13 +240,15 @@ def fleet_rollout(
     *,
     sync: bool,
     elastic: bool,
-    split: int,
+    count: int,
     **given: Any,
 ) -> RolloutOptions | None:
     """The fleet's rollout options: ``rollout`` as given (its env count agreeing with the
     collectors' own), or made from the keywords with the collectors' count where every
     collector's is the same and known; with counts that differ (first ready), the one
-    check of the sizes against them (:func:`check_env_counts`)."""
+    check of the sizes against them (:func:`check_env_counts`). A sync fleet of ``count``
+    collectors, of a fixed size, splits each batch over them."""
+    split = count if sync and not elastic else 1
     known = counts and None not in counts and len(set(counts)) == 1
     if rollout is not None:
         sizes = given_rollout(p, rollout, **given)
@@ -254,12 +268,6 @@ def fleet_rollout(
         except ConfigError as err:
             p.extend(err.details)
     return sizes
-
-
-ROLLOUT_SPLIT_MSG = (
-    "splits each batch over {split} collectors; these collectors need {want} (a sync "
-    "fleet of a fixed size splits it over its collectors, any other takes whole batches)"
-)
 
 
 def per_collector_args(

@@ -41,7 +41,12 @@ from typing import Any
 from fleetrl.collectors.inference.client import ServerClient
 from fleetrl.collectors.inference.servers import InferenceServers
 from fleetrl.collectors.local.overlap import available_cores, worker_overlap
-from fleetrl.collectors.remote.checks import check_env_counts, takes_env_list, worker_failure
+from fleetrl.collectors.remote.checks import (
+    check_env_counts,
+    takes_env_list,
+    told_num_envs,
+    worker_failure,
+)
 from fleetrl.collectors.remote.fleet_options import FleetOptions
 from fleetrl.collectors.remote.weights import WeightStore
 from fleetrl.collectors.remote.worker import CollectorWorker, TaskResult
@@ -238,12 +243,8 @@ class WorkerPool:
         kwargs.update(slot.kwargs)
         if self.native:  # its share of the checked sizes, with its own envs per call
             kwargs.pop("num_envs", None)
-            n = self._known_num_envs(slot)
-            # 1 env is what make_env builds of an id or factory unasked: an env that batches
-            # itself (a vector env's factory) keeps its own count, checked as it reports it
-            own = n == 1 and "num_envs" not in slot.kwargs and not isinstance(slot.env_fn, str)
             share = self.rollout.share(
-                num_envs=None if own else n,
+                num_envs=self._known_num_envs(slot),
                 frames=self._task_frames(),
                 max_frames_per_traj=kwargs.pop("max_frames_per_traj", None),
             )
@@ -417,17 +418,13 @@ class WorkerPool:
             self.on_wait()
 
     def _known_num_envs(self, slot: CollectorSlot) -> int | None:
-        """Envs per call of a native collector, when the arguments alone tell (as
-        :func:`~fleetrl.collectors.remote.checks.env_counts` reads them)."""
+        """Envs per call of a native collector, when the arguments alone tell
+        (:func:`~fleetrl.collectors.remote.checks.told_num_envs`; the rollout's count is
+        the envs per collector, as ``num_workers_per_collector`` is)."""
         if not self.native:
             return None
-        if slot.kwargs.get("num_envs") is not None:
-            return slot.kwargs["num_envs"]
-        if self.rollout.num_envs is not None:
-            return self.rollout.num_envs
-        if self.num_workers_per_collector > 1:
-            return self.num_workers_per_collector
-        return 1 if isinstance(slot.env_fn, str) else None
+        per_collector = max(self.num_workers_per_collector, self.rollout.num_envs or 1)
+        return told_num_envs(slot.env_fn, slot.kwargs, per_collector)
 
     def _check_env_counts(self, slots: list[CollectorSlot]) -> None:
         """The sizes against the workers' env counts, where these were not checked already
